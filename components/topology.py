@@ -315,8 +315,8 @@ class TpuSlice:
             parts = generation_or_spec.split(":") if isinstance(generation_or_spec, str) else []
             if len(parts) not in (2, 3):
                 raise TopologyError(
-                    "topology", f"missing; pass a topology or a spec 'GEN:TOPOLOGY[:MACHINE_TYPE]', got "
-                    f"{generation_or_spec!r}"
+                    "topology",
+                    f"missing; pass a topology or a spec 'GEN:TOPOLOGY[:MACHINE_TYPE]', got {generation_or_spec!r}",
                 )
             generation_or_spec, topology = parts[0], parts[1]
             if len(parts) == 3:
@@ -345,10 +345,12 @@ class TpuSlice:
                 rule = "small 3D slices must be one of 2x2x1, 2x2x2, 2x2x4, 2x4x4"
             else:
                 rule = _cube_rule_violation(gen, dims)
+            near = _nearest(gen, dims)
+            if _is_cube_shape(gen, tuple(sorted(dims))):  # an ordering slip: offer the sorted shape first
+                near = [_fmt(sorted(dims)), *(t for t in near if t != _fmt(sorted(dims)))][:3]
             raise TopologyError(
                 "topology",
-                f"{topology!r} is not a valid {gen.name} topology ({rule}); nearest valid shapes: "
-                f"{', '.join(_nearest(gen, dims))}",
+                f"{topology!r} is not a valid {gen.name} topology ({rule}); nearest valid shapes: {', '.join(near)}",
             )
         candidates = ([single] if single else []) + ([gen.multi_host_machine_type] if multi else [])
         if machine_type is None:
@@ -405,8 +407,10 @@ class TpuSlice:
 
     def __str__(self) -> str:
         base = f"{self.generation}:{self.topology}"
-        return base if TpuSlice.parse(self.generation, self.topology).machine_type == self.machine_type else (
-            f"{base}:{self.machine_type}"
+        return (
+            base
+            if TpuSlice.parse(self.generation, self.topology).machine_type == self.machine_type
+            else (f"{base}:{self.machine_type}")
         )
 
     # ---- derived facts ------------------------------------------------------------------------------
@@ -418,7 +422,7 @@ class TpuSlice:
     @property
     def dims(self) -> Dims3:
         """The topology padded to three dimensions with 1, e.g. ``(4, 4, 1)`` for ``4x4``."""
-        d = _parse_dims(self.topology) + (1, 1)
+        d = (*_parse_dims(self.topology), 1, 1)
         return (d[0], d[1], d[2])
 
     @property

@@ -1,0 +1,506 @@
+"""The typed configuration of one tpuray environment (a Pulumi stack).
+
+Pure pydantic; imports no Pulumi. Two loaders feed the same model:
+
+- :func:`load_stack_file` reads a ``Pulumi.<env>.yaml`` directly (the project's CLI, tests, the local run);
+- ``tpuray.components.stack_config.from_pulumi_config`` reads the stack's ``pulumi.Config`` in the program.
+
+Keys are camelCase in YAML (Pulumi's convention) and snake_case in Python. A bad value anywhere raises one
+:class:`ConfigError` that lists every problem with its path, e.g. ``slicePools[1].topology: ...``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from tpuray.components.topology import TopologyError, TpuSlice, generation
+
+__all__ = [
+    "NAMESPACE",
+    "Autoscaling",
+    "Capacity",
+    "CheckpointConfig",
+    "ClusterConfig",
+    "ConfigError",
+    "FlexStart",
+    "ModelConfig",
+    "NetworkConfig",
+    "OnDemand",
+    "Queued",
+    "RayConfig",
+    "Reservation",
+    "SlicePoolConfig",
+    "Spot",
+    "StackConfig",
+    "WorkloadConfig",
+    "gke_version_key",
+    "load_stack_file",
+    "parse_stack_config",
+]
+
+NAMESPACE = "tpuray"
+"""The Pulumi config namespace (the project name): keys are ``tpuray:<key>``."""
+
+
+class ConfigError(ValueError):
+    """Every problem of a stack configuration, each as ``(path, message)``."""
+
+    def __init__(self, problems: list[tuple[str, str]], source: str | None = None) -> None:
+        self.problems = problems
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = [f"{len(problems)} problem(s){where}:"] + [f"  {p}: {m}" for p, m in problems]
+        super().__init__("\n".join(lines))
+
+
+class _Model(BaseModel):
+    """camelCase in YAML, snake_case in Python; unknown keys are errors; values are immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True
+    )
+
+
+_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _seconds(value: object) -> int:
+    """A duration as seconds: an int, or a string like ``"3600s"``, ``"90m"``, ``"24h"``, ``"7d"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like '24h', '90m' or '3600s', got {value!r}")
+    if isinstance(value, int):
+        return value
+    m = _DURATION.match(value) if isinstance(value, str) else None
+    if not m:
+        raise ValueError(f"expected a duration like '24h', '90m' or '3600s', got {value!r}")
+    return int(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+
+
+# ---- capacity -----------------------------------------------------------------------------------------
+class OnDemand(_Model):
+    """Standard on-demand VMs."""
+
+    type: Literal["on-demand"] = "on-demand"
+
+
+class Spot(_Model):
+    """Spot VMs: cheaper, preemptible at any time."""
+
+    type: Literal["spot"]
+
+
+class Reservation(_Model):
+    """Consume a specific reservation; ``project`` names the owner of a shared reservation."""
+
+    type: Literal["reservation"]
+    name: Annotated[str, Field(pattern=_NAME, max_length=63)]
+    project: str | None = None
+
+    @property
+    def reservation_value(self) -> str:
+        """The reservation affinity value GKE expects: the name, or ``projects/<p>/reservations/<name>``."""
+        return f"projects/{self.project}/reservations/{self.name}" if self.project else self.name
+
+
+class FlexStart(_Model):
+    """Flex-start (DWS flex): VMs for at most ``maxRunDuration``, created on demand by the autoscaler."""
+
+    type: Literal["flex-start"]
+    max_run_duration: Annotated[int, Field(gt=0, le=7 * 86400, description="seconds, or '24h', '7d'")]
+
+    _parse = field_validator("max_run_duration", mode="before")(lambda v: _seconds(v))
+
+
+class Queued(_Model):
+    """Queued provisioning (DWS): the whole slice is granted at once through a ProvisioningRequest."""
+
+    type: Literal["queued"]
+    max_run_duration: Annotated[int | None, Field(gt=0, le=7 * 86400)] = None
+
+    @field_validator("max_run_duration", mode="before")
+    @classmethod
+    def _parse(cls, v: object) -> int | None:
+        return None if v is None else _seconds(v)
+
+
+Capacity = Annotated[OnDemand | Spot | Reservation | FlexStart | Queued, Field(discriminator="type")]
+CAPACITY_TYPES = ("on-demand", "spot", "reservation", "flex-start", "queued")
+
+
+# ---- slice pools --------------------------------------------------------------------------------------
+class Autoscaling(_Model):
+    """Autoscale between ``minSlices`` and the pool's ``slices``. A multi-host slice is 0 or whole."""
+
+    enabled: bool = True
+    min_slices: Annotated[int, Field(ge=0)] = 0
+
+
+class SlicePoolConfig(_Model):
+    """One kind of TPU slice: ``slices`` slices of ``generation``/``topology`` on one capacity type."""
+
+    name: Annotated[str, Field(pattern=_NAME, max_length=36, description="node pool name (prefix)")]
+    generation: str
+    topology: str
+    machine_type: str | None = None
+    slices: Annotated[int, Field(ge=1, le=64)] = 1
+    capacity: Capacity = OnDemand()
+    autoscaling: Autoscaling = Autoscaling()
+    zone: str | None = Field(default=None, description="zone of this pool; defaults to the stack's zone")
+
+    @field_validator("generation")
+    @classmethod
+    def _known_generation(cls, v: str) -> str:
+        try:
+            return generation(v).name
+        except TopologyError as e:
+            raise ValueError(str(e).removeprefix("generation: ")) from None
+
+    @model_validator(mode="after")
+    def _rules(self) -> SlicePoolConfig:
+        try:
+            TpuSlice.parse(self.generation, self.topology, self.machine_type)
+        except TopologyError as e:
+            raise ValueError(_field_msg(to_camel(e.field), str(e).split(": ", 1)[1])) from None
+        auto, cap = self.autoscaling, self.capacity
+        if auto.min_slices > self.slices:
+            raise ValueError(_field_msg("autoscaling.minSlices", f"{auto.min_slices} exceeds slices={self.slices}"))
+        if isinstance(cap, Queued) and not (auto.enabled and auto.min_slices == 0):
+            raise ValueError(
+                _field_msg(
+                    "autoscaling",
+                    "queued provisioning needs autoscaling enabled with minSlices 0 (GKE creates the "
+                    "nodes when a ProvisioningRequest is granted); set autoscaling: {enabled: true, minSlices: 0}",
+                )
+            )
+        if isinstance(cap, FlexStart) and not auto.enabled:
+            raise ValueError(
+                _field_msg("autoscaling", "flex-start pools have no static node count: set autoscaling.enabled: true")
+            )
+        return self
+
+    @property
+    def tpu_slice(self) -> TpuSlice:
+        """The slice shape every resource of this pool is derived from."""
+        return TpuSlice.parse(self.generation, self.topology, self.machine_type)
+
+    @property
+    def min_slices(self) -> int:
+        """Fewest slices kept (``slices`` when autoscaling is off)."""
+        return self.autoscaling.min_slices if self.autoscaling.enabled else self.slices
+
+
+# ---- cluster, network, Ray, checkpoints, workload -----------------------------------------------------
+class AuthorizedNetwork(_Model):
+    cidr: str
+    name: str = ""
+
+    @field_validator("cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        try:
+            return str(ipaddress.ip_network(v, strict=True))
+        except ValueError as e:
+            raise ValueError(f"not a CIDR block: {e}") from None
+
+
+ReleaseChannel = Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"]
+
+
+class ClusterConfig(_Model):
+    """The GKE cluster."""
+
+    name: Annotated[str, Field(pattern=_NAME, max_length=40)] = "tpuray"
+    regional: bool = Field(default=False, description="regional control plane (else zonal, in `zone`)")
+    release_channel: ReleaseChannel = "REGULAR"
+    min_master_version: str | None = Field(default=None, description="defaults to what the TPU generations need")
+    private_nodes: bool = True
+    master_authorized_networks: list[AuthorizedNetwork] = []
+    deletion_protection: bool = True
+    system_machine_type: str = "e2-standard-8"
+    system_nodes: Annotated[int, Field(ge=1, le=10)] = 1
+
+    @field_validator("min_master_version")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None:
+            gke_version_key(v)
+        return v
+
+
+def gke_version_key(version: str) -> tuple[int, ...]:
+    """Sortable key of a GKE version, e.g. ``1.31.2-gke.1115000`` -> ``(1, 31, 2, 1115000)``."""
+    m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:-gke\.(\d+))?$", version.strip()) if isinstance(version, str) else None
+    if not m:
+        raise ValueError(f"{version!r} is not a GKE version like 1.31.2-gke.1115000")
+    return tuple(int(x or 0) for x in m.groups())
+
+
+class NetworkConfig(_Model):
+    """A new VPC (``create: true``) or an existing one by name with its secondary range names."""
+
+    create: bool = True
+    name: str | None = Field(default=None, description="network name (required when create is false)")
+    subnetwork: str | None = None
+    subnet_cidr: str = "10.0.0.0/20"
+    pods_cidr: str = "10.16.0.0/14"
+    services_cidr: str = "10.20.0.0/20"
+    pods_range_name: str = "pods"
+    services_range_name: str = "services"
+
+    @field_validator("subnet_cidr", "pods_cidr", "services_cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        try:
+            return str(ipaddress.ip_network(v, strict=True))
+        except ValueError as e:
+            raise ValueError(f"not a CIDR block: {e}") from None
+
+    @model_validator(mode="after")
+    def _rules(self) -> NetworkConfig:
+        if not self.create and not (self.name and self.subnetwork):
+            raise ValueError(_field_msg("name", "an existing network needs both name and subnetwork"))
+        nets = {k: ipaddress.ip_network(getattr(self, k)) for k in ("subnet_cidr", "pods_cidr", "services_cidr")}
+        keys = list(nets)
+        for i, a in enumerate(keys):
+            for b in keys[i + 1 :]:
+                if nets[a].overlaps(nets[b]):
+                    raise ValueError(_field_msg(to_camel(b), f"{nets[b]} overlaps {to_camel(a)} {nets[a]}"))
+        return self
+
+
+class RayConfig(_Model):
+    """KubeRay and the Ray images."""
+
+    version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "2.60.0"
+    image: str = Field(default="rayproject/ray:2.60.0-py311", description="head image")
+    worker_image: str | None = Field(default=None, description="TPU worker image (workloads/Dockerfile)")
+    namespace: Annotated[str, Field(pattern=_NAME, max_length=63)] = "ray"
+    operator: Literal["addon", "helm"] = Field(default="addon", description="GKE Ray add-on or the Helm chart")
+    helm_chart_version: str = "1.7.0"
+    head_cpu: str = "4"
+    head_memory: str = "16Gi"
+    worker_cpu: str = "8"
+    worker_memory: str = "64Gi"
+
+
+class CheckpointConfig(_Model):
+    """The checkpoint bucket, mounted into every Ray pod through the GCS FUSE CSI driver."""
+
+    bucket: str | None = Field(default=None, description="bucket name; defaults to <project>-<cluster>-ckpt")
+    location: str | None = Field(default=None, description="bucket location; defaults to the region")
+    mount_path: str = "/checkpoints"
+    retention_days: Annotated[int, Field(ge=0)] = 30
+
+
+class ModelConfig(_Model):
+    """The GPT-style decoder trained by the entrypoint."""
+
+    vocab_size: Annotated[int, Field(ge=2)] = 256
+    layers: Annotated[int, Field(ge=1)] = 2
+    d_model: Annotated[int, Field(ge=8)] = 64
+    heads: Annotated[int, Field(ge=1)] = 4
+
+    @model_validator(mode="after")
+    def _heads(self) -> ModelConfig:
+        if self.d_model % self.heads:
+            raise ValueError(_field_msg("heads", f"{self.heads} does not divide dModel={self.d_model}"))
+        return self
+
+
+class WorkloadConfig(_Model):
+    """Defaults of the training entrypoint (``python -m tpuray.workloads.train``)."""
+
+    backend: Literal["xla", "torch_tpu"] = "xla"
+    slice_pool: str | None = Field(default=None, description="pool the job runs on; defaults to the first")
+    steps: Annotated[int, Field(ge=1)] = 60
+    batch_size_per_chip: Annotated[int, Field(ge=1)] = 8
+    seq_len: Annotated[int, Field(ge=2)] = 64
+    learning_rate: Annotated[float, Field(gt=0)] = 3e-3
+    checkpoint_every: Annotated[int, Field(ge=1)] = 20
+    dataset: str | None = Field(default=None, description="tokenised text file; synthetic tokens if unset")
+    model: ModelConfig = ModelConfig()
+
+
+# ---- the stack ----------------------------------------------------------------------------------------
+_REGION = r"^[a-z]+-[a-z]+\d+$"
+
+
+class StackConfig(_Model):
+    """One environment. Keys are ``tpuray:<key>`` in the Pulumi stack file."""
+
+    project: Annotated[str, Field(pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$", description="GCP project id")]
+    region: Annotated[str, Field(pattern=_REGION, description="GCP region, e.g. us-central2")]
+    zone: str | None = Field(default=None, description="zone for zonal clusters and TPU pools")
+    cluster: ClusterConfig = ClusterConfig()
+    network: NetworkConfig = NetworkConfig()
+    slice_pools: Annotated[list[SlicePoolConfig], Field(min_length=1)]
+    checkpoints: CheckpointConfig = CheckpointConfig()
+    ray: RayConfig = RayConfig()
+    workload: WorkloadConfig = WorkloadConfig()
+
+    @model_validator(mode="after")
+    def _rules(self) -> StackConfig:
+        problems: list[str] = []
+        if self.zone is not None and not self.zone.startswith(self.region + "-"):
+            problems.append(_field_msg("zone", f"{self.zone!r} is not in region {self.region!r}"))
+        if not self.cluster.regional and self.zone is None:
+            problems.append(_field_msg("zone", "a zonal cluster (cluster.regional: false) needs a zone"))
+        seen: set[str] = set()
+        for i, pool in enumerate(self.slice_pools):
+            at = f"slicePools[{i}]"
+            if pool.name in seen:
+                problems.append(_field_msg(f"{at}.name", f"duplicate pool name {pool.name!r}"))
+            seen.add(pool.name)
+            zone = pool.zone or self.zone
+            if pool.zone is not None and not pool.zone.startswith(self.region + "-"):
+                problems.append(_field_msg(f"{at}.zone", f"{pool.zone!r} is not in region {self.region!r}"))
+            if pool.tpu_slice.placement != "none" and zone is None:
+                problems.append(
+                    _field_msg(
+                        f"{at}.zone",
+                        f"a multi-host {pool.tpu_slice.topology} slice needs compact placement in a "
+                        "single zone: set the pool's zone or the stack's zone",
+                    )
+                )
+        need = self.required_master_version
+        if self.cluster.min_master_version is not None and gke_version_key(self.cluster.min_master_version) < (
+            gke_version_key(need)
+        ):
+            problems.append(
+                _field_msg(
+                    "cluster.minMasterVersion",
+                    f"{self.cluster.min_master_version} is older than {need}, which the "
+                    "TPU generations of this stack need",
+                )
+            )
+        if self.workload.slice_pool is not None and self.workload.slice_pool not in seen:
+            problems.append(
+                _field_msg(
+                    "workload.slicePool",
+                    f"{self.workload.slice_pool!r} is not a slice pool; valid choices: "
+                    f"{', '.join(p.name for p in self.slice_pools)}",
+                )
+            )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @property
+    def required_master_version(self) -> str:
+        """The lowest GKE version that serves every slice of this stack with the Ray add-on."""
+        return max((p.tpu_slice.min_gke_version for p in self.slice_pools), key=gke_version_key)
+
+    @property
+    def master_version(self) -> str:
+        """``cluster.minMasterVersion`` if set, else what the TPU generations need."""
+        return self.cluster.min_master_version or self.required_master_version
+
+    @property
+    def location(self) -> str:
+        """The cluster's location: the region (regional) or the zone (zonal)."""
+        return self.region if self.cluster.regional else str(self.zone)
+
+    def pool_zone(self, pool: SlicePoolConfig) -> str | None:
+        return pool.zone or self.zone
+
+    @property
+    def checkpoint_bucket(self) -> str:
+        return self.checkpoints.bucket or f"{self.project}-{self.cluster.name}-ckpt"
+
+    def workload_pool(self) -> SlicePoolConfig:
+        """The slice pool the training job targets: ``workload.slicePool``, else the first pool."""
+        name = self.workload.slice_pool
+        return next(p for p in self.slice_pools if name is None or p.name == name)
+
+
+# ---- error formatting and loaders ---------------------------------------------------------------------
+_SEP = " :: "
+
+
+def _field_msg(field: str, message: str) -> str:
+    """A model-level error that names a sub-field; :func:`_problems` moves the field into the path."""
+    return f"{field}{_SEP}{message}"
+
+
+def _path(loc: Iterable[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in CAPACITY_TYPES:
+            continue  # the discriminated union's tag adds nothing a reader needs
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _problems(err: ValidationError) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    for e in err.errors(include_url=False):
+        base = _path(e["loc"])
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] == "union_tag_invalid":
+            msg = (
+                f"unknown capacity type {e.get('input', {}).get('type')!r}; valid choices: {', '.join(CAPACITY_TYPES)}"
+            )
+        elif e["type"] == "union_tag_not_found":
+            msg = f"missing 'type'; valid choices: {', '.join(CAPACITY_TYPES)}"
+        elif e["type"] == "literal_error" and "expected" in e.get("ctx", {}):
+            msg = f"{e.get('input')!r} is not allowed; valid choices: {e['ctx']['expected']}"
+        for line in msg.split("\n"):
+            if _SEP in line:
+                sub, text = line.split(_SEP, 1)
+                problems.append((f"{base}.{sub}" if base else sub, text))
+            else:
+                problems.append((base or "(root)", line))
+    return problems
+
+
+def parse_stack_config(values: Mapping[str, Any], source: str | None = None) -> StackConfig:
+    """Validate the ``tpuray:`` config values of a stack (namespace already stripped)."""
+    if not isinstance(values, Mapping):
+        raise ConfigError([("(root)", f"expected a mapping of config keys, got {type(values).__name__}")], source)
+    try:
+        return StackConfig.model_validate(dict(values))
+    except ValidationError as e:
+        raise ConfigError(_problems(e), source) from None
+
+
+def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> dict[str, Any]:
+    """The ``tpuray:`` keys of a stack file's ``config:`` map, namespace stripped.
+
+    Keys without a namespace belong to the project (as Pulumi reads them); other namespaces (``gcp:``,
+    ``kubernetes:``) are the providers' and ignored here.
+    """
+    values: dict[str, Any] = {}
+    for key, value in raw_config.items():
+        ns, _, name = str(key).rpartition(":")
+        if ns in ("", NAMESPACE):
+            values[name] = value
+    return values
+
+
+def load_stack_file(path: str | Path) -> StackConfig:
+    """Load a ``Pulumi.<env>.yaml`` stack file without the Pulumi CLI."""
+    p = Path(path)
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise ConfigError([("(file)", f"cannot read {p}: {e.strerror}")], str(p)) from None
+    except yaml.YAMLError as e:
+        raise ConfigError([("(file)", f"not valid YAML: {e}")], str(p)) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+        raise ConfigError([("config", "a stack file needs a top-level 'config:' mapping")], str(p))
+    return parse_stack_config(stack_values(doc["config"], str(p)), str(p))
