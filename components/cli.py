@@ -1,0 +1,107 @@
+"""The ``tpuray`` command line.
+
+Each command lives in its own module with ``register(subparsers)``; this file only wires them together, so
+that ``tpuray topology`` and ``tpuray config check`` never import Pulumi.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+
+from tpuray.components.config import ConfigError, load_stack_file
+from tpuray.components.topology import TopologyError, TpuSlice
+
+# Modules that add further commands (``register(subparsers) -> None``); imported only when present.
+COMMAND_MODULES: tuple[str, ...] = ("tpuray.components.plan_cli",)
+
+
+def _table(rows: Sequence[tuple[str, object]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    """Print one slice's facts."""
+    try:
+        s = TpuSlice.parse(args.generation, args.topology, args.machine_type)
+    except TopologyError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    facts = s.summary()
+    if args.json:
+        print(json.dumps(facts, sort_keys=True))
+    else:
+        print(_table([(k, v) for k, v in facts.items()]))
+    return 0
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    """Validate a stack file and print its slice pools."""
+    try:
+        cfg = load_stack_file(args.stack_file)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    rows = []
+    for pool in cfg.slice_pools:
+        s = pool.tpu_slice
+        rows.append(
+            (
+                pool.name,
+                f"{s.generation} {s.topology} ({s.pod_type}) on {s.machine_type}: {pool.slices} slice(s) x "
+                f"{s.hosts} host(s) x {s.chips_per_host} chips = {pool.slices * s.chips} chips, "
+                f"{pool.capacity.type}, placement {s.placement}",
+            )
+        )
+    if args.json:
+        print(json.dumps(cfg.model_dump(mode="json", by_alias=True), sort_keys=True))
+    else:
+        print(
+            f"{args.stack_file}: ok (project {cfg.project}, cluster {cfg.cluster.name} in {cfg.location}, "
+            f"GKE >= {cfg.master_version})"
+        )
+        print(_table(rows))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tpuray", description="PyTorch on TPUs through Ray on GKE.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    topo = sub.add_parser("topology", help="print a TPU slice's facts")
+    topo.add_argument("generation", help="v4, v5e (v5litepod), v5p, v6e (trillium), tpu7x (v7x, ironwood)")
+    topo.add_argument("topology", help="e.g. 2x2, 4x4, 2x2x4, 4x4x8")
+    topo.add_argument("--machine-type", default=None, help="chooses between 2x4 on one -8t VM or two -4t VMs")
+    topo.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    topo.set_defaults(func=cmd_topology)
+
+    config = sub.add_parser("config", help="stack configuration")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    check = config_sub.add_parser("check", help="validate a Pulumi.<env>.yaml stack file")
+    check.add_argument("stack_file")
+    check.add_argument("--json", action="store_true", help="print the validated config (with defaults) as JSON")
+    check.set_defaults(func=cmd_config_check)
+
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
