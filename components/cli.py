@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
 
 from tpuray.components.config import ConfigError, load_stack_file
 from tpuray.components.topology import TopologyError, TpuSlice
@@ -68,6 +72,29 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def render_project_file(existing: str) -> str:
+    """``Pulumi.yaml`` with its ``config:`` block replaced by the one derived from the model."""
+    from tpuray.components.project_file import config_declarations
+
+    doc = yaml.safe_load(existing)
+    doc["config"] = config_declarations()
+    header = "".join(itertools.takewhile(lambda line: line.startswith("#"), existing.splitlines(keepends=True)))
+    return header + yaml.safe_dump(doc, sort_keys=False, width=110)
+
+
+def cmd_config_declarations(args: argparse.Namespace) -> int:
+    """Print (or write into Pulumi.yaml) the project config block derived from the model."""
+    from tpuray.components.project_file import config_declarations
+
+    if args.write:
+        path = Path(args.write)
+        path.write_text(render_project_file(path.read_text()))
+        print(f"wrote the config block of {path}")
+    else:
+        print(yaml.safe_dump({"config": config_declarations()}, sort_keys=False, width=110), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tpuray", description="PyTorch on TPUs through Ray on GKE.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -85,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("stack_file")
     check.add_argument("--json", action="store_true", help="print the validated config (with defaults) as JSON")
     check.set_defaults(func=cmd_config_check)
+
+    decl = config_sub.add_parser("declarations", help="the Pulumi.yaml config block derived from the model")
+    decl.add_argument("--write", metavar="PULUMI_YAML", default=None, help="rewrite that file's config block")
+    decl.set_defaults(func=cmd_config_declarations)
 
     for name in COMMAND_MODULES:
         try:

@@ -246,7 +246,7 @@ def gke_version_key(version: str) -> tuple[int, ...]:
 
 
 class NetworkConfig(_Model):
-    """A new VPC (``create: true``) or an existing one by name with its secondary range names."""
+    """The VPC: a new one (create: true) or an existing one by name, with its secondary range names."""
 
     create: bool = True
     name: str | None = Field(default=None, description="network name (required when create is false)")
@@ -340,13 +340,21 @@ class StackConfig(_Model):
 
     project: Annotated[str, Field(pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$", description="GCP project id")]
     region: Annotated[str, Field(pattern=_REGION, description="GCP region, e.g. us-central2")]
-    zone: str | None = Field(default=None, description="zone for zonal clusters and TPU pools")
+    zone: str | None = Field(default=None, description="zone for zonal clusters and TPU pools ('' for none)")
     cluster: ClusterConfig = ClusterConfig()
     network: NetworkConfig = NetworkConfig()
-    slice_pools: Annotated[list[SlicePoolConfig], Field(min_length=1)]
+    slice_pools: Annotated[
+        list[SlicePoolConfig],
+        Field(min_length=1, description="TPU slice pools: name, generation, topology, slices, capacity, autoscaling"),
+    ]
     checkpoints: CheckpointConfig = CheckpointConfig()
     ray: RayConfig = RayConfig()
     workload: WorkloadConfig = WorkloadConfig()
+
+    @field_validator("zone", mode="before")
+    @classmethod
+    def _empty_zone(cls, v: object) -> object:
+        return None if v == "" else v  # Pulumi.yaml cannot declare a null default, so '' means unset
 
     @model_validator(mode="after")
     def _rules(self) -> StackConfig:
