@@ -441,12 +441,13 @@ def _field_msg(field: str, message: str) -> str:
 
 
 def _path(loc: Iterable[int | str]) -> str:
-    out = ""
+    out, previous = "", None
     for part in loc:
+        tag, previous = previous == "capacity" and part in CAPACITY_TYPES, part
+        if tag:
+            continue  # the discriminated union's tag adds nothing a reader needs
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in CAPACITY_TYPES:
-            continue  # the discriminated union's tag adds nothing a reader needs
         else:
             out += f".{part}" if out else str(part)
     return out

@@ -1,0 +1,264 @@
+"""The typed stack configuration: both stack files validate; bad configs fail with path-named errors."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tpuray.components.config import (
+    ConfigError,
+    FlexStart,
+    Reservation,
+    load_stack_file,
+    parse_stack_config,
+    stack_values,
+)
+from tpuray.components.project_file import config_declarations
+
+ROOT = Path(__file__).resolve().parents[1]
+STACKS = {"dev": ROOT / "Pulumi.dev.yaml", "prod": ROOT / "Pulumi.prod.yaml"}
+
+
+def values(stack: str) -> dict[str, Any]:
+    return stack_values(yaml.safe_load(STACKS[stack].read_text())["config"])
+
+
+def test_dev_stack_is_small_single_host_spot() -> None:
+    cfg = load_stack_file(STACKS["dev"])
+    assert len(cfg.slice_pools) == 1
+    pool = cfg.slice_pools[0]
+    assert not pool.tpu_slice.multi_host
+    assert pool.capacity.type == "spot"
+    assert cfg.workload_pool() is pool
+
+
+def test_prod_stack_is_multihost_multislice_with_protection() -> None:
+    cfg = load_stack_file(STACKS["prod"])
+    assert cfg.cluster.deletion_protection
+    v5p = next(p for p in cfg.slice_pools if p.generation == "v5p")
+    assert v5p.tpu_slice.multi_host and v5p.slices == 2
+    assert isinstance(v5p.capacity, Reservation)
+    assert v5p.capacity.reservation_value == "projects/tpuray-shared-capacity/reservations/v5p-train-reservation"
+    v6e = next(p for p in cfg.slice_pools if p.generation == "v6e")
+    assert isinstance(v6e.capacity, FlexStart) and v6e.capacity.max_run_duration == 24 * 3600
+    # v6e needs a newer GKE than the Ray add-on's minimum
+    assert cfg.master_version == "1.31.2-gke.1115000"
+
+
+def test_pulumi_yaml_config_block_is_derived_from_the_model() -> None:
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    assert project["config"] == config_declarations()
+    assert project["main"] == "infra/"
+    assert project["runtime"]["name"] == "python"
+    for key, decl in project["config"].items():
+        assert key.startswith("tpuray:")
+        assert decl["description"], key
+
+
+def test_declared_defaults_validate_as_the_model_defaults() -> None:
+    decls = config_declarations()
+    given_values = {k.split(":", 1)[1]: d["default"] for k, d in decls.items() if "default" in d}
+    required = {k.split(":", 1)[1] for k, d in decls.items() if "default" not in d}
+    assert required == {"project", "region", "slicePools"}
+    cfg = parse_stack_config({**given_values, **{k: values("dev")[k] for k in required}, "zone": "us-west4-a"})
+    assert cfg.cluster.name == "tpuray"
+
+
+def test_provider_namespaces_are_ignored_and_bare_keys_belong_to_the_project() -> None:
+    raw = {"gcp:project": "x", "project": "tpuray-dev-project", "tpuray:region": "us-west4"}
+    assert stack_values(raw) == {"project": "tpuray-dev-project", "region": "us-west4"}
+
+
+def corrupted(stack: str, path: list[Any], value: Any) -> dict[str, Any]:
+    v = copy.deepcopy(values(stack))
+    node: Any = v
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    return v
+
+
+@pytest.mark.parametrize(
+    ("stack", "path", "value", "expected_path", "hint"),
+    [
+        ("prod", ["slicePools", 1, "topology"], "3x3", "slicePools[1].topology", "nearest valid shapes"),
+        ("prod", ["slicePools", 0, "generation"], "v9", "slicePools[0].generation", "valid choices"),
+        ("prod", ["slicePools", 0, "capacity"], {"type": "reserve"}, "slicePools[0].capacity", "valid choices"),
+        (
+            "prod",
+            ["slicePools", 0, "capacity"],
+            {"type": "reservation"},
+            "slicePools[0].capacity.name",
+            "Field required",
+        ),
+        ("prod", ["slicePools", 1, "capacity"], {"type": "flex-start"}, "slicePools[1].capacity.maxRunDuration", ""),
+        (
+            "dev",
+            ["slicePools", 0, "capacity"],
+            {"type": "spot", "name": "r"},
+            "slicePools[0].capacity.name",
+            "unknown key",
+        ),
+        ("prod", ["slicePools", 1, "autoscaling"], {"enabled": False}, "slicePools[1].autoscaling", "flex-start"),
+        ("prod", ["slicePools", 0, "capacity"], {"type": "queued"}, "slicePools[0].autoscaling", "minSlices 0"),
+        ("dev", ["slicePools", 0, "slices"], "two", "slicePools[0].slices", "integer"),
+        ("dev", ["slicePools", 0, "machineType"], "ct5lp-hightpu-8t", "slicePools[0].machineType", "ct5lp-hightpu-4t"),
+        ("prod", ["zone"], "", "slicePools[0].zone", "single zone"),
+        ("prod", ["zone"], "europe-west4-a", "zone", "not in region"),
+        ("dev", ["cluster", "releaseChannel"], "FAST", "cluster.releaseChannel", "REGULAR"),
+        ("dev", ["cluster", "minMasterVersion"], "1.29.0", "cluster.minMasterVersion", "older than"),
+        ("prod", ["workload", "slicePool"], "nope", "workload.slicePool", "v6e-flex"),
+        ("prod", ["workload", "model", "heads"], 5, "workload.model.heads", "does not divide"),
+        ("dev", ["network"], {"podsCidr": "10.0.0.0/8"}, "network.podsCidr", "overlaps"),
+        ("dev", ["slicePools"], [], "slicePools", "at least 1"),
+        ("dev", ["colour"], "blue", "colour", "unknown key"),
+    ],
+)
+def test_corrupted_stacks_fail_with_path_named_errors(
+    stack: str, path: list[Any], value: Any, expected_path: str, hint: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_stack_config(corrupted(stack, path, value))
+    matching = [m for p, m in err.value.problems if p == expected_path]
+    assert matching, err.value.problems
+    assert any(hint in m for m in matching), err.value.problems
+    assert f"{expected_path}: " in str(err.value)
+
+
+def test_every_problem_is_listed_at_once() -> None:
+    v = corrupted("prod", ["slicePools", 1, "topology"], "3x3")
+    v["slicePools"][0]["slices"] = 0
+    v["cluster"]["releaseChannel"] = "FAST"
+    with pytest.raises(ConfigError) as err:
+        parse_stack_config(v)
+    paths = {p for p, _ in err.value.problems}
+    assert {"slicePools[1].topology", "slicePools[0].slices", "cluster.releaseChannel"} <= paths
+
+
+def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_stack_file(tmp_path / "Pulumi.missing.yaml")
+    bad = tmp_path / "Pulumi.bad.yaml"
+    bad.write_text("config: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_stack_file(bad)
+    bad.write_text("encryptionsalt: x\n")
+    with pytest.raises(ConfigError, match="config"):
+        load_stack_file(bad)
+
+
+# ---- generated bad configs ----------------------------------------------------------------------------
+# Each mutation breaks a valid stack in one known way and says which path must be reported.
+WRONG_TYPES = st.one_of(
+    st.lists(st.integers(), min_size=1, max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)
+)
+SCALAR_PATHS: list[list[Any]] = [
+    ["project"],
+    ["region"],
+    ["cluster", "name"],
+    ["cluster", "regional"],
+    ["cluster", "deletionProtection"],
+    ["slicePools", 0, "name"],
+    ["slicePools", 0, "generation"],
+    ["slicePools", 0, "topology"],
+    ["slicePools", 0, "slices"],
+    ["ray", "version"],
+    ["ray", "namespace"],
+    ["workload", "steps"],
+    ["workload", "learningRate"],
+    ["checkpoints", "retentionDays"],
+]
+
+
+def _path_str(path: list[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+def _set(v: dict[str, Any], path: list[Any], value: Any) -> None:
+    node: Any = v
+    for part in path[:-1]:
+        node = node.setdefault(part, {}) if isinstance(node, dict) else node[part]
+    node[path[-1]] = value
+
+
+@st.composite
+def mutation(draw: st.DrawFn) -> tuple[str, Any]:
+    kind = draw(st.sampled_from(["wrong_type", "unknown_key", "bad_topology", "capacity", "missing", "bad_number"]))
+    if kind == "wrong_type":
+        path = draw(st.sampled_from(SCALAR_PATHS))
+        return _path_str(path), (path, draw(WRONG_TYPES))
+    if kind == "unknown_key":
+        places: list[list[Any]] = [[], ["cluster"], ["slicePools", 0], ["ray"], ["workload"], ["workload", "model"]]
+        where = draw(st.sampled_from(places))
+        key = "x" + draw(st.text("abcdefgh", min_size=1, max_size=6))
+        return _path_str([*where, key]), ([*where, key], draw(st.integers() | st.text(max_size=3)))
+    if kind == "bad_topology":
+        topo = draw(st.sampled_from(["3x3", "4x4x6", "2x2x3", "5x5", "0x0", "4x", "x", "16x16x48", "4x8x4", "1x1x1x1"]))
+        return "slicePools[0].topology", (["slicePools", 0, "topology"], topo)
+    if kind == "capacity":
+        cap, where = draw(
+            st.sampled_from(
+                [
+                    ({"type": "spot", "name": "r1"}, "capacity.name"),
+                    ({"type": "reservation"}, "capacity.name"),
+                    ({"type": "flex-start"}, "capacity.maxRunDuration"),
+                    ({"type": "flex-start", "maxRunDuration": "forever"}, "capacity.maxRunDuration"),
+                    ({"type": "flex-start", "maxRunDuration": "30d"}, "capacity.maxRunDuration"),
+                    ({"type": "preemptible"}, "capacity"),
+                    ({"spot": True}, "capacity"),
+                    ({"type": "on-demand", "spot": True}, "capacity.spot"),
+                    ({"type": "queued", "maxRunDuration": -5}, "capacity.maxRunDuration"),
+                ]
+            )
+        )
+        return f"slicePools[0].{where}", (["slicePools", 0, "capacity"], cap)
+    if kind == "missing":
+        required: list[list[Any]] = [
+            ["project"],
+            ["region"],
+            ["slicePools"],
+            ["slicePools", 0, "name"],
+            ["slicePools", 0, "generation"],
+            ["slicePools", 0, "topology"],
+        ]
+        path = draw(st.sampled_from(required))
+        return _path_str(path), (path, None)  # None means: delete the key
+    positive: list[list[Any]] = [
+        ["slicePools", 0, "slices"],
+        ["workload", "steps"],
+        ["cluster", "systemNodes"],
+        ["workload", "batchSizePerChip"],
+    ]
+    path = draw(st.sampled_from(positive))
+    return _path_str(path), (path, draw(st.integers(max_value=0)))
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["dev", "prod"]), mutation())
+def test_generated_bad_configs_are_rejected_with_their_path(stack: str, m: tuple[str, Any]) -> None:
+    expected_path, (path, value) = m
+    v = copy.deepcopy(values(stack))
+    if value is None:
+        node: Any = v
+        for part in path[:-1]:
+            node = node[part]
+        del node[path[-1]]
+    else:
+        _set(v, path, value)
+    try:
+        parse_stack_config(v)
+    except ConfigError as e:
+        paths = [p for p, _ in e.problems]
+        assert any(p == expected_path or p.startswith(expected_path + ".") for p in paths), (expected_path, paths)
+        assert all(msg for _, msg in e.problems)
+    else:
+        pytest.fail(f"accepted a config broken at {expected_path}: {value!r}")
