@@ -15,6 +15,7 @@ from tpuray.components.config import (
     ConfigError,
     FlexStart,
     Reservation,
+    SlicePoolConfig,
     load_stack_file,
     parse_stack_config,
     stack_values,
@@ -262,3 +263,34 @@ def test_generated_bad_configs_are_rejected_with_their_path(stack: str, m: tuple
         assert all(msg for _, msg in e.problems)
     else:
         pytest.fail(f"accepted a config broken at {expected_path}: {value!r}")
+
+
+def _leaf_keys(model: type[Any], prefix: str = "") -> set[str]:
+    from pydantic import BaseModel
+
+    keys: set[str] = set()
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{field.alias or name}"
+        ann = field.annotation
+        inner = getattr(ann, "__args__", (ann,))
+        sub = next((a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if key == "slicePools":
+            keys |= _leaf_keys(SlicePoolConfig, key + "[].")
+        elif sub is not None and key not in {"cluster.masterAuthorizedNetworks"} and "capacity" not in key:
+            keys |= _leaf_keys(sub, key + ".")
+        else:
+            keys.add(key)
+    return keys
+
+
+def test_readme_config_reference_names_every_key() -> None:
+    from tpuray.components.config import StackConfig
+
+    readme = (ROOT / "README.md").read_text()
+    missing = []
+    for key in sorted(_leaf_keys(StackConfig)):
+        head, _, last = key.rpartition(".")
+        grouped = head and (f"`{head}." in readme or f"`{head}`" in readme) and last in readme
+        if f"`{key}`" not in readme and not grouped:
+            missing.append(key)
+    assert not missing, f"README's configuration reference lacks {missing}"
