@@ -247,3 +247,18 @@ def test_topology_and_config_import_no_pulumi() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_ray_reads_our_slices_the_same_way() -> None:
+    """Ray's own TPU tables (ray._private.accelerators.tpu) agree with the catalog on every shape both know."""
+    ray_tpu = pytest.importorskip("ray._private.accelerators.tpu")
+    checked = 0
+    for g in GENERATIONS:
+        ray_shapes = ray_tpu.VALID_TPU_TOPOLOGY[g.pod_type_prefix]
+        for topo in valid_topologies(g.name):
+            s = TpuSlice.parse(g.name, topo)
+            assert ray_tpu.infer_tpu_pod_type_from_topology(topo, s.ray_accelerator_type) == s.pod_type
+            if topo in ray_shapes:
+                assert ray_tpu.get_chips_per_host(topo, g.pod_type_prefix) == s.chips_per_host, (g.name, topo)
+                checked += 1
+    assert checked >= 40
