@@ -1,0 +1,56 @@
+"""The CrossGuard policies of ``policy/``: :data:`tpuray.components.policy_rules.RULES` as
+``pulumi_policy.ResourceValidationPolicy`` objects.
+
+Needs the ``policy`` extra (``pulumi-policy``). Only ``policy/__main__.py`` constructs the ``PolicyPack``:
+constructing one starts the analyzer server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidationArgs, ResourceValidationPolicy
+
+from tpuray.components.policy_rules import RULES, Resource, Rule, RuleContext, stack_of_urn
+
+__all__ = ["CONFIG_SCHEMA_PROPERTIES", "POLICIES", "policy_for"]
+
+CONFIG_SCHEMA_PROPERTIES: dict[str, Any] = {
+    "productionStacks": {
+        "type": "array",
+        "items": {"type": "string"},
+        "default": ["prod", "production"],
+        "description": "stack names (or prefixes before '-') whose clusters must keep deletion protection",
+    }
+}
+
+
+def _context(args: ResourceValidationArgs) -> RuleContext:
+    config = args.get_config() or {}
+    stacks = config.get("productionStacks") or ("prod", "production")
+    return RuleContext(stack=stack_of_urn(args.urn), production_stacks=tuple(str(s) for s in stacks))
+
+
+def policy_for(rule: Rule) -> ResourceValidationPolicy:
+    """One rule as a mandatory resource validation policy."""
+
+    def validate(args: ResourceValidationArgs, report_violation: Any) -> None:
+        if args.resource_type not in rule.types:
+            return
+        res = Resource(type=args.resource_type, name=args.name, props=args.props, urn=args.urn)
+        for message in rule.check(res, _context(args)):
+            report_violation(f"{args.name}: {message}", None)
+
+    schema = None
+    if rule.name == "gke-deletion-protection-production":
+        schema = PolicyConfigSchema(properties=CONFIG_SCHEMA_PROPERTIES)
+    return ResourceValidationPolicy(
+        name=rule.name,
+        description=rule.description,
+        validate=validate,
+        enforcement_level=EnforcementLevel.MANDATORY,
+        config_schema=schema,
+    )
+
+
+POLICIES: list[ResourceValidationPolicy] = [policy_for(rule) for rule in RULES]

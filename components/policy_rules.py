@@ -1,0 +1,460 @@
+"""tpuray's mandatory infrastructure rules, as pure functions over one resource's inputs.
+
+The same functions back the CrossGuard policy pack (``policy/``, through :mod:`tpuray.components.policy_pack`)
+and ``tpuray plan``, which runs them over the resources it collected. Inputs are Pulumi wire values:
+camelCase keys, plain dicts and lists.
+
+Imports no Pulumi: a rule is ``(resource, context) -> list of violation messages``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuray.components.topology import GENERATIONS, Generation, TopologyError, TpuSlice
+
+__all__ = [
+    "CLUSTER",
+    "NODE_POOL",
+    "RAY_CLUSTER",
+    "RULES",
+    "SERVICE",
+    "Resource",
+    "Rule",
+    "RuleContext",
+    "Violation",
+    "check_resources",
+    "stack_of_urn",
+]
+
+NODE_POOL = "gcp:container/nodePool:NodePool"
+CLUSTER = "gcp:container/cluster:Cluster"
+RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
+SERVICE = "kubernetes:core/v1:Service"
+RAY_DASHBOARD_PORT = 8265
+
+TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+TPU_RESOURCE = "google.com/tpu"
+POD_TYPE_LABEL = "tpuray.io/pod-type"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """The parts of a resource a rule reads."""
+
+    type: str
+    name: str
+    props: Mapping[str, Any]
+    urn: str = ""
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """What a rule may know beyond the resource: the stack and which stacks count as production."""
+
+    stack: str = ""
+    production_stacks: Sequence[str] = ("prod", "production")
+
+    @property
+    def production(self) -> bool:
+        s = self.stack.lower()
+        return any(s == p or s.startswith(p + "-") for p in self.production_stacks)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    description: str
+    types: tuple[str, ...]
+    check: Callable[[Resource, RuleContext], list[str]]
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    urn: str
+    message: str
+
+
+@dataclass
+class _Found:
+    messages: list[str] = field(default_factory=list)
+
+    def __call__(self, message: str) -> None:
+        self.messages.append(message)
+
+
+def stack_of_urn(urn: str) -> str:
+    """``urn:pulumi:<stack>::<project>::<type>::<name>`` -> ``<stack>``."""
+    head = urn.split("::", 1)[0]
+    return head.removeprefix("urn:pulumi:") if head.startswith("urn:pulumi:") else ""
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@functools.cache
+def _generation_of_machine() -> dict[str, Generation]:
+    return {m: g for g in GENERATIONS for m in g.machine_types}
+
+
+@functools.cache
+def _generation_of_accelerator() -> dict[str, Generation]:
+    return {g.gke_accelerator: g for g in GENERATIONS}
+
+
+def tpu_generation(machine_type: Any) -> Generation | None:
+    """The TPU generation of a GKE machine type, or None for a non-TPU machine."""
+    return _generation_of_machine().get(machine_type) if isinstance(machine_type, str) else None
+
+
+# ---- node pools -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _TpuPool:
+    generation: Generation
+    machine_type: str
+    placement: Mapping[str, Any]
+    topology: str | None
+    """placementPolicy.tpuTopology, the only place GKE reads a slice shape from."""
+    max_nodes: int | None
+    autoscaling: Mapping[str, Any] | None
+    labels: Mapping[str, Any]
+
+
+def _tpu_pool(res: Resource) -> _TpuPool | None:
+    machine = _get(res.props, "nodeConfig", "machineType")
+    gen = tpu_generation(machine)
+    if gen is None:
+        return None
+    placement = _get(res.props, "placementPolicy")
+    placement = placement if isinstance(placement, Mapping) else {}
+    topo = placement.get("tpuTopology")
+    auto = _get(res.props, "autoscaling")
+    auto = auto if isinstance(auto, Mapping) else None
+    max_nodes = _int(auto.get("maxNodeCount")) if auto else None
+    if max_nodes is None:
+        max_nodes = _int(res.props.get("nodeCount"))
+    if max_nodes is None:
+        max_nodes = _int(res.props.get("initialNodeCount"))
+    labels = _get(res.props, "nodeConfig", "labels")
+    return _TpuPool(
+        generation=gen,
+        machine_type=str(machine),
+        placement=placement,
+        topology=topo if isinstance(topo, str) and topo else None,
+        max_nodes=max_nodes,
+        autoscaling=auto,
+        labels=labels if isinstance(labels, Mapping) else {},
+    )
+
+
+def _declared_slice(pool: _TpuPool) -> TpuSlice | str:
+    """The pool's slice from its tpuTopology, or a message saying why it is not a valid slice."""
+    assert pool.topology is not None
+    try:
+        return TpuSlice.parse(pool.generation.name, pool.topology, pool.machine_type)
+    except TopologyError as e:
+        return f"placementPolicy.tpuTopology {pool.topology!r} is not a slice of {pool.machine_type}: {e}"
+
+
+def _labelled_slice(pool: _TpuPool) -> TpuSlice | None:
+    """The slice the node labels describe (GKE's topology label, or tpuray's pod-type label), if any.
+
+    A pool's node count alone cannot tell one multi-host slice from several single-host slices; the labels can.
+    """
+    topo = pool.labels.get(TPU_TOPOLOGY_LABEL)
+    pod_type = pool.labels.get(POD_TYPE_LABEL)
+    try:
+        if isinstance(topo, str):
+            return TpuSlice.parse(pool.generation.name, topo, pool.machine_type)
+        if isinstance(pod_type, str):
+            s = TpuSlice.parse_pod_type(pod_type)
+            if s.chips % pool.generation.machine_types[pool.machine_type] == 0:
+                return TpuSlice.parse(s.generation, s.topology, pool.machine_type)
+    except TopologyError:
+        return None
+    return None
+
+
+def _slice_of(pool: _TpuPool) -> TpuSlice | None:
+    if pool.topology is not None:
+        s = _declared_slice(pool)
+        return s if isinstance(s, TpuSlice) else None
+    return _labelled_slice(pool)
+
+
+def _placement_advice(gen: Generation) -> str:
+    if gen.multi_host_placement == "workload-policy":
+        return "a workload policy (placementPolicy.policyName)"
+    return "placementPolicy {type: COMPACT, tpuTopology: <topology>}"
+
+
+def check_multi_host_placement(res: Resource, ctx: RuleContext) -> list[str]:
+    """Multi-host TPU pools: COMPACT placement with a tpuTopology that matches the node count (tpu7x: a
+    workload policy named in placementPolicy.policyName); single-host pools: no tpuTopology."""
+    pool = _tpu_pool(res)
+    if pool is None:
+        return []
+    found = _Found()
+    gen = pool.generation
+    if pool.topology is None:
+        if pool.placement.get("policyName") and gen.multi_host_placement == "workload-policy":
+            return []  # the topology lives in the referenced workload policy (acceleratorTopology)
+        labelled = _labelled_slice(pool)
+        if labelled is not None and labelled.multi_host:
+            found(
+                f"nodes labelled {labelled.pod_type} ({labelled.hosts} hosts of {pool.machine_type}) but no "
+                f"placementPolicy.tpuTopology: a multi-host {gen.name} slice needs {_placement_advice(gen)}"
+            )
+        return found.messages
+    s = _declared_slice(pool)
+    if isinstance(s, str):
+        return [s]
+    if not s.multi_host:
+        found(f"tpuTopology {s.topology} is a single-host slice: GKE rejects a TPU topology on single-host pools")
+        return found.messages
+    if gen.multi_host_placement == "workload-policy":
+        if not pool.placement.get("policyName"):
+            found(f"a multi-host {gen.name} slice needs {_placement_advice(gen)}; GKE rejects compact placement here")
+    elif pool.placement.get("type") != "COMPACT":
+        found(f"multi-host {s.topology} slice: placementPolicy.type is {pool.placement.get('type')!r}, not COMPACT")
+    if pool.max_nodes is not None and pool.max_nodes != s.hosts:
+        found(
+            f"{pool.max_nodes} nodes at most, but a {s.generation} {s.topology} slice has {s.hosts} hosts of "
+            f"{s.machine_type} (one node pool per slice)"
+        )
+    labelled = _labelled_slice(pool)
+    if labelled is not None and labelled.chips != s.chips:
+        found(f"tpuTopology {s.topology} ({s.chips} chips) disagrees with the node labels ({labelled.pod_type})")
+    locations = res.props.get("nodeLocations")
+    if isinstance(locations, list) and len(locations) != 1:
+        found(f"compact placement needs exactly one zone in nodeLocations, got {locations}")
+    return found.messages
+
+
+def check_multi_host_autoscaling(res: Resource, ctx: RuleContext) -> list[str]:
+    """A multi-host slice is atomic: autoscale per zone between 0 (or the whole slice) and the whole slice."""
+    pool = _tpu_pool(res)
+    if pool is None:
+        return []
+    s = _slice_of(pool)
+    if s is None or not s.multi_host:
+        return []
+    found = _Found()
+    initial = _int(res.props.get("initialNodeCount"))
+    if initial is not None and initial not in (0, s.hosts):
+        found(f"initialNodeCount {initial}: a {s.topology} slice is 0 or all {s.hosts} hosts")
+    auto = pool.autoscaling
+    if auto is None:
+        return found.messages
+    if auto.get("totalMinNodeCount") is not None or auto.get("totalMaxNodeCount") is not None:
+        found("totalMinNodeCount/totalMaxNodeCount fail for TPU slices: use per-zone minNodeCount/maxNodeCount")
+    lo, hi = _int(auto.get("minNodeCount")) or 0, _int(auto.get("maxNodeCount"))
+    if lo not in (0, s.hosts):
+        found(f"autoscaling.minNodeCount {lo}: a {s.topology} slice is 0 or all {s.hosts} hosts")
+    if hi != s.hosts:
+        found(f"autoscaling.maxNodeCount {hi}: a {s.topology} slice is all {s.hosts} hosts")
+    return found.messages
+
+
+# ---- cluster --------------------------------------------------------------------------------------------
+def check_private_nodes(res: Resource, ctx: RuleContext) -> list[str]:
+    """Nodes have internal IP addresses only (cluster-wide, and not switched off per node pool)."""
+    if res.type == NODE_POOL:
+        if _get(res.props, "networkConfig", "enablePrivateNodes") is False:
+            return ["networkConfig.enablePrivateNodes is false: nodes would get public IP addresses"]
+        return []
+    private = _get(res.props, "privateClusterConfig", "enablePrivateNodes")
+    default = _get(res.props, "networkConfig", "defaultEnablePrivateNodes")
+    if private is True or default is True:
+        return []
+    return ["privateClusterConfig.enablePrivateNodes is not true: nodes would get public IP addresses"]
+
+
+def check_workload_identity(res: Resource, ctx: RuleContext) -> list[str]:
+    """Workload Identity on the cluster; node pools do not fall back to the node's metadata server."""
+    mode = _get(res.props, "nodeConfig", "workloadMetadataConfig", "mode")
+    found = _Found()
+    if mode not in (None, "GKE_METADATA"):
+        found(f"nodeConfig.workloadMetadataConfig.mode is {mode!r}: pods would see the node's credentials")
+    if res.type == CLUSTER:
+        pool = _get(res.props, "workloadIdentityConfig", "workloadPool")
+        if not isinstance(pool, str) or not pool.endswith(".svc.id.goog"):
+            found("workloadIdentityConfig.workloadPool is not set to <project>.svc.id.goog")
+    return found.messages
+
+
+def _default_compute_sa(value: Any) -> bool:
+    return value in (None, "", "default") or (
+        isinstance(value, str) and value.endswith("-compute@developer.gserviceaccount.com")
+    )
+
+
+def check_no_default_service_account(res: Resource, ctx: RuleContext) -> list[str]:
+    """Nodes run as a dedicated service account, never the project's default compute account."""
+    if res.type == CLUSTER and res.props.get("removeDefaultNodePool") is True and "nodeConfig" not in res.props:
+        return []  # the cluster keeps no nodes of its own
+    sa = _get(res.props, "nodeConfig", "serviceAccount")
+    if _default_compute_sa(sa):
+        return [f"nodeConfig.serviceAccount is {sa!r}: the nodes would run as the default compute service account"]
+    return []
+
+
+def check_deletion_protection(res: Resource, ctx: RuleContext) -> list[str]:
+    """Production clusters keep deletion protection on (the provider's default is on; never turn it off)."""
+    if not ctx.production:
+        return []
+    if res.props.get("deletionProtection") is False:
+        return [f"deletionProtection is false in production stack {ctx.stack!r}"]
+    return []
+
+
+# ---- Kubernetes / KubeRay ---------------------------------------------------------------------------------
+def _ports(service_spec: Mapping[str, Any]) -> set[int]:
+    out: set[int] = set()
+    for p in service_spec.get("ports") or []:
+        if isinstance(p, Mapping):
+            for key in ("port", "targetPort"):
+                n = _int(p.get(key))
+                if n is not None:
+                    out.add(n)
+    return out
+
+
+def check_dashboard_not_public(res: Resource, ctx: RuleContext) -> list[str]:
+    """The Ray dashboard (and job API, port 8265) is never exposed through a LoadBalancer."""
+    if res.type == RAY_CLUSTER:
+        head = _get(res.props, "spec", "headGroupSpec")
+        if isinstance(head, Mapping):
+            if head.get("serviceType") == "LoadBalancer":
+                return ["headGroupSpec.serviceType is LoadBalancer: the Ray dashboard would be reachable from outside"]
+            if _get(head, "headService", "spec", "type") == "LoadBalancer":
+                return ["headGroupSpec.headService is a LoadBalancer: the Ray dashboard would be reachable"]
+        return []
+    spec = res.props.get("spec")
+    if not isinstance(spec, Mapping) or spec.get("type") != "LoadBalancer":
+        return []
+    selector = spec.get("selector") if isinstance(spec.get("selector"), Mapping) else {}
+    assert isinstance(selector, Mapping)
+    if RAY_DASHBOARD_PORT in _ports(spec) or selector.get("ray.io/node-type") == "head":
+        return ["a LoadBalancer Service exposes the Ray head (dashboard port 8265)"]
+    return []
+
+
+def _tpu_per_pod(template: Any) -> int:
+    total = 0
+    for c in _get(template, "spec", "containers") or []:
+        for section in ("limits", "requests"):
+            n = _int(_get(c, "resources", section, TPU_RESOURCE))
+            if n is not None:
+                total += n
+                break
+    return total
+
+
+def check_worker_group_chips(res: Resource, ctx: RuleContext) -> list[str]:
+    """Every TPU worker group's numOfHosts * google.com/tpu equals its slice's chips (the TPU webhook's rule)."""
+    found = _Found()
+    for i, group in enumerate(_get(res.props, "spec", "workerGroupSpecs") or []):
+        if not isinstance(group, Mapping):
+            continue
+        template = group.get("template")
+        per_pod = _tpu_per_pod(template)
+        if per_pod == 0:
+            continue
+        name = group.get("groupName") or f"workerGroupSpecs[{i}]"
+        selector = _get(template, "spec", "nodeSelector") or {}
+        accel, topo = selector.get(TPU_ACCELERATOR_LABEL), selector.get(TPU_TOPOLOGY_LABEL)
+        gen = _generation_of_accelerator().get(accel) if isinstance(accel, str) else None
+        if gen is None or not isinstance(topo, str):
+            found(
+                f"worker group {name}: requests {TPU_RESOURCE} but its nodeSelector lacks a known "
+                f"{TPU_ACCELERATOR_LABEL} and {TPU_TOPOLOGY_LABEL}"
+            )
+            continue
+        try:
+            chips = TpuSlice.parse(gen.name, topo).chips  # 2x4 is one -8t VM or two -4t VMs: 8 chips either way
+        except TopologyError as e:
+            found(f"worker group {name}: {e}")
+            continue
+        hosts = _int(group.get("numOfHosts")) or 1
+        if hosts * per_pod != chips:
+            found(
+                f"worker group {name}: numOfHosts {hosts} x {TPU_RESOURCE} {per_pod} = {hosts * per_pod}, "
+                f"but a {gen.name} {topo} slice has {chips} chips"
+            )
+    return found.messages
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "tpu-multi-host-placement",
+        "Multi-host TPU pools use compact placement with a matching topology "
+        "(a workload policy for tpu7x); single-host pools set no topology.",
+        (NODE_POOL,),
+        check_multi_host_placement,
+    ),
+    Rule(
+        "tpu-multi-host-autoscaling",
+        "A multi-host TPU pool autoscales between 0 (or the whole slice) and the whole slice, with per-zone limits.",
+        (NODE_POOL,),
+        check_multi_host_autoscaling,
+    ),
+    Rule(
+        "gke-private-nodes", "Cluster nodes have private IP addresses only.", (CLUSTER, NODE_POOL), check_private_nodes
+    ),
+    Rule("gke-workload-identity", "Workload Identity is on.", (CLUSTER, NODE_POOL), check_workload_identity),
+    Rule(
+        "gke-no-default-service-account",
+        "Nodes never run as the default compute service account.",
+        (CLUSTER, NODE_POOL),
+        check_no_default_service_account,
+    ),
+    Rule(
+        "ray-dashboard-not-public",
+        "The Ray dashboard is never exposed through a LoadBalancer.",
+        (RAY_CLUSTER, SERVICE),
+        check_dashboard_not_public,
+    ),
+    Rule(
+        "gke-deletion-protection-production",
+        "Production clusters have deletion protection on.",
+        (CLUSTER,),
+        check_deletion_protection,
+    ),
+    Rule(
+        "ray-tpu-worker-group-chips",
+        "Every TPU worker group's numOfHosts x google.com/tpu equals its slice's chips.",
+        (RAY_CLUSTER,),
+        check_worker_group_chips,
+    ),
+)
+
+
+def check_resources(resources: Iterable[Resource], ctx: RuleContext | None = None) -> list[Violation]:
+    """Every rule over every resource of a plan; the stack comes from the URNs unless ``ctx`` names it."""
+    out: list[Violation] = []
+    for res in resources:
+        c = ctx or RuleContext(stack=stack_of_urn(res.urn))
+        for rule in RULES:
+            if res.type in rule.types:
+                out.extend(Violation(rule.name, res.urn or res.name, m) for m in rule.check(res, c))
+    return out

@@ -1,0 +1,11 @@
+"""tpuray's CrossGuard policy pack: ``pulumi preview --policy-pack policy``.
+
+The rules live in ``tpuray.components.policy_rules`` (pure functions, also run by ``tpuray plan``); this file
+only builds the pack, because constructing a ``PolicyPack`` starts the analyzer server.
+"""
+
+from pulumi_policy import EnforcementLevel, PolicyPack
+
+from tpuray.components.policy_pack import POLICIES
+
+PolicyPack(name="tpuray", enforcement_level=EnforcementLevel.MANDATORY, policies=POLICIES)
