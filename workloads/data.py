@@ -1,0 +1,103 @@
+"""Training data: synthetic token sequences or a tokenised file, sharded by worker. numpy only, no torch.
+
+Every batch is a pure function of ``(seed, step, rank)``, so a resumed run sees exactly the batches it would
+have seen without the interruption, and two workers never read the same stream.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["DatasetError", "SyntheticTokens", "TokenBatches", "TokenFile", "open_dataset"]
+
+Batch = npt.NDArray[np.int64]
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be used: missing, unreadable, too short, or with ids outside the vocabulary."""
+
+
+class TokenBatches(Protocol):
+    def batch(self, step: int, rank: int, world: int, batch_size: int, seq_len: int) -> Batch:
+        """``[batch_size, seq_len + 1]`` token ids for worker ``rank`` of ``world`` at ``step``."""
+        ...
+
+
+def _rng(seed: int, step: int, rank: int) -> np.random.Generator:
+    return np.random.default_rng([seed, step, rank])
+
+
+class SyntheticTokens:
+    """Arithmetic progressions modulo the vocabulary: ``x[t] = (start + t * stride) % vocab``.
+
+    Start and stride are random per sequence, so the next token is predictable from the previous two: a
+    model that learns shows a loss that falls from ``ln(vocab)`` towards zero.
+    """
+
+    def __init__(self, vocab_size: int, seed: int = 0, max_stride: int = 7) -> None:
+        self.vocab_size = vocab_size
+        self.seed = seed
+        self.max_stride = max(1, min(max_stride, vocab_size - 1))
+
+    def batch(self, step: int, rank: int, world: int, batch_size: int, seq_len: int) -> Batch:
+        rng = _rng(self.seed, step, rank)
+        start = rng.integers(0, self.vocab_size, size=(batch_size, 1))
+        stride = rng.integers(1, self.max_stride + 1, size=(batch_size, 1))
+        t = np.arange(seq_len + 1)[None, :]
+        return ((start + t * stride) % self.vocab_size).astype(np.int64)
+
+
+class TokenFile:
+    """A tokenised text file: ``.bin`` (uint16 ids, as nanoGPT writes), ``.npy``, or whitespace-separated ids.
+
+    Worker ``rank`` of ``world`` reads only its contiguous ``1/world`` share of the tokens.
+    """
+
+    def __init__(self, path: str | Path, vocab_size: int, seed: int = 0) -> None:
+        p = Path(path)
+        if not p.is_file():
+            raise DatasetError(f"dataset {str(p)!r} does not exist (or is not a file)")
+        try:
+            if p.suffix == ".bin":
+                tokens: npt.NDArray[np.integer] = np.fromfile(p, dtype=np.uint16)
+            elif p.suffix == ".npy":
+                tokens = np.load(p, allow_pickle=False).reshape(-1)
+            else:
+                tokens = np.array(p.read_text().split(), dtype=np.int64)
+        except (OSError, ValueError) as e:
+            raise DatasetError(f"dataset {str(p)!r} is not a token file: {e}") from None
+        if tokens.size == 0:
+            raise DatasetError(f"dataset {str(p)!r} holds no tokens")
+        if tokens.min() < 0 or tokens.max() >= vocab_size:
+            raise DatasetError(
+                f"dataset {str(p)!r} has token ids in [{tokens.min()}, {tokens.max()}] but the model's vocabulary "
+                f"is [0, {vocab_size}); raise model.vocabSize or re-tokenise"
+            )
+        self.path = p
+        self.tokens = tokens.astype(np.int64)
+        self.seed = seed
+
+    def check_fits(self, world: int, seq_len: int) -> None:
+        """Raise :class:`DatasetError` if a worker's share is shorter than one training sequence."""
+        share = self.tokens.size // world
+        if share < seq_len + 1:
+            raise DatasetError(
+                f"dataset {str(self.path)!r} has {self.tokens.size} tokens: {share} per worker for {world} workers, "
+                f"fewer than one sequence of {seq_len + 1}"
+            )
+
+    def batch(self, step: int, rank: int, world: int, batch_size: int, seq_len: int) -> Batch:
+        self.check_fits(world, seq_len)
+        share = self.tokens.size // world
+        lo = rank * share
+        starts = _rng(self.seed, step, rank).integers(lo, lo + share - seq_len, size=batch_size)
+        return np.stack([self.tokens[s : s + seq_len + 1] for s in starts])
+
+
+def open_dataset(path: str | None, vocab_size: int, seed: int = 0) -> TokenBatches:
+    """The dataset at ``path``, or synthetic tokens when ``path`` is None."""
+    return SyntheticTokens(vocab_size, seed) if path is None else TokenFile(path, vocab_size, seed)

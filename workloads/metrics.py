@@ -1,0 +1,84 @@
+"""Model FLOPs, throughput and MFU: pure arithmetic, no torch.
+
+FLOP counts follow the PaLM paper (appendix B): a training step costs ``6 * N`` FLOPs per token for the
+``N`` weights that take part in a matrix multiply (forward 2N, backward 4N), plus ``12 * layers * d_model *
+seq_len`` per token for the attention scores and their weighted sum. Embedding look-ups and position
+embeddings are not matmuls and are left out; the tied output projection (``vocab x d_model``) is counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpuray.components.topology import TpuSlice
+
+__all__ = ["ModelShape", "Throughput", "mfu", "throughput"]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of the GPT-style decoder (see :mod:`tpuray.workloads.model`)."""
+
+    vocab_size: int
+    layers: int
+    d_model: int
+    heads: int
+    seq_len: int
+
+    @property
+    def block_params(self) -> int:
+        """Weights and biases of one transformer block: attention (4 d^2 + 4 d), MLP (8 d^2 + 5 d), 2 LayerNorms."""
+        d = self.d_model
+        return 12 * d * d + 13 * d
+
+    @property
+    def params(self) -> int:
+        """Every parameter of the model (token and position embeddings, blocks, final LayerNorm; head tied)."""
+        d = self.d_model
+        return self.vocab_size * d + self.seq_len * d + self.layers * self.block_params + 2 * d
+
+    @property
+    def matmul_params(self) -> int:
+        """Weights used in matrix multiplies: the blocks' projection matrices and the tied output head."""
+        d = self.d_model
+        return self.layers * 12 * d * d + self.vocab_size * d
+
+    @property
+    def train_flops_per_token(self) -> int:
+        """FLOPs of one training step (forward + backward) per token."""
+        return 6 * self.matmul_params + 12 * self.layers * self.d_model * self.seq_len
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Throughput of one measured stretch of training."""
+
+    step_time_s: float
+    """Mean wall time per optimizer step, seconds."""
+    tokens_per_s: float
+    """Tokens per second over all chips."""
+    tokens_per_s_per_chip: float
+    model_tflops_per_s: float
+    """Achieved model TFLOP/s over all chips (10^12 FLOP/s)."""
+    mfu: float
+    """Model FLOPs utilisation: achieved / peak, a fraction in [0, 1] on real hardware."""
+
+
+def throughput(shape: ModelShape, tpu_slice: TpuSlice, chips: int, batch_per_chip: int, step_time_s: float) -> Throughput:
+    """Throughput of ``chips`` chips of ``tpu_slice``'s generation, each doing ``batch_per_chip`` sequences a step."""
+    if step_time_s <= 0 or chips <= 0:
+        raise ValueError(f"need a positive step time and chip count, got {step_time_s} s and {chips} chips")
+    tokens = chips * batch_per_chip * shape.seq_len / step_time_s
+    flops = tokens * shape.train_flops_per_token
+    return Throughput(
+        step_time_s=step_time_s,
+        tokens_per_s=tokens,
+        tokens_per_s_per_chip=tokens / chips,
+        model_tflops_per_s=flops / 1e12,
+        mfu=mfu(flops, tpu_slice, chips),
+    )
+
+
+def mfu(flops_per_s: float, tpu_slice: TpuSlice, chips: int) -> float:
+    """Achieved FLOP/s over the peak dense bf16 FLOP/s of ``chips`` chips (the catalog's per-chip peak)."""
+    return flops_per_s / (chips * tpu_slice.spec.peak_bf16_tflops_per_chip * 1e12)

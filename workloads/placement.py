@@ -1,0 +1,259 @@
+"""Placement planning: which per-chip worker is which rank, on which slice, host and chip.
+
+Pure functions over plain data (what each worker reports about where Ray put it, and ``ray.nodes()``-shaped
+dicts), so they are tested without a cluster. The Ray side effects live in :mod:`tpuray.workloads.group`.
+
+The rules:
+
+- one worker per chip; a job is a whole number of slices and never straddles two (a data-parallel replica
+  is one slice, joined to the others through the ``MEGASCALE_*`` coordinator variables);
+- within a slice, a worker's rank follows torch_xla's ``CLOUD_TPU_TASK_ID`` (host-major, then chip), so
+  ``rank = slice_index * chips_per_slice + task_id``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuray.components.topology import TpuSlice
+from tpuray.workloads.pjrt import DEFAULT_BASE_PORT, chip_env, task_id
+
+__all__ = [
+    "LABEL_ACCELERATOR_TYPE",
+    "LABEL_POD_TYPE",
+    "LABEL_SLICE_NAME",
+    "LABEL_TOPOLOGY",
+    "LABEL_WORKER_ID",
+    "PlacementError",
+    "Seat",
+    "SliceInfo",
+    "WorkerPlan",
+    "cluster_slices",
+    "describe_slices",
+    "plan_workers",
+    "slices_for_job",
+]
+
+# The node labels Ray sets on TPU VMs (ray._raylet.RAY_NODE_TPU_*_KEY); spelled out so this module imports no Ray.
+LABEL_SLICE_NAME = "ray.io/tpu-slice-name"
+LABEL_WORKER_ID = "ray.io/tpu-worker-id"
+LABEL_TOPOLOGY = "ray.io/tpu-topology"
+LABEL_POD_TYPE = "ray.io/tpu-pod-type"
+LABEL_ACCELERATOR_TYPE = "ray.io/accelerator-type"
+
+DEFAULT_MEGASCALE_PORT = 8081
+"""Ray's ``DEFAULT_MEGASCALE_PORT`` (TCP)."""
+
+
+class PlacementError(RuntimeError):
+    """The job does not fit the cluster, or Ray placed workers in a way that breaks the one-per-chip rule."""
+
+
+@dataclass(frozen=True)
+class Seat:
+    """Where Ray put one per-chip worker, as the worker reports it from inside its process."""
+
+    actor_index: int
+    """Index of the worker in the group's actor list."""
+    slice_index: int
+    """Which reserved slice (placement group) the worker was created in."""
+    slice_name: str
+    """``ray.io/tpu-slice-name`` of the worker's node (a single-host slice without one: the node id)."""
+    worker_id: int
+    """``ray.io/tpu-worker-id`` of the worker's node: the host's index within the slice."""
+    chip: int
+    """The chip Ray assigned to the worker (its ``TPU`` accelerator id)."""
+    address: str
+    """The node's IP address."""
+    hostnames: tuple[str, ...] = ()
+    """``TPU_WORKER_HOSTNAMES`` as the worker sees it (the GKE TPU webhook sets it on multi-host pods)."""
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """One worker's role in the job and the environment it applies before starting the TPU runtime."""
+
+    actor_index: int
+    rank: int
+    world_size: int
+    slice_index: int
+    num_slices: int
+    slice_name: str
+    worker_id: int
+    chip: int
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def slices_for_job(tpu_slice: TpuSlice, chips: int | None, num_slices: int | None, available: int) -> int:
+    """How many whole slices a job takes.
+
+    ``chips`` (total chips wanted) and ``num_slices`` are alternatives; with neither, one slice. A job that is
+    not a whole number of slices, or needs more slices than the ``available`` intact ones, is refused with a
+    :class:`PlacementError` that says why and what would fit.
+    """
+    per = tpu_slice.chips
+    if chips is not None and num_slices is not None and chips != num_slices * per:
+        raise PlacementError(f"--chips {chips} and --num-slices {num_slices} disagree: {num_slices} x {per} chips")
+    if chips is not None:
+        if chips <= 0 or chips % per:
+            raise PlacementError(
+                f"a job of {chips} chips would straddle {tpu_slice} slices of {per} chips each; jobs take whole "
+                f"slices: ask for a multiple of {per} chips"
+            )
+        want = chips // per
+    else:
+        want = 1 if num_slices is None else num_slices
+    if want < 1:
+        raise PlacementError(f"a job needs at least one slice, got {want}")
+    if want > available:
+        raise PlacementError(
+            f"the job needs {want} {tpu_slice} slice(s) ({want * per} chips) but the cluster has {available} "
+            f"intact idle one(s) ({available * per} chips)"
+        )
+    return want
+
+
+@dataclass(frozen=True)
+class SliceInfo:
+    """One TPU slice as Ray's node labels and resources describe it."""
+
+    name: str
+    pod_type: str
+    topology: str
+    chips: int
+    """Sum of the ``TPU`` resource of the slice's alive nodes."""
+    worker_ids: tuple[int, ...]
+
+
+def cluster_slices(nodes: Iterable[Mapping[str, Any]]) -> list[SliceInfo]:
+    """Every TPU slice of a cluster, from ``ray.nodes()``-shaped dicts (alive nodes with a ``TPU`` resource)."""
+    groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for node in nodes:
+        resources = node.get("Resources") or {}
+        if not node.get("Alive") or resources.get("TPU", 0) <= 0:
+            continue
+        labels = node.get("Labels") or {}
+        groups[labels.get(LABEL_SLICE_NAME) or str(node.get("NodeID"))].append(node)
+    out = []
+    for name, members in sorted(groups.items()):
+        labels = [m.get("Labels") or {} for m in members]
+        out.append(
+            SliceInfo(
+                name=name,
+                pod_type=str(labels[0].get(LABEL_POD_TYPE, "?")),
+                topology=str(labels[0].get(LABEL_TOPOLOGY, "?")),
+                chips=int(sum((m.get("Resources") or {}).get("TPU", 0) for m in members)),
+                worker_ids=tuple(sorted(int(lb.get(LABEL_WORKER_ID, 0)) for lb in labels)),
+            )
+        )
+    return out
+
+
+def describe_slices(slices: Sequence[SliceInfo]) -> str:
+    """A short human summary, e.g. ``2 x v5litepod-16 (4x4), 1 x v6e-4 (2x2)``; ``no TPU slices`` if empty."""
+    if not slices:
+        return "no TPU slices"
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for s in slices:
+        counts[(s.pod_type, s.topology)] += 1
+    return ", ".join(f"{n} x {pod} ({topo})" for (pod, topo), n in sorted(counts.items()))
+
+
+def _slice_hostnames(tpu_slice: TpuSlice, seats: Sequence[Seat]) -> list[str]:
+    """The slice's hosts in worker-id order: the webhook's ``TPU_WORKER_HOSTNAMES``, else the nodes' addresses."""
+    reported = {s.hostnames for s in seats if s.hostnames}
+    if len(reported) > 1:
+        raise PlacementError(f"workers of slice {seats[0].slice_name!r} disagree on TPU_WORKER_HOSTNAMES: {reported}")
+    if reported:
+        names = list(next(iter(reported)))
+        if len(names) != tpu_slice.hosts:
+            raise PlacementError(
+                f"TPU_WORKER_HOSTNAMES lists {len(names)} hosts but {tpu_slice} has {tpu_slice.hosts}: {names}"
+            )
+        return names
+    by_worker: dict[int, set[str]] = defaultdict(set)
+    for s in seats:
+        by_worker[s.worker_id].add(s.address)
+    for wid, addrs in by_worker.items():
+        if len(addrs) > 1:
+            raise PlacementError(f"host {wid} of slice {seats[0].slice_name!r} has several addresses: {sorted(addrs)}")
+    return [next(iter(by_worker[w])) for w in sorted(by_worker)] if tpu_slice.multi_host else []
+
+
+def plan_workers(
+    tpu_slice: TpuSlice,
+    num_slices: int,
+    seats: Sequence[Seat],
+    *,
+    base_port: int = DEFAULT_BASE_PORT,
+    megascale_port: int = DEFAULT_MEGASCALE_PORT,
+) -> list[WorkerPlan]:
+    """Ranks and PJRT environments for workers that Ray placed at ``seats``, ordered by rank.
+
+    Checks that every reserved slice got exactly one worker per chip on hosts ``0..hosts-1`` of one Ray slice,
+    and that no Ray slice serves two reservations; raises :class:`PlacementError` otherwise. With more than
+    one slice each worker also gets the ``MEGASCALE_*`` variables (Ray's ``get_tpu_coordinator_env_vars``),
+    with slice 0's host 0 as the coordinator.
+    """
+    per_slice: dict[int, list[Seat]] = defaultdict(list)
+    for s in seats:
+        per_slice[s.slice_index].append(s)
+    if sorted(per_slice) != list(range(num_slices)):
+        raise PlacementError(f"expected workers in slices 0..{num_slices - 1}, got slices {sorted(per_slice)}")
+    names = {i: {s.slice_name for s in group} for i, group in per_slice.items()}
+    for i, ns in names.items():
+        if len(ns) != 1:
+            raise PlacementError(f"reservation {i} straddles Ray slices {sorted(ns)}")
+    owners: dict[str, int] = {}
+    for i, ns in sorted(names.items()):
+        (name,) = ns
+        if name in owners:
+            raise PlacementError(f"Ray slice {name!r} serves reservations {owners[name]} and {i}")
+        owners[name] = i
+
+    want = {(w, c) for w in range(tpu_slice.hosts) for c in range(tpu_slice.chips_per_host)}
+    hostnames: dict[int, list[str]] = {}
+    for i, group in per_slice.items():
+        got = [(s.worker_id, s.chip) for s in group]
+        if len(got) != len(set(got)) or set(got) != want:
+            dupes = sorted({g for g in got if got.count(g) > 1})
+            missing, extra = sorted(want - set(got)), sorted(set(got) - want)
+            raise PlacementError(
+                f"slice {i} ({group[0].slice_name!r}) must have one worker on each of the {len(want)} chips of "
+                f"{tpu_slice}; duplicates {dupes}, missing {missing}, unexpected {extra}"
+            )
+        hostnames[i] = _slice_hostnames(tpu_slice, group)
+
+    coordinator: dict[int, dict[str, str]] = {}
+    if num_slices > 1:
+        from ray.util.tpu import get_tpu_coordinator_env_vars  # pure helper; imported lazily (Ray is heavy)
+
+        head = next(s for s in per_slice[0] if s.worker_id == 0)
+        host0 = hostnames[0][0] if hostnames[0] else head.address
+        coordinator = {
+            i: get_tpu_coordinator_env_vars(host0, num_slices, i, str(megascale_port)) for i in range(num_slices)
+        }
+
+    world = num_slices * tpu_slice.chips
+    plans = []
+    for i, group in per_slice.items():
+        for s in group:
+            env = chip_env(tpu_slice, s.worker_id, s.chip, hostnames[i], base_port)
+            env.update(coordinator.get(i, {}))
+            plans.append(
+                WorkerPlan(
+                    actor_index=s.actor_index,
+                    rank=i * tpu_slice.chips + task_id(tpu_slice, s.worker_id, s.chip),
+                    world_size=world,
+                    slice_index=i,
+                    num_slices=num_slices,
+                    slice_name=s.slice_name,
+                    worker_id=s.worker_id,
+                    chip=s.chip,
+                    env=env,
+                )
+            )
+    return sorted(plans, key=lambda p: p.rank)
