@@ -1,0 +1,102 @@
+"""``tpuray plan``: render one stack without the Pulumi CLI, a backend or credentials.
+
+Validates the stack file with the config model, runs the real program (``infra/__main__.py``) under the SDK's
+mock engine (:mod:`tpuray.components.plan_engine`), runs the policy rules over what it declared, and writes a
+plan directory::
+
+    plan.json        every resource (type, name, parent, inputs), sorted by URN; same stack -> same bytes
+    manifests/       the Kubernetes objects as YAML, as they would be applied
+    topology.md      per pool: slices, hosts, chips, Ray workers, chip-hours a day
+    topology.svg     the picture: slices as boxes of hosts, hosts as grids of chips, a dot per Ray worker
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tpuray.components.config import NAMESPACE, StackConfig, load_stack_file
+from tpuray.components.plan_render import manifest_files, plan_json, summary_table, topology_markdown
+from tpuray.components.plan_topology import PoolView, pool_views
+from tpuray.components.policy_rules import Resource, Violation, check_resources
+from tpuray.components.topology_svg import render_svg
+
+__all__ = ["PICTURE", "Plan", "find_root", "render_stack", "write_plan"]
+
+PICTURE = "topology.svg"
+
+
+@dataclass(frozen=True)
+class Plan:
+    stack: str
+    config: StackConfig
+    run: dict[str, Any]
+    violations: list[Violation]
+    pools: list[PoolView]
+
+    @property
+    def resources(self) -> list[dict[str, Any]]:
+        resources: list[dict[str, Any]] = self.run["resources"]
+        return resources
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The project root: the nearest directory (from ``start``, default the cwd) holding ``Pulumi.yaml``."""
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "Pulumi.yaml").is_file():
+            return d
+    raise FileNotFoundError(f"no Pulumi.yaml in {here} or above; run from the project or pass --root")
+
+
+def render_stack(stack: str, root: Path, program: Path | None = None, stack_file: Path | None = None) -> Plan:
+    """Validate and run one stack (raises ConfigError for a bad stack file, RunError if the program fails)."""
+    from tpuray.components import plan_engine  # imports the Pulumi SDK: only when a plan is made
+
+    stack_file = stack_file or root / f"Pulumi.{stack}.yaml"
+    cfg = load_stack_file(stack_file)
+    project = plan_engine.project_name(root, NAMESPACE)
+    config = plan_engine.config_from_stack_file(stack_file, project, root / "Pulumi.yaml")
+    run = plan_engine.run_program(
+        program or root / "infra", project=project, stack=stack, config=config, cwd=root
+    ).to_json()
+    return plan_from_run(stack, cfg, run)
+
+
+def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
+    resources = [Resource(type=r["type"], name=r["name"], props=r["inputs"], urn=r["urn"]) for r in run["resources"]]
+    return Plan(
+        stack=stack,
+        config=cfg,
+        run=run,
+        violations=check_resources(resources),
+        pools=pool_views(cfg, run["resources"]),
+    )
+
+
+def write_plan(plan: Plan, out: Path) -> None:
+    """Write the plan directory, replacing generated files of an earlier plan there."""
+    out.mkdir(parents=True, exist_ok=True)
+    manifests = out / "manifests"
+    if manifests.is_dir():
+        shutil.rmtree(manifests)
+    manifests.mkdir()
+    (out / "plan.json").write_text(plan_json(plan.run, plan.violations))
+    for name, text in manifest_files(plan.resources).items():
+        (manifests / name).write_text(text)
+    (out / "topology.md").write_text(topology_markdown(plan.stack, plan.pools, PICTURE))
+    (out / PICTURE).write_text(render_svg(plan.stack, plan.pools))
+
+
+def summary(plan: Plan) -> str:
+    return summary_table(plan.stack, plan.resources, plan.pools)
+
+
+def load_plan_json(path: Path) -> dict[str, Any]:
+    """A written ``plan.json`` (a file, or a plan directory holding one)."""
+    p = path / "plan.json" if path.is_dir() else path
+    doc: dict[str, Any] = json.loads(p.read_text())
+    return doc

@@ -1,0 +1,113 @@
+"""``tpuray plan`` and ``tpuray diff``.
+
+Registered by :mod:`tpuray.components.cli`. Nothing here imports Pulumi at module level: the commands import
+the plan modules when they run, so ``tpuray topology`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["cmd_diff", "cmd_plan", "register"]
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """Render one stack; exit 1 on a bad stack file, a failing program or a policy violation."""
+    from tpuray.components.config import ConfigError
+    from tpuray.components.plan import find_root, render_stack, summary, write_plan
+    from tpuray.components.plan_engine import RunError
+
+    try:
+        root = Path(args.root).resolve() if args.root else find_root()
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else root / "out" / "plan" / args.stack
+    try:
+        plan = render_stack(args.stack, root, stack_file=Path(args.stack_file) if args.stack_file else None)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except RunError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    write_plan(plan, out)
+    print(summary(plan))
+    print(f"wrote {out}/plan.json, manifests/, topology.md, topology.svg")
+    if plan.violations:
+        print(f"\n{len(plan.violations)} policy violation(s):", file=sys.stderr)
+        for v in plan.violations:
+            print(f"  [{v.rule}] {v.urn.rsplit('::', 1)[-1]}: {v.message}", file=sys.stderr)
+        return 1
+    print("policy: all rules pass")
+    return 0
+
+
+def _stacks(root: Path, wanted: list[str] | None) -> list[str]:
+    if wanted:
+        return wanted
+    return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in root.glob("Pulumi.*.yaml"))
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Compare two plan directories, or two git refs (each stack rendered at each ref)."""
+    from tpuray.components.plan import find_root, load_plan_json
+    from tpuray.components.plan_diff import diff_plans, render_markdown
+    from tpuray.components.plan_git import GitPlanError, is_git_ref, plan_of_ref
+
+    base, new = Path(args.base), Path(args.new)
+    diffs = []
+    if base.is_dir() and new.is_dir():
+        pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        if (base / "plan.json").is_file():
+            pairs.append((load_plan_json(base), load_plan_json(new)))
+        else:  # directories of per-stack plan directories, as the workflow writes them
+            names = sorted({p.parent.name for p in [*base.glob("*/plan.json"), *new.glob("*/plan.json")]})
+            for name in names:
+                a, b = base / name / "plan.json", new / name / "plan.json"
+                empty = {"stack": name, "resources": []}
+                pairs.append((load_plan_json(a) if a.is_file() else empty, load_plan_json(b) if b.is_file() else empty))
+        diffs = [diff_plans(a, b) for a, b in pairs]
+    else:
+        root = Path(args.root).resolve() if args.root else find_root()
+        for ref in (args.base, args.new):
+            if not is_git_ref(root, ref):
+                print(f"error: {ref!r} is neither a plan directory nor a git ref", file=sys.stderr)
+                return 2
+        try:
+            for stack in _stacks(root, args.stack):
+                diffs.append(diff_plans(plan_of_ref(root, args.base, stack), plan_of_ref(root, args.new, stack)))
+        except GitPlanError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    text = render_markdown(diffs, args.base, args.new)
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        print(text)
+    if args.fail_on_replace and any(d.warnings for d in diffs):
+        return 3
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    plan = subparsers.add_parser("plan", help="render a stack without credentials (plan.json, manifests, topology)")
+    plan.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    plan.add_argument("--out", default=None, help="output directory (default out/plan/<stack>)")
+    plan.add_argument("--root", default=None, help="project root holding Pulumi.yaml (default: found from cwd)")
+    plan.add_argument("--stack-file", default=None, help="a stack file other than Pulumi.<stack>.yaml")
+    plan.set_defaults(func=cmd_plan)
+
+    diff = subparsers.add_parser("diff", help="Markdown diff of two plans (plan directories or git refs)")
+    diff.add_argument("base", help="plan directory or git ref")
+    diff.add_argument("new", help="plan directory or git ref")
+    diff.add_argument("--stack", action="append", default=None, help="stack(s) to compare for git refs (default all)")
+    diff.add_argument("--root", default=None, help="project root (default: found from cwd)")
+    diff.add_argument("--out", default=None, help="write the Markdown here instead of stdout")
+    diff.add_argument(
+        "--fail-on-replace", action="store_true", help="exit 3 when a node pool or the cluster would be replaced"
+    )
+    diff.set_defaults(func=cmd_diff)

@@ -1,0 +1,195 @@
+"""``tpuray diff``: compare two plans and write Markdown for a pull-request comment.
+
+Pure functions over two ``plan.json`` documents. Resources are matched by URN (as Pulumi matches them), so a
+resource whose name or parent changed shows as removed + added, which Pulumi would also do (delete + create).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuray.components.plan_topology import tpu_chips_by_generation
+from tpuray.components.replacement_fields import CLUSTER, NODE_POOL, RESOURCE_POLICY, replacement_reason
+
+__all__ = ["Change", "FieldChange", "PlanDiff", "diff_plans", "render_markdown"]
+
+_WATCHED = (NODE_POOL, CLUSTER, RESOURCE_POLICY)
+"""Types whose deletion or replacement gets a warning: losing one stops TPU slices or the whole cluster (a tpu7x
+pool's workload policy takes its pools with it)."""
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    path: tuple[str, ...]
+    """Input path with list indices as ``[i]`` segments."""
+    old: Any
+    new: Any
+    effect: str | None
+    """``replace``, ``recreates-nodes`` or None (updated in place)."""
+
+    @property
+    def dotted(self) -> str:
+        out = ""
+        for p in self.path:
+            out += p if p.startswith("[") else (f".{p}" if out else p)
+        return out
+
+
+@dataclass(frozen=True)
+class Change:
+    urn: str
+    type: str
+    name: str
+    fields: tuple[FieldChange, ...]
+
+    @property
+    def replaced(self) -> bool:
+        return any(f.effect == "replace" for f in self.fields)
+
+    @property
+    def recreates_nodes(self) -> bool:
+        return not self.replaced and any(f.effect == "recreates-nodes" for f in self.fields)
+
+
+@dataclass
+class PlanDiff:
+    stack: str
+    added: list[dict[str, Any]] = field(default_factory=list)
+    removed: list[dict[str, Any]] = field(default_factory=list)
+    changed: list[Change] = field(default_factory=list)
+    chips_base: dict[str, int] = field(default_factory=dict)
+    chips_new: dict[str, int] = field(default_factory=dict)
+    new_violations: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per change that replaces or deletes a node pool or the cluster (or recreates its nodes)."""
+        out: list[str] = []
+        for c in self.changed:
+            if c.type not in _WATCHED:
+                continue
+            what = {CLUSTER: "the cluster", NODE_POOL: f"node pool `{c.name}`"}.get(c.type, f"`{c.name}`")
+            if c.replaced:
+                causes = ", ".join(f"`{f.dotted}`" for f in c.fields if f.effect == "replace")
+                out.append(f"**{what} will be REPLACED** ({_kind(c.type)}; deleted and created again) by {causes}")
+            elif c.recreates_nodes:
+                causes = ", ".join(f"`{f.dotted}`" for f in c.fields if f.effect == "recreates-nodes")
+                out.append(f"**every node of {what} will be recreated** by {causes}")
+        for r in self.removed:
+            if r["type"] in _WATCHED:
+                out.append(f"**{_kind(r['type'])} `{r['name']}` will be DELETED**")
+        return out
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+
+def _kind(type_: str) -> str:
+    return type_.rsplit(":", 1)[-1]
+
+
+def _walk(old: Any, new: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any, Any]]:
+    """Leaf-level differences between two JSON values (dict keys by name, lists by index)."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        for key in sorted(set(old) | set(new)):
+            yield from _walk(old.get(key, _MISSING), new.get(key, _MISSING), (*path, str(key)))
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            yield from _walk(a, b, (*path, f"[{i}]"))
+    elif old != new:
+        yield path, None if old is _MISSING else old, None if new is _MISSING else new
+
+
+def _field_changes(base: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[FieldChange, ...]:
+    replace_on = tuple(new.get("options", {}).get("replaceOnChanges") or ())
+    out: list[FieldChange] = []
+    for path, a, b in _walk(base.get("inputs", {}), new.get("inputs", {}), ()):
+        keys = tuple(p for p in path if not p.startswith("["))
+        out.append(FieldChange(path, a, b, replacement_reason(new["type"], keys, replace_on)))
+    for key in ("parent", "provider"):
+        if base.get(key) != new.get(key):
+            out.append(FieldChange((f"({key})",), base.get(key), new.get(key), None))
+    return tuple(out)
+
+
+def diff_plans(base: Mapping[str, Any], new: Mapping[str, Any]) -> PlanDiff:
+    by_urn_base = {r["urn"]: r for r in base.get("resources", [])}
+    by_urn_new = {r["urn"]: r for r in new.get("resources", [])}
+    d = PlanDiff(stack=str(new.get("stack") or base.get("stack") or "?"))
+    d.added = [by_urn_new[u] for u in sorted(set(by_urn_new) - set(by_urn_base))]
+    d.removed = [by_urn_base[u] for u in sorted(set(by_urn_base) - set(by_urn_new))]
+    for urn in sorted(set(by_urn_base) & set(by_urn_new)):
+        fields = _field_changes(by_urn_base[urn], by_urn_new[urn])
+        if fields:
+            r = by_urn_new[urn]
+            d.changed.append(Change(urn, r["type"], r["name"], fields))
+    d.chips_base = tpu_chips_by_generation(base.get("resources", []))
+    d.chips_new = tpu_chips_by_generation(new.get("resources", []))
+    seen = {(v["rule"], v["urn"], v["message"]) for v in base.get("violations", [])}
+    d.new_violations = [v for v in new.get("violations", []) if (v["rule"], v["urn"], v["message"]) not in seen]
+    return d
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = "(unset)" if value is None else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _chips_table(d: PlanDiff) -> list[str]:
+    gens = sorted(set(d.chips_base) | set(d.chips_new))
+    if not gens:
+        return ["No TPU node pools in either plan."]
+    lines = ["| generation | base chips | new chips | change |", "|---|---:|---:|---:|"]
+    for g in gens:
+        a, b = d.chips_base.get(g, 0), d.chips_new.get(g, 0)
+        lines.append(f"| {g} | {a:,} | {b:,} | {b - a:+,} |")
+    return lines
+
+
+def render_markdown(diffs: Sequence[PlanDiff], base_label: str = "base", new_label: str = "new") -> str:
+    """The PR comment for one or more stacks."""
+    out = [f"## tpuray plan: `{base_label}` → `{new_label}`", ""]
+    for d in diffs:
+        out.append(f"### stack `{d.stack}`")
+        out.append("")
+        if d.empty:
+            out += ["No changes.", ""]
+            continue
+        warnings = d.warnings
+        if warnings:
+            out += ["> [!WARNING]", f"> {len(warnings)} change(s) replace, delete or recreate TPU capacity:"]
+            out += [f"> - {w}" for w in warnings]
+            out.append("")
+        if d.new_violations:
+            out += ["> [!CAUTION]", "> Policy violations introduced by this change:"]
+            out += [f"> - `{v['rule']}` {v['urn'].rsplit('::', 1)[-1]}: {v['message']}" for v in d.new_violations]
+            out.append("")
+        out.append(
+            f"**{len(d.added)} to add, {len(d.changed)} to change "
+            f"({sum(c.replaced for c in d.changed)} replaced), {len(d.removed)} to delete**"
+        )
+        out.append("")
+        out += ["TPU chips per generation (at most):", "", *_chips_table(d), ""]
+        rows = ["| | resource | type | detail |", "|---|---|---|---|"]
+        for r in d.added:
+            rows.append(f"| + | `{r['name']}` | {_kind(r['type'])} | |")
+        for c in d.changed:
+            mark = "±" if c.replaced else "~"
+            detail = "; ".join(
+                f"`{f.dotted}`: {_short(f.old)} → {_short(f.new)}" + (" **(replace)**" if f.effect == "replace" else "")
+                for f in c.fields[:6]
+            )
+            if len(c.fields) > 6:
+                detail += f"; … {len(c.fields) - 6} more"
+            cell = detail.replace("|", "\\|")  # a pipe would end the table cell
+            rows.append(f"| {mark} | `{c.name}` | {_kind(c.type)} | {cell} |")
+        for r in d.removed:
+            rows.append(f"| - | `{r['name']}` | {_kind(r['type'])} | |")
+        out += ["<details><summary>Resources</summary>", "", *rows, "", "</details>", ""]
+    return "\n".join(out)

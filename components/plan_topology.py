@@ -1,0 +1,176 @@
+"""What a plan holds per slice pool: slices, hosts, chips, Ray workers and chip-hours, as plain data.
+
+Pure Python. The shape of each pool comes from the stack config (the same model the program reads); the node
+pools and Ray worker groups come from the resources the program actually declared, so a program that drifts
+from its config shows up here (e.g. a pool with no Ray worker group gets no Ray workers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tpuray.components.config import StackConfig
+from tpuray.components.policy_rules import NODE_POOL, RAY_CLUSTER, TPU_RESOURCE, tpu_generation
+from tpuray.components.topology import TpuSlice
+
+__all__ = ["PoolView", "RayGroup", "pool_views", "ray_groups", "tpu_chips_by_generation"]
+
+POOL_LABEL = "tpuray.io/pool"
+HOURS_PER_DAY = 24
+
+
+@dataclass(frozen=True)
+class RayGroup:
+    """One KubeRay worker group as declared: ``numOfHosts`` worker pods per replica (slice)."""
+
+    cluster: str
+    name: str
+    pool: str | None
+    replicas: int
+    min_replicas: int
+    max_replicas: int
+    num_of_hosts: int
+    tpu_per_pod: int
+
+
+@dataclass(frozen=True)
+class PoolView:
+    name: str
+    tpu_slice: TpuSlice
+    min_slices: int
+    max_slices: int
+    capacity: str
+    zone: str | None
+    node_pools: tuple[str, ...]
+    ray_group: RayGroup | None
+
+    @property
+    def chips_per_slice(self) -> int:
+        return self.tpu_slice.chips
+
+    @property
+    def max_chips(self) -> int:
+        return self.max_slices * self.tpu_slice.chips
+
+    @property
+    def min_chips(self) -> int:
+        return self.min_slices * self.tpu_slice.chips
+
+    @property
+    def ray_workers_per_slice(self) -> int:
+        """Ray worker pods on one slice (0 when no worker group targets this pool)."""
+        return self.ray_group.num_of_hosts if self.ray_group else 0
+
+    @property
+    def max_ray_workers(self) -> int:
+        if self.ray_group is None:
+            return 0
+        return min(self.ray_group.max_replicas, self.max_slices) * self.ray_group.num_of_hosts
+
+    @property
+    def chip_hours_per_day(self) -> tuple[int, int]:
+        """(kept, at most): chip-hours a day with the pool at its minimum and at its maximum size."""
+        return self.min_chips * HOURS_PER_DAY, self.max_chips * HOURS_PER_DAY
+
+
+def _int(v: Any, default: int = 0) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def ray_groups(resources: Iterable[Mapping[str, Any]]) -> list[RayGroup]:
+    """Every TPU worker group of every RayCluster of a plan."""
+    out: list[RayGroup] = []
+    for r in resources:
+        if r["type"] != RAY_CLUSTER:
+            continue
+        spec = r["inputs"].get("spec") or {}
+        cluster = (r["inputs"].get("metadata") or {}).get("name") or r["name"]
+        for g in spec.get("workerGroupSpecs") or []:
+            pod = (g.get("template") or {}).get("spec") or {}
+            tpu = 0
+            for c in pod.get("containers") or []:
+                res = c.get("resources") or {}
+                tpu += _int(
+                    (res.get("limits") or {}).get(TPU_RESOURCE) or (res.get("requests") or {}).get(TPU_RESOURCE)
+                )
+            if tpu == 0:
+                continue
+            selector = pod.get("nodeSelector") or {}
+            out.append(
+                RayGroup(
+                    cluster=str(cluster),
+                    name=str(g.get("groupName")),
+                    pool=selector.get(POOL_LABEL),
+                    replicas=_int(g.get("replicas")),
+                    min_replicas=_int(g.get("minReplicas")),
+                    max_replicas=_int(g.get("maxReplicas"), _int(g.get("replicas"))),
+                    num_of_hosts=_int(g.get("numOfHosts"), 1),
+                    tpu_per_pod=tpu,
+                )
+            )
+    return out
+
+
+def _node_pool_name(r: Mapping[str, Any]) -> str:
+    return str(r["inputs"].get("name") or r["name"])
+
+
+def pool_views(cfg: StackConfig, resources: Sequence[Mapping[str, Any]]) -> list[PoolView]:
+    """One view per configured slice pool, in config order."""
+    groups = ray_groups(resources)
+    node_pools = [r for r in resources if r["type"] == NODE_POOL]
+    views: list[PoolView] = []
+    for pool in cfg.slice_pools:
+        mine = tuple(
+            sorted(
+                _node_pool_name(r)
+                for r in node_pools
+                if ((r["inputs"].get("nodeConfig") or {}).get("labels") or {}).get(POOL_LABEL) == pool.name
+            )
+        )
+        group = next((g for g in groups if g.pool == pool.name), None) or next(
+            (g for g in groups if g.name == pool.name), None
+        )
+        views.append(
+            PoolView(
+                name=pool.name,
+                tpu_slice=pool.tpu_slice,
+                min_slices=pool.min_slices,
+                max_slices=pool.slices,
+                capacity=pool.capacity.type,
+                zone=cfg.pool_zone(pool),
+                node_pools=mine,
+                ray_group=group,
+            )
+        )
+    return views
+
+
+def tpu_chips_by_generation(resources: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Most TPU chips each generation's node pools can hold: max nodes x chips per VM, summed.
+
+    Read from the node pools themselves (not the config) so a diff of two plans needs nothing else. Max nodes
+    is the autoscaling maximum per zone times the pool's zones, else the static node count.
+    """
+    chips: dict[str, int] = {}
+    for r in resources:
+        if r["type"] != NODE_POOL:
+            continue
+        inputs = r["inputs"]
+        machine = (inputs.get("nodeConfig") or {}).get("machineType")
+        gen = tpu_generation(machine)
+        if gen is None:
+            continue
+        auto = inputs.get("autoscaling") or {}
+        zones = max(1, len(inputs.get("nodeLocations") or []))
+        if auto:
+            nodes = _int(auto.get("totalMaxNodeCount")) or _int(auto.get("maxNodeCount")) * zones
+        else:
+            nodes = _int(inputs.get("nodeCount"), _int(inputs.get("initialNodeCount"))) * zones
+        chips[gen.name] = chips.get(gen.name, 0) + nodes * gen.machine_types[str(machine)]
+    return dict(sorted(chips.items()))
