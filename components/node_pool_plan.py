@@ -1,0 +1,273 @@
+"""The GKE node pools of one TPU slice pool, as plain data.
+
+Pure Python; imports no Pulumi. :func:`plan_slice_pool` turns a :class:`~tpuray.components.config.SlicePoolConfig`
+(whose :attr:`tpu_slice` carries every TPU fact) into the node pools ``TpuSlicePool`` declares, so the rules
+below are testable without a resource engine:
+
+- multi-host shapes: one node pool per slice (a multi-host pool is atomic), named ``<pool>-<i>``; node count =
+  hosts per slice; autoscaling per zone 0..hosts with location policy ANY (the slice is 0 or whole);
+- single-host shapes: one node pool named ``<pool>`` of ``slices`` nodes, autoscaling ``minSlices..slices``;
+- placement: COMPACT with ``tpu_topology`` (multi-host v4/v5e/v5p/v6e), a HIGH_THROUGHPUT workload policy
+  (multi-host tpu7x), nothing for single-host (GKE rejects a topology there);
+- capacity: on-demand, spot, a specific reservation, flex-start, queued provisioning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tpuray.components.config import FlexStart, OnDemand, Queued, Reservation, SlicePoolConfig, Spot
+from tpuray.components.topology import TpuSlice
+
+__all__ = [
+    "POD_TYPE_LABEL",
+    "POOL_LABEL",
+    "SLICE_LABEL",
+    "SYSTEM_POOL",
+    "TPU_TAINT",
+    "AutoscalingPlan",
+    "NodePoolPlan",
+    "PlacementPlan",
+    "ReservationAffinityPlan",
+    "TaintPlan",
+    "WorkloadPolicyPlan",
+    "bounded_name",
+    "plan_slice_pool",
+    "region_of_zone",
+    "workload_policy_name",
+]
+
+SYSTEM_POOL = "system"
+"""Name of the CPU node pool that runs the Ray head and system pods."""
+
+POOL_LABEL = "tpuray.io/pool"
+SLICE_LABEL = "tpuray.io/slice"
+POD_TYPE_LABEL = "tpuray.io/pod-type"
+
+_GKE_POOL_NAME_MAX = 40
+_GCE_NAME_MAX = 63
+
+
+@dataclass(frozen=True)
+class TaintPlan:
+    key: str
+    value: str
+    effect: str
+    """GKE API spelling (``NO_SCHEDULE``); Kubernetes spells it ``NoSchedule``."""
+
+    @property
+    def k8s_effect(self) -> str:
+        return "".join(part.capitalize() for part in self.effect.split("_"))
+
+
+TPU_TAINT = TaintPlan(key="google.com/tpu", value="present", effect="NO_SCHEDULE")
+"""Keeps non-TPU pods off TPU nodes; TPU pods carry the matching toleration."""
+
+
+@dataclass(frozen=True)
+class AutoscalingPlan:
+    min_node_count: int
+    max_node_count: int
+    location_policy: str | None
+    """``ANY`` for multi-host slices (and for DWS capacity), else the GKE default."""
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    type: str
+    tpu_topology: str | None = None
+    policy_name: str | None = None
+    """The workload policy's name (tpu7x multi-host); the pool references the ``ResourcePolicy`` by name."""
+
+
+@dataclass(frozen=True)
+class WorkloadPolicyPlan:
+    """A ``gcp.compute.ResourcePolicy`` with ``workload_policy`` (tpu7x multi-host placement)."""
+
+    name: str
+    region: str
+    type: str
+    accelerator_topology: str
+
+
+@dataclass(frozen=True)
+class ReservationAffinityPlan:
+    consume_reservation_type: str
+    key: str | None = None
+    values: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class NodePoolPlan:
+    """One GKE node pool: every field ``gcp.container.NodePool`` needs, as plain values."""
+
+    name: str
+    """GKE node pool name (also the Pulumi resource name suffix): ``<pool>-<i>`` or ``<pool>``."""
+    pool: str
+    """The slice pool (config) this node pool belongs to."""
+    slice_index: int | None
+    """Index of the slice a multi-host pool serves; None for a single-host pool (it serves every slice)."""
+    slices: int
+    """Slices this node pool holds at most (1 for a multi-host pool)."""
+    tpu_slice: TpuSlice
+    machine_type: str
+    node_locations: tuple[str, ...] | None
+    node_count: int | None
+    """Static size (autoscaling off); mutually exclusive with ``initial_node_count``."""
+    initial_node_count: int | None
+    autoscaling: AutoscalingPlan | None
+    placement: PlacementPlan | None
+    workload_policy: WorkloadPolicyPlan | None
+    spot: bool
+    flex_start: bool
+    max_run_duration: str | None
+    reservation_affinity: ReservationAffinityPlan | None
+    queued_provisioning: bool
+    auto_repair: bool
+    capacity: str
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[TaintPlan, ...] = (TPU_TAINT,)
+
+    @property
+    def max_nodes(self) -> int:
+        return self.autoscaling.max_node_count if self.autoscaling else int(self.node_count or 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the slice as its summary)."""
+        d = asdict(self)
+        d["tpu_slice"] = str(self.tpu_slice)
+        return d
+
+
+def region_of_zone(zone: str) -> str:
+    """``us-east5-a`` -> ``us-east5``."""
+    return zone.rsplit("-", 1)[0]
+
+
+def bounded_name(base: str, limit: int) -> str:
+    """``base`` if it fits, else a prefix plus a short stable hash (GCE names must be unique and <= ``limit``)."""
+    if len(base) <= limit:
+        return base
+    digest = hashlib.sha256(base.encode()).hexdigest()[:8]
+    return f"{base[: limit - 9].rstrip('-')}-{digest}"
+
+
+def workload_policy_name(cluster_name: str, pool_name: str) -> str:
+    """Regional resource policy names are project-wide, so the cluster name is part of it."""
+    return bounded_name(f"{cluster_name}-{pool_name}-wp", _GCE_NAME_MAX)
+
+
+def plan_slice_pool(pool: SlicePoolConfig, zone: str | None, cluster_name: str) -> list[NodePoolPlan]:
+    """The node pools of one slice pool, in a stable order.
+
+    ``zone`` is the pool's zone (``StackConfig.pool_zone``); multi-host shapes need one (compact placement is
+    single-zone). The config model has already rejected invalid capacity/autoscaling combinations; the few rules
+    that depend only on this function's inputs are re-checked here so the function is safe to call directly.
+    """
+    s = pool.tpu_slice
+    cap = pool.capacity
+    if s.placement != "none" and not zone:
+        raise ValueError(
+            f"slicePools.{pool.name}.zone: a multi-host {s.topology} slice needs a single zone for compact placement"
+        )
+    if isinstance(cap, Queued) and not (pool.autoscaling.enabled and pool.autoscaling.min_slices == 0):
+        raise ValueError(f"slicePools.{pool.name}.autoscaling: queued provisioning needs autoscaling from 0")
+    if isinstance(cap, FlexStart) and not pool.autoscaling.enabled:
+        raise ValueError(f"slicePools.{pool.name}.autoscaling: flex-start needs autoscaling enabled")
+
+    dws = isinstance(cap, FlexStart | Queued)
+    workload_policy: WorkloadPolicyPlan | None = None
+    placement: PlacementPlan | None = None
+    if s.placement == "compact":
+        placement = PlacementPlan(type="COMPACT", tpu_topology=s.topology)
+    elif s.placement == "workload-policy":
+        assert zone is not None  # checked above
+        workload_policy = WorkloadPolicyPlan(
+            name=workload_policy_name(cluster_name, pool.name),
+            region=region_of_zone(zone),
+            type="HIGH_THROUGHPUT",
+            accelerator_topology=s.topology,
+        )
+        # pulumi-gcp requires placement_policy.type; COMPACT is its only value. Whether GKE wants it next to
+        # policy_name for tpu7x is disputed (tpu-facts.md §3); the GKE API accepts the pair.
+        placement = PlacementPlan(type="COMPACT", policy_name=workload_policy.name)
+
+    reservation: ReservationAffinityPlan | None
+    if isinstance(cap, Reservation):
+        reservation = ReservationAffinityPlan(
+            consume_reservation_type="SPECIFIC_RESERVATION",
+            key="compute.googleapis.com/reservation-name",
+            values=(cap.reservation_value,),
+        )
+    elif dws:
+        # DWS capacity is never taken from a reservation; queued provisioning requires this explicitly.
+        reservation = ReservationAffinityPlan(consume_reservation_type="NO_RESERVATION")
+    else:
+        assert isinstance(cap, OnDemand | Spot)
+        reservation = None
+
+    max_run: int | None = cap.max_run_duration if isinstance(cap, FlexStart | Queued) else None
+    common: dict[str, Any] = {
+        "pool": pool.name,
+        "tpu_slice": s,
+        "machine_type": s.machine_type,
+        "node_locations": (zone,) if zone else None,
+        "workload_policy": workload_policy,
+        "placement": placement,
+        "spot": isinstance(cap, Spot),
+        "flex_start": isinstance(cap, FlexStart),
+        "max_run_duration": f"{max_run}s" if max_run is not None else None,
+        "reservation_affinity": reservation,
+        "queued_provisioning": isinstance(cap, Queued),
+        # DWS nodes are not repaired in place (GKE docs for flex-start and queued provisioning).
+        "auto_repair": not dws,
+        "capacity": cap.type,
+    }
+
+    def sized(min_nodes: int, max_nodes: int, location_policy: str | None) -> dict[str, Any]:
+        if not pool.autoscaling.enabled:
+            return {"node_count": max_nodes, "initial_node_count": None, "autoscaling": None}
+        # DWS pools start empty (queued provisioning requires it); others start at their minimum, and the
+        # autoscaler adds slices when KubeRay creates their pods.
+        initial = 0 if dws else min_nodes
+        return {
+            "node_count": None,
+            "initial_node_count": initial,
+            "autoscaling": AutoscalingPlan(
+                min_node_count=min_nodes, max_node_count=max_nodes, location_policy=location_policy
+            ),
+        }
+
+    labels = {POOL_LABEL: pool.name, POD_TYPE_LABEL: s.pod_type}
+    plans: list[NodePoolPlan] = []
+    if s.multi_host:
+        for i in range(pool.slices):
+            name = f"{pool.name}-{i}"
+            kept = i < pool.min_slices  # the first minSlices slices are never scaled away
+            plans.append(
+                NodePoolPlan(
+                    name=name,
+                    slice_index=i,
+                    slices=1,
+                    labels={**labels, SLICE_LABEL: name},
+                    **common,
+                    **sized(s.hosts if kept else 0, s.hosts, "ANY"),
+                )
+            )
+    else:
+        plans.append(
+            NodePoolPlan(
+                name=pool.name,
+                slice_index=None,
+                slices=pool.slices,
+                labels={**labels, SLICE_LABEL: pool.name},
+                **common,
+                **sized(pool.min_slices * s.hosts, pool.slices * s.hosts, "ANY" if dws else None),
+            )
+        )
+    for p in plans:
+        if len(p.name) > _GKE_POOL_NAME_MAX:  # pool names are <= 36 chars and slices <= 64, so this cannot fire
+            raise ValueError(f"slicePools.{pool.name}.name: node pool name {p.name!r} exceeds 40 characters")
+    return plans
