@@ -1,0 +1,316 @@
+"""``GkeCluster``: a GKE Standard cluster for Ray on TPUs.
+
+Declares: a VPC and subnet with pod/service secondary ranges (or uses an existing network), a Cloud Router and
+Cloud NAT when nodes are private, a least-privilege node service account with its project roles, the cluster
+(Ray Operator add-on with logging and monitoring, GCS FUSE CSI driver, Workload Identity, Dataplane V2, release
+channel, private nodes, master authorized networks, default node pool removed) and a CPU system node pool for
+the Ray head and system pods. Outputs the cluster name, endpoint, location, a kubeconfig (secret, using
+``gke-gcloud-auth-plugin``) and a Kubernetes provider for the other components.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+from tpuray.components.config import ClusterConfig, NetworkConfig, StackConfig, gke_version_key
+from tpuray.components.node_pool_plan import SYSTEM_POOL, bounded_name
+
+__all__ = ["NODE_SA_ROLES", "SYSTEM_POOL", "GkeCluster", "GkeClusterArgs", "render_kubeconfig"]
+
+# What GKE nodes need and nothing more (GKE hardening guide): write logs and metrics, read images.
+NODE_SA_ROLES = (
+    "roles/logging.logWriter",
+    "roles/monitoring.metricWriter",
+    "roles/monitoring.viewer",
+    "roles/stackdriver.resourceMetadata.writer",
+    "roles/artifactregistry.reader",
+)
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+
+@dataclass
+class GkeClusterArgs:
+    """Inputs of :class:`GkeCluster`; build it from a stack with :meth:`from_stack`."""
+
+    project: str
+    region: str
+    location: str
+    """The region (regional cluster) or a zone (zonal cluster)."""
+    cluster: ClusterConfig
+    network: NetworkConfig
+    min_master_version: str
+    """At least what the stack's TPU generations need (``StackConfig.master_version``)."""
+    ray_operator_addon: bool = True
+    """Enable the GKE Ray Operator add-on (KubeRay and the TPU webhook); off when KubeRay comes from Helm."""
+    resource_labels: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_stack(cls, cfg: StackConfig, resource_labels: dict[str, str] | None = None) -> GkeClusterArgs:
+        return cls(
+            project=cfg.project,
+            region=cfg.region,
+            location=cfg.location,
+            cluster=cfg.cluster,
+            network=cfg.network,
+            min_master_version=cfg.master_version,
+            ray_operator_addon=cfg.ray.operator == "addon",
+            resource_labels=dict(resource_labels or {}),
+        )
+
+    def validate(self) -> None:
+        problems = []
+        if not (self.location == self.region or self.location.startswith(self.region + "-")):
+            problems.append(f"location: {self.location!r} is neither region {self.region!r} nor one of its zones")
+        try:
+            gke_version_key(self.min_master_version)
+        except ValueError as e:
+            problems.append(f"min_master_version: {e}")
+        if not self.network.create and not (self.network.name and self.network.subnetwork):
+            problems.append("network: an existing network needs name and subnetwork")
+        if problems:
+            raise ValueError("GkeClusterArgs: " + "; ".join(problems))
+
+
+def render_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
+    """A kubeconfig that authenticates with ``gke-gcloud-auth-plugin`` (no static credentials in state)."""
+    user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": "gke-gcloud-auth-plugin",
+            "installHint": "Install gke-gcloud-auth-plugin: gcloud components install gke-gcloud-auth-plugin",
+            "provideClusterInfo": True,
+        }
+    }
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": name, "cluster": {"server": f"https://{endpoint}", "certificate-authority-data": ca_certificate}}
+        ],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+        "users": [{"name": name, "user": user}],
+    }
+    return json.dumps(doc, indent=2)
+
+
+class GkeCluster(pulumi.ComponentResource):
+    """A GKE cluster with the Ray add-on, Workload Identity and a CPU system pool."""
+
+    cluster_name: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    location: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+    node_service_account_email: pulumi.Output[str]
+    provider: k8s.Provider
+    cluster: gcp.container.Cluster
+    system_pool: gcp.container.NodePool
+
+    def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        args.validate()  # before any child exists
+        super().__init__("tpuray:index:GkeCluster", name, None, opts)
+        c, net = args.cluster, args.network
+        child = pulumi.ResourceOptions(parent=self)
+
+        # ---- network ------------------------------------------------------------------------------------
+        network: pulumi.Input[str]
+        subnetwork: pulumi.Input[str]
+        nat_subnets: list[gcp.compute.RouterNatSubnetworkArgs] | None = None
+        if net.create:
+            vpc = gcp.compute.Network(
+                f"{name}-network",
+                name=f"{c.name}-net",
+                project=args.project,
+                auto_create_subnetworks=False,
+                opts=child,
+            )
+            subnet = gcp.compute.Subnetwork(
+                f"{name}-subnet",
+                name=f"{c.name}-subnet",
+                project=args.project,
+                region=args.region,
+                network=vpc.id,
+                ip_cidr_range=net.subnet_cidr,
+                private_ip_google_access=True,
+                secondary_ip_ranges=[
+                    gcp.compute.SubnetworkSecondaryIpRangeArgs(
+                        range_name=net.pods_range_name, ip_cidr_range=net.pods_cidr
+                    ),
+                    gcp.compute.SubnetworkSecondaryIpRangeArgs(
+                        range_name=net.services_range_name, ip_cidr_range=net.services_cidr
+                    ),
+                ],
+                opts=child,
+            )
+            network, subnetwork = vpc.self_link, subnet.self_link
+        else:
+            network = f"projects/{args.project}/global/networks/{net.name}"
+            subnetwork = f"projects/{args.project}/regions/{args.region}/subnetworks/{net.subnetwork}"
+            # On a shared network, NAT only this cluster's subnet so other subnets' egress is left alone.
+            nat_subnets = [
+                gcp.compute.RouterNatSubnetworkArgs(name=subnetwork, source_ip_ranges_to_nats=["ALL_IP_RANGES"])
+            ]
+
+        if c.private_nodes:
+            # Private nodes have no external IPs; NAT gives them egress to pull images and reach Google APIs.
+            router = gcp.compute.Router(
+                f"{name}-router",
+                name=f"{c.name}-router",
+                project=args.project,
+                region=args.region,
+                network=network,
+                opts=child,
+            )
+            gcp.compute.RouterNat(
+                f"{name}-nat",
+                name=f"{c.name}-nat",
+                project=args.project,
+                region=args.region,
+                router=router.name,
+                nat_ip_allocate_option="AUTO_ONLY",
+                source_subnetwork_ip_ranges_to_nat=(
+                    "LIST_OF_SUBNETWORKS" if nat_subnets else "ALL_SUBNETWORKS_ALL_IP_RANGES"
+                ),
+                subnetworks=nat_subnets,
+                log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter="ERRORS_ONLY"),
+                opts=child,
+            )
+
+        # ---- node identity --------------------------------------------------------------------------------
+        node_sa = gcp.serviceaccount.Account(
+            f"{name}-node-sa",
+            account_id=bounded_name(f"{c.name}-nodes", 30),
+            display_name=f"GKE nodes of {c.name}",
+            project=args.project,
+            opts=child,
+        )
+        member = node_sa.email.apply(lambda e: f"serviceAccount:{e}")
+        role_bindings = [
+            gcp.projects.IAMMember(
+                f"{name}-node-sa-{role.split('/')[1].replace('.', '-').lower()}",
+                project=args.project,
+                role=role,
+                member=member,
+                opts=child,
+            )
+            for role in NODE_SA_ROLES
+        ]
+        node_metadata = gcp.container.ClusterNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")
+
+        # ---- the cluster ----------------------------------------------------------------------------------
+        addons = gcp.container.ClusterAddonsConfigArgs(
+            gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(enabled=True),
+            ray_operator_configs=[
+                gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(
+                    enabled=True,
+                    ray_cluster_logging_config=(
+                        gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterLoggingConfigArgs(enabled=True)
+                    ),
+                    ray_cluster_monitoring_config=(
+                        gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterMonitoringConfigArgs(enabled=True)
+                    ),
+                )
+            ]
+            if args.ray_operator_addon
+            else None,
+        )
+        private = (
+            gcp.container.ClusterPrivateClusterConfigArgs(enable_private_nodes=True, enable_private_endpoint=False)
+            if c.private_nodes
+            else None
+        )
+        authorized = (
+            gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(
+                cidr_blocks=[
+                    gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(
+                        cidr_block=n.cidr, display_name=n.name or None
+                    )
+                    for n in c.master_authorized_networks
+                ]
+            )
+            if c.master_authorized_networks
+            else None
+        )
+        self.cluster = gcp.container.Cluster(
+            f"{name}-cluster",
+            name=c.name,
+            project=args.project,
+            location=args.location,
+            network=network,
+            subnetwork=subnetwork,
+            networking_mode="VPC_NATIVE",
+            ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
+                cluster_secondary_range_name=net.pods_range_name,
+                services_secondary_range_name=net.services_range_name,
+            ),
+            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=c.release_channel),
+            min_master_version=args.min_master_version,
+            workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
+                workload_pool=f"{args.project}.svc.id.goog"
+            ),
+            addons_config=addons,
+            datapath_provider="ADVANCED_DATAPATH",
+            private_cluster_config=private,
+            master_authorized_networks_config=authorized,
+            deletion_protection=c.deletion_protection,
+            # The default pool is created and deleted at once; give it the node identity anyway so the
+            # default compute service account never runs a node.
+            remove_default_node_pool=True,
+            initial_node_count=1,
+            node_config=gcp.container.ClusterNodeConfigArgs(
+                service_account=node_sa.email,
+                oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+                workload_metadata_config=node_metadata,
+            ),
+            resource_labels=args.resource_labels or None,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=role_bindings),
+        )
+
+        self.system_pool = gcp.container.NodePool(
+            f"{name}-system-pool",
+            name=SYSTEM_POOL,
+            project=args.project,
+            cluster=self.cluster.name,
+            location=args.location,
+            node_count=c.system_nodes,
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=gcp.container.NodePoolNodeConfigArgs(
+                machine_type=c.system_machine_type,
+                service_account=node_sa.email,
+                oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+                workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+                    mode="GKE_METADATA"
+                ),
+                labels={"tpuray.io/role": "system"},
+                resource_labels=args.resource_labels or None,
+            ),
+            opts=child,
+        )
+
+        self.cluster_name = self.cluster.name
+        self.endpoint = self.cluster.endpoint
+        self.location = self.cluster.location
+        self.node_service_account_email = node_sa.email
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(
+                self.cluster.name, self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate
+            ).apply(lambda v: render_kubeconfig(v[0], v[1], v[2]))
+        )
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_pool]),
+        )
+        self.register_outputs(
+            {
+                "cluster_name": self.cluster_name,
+                "endpoint": self.endpoint,
+                "location": self.location,
+                "kubeconfig": self.kubeconfig,
+            }
+        )

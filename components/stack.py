@@ -1,0 +1,118 @@
+"""Compose a whole tpuray environment from a :class:`~tpuray.components.config.StackConfig`.
+
+:func:`deploy` declares an explicit GCP provider (project and region from the typed config, so the stack needs no
+``gcp:project``), the :class:`GkeCluster`, one :class:`TpuSlicePool` per slice pool, the :class:`RayTpuCluster`
+and a :class:`RayTpuJob` for the training entrypoint. Names and inputs depend only on the config and the stack name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_gcp as gcp
+
+from tpuray.components.config import StackConfig
+from tpuray.components.gke_cluster import GkeCluster, GkeClusterArgs
+from tpuray.components.kuberay_spec import ray_cluster_params, ray_job_params
+from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
+from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
+
+__all__ = ["Stack", "deploy", "resource_labels", "topology_summary"]
+
+
+@dataclass
+class Stack:
+    """What :func:`deploy` declared; ``manifests`` are the KubeRay objects as plain dicts."""
+
+    config: StackConfig
+    gcp_provider: gcp.Provider
+    cluster: GkeCluster
+    pools: list[TpuSlicePool]
+    ray: RayTpuCluster
+    job: RayTpuJob
+
+    @property
+    def manifests(self) -> list[dict[str, Any]]:
+        return [self.ray.manifest, self.job.manifest]
+
+    @property
+    def topology(self) -> dict[str, Any]:
+        return topology_summary(self.pools)
+
+
+def resource_labels(stack_name: str) -> dict[str, str]:
+    """GCP labels on every labelled resource (values: lowercase letters, digits, ``-``/``_``, at most 63)."""
+    value = re.sub(r"[^a-z0-9_-]", "-", stack_name.lower())[:63]
+    return {"managed-by": "pulumi", "tpuray-stack": value}
+
+
+def topology_summary(pools: list[TpuSlicePool]) -> dict[str, Any]:
+    """Pools, slices, hosts and chips of the stack (the ``topology`` stack output)."""
+    rows = [
+        {
+            key: p.summary[key]
+            for key in (
+                "pool",
+                "generation",
+                "topology",
+                "pod_type",
+                "machine_type",
+                "capacity",
+                "slices",
+                "hosts",
+                "chips",
+                "chips_per_host",
+                "placement",
+                "node_pools",
+            )
+        }
+        for p in pools
+    ]
+    return {
+        "pools": rows,
+        "total_slices": sum(r["slices"] for r in rows),
+        "total_hosts": sum(r["slices"] * r["hosts"] for r in rows),
+        "total_chips": sum(r["slices"] * r["chips"] for r in rows),
+    }
+
+
+def deploy(cfg: StackConfig, stack_name: str) -> Stack:
+    """Declare the environment ``cfg`` describes."""
+    labels = resource_labels(stack_name)
+    k8s_labels = {"app.kubernetes.io/managed-by": "pulumi", "tpuray.io/stack": labels["tpuray-stack"]}
+    provider = gcp.Provider("gcp", project=cfg.project, region=cfg.region, zone=cfg.zone)
+    on_gcp = pulumi.ResourceOptions(providers=[provider])
+
+    cluster = GkeCluster("gke", GkeClusterArgs.from_stack(cfg, labels), on_gcp)
+    pools = [
+        TpuSlicePool(
+            pool.name,
+            TpuSlicePoolArgs.from_stack(cfg, pool, cluster.cluster.name, cluster.node_service_account_email, labels),
+            pulumi.ResourceOptions(providers=[provider], depends_on=[cluster.cluster]),
+        )
+        for pool in cfg.slice_pools
+    ]
+    on_both = pulumi.ResourceOptions(providers=[provider, cluster.provider])
+    ray = RayTpuCluster(
+        "ray",
+        RayTpuClusterArgs(
+            project=cfg.project,
+            cluster_name=cfg.cluster.name,
+            params=ray_cluster_params(cfg, k8s_labels),
+            bucket_location=cfg.checkpoints.location or cfg.region,
+            retention_days=cfg.checkpoints.retention_days,
+            operator=cfg.ray.operator,
+            helm_chart_version=cfg.ray.helm_chart_version,
+            resource_labels=labels,
+        ),
+        pulumi.ResourceOptions.merge(on_both, pulumi.ResourceOptions(depends_on=[cluster.system_pool, *pools])),
+    )
+    job = RayTpuJob(
+        "train",
+        RayTpuJobArgs(params=ray_job_params(cfg, k8s_labels), depends_on=[ray.ray_cluster]),
+        on_both,
+    )
+    return Stack(config=cfg, gcp_provider=provider, cluster=cluster, pools=pools, ray=ray, job=job)

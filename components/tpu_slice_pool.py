@@ -1,0 +1,161 @@
+"""``TpuSlicePool``: the GKE node pools of one TPU slice pool.
+
+Turns :func:`~tpuray.components.node_pool_plan.plan_slice_pool` into resources: one ``gcp.container.NodePool``
+per plan (one per slice for multi-host shapes) and, for multi-host tpu7x, the ``gcp.compute.ResourcePolicy``
+workload policy the pools reference. Outputs the node pool names and the slice's summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_gcp as gcp
+
+from tpuray.components.config import SlicePoolConfig, StackConfig
+from tpuray.components.node_pool_plan import NodePoolPlan, plan_slice_pool
+
+__all__ = ["TpuSlicePool", "TpuSlicePoolArgs"]
+
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+
+@dataclass
+class TpuSlicePoolArgs:
+    """Inputs of :class:`TpuSlicePool`."""
+
+    pool: SlicePoolConfig
+    """The slice pool: its ``tpu_slice`` is the single source of every TPU fact."""
+    project: str
+    cluster_name: str
+    """The GKE cluster's name as configured (names the workload policy)."""
+    cluster: pulumi.Input[str]
+    """The cluster resource's name or id (orders the pools after the cluster)."""
+    location: str
+    """The cluster's location (region or zone)."""
+    zone: str | None
+    """The pool's zone; multi-host shapes need one."""
+    service_account: pulumi.Input[str]
+    """Email of the node service account."""
+    resource_labels: dict[str, str] | None = None
+
+    @classmethod
+    def from_stack(
+        cls,
+        cfg: StackConfig,
+        pool: SlicePoolConfig,
+        cluster: pulumi.Input[str],
+        service_account: pulumi.Input[str],
+        resource_labels: dict[str, str] | None = None,
+    ) -> TpuSlicePoolArgs:
+        return cls(
+            pool=pool,
+            project=cfg.project,
+            cluster_name=cfg.cluster.name,
+            cluster=cluster,
+            location=cfg.location,
+            zone=cfg.pool_zone(pool),
+            service_account=service_account,
+            resource_labels=resource_labels,
+        )
+
+
+class TpuSlicePool(pulumi.ComponentResource):
+    """``slices`` TPU slices of one shape and capacity type, as GKE node pools."""
+
+    plans: list[NodePoolPlan]
+    node_pools: list[gcp.container.NodePool]
+    workload_policy: gcp.compute.ResourcePolicy | None
+    pool_names: pulumi.Output[list[str]]
+    summary: dict[str, Any]
+
+    def __init__(self, name: str, args: TpuSlicePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        # Planning validates the inputs (zone for multi-host, DWS autoscaling) before any resource exists.
+        self.plans = plan_slice_pool(args.pool, args.zone, args.cluster_name)
+        if args.zone and not (args.location == args.zone or args.zone.startswith(args.location + "-")):
+            raise ValueError(f"TpuSlicePoolArgs.zone: {args.zone!r} is not in the cluster's location {args.location!r}")
+        super().__init__("tpuray:index:TpuSlicePool", name, None, opts)
+        s = args.pool.tpu_slice
+        self.workload_policy = None
+        wp = self.plans[0].workload_policy
+        if wp is not None:
+            self.workload_policy = gcp.compute.ResourcePolicy(
+                f"{name}-workload-policy",
+                name=wp.name,
+                project=args.project,
+                region=wp.region,
+                workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
+                    type=wp.type, accelerator_topology=wp.accelerator_topology
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.node_pools = [self._node_pool(name, p, args) for p in self.plans]
+        self.pool_names = pulumi.Output.all(*[np.name for np in self.node_pools]).apply(list)
+        self.summary = {
+            "pool": args.pool.name,
+            "capacity": args.pool.capacity.type,
+            "slices": args.pool.slices,
+            "node_pools": [p.name for p in self.plans],
+            "total_chips": args.pool.slices * s.chips,
+            **s.summary(),
+        }
+        self.register_outputs({"pool_names": self.pool_names, "summary": self.summary})
+
+    def _node_pool(self, name: str, p: NodePoolPlan, args: TpuSlicePoolArgs) -> gcp.container.NodePool:
+        placement = None
+        if p.placement is not None:
+            placement = gcp.container.NodePoolPlacementPolicyArgs(
+                type=p.placement.type,
+                tpu_topology=p.placement.tpu_topology,
+                policy_name=self.workload_policy.name if self.workload_policy and p.placement.policy_name else None,
+            )
+        autoscaling = None
+        if p.autoscaling is not None:
+            autoscaling = gcp.container.NodePoolAutoscalingArgs(
+                min_node_count=p.autoscaling.min_node_count,
+                max_node_count=p.autoscaling.max_node_count,
+                location_policy=p.autoscaling.location_policy,
+            )
+        reservation = None
+        if p.reservation_affinity is not None:
+            r = p.reservation_affinity
+            reservation = gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+                consume_reservation_type=r.consume_reservation_type,
+                key=r.key,
+                values=list(r.values) if r.values else None,
+            )
+        node_config = gcp.container.NodePoolNodeConfigArgs(
+            machine_type=p.machine_type,
+            service_account=args.service_account,
+            oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+            spot=p.spot or None,
+            flex_start=p.flex_start or None,
+            max_run_duration=p.max_run_duration,
+            reservation_affinity=reservation,
+            labels=p.labels,
+            resource_labels=args.resource_labels or None,
+            taints=[
+                gcp.container.NodePoolNodeConfigTaintArgs(key=t.key, value=t.value, effect=t.effect) for t in p.taints
+            ],
+            gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+            workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
+        )
+        return gcp.container.NodePool(
+            f"{name}-{p.name}",
+            name=p.name,
+            project=args.project,
+            cluster=args.cluster,
+            location=args.location,
+            node_locations=list(p.node_locations) if p.node_locations else None,
+            node_count=p.node_count,
+            initial_node_count=p.initial_node_count,
+            autoscaling=autoscaling,
+            placement_policy=placement,
+            queued_provisioning=(
+                gcp.container.NodePoolQueuedProvisioningArgs(enabled=True) if p.queued_provisioning else None
+            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=p.auto_repair, auto_upgrade=True),
+            node_config=node_config,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
