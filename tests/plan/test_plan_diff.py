@@ -1,0 +1,141 @@
+"""``tpuray diff`` on prepared pairs of changes to the real prod stack, plus the replacement table itself."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from tpuray.components.plan import Plan, render_stack, write_plan
+from tpuray.components.plan_diff import diff_plans, render_markdown
+from tpuray.components.replacement_fields import CLUSTER, NODE_POOL, replacement_reason
+
+
+@pytest.mark.parametrize(
+    ("type_", "path", "effect"),
+    [
+        (NODE_POOL, "placementPolicy.tpuTopology", "replace"),
+        (NODE_POOL, "placementPolicy.policyName", "replace"),
+        (NODE_POOL, "nodeConfig.machineType", "replace"),
+        (NODE_POOL, "nodeConfig.reservationAffinity.values", "replace"),
+        (NODE_POOL, "queuedProvisioning.enabled", "replace"),
+        (NODE_POOL, "initialNodeCount", "replace"),
+        (NODE_POOL, "nodeLocations", "recreates-nodes"),
+        (NODE_POOL, "nodeConfig.labels.team", None),
+        (NODE_POOL, "autoscaling.maxNodeCount", None),
+        (NODE_POOL, "nodeCount", None),
+        (CLUSTER, "location", "replace"),
+        (CLUSTER, "network", "replace"),
+        (CLUSTER, "privateClusterConfig.masterIpv4CidrBlock", "replace"),
+        (CLUSTER, "deletionProtection", None),
+        (CLUSTER, "releaseChannel.channel", None),
+        ("kubernetes:ray.io/v1:RayCluster", "spec.headGroupSpec", None),
+    ],
+)
+def test_replacement_table(type_: str, path: str, effect: str | None) -> None:
+    assert replacement_reason(type_, path.split(".")) == effect
+
+
+def test_replace_on_changes_option_counts() -> None:
+    assert replacement_reason("kubernetes:ray.io/v1:RayCluster", ["spec", "x"], ["spec"]) == "replace"
+
+
+def _variant(tmp_path: Path, name: str, *edits: tuple[str, str]) -> Plan:
+    text = (ROOT / "Pulumi.prod.yaml").read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
+    f = tmp_path / f"Pulumi.prod.{name}.yaml"
+    f.write_text(text)
+    return render_stack("prod", ROOT, stack_file=f)
+
+
+def _doc(plan: Plan, tmp: Path) -> dict[str, object]:
+    write_plan(plan, tmp)
+    doc: dict[str, object] = json.loads((tmp / "plan.json").read_text())
+    return doc
+
+
+def test_topology_and_zone_changes_are_flagged(plans: dict[str, Plan], tmp_path: Path) -> None:
+    new = _variant(
+        tmp_path,
+        "bigger",
+        ("topology: 4x4x4", "topology: 4x4x8"),
+        ("zone: us-east5-b", "zone: us-east5-c"),
+    )
+    d = diff_plans(_doc(plans["prod"], tmp_path / "a"), _doc(new, tmp_path / "b"))
+    replaced = {c.name for c in d.changed if c.replaced}
+    assert {"v5p-train-v5p-train-0", "v5p-train-v5p-train-1"} <= replaced
+    v5p = next(c for c in d.changed if c.name == "v5p-train-v5p-train-0")
+    topo = next(f for f in v5p.fields if f.dotted == "placementPolicy.tpuTopology")
+    assert (topo.old, topo.new, topo.effect) == ("4x4x4", "4x4x8", "replace")
+    v6e = next(c for c in d.changed if c.name == "v6e-flex-v6e-flex-0")
+    assert any(f.dotted.startswith("nodeLocations") for f in v6e.fields)
+    assert d.chips_base["v5p"] == 128 and d.chips_new["v5p"] == 256
+    assert d.chips_base["v6e"] == d.chips_new["v6e"] == 16
+    md = render_markdown([d], "main", "pr")
+    assert "[!WARNING]" in md
+    assert "node pool `v5p-train-v5p-train-0` will be REPLACED" in md
+    assert "`placementPolicy.tpuTopology`" in md
+    assert "| v5p | 128 | 256 | +128 |" in md
+    assert "| v6e | 16 | 16 | +0 |" in md
+
+
+def test_a_harmless_change_warns_nothing(plans: dict[str, Plan], tmp_path: Path) -> None:
+    new = _variant(tmp_path, "image", ("worker:0.1.0", "worker:0.2.0"))
+    d = diff_plans(_doc(plans["prod"], tmp_path / "a"), _doc(new, tmp_path / "b"))
+    assert d.changed and not d.added and not d.removed
+    assert d.warnings == []
+    assert not any(c.replaced for c in d.changed if c.type in (NODE_POOL, CLUSTER))
+    md = render_markdown([d])
+    assert "[!WARNING]" not in md and "worker:0.2.0" in md
+
+
+def test_removing_a_pool_warns_about_deletion(plans: dict[str, Plan], tmp_path: Path) -> None:
+    base = _doc(plans["prod"], tmp_path / "a")
+    new = json.loads(json.dumps(base))
+    new["resources"] = [r for r in new["resources"] if "v6e-flex" not in r["urn"]]
+    d = diff_plans(base, new)
+    assert any("v6e-flex-v6e-flex-0" in w and "DELETED" in w for w in d.warnings)
+    assert d.chips_new.get("v6e", 0) == 0 and d.chips_base["v6e"] == 16
+
+
+def test_identical_plans_have_no_changes(plans: dict[str, Plan], tmp_path: Path) -> None:
+    doc = _doc(plans["dev"], tmp_path)
+    d = diff_plans(doc, doc)
+    assert d.empty
+    assert "No changes." in render_markdown([d])
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_diff_of_two_git_refs(tmp_path: Path) -> None:
+    """A throwaway repo with this project's program: commit, change the prod topology, commit, diff the refs."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("components", "workloads", "infra"):
+        shutil.copytree(ROOT / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("Pulumi.yaml", "Pulumi.prod.yaml", "pyproject.toml"):
+        shutil.copyfile(ROOT / name, repo / name)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "base")
+    stack = repo / "Pulumi.prod.yaml"
+    stack.write_text(stack.read_text().replace("topology: 4x4x4", "topology: 4x4x8"))
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "bigger v5p")
+    out = tmp_path / "comment.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "tpuray.components.cli", "diff", "HEAD~1", "HEAD", "--root", str(repo),
+         "--out", str(out), "--fail-on-replace"],
+        capture_output=True, text=True, check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    md = out.read_text()
+    assert "### stack `prod`" in md and "will be REPLACED" in md and "| v5p | 128 | 256 | +128 |" in md

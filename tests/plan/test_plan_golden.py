@@ -1,0 +1,99 @@
+"""``tpuray plan`` on the real program and stacks: golden files, determinism, the CLI's exit codes.
+
+Golden files live in ``tests/plan/golden/<stack>/`` (plan.json, topology.md, topology.svg, manifests/).
+After an intended change to the components or the stacks, regenerate them and review the diff::
+
+    TPURAY_UPDATE_GOLDEN=1 pytest tests/plan/test_plan_golden.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import GOLDEN, ROOT, STACKS
+
+from tpuray.components.plan import Plan, render_stack, write_plan
+
+UPDATE = os.environ.get("TPURAY_UPDATE_GOLDEN") == "1"
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_matches_golden(plans: dict[str, Plan], stack: str, tmp_path: Path) -> None:
+    write_plan(plans[stack], tmp_path)
+    golden = GOLDEN / stack
+    if UPDATE:
+        if golden.exists():
+            for p in golden.rglob("*"):
+                if p.is_file():
+                    p.unlink()
+        write_plan(plans[stack], golden)
+    got, want = _files(tmp_path), _files(golden)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name] == want[name], f"{stack}/{name} differs from the golden file (see this module's docstring)"
+
+
+def test_goldens_say_what_the_stacks_say() -> None:
+    """The goldens themselves are plausible, so a bad regeneration cannot slip through unread."""
+    prod = json.loads((GOLDEN / "prod" / "plan.json").read_text())
+    tpu_pools = [
+        r for r in prod["resources"]
+        if r["type"] == "gcp:container/nodePool:NodePool" and "placementPolicy" in r["inputs"]
+    ]
+    assert sorted(p["inputs"]["placementPolicy"]["tpuTopology"] for p in tpu_pools) == ["4x4", "4x4x4", "4x4x4"]
+    assert prod["violations"] == []
+    assert (GOLDEN / "prod" / "manifests" / "raycluster-ray-tpuray-prod.yaml").is_file()
+    svg = (GOLDEN / "prod" / "topology.svg").read_text()
+    assert svg.count('class="slice"') == 3  # two v5p slices, one v6e slice
+    assert svg.count('class="host"') == 2 * 16 + 4
+    assert svg.count('class="chip"') == 2 * 64 + 16
+    assert svg.count('class="ray-worker"') == 2 * 16 + 4
+
+
+def test_same_stack_same_bytes(plans: dict[str, Plan], tmp_path: Path) -> None:
+    again = render_stack("prod", ROOT)  # a second run in the same process, after dev and prod
+    write_plan(plans["prod"], tmp_path / "a")
+    write_plan(again, tmp_path / "b")
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")
+
+
+def _tpuray(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tpuray.components.cli", *args], cwd=cwd, capture_output=True, text=True, check=False
+    )
+
+
+def test_cli_plan_in_a_fresh_process_gives_the_golden_bytes(tmp_path: Path) -> None:
+    done = _tpuray("plan", "--stack", "dev", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "v5e-dev" in done.stdout and "policy: all rules pass" in done.stdout
+    assert (tmp_path / "plan.json").read_bytes() == (GOLDEN / "dev" / "plan.json").read_bytes()
+
+
+def test_cli_plan_bad_stack_file_prints_the_model_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "Pulumi.bad.yaml"
+    text = (ROOT / "Pulumi.dev.yaml").read_text().replace("topology: 2x2", "topology: 3x3")
+    bad.write_text(text.replace("region: us-west4", "region: Nowhere"))
+    done = _tpuray("plan", "--stack", "bad", "--stack-file", str(bad), "--out", str(tmp_path / "out"))
+    assert done.returncode == 1
+    assert "slicePools[0].topology" in done.stderr and "region" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_plan_fails_on_a_policy_violation(tmp_path: Path) -> None:
+    """Production needs deletion protection: a prod stack file that turns it off renders but fails."""
+    bad = tmp_path / "Pulumi.prod.yaml"
+    bad.write_text((ROOT / "Pulumi.prod.yaml").read_text().replace("deletionProtection: true", "deletionProtection: false"))
+    done = _tpuray("plan", "--stack", "prod", "--stack-file", str(bad), "--out", str(tmp_path / "out"))
+    assert done.returncode == 1
+    assert "gke-deletion-protection-production" in done.stderr
+    assert (tmp_path / "out" / "plan.json").is_file()  # written anyway, for reading

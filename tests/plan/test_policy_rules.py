@@ -1,0 +1,161 @@
+"""Each policy rule fails on a bad variant of a real resource and passes on both stacks.
+
+Rules run through the CrossGuard policies themselves (``policy.validate(ResourceValidationArgs(...), report)``),
+so the pack's wiring is tested too; ``tpuray plan`` runs the same rule functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
+
+from tpuray.components.plan import Plan
+from tpuray.components.policy_pack import POLICIES
+from tpuray.components.policy_rules import CLUSTER, NODE_POOL, RAY_CLUSTER, RULES, SERVICE
+
+BY_NAME = {p.name: p for p in POLICIES}
+
+
+def violations(policy: ResourceValidationPolicy, r: dict[str, Any], config: dict[str, Any] | None = None) -> list[str]:
+    found: list[str] = []
+    args = ResourceValidationArgs(r["type"], r["inputs"], r["urn"], r["name"], None, None, config)  # type: ignore[arg-type]
+    policy.validate(args, lambda message, urn=None: found.append(message))
+    return found
+
+
+def test_every_rule_is_a_policy() -> None:
+    assert sorted(BY_NAME) == sorted(r.name for r in RULES)
+    assert len(RULES) == 8
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_both_stacks_pass_every_policy(plans: dict[str, Plan], stack: str) -> None:
+    checked = 0
+    for r in plans[stack].resources:
+        for policy in POLICIES:
+            assert violations(policy, r) == [], (policy.name, r["urn"])
+            checked += 1
+    assert checked > 100  # the stacks really hold resources
+    assert plans[stack].violations == []
+
+
+Pick = Callable[[str, str, str | None], dict[str, Any]]
+
+
+def _tpu_pool(resource_of: Pick, name: str = "v5p-train-0") -> dict[str, Any]:
+    return resource_of("prod", NODE_POOL, name)
+
+
+def test_multi_host_placement(resource_of: Pick) -> None:
+    policy = BY_NAME["tpu-multi-host-placement"]
+    good = _tpu_pool(resource_of)
+    assert violations(policy, good) == []
+    no_placement = _tpu_pool(resource_of)
+    del no_placement["inputs"]["placementPolicy"]
+    assert any("placementPolicy.tpuTopology" in m for m in violations(policy, no_placement))
+    wrong_topology = _tpu_pool(resource_of)
+    wrong_topology["inputs"]["placementPolicy"]["tpuTopology"] = "4x4x8"
+    assert any("hosts" in m for m in violations(policy, wrong_topology))
+    not_compact = _tpu_pool(resource_of)
+    not_compact["inputs"]["placementPolicy"]["type"] = "SPREAD"
+    assert any("COMPACT" in m for m in violations(policy, not_compact))
+    single_host = resource_of("dev", NODE_POOL, "v5e-dev")
+    assert violations(policy, single_host) == []
+    single_host["inputs"]["placementPolicy"] = {"type": "COMPACT", "tpuTopology": "2x2"}
+    assert any("single-host" in m for m in violations(policy, single_host))
+
+
+def test_tpu7x_needs_a_workload_policy(resource_of: Pick) -> None:
+    policy = BY_NAME["tpu-multi-host-placement"]
+    pool = _tpu_pool(resource_of)
+    pool["inputs"]["nodeConfig"]["machineType"] = "tpu7x-standard-4t"
+    pool["inputs"]["nodeConfig"]["labels"]["tpuray.io/pod-type"] = "v7x-128"
+    assert any("workload policy" in m for m in violations(policy, pool))
+    pool["inputs"]["placementPolicy"] = {"type": "COMPACT", "policyName": "tpuray-prod-v7x-wp"}
+    assert violations(policy, pool) == []
+
+
+def test_multi_host_autoscaling(resource_of: Pick) -> None:
+    policy = BY_NAME["tpu-multi-host-autoscaling"]
+    pool = resource_of("prod", NODE_POOL, "v6e-flex-0")
+    assert pool["inputs"]["autoscaling"]["maxNodeCount"] == 4
+    assert violations(policy, pool) == []
+    pool["inputs"]["autoscaling"]["minNodeCount"] = 2
+    assert any("minNodeCount 2" in m for m in violations(policy, pool))
+    pool["inputs"]["autoscaling"] = {"totalMinNodeCount": 0, "totalMaxNodeCount": 4}
+    assert any("totalMinNodeCount" in m for m in violations(policy, pool))
+
+
+def test_private_nodes(resource_of: Pick) -> None:
+    policy = BY_NAME["gke-private-nodes"]
+    cluster = resource_of("prod", CLUSTER, None)
+    assert violations(policy, cluster) == []
+    cluster["inputs"]["privateClusterConfig"]["enablePrivateNodes"] = False
+    cluster["inputs"].pop("networkConfig", None)
+    assert violations(policy, cluster)
+
+
+def test_workload_identity(resource_of: Pick) -> None:
+    policy = BY_NAME["gke-workload-identity"]
+    cluster = resource_of("dev", CLUSTER, None)
+    assert violations(policy, cluster) == []
+    del cluster["inputs"]["workloadIdentityConfig"]
+    assert any("workloadPool" in m for m in violations(policy, cluster))
+    pool = _tpu_pool(resource_of)
+    pool["inputs"]["nodeConfig"]["workloadMetadataConfig"] = {"mode": "GCE_METADATA"}
+    assert any("GCE_METADATA" in m for m in violations(policy, pool))
+
+
+def test_no_default_service_account(resource_of: Pick) -> None:
+    policy = BY_NAME["gke-no-default-service-account"]
+    pool = _tpu_pool(resource_of)
+    assert violations(policy, pool) == []
+    pool["inputs"]["nodeConfig"]["serviceAccount"] = "123456789012-compute@developer.gserviceaccount.com"
+    assert any("default compute" in m for m in violations(policy, pool))
+    del pool["inputs"]["nodeConfig"]["serviceAccount"]
+    assert violations(policy, pool)
+
+
+def test_dashboard_never_a_load_balancer(resource_of: Pick) -> None:
+    policy = BY_NAME["ray-dashboard-not-public"]
+    ray = resource_of("prod", RAY_CLUSTER, None)
+    assert violations(policy, ray) == []
+    ray["inputs"]["spec"]["headGroupSpec"]["serviceType"] = "LoadBalancer"
+    assert any("LoadBalancer" in m for m in violations(policy, ray))
+    service = {
+        "type": SERVICE,
+        "name": "dash",
+        "urn": "urn:pulumi:prod::tpuray::kubernetes:core/v1:Service::dash",
+        "inputs": {"spec": {"type": "LoadBalancer", "ports": [{"port": 8265}]}},
+    }
+    assert violations(policy, service)
+    service["inputs"]["spec"]["type"] = "ClusterIP"
+    assert violations(policy, service) == []
+
+
+def test_deletion_protection_in_production(resource_of: Pick) -> None:
+    policy = BY_NAME["gke-deletion-protection-production"]
+    prod = resource_of("prod", CLUSTER, None)
+    assert violations(policy, prod) == []
+    prod["inputs"]["deletionProtection"] = False
+    assert any("production" in m for m in violations(policy, prod))
+    dev = resource_of("dev", CLUSTER, None)
+    assert dev["inputs"]["deletionProtection"] is False
+    assert violations(policy, dev) == []  # dev is not a production stack
+    assert violations(policy, dev, {"productionStacks": ["dev"]})  # unless the pack's config says so
+
+
+def test_worker_group_chips(resource_of: Pick) -> None:
+    policy = BY_NAME["ray-tpu-worker-group-chips"]
+    ray = resource_of("prod", RAY_CLUSTER, None)
+    assert violations(policy, ray) == []
+    groups = ray["inputs"]["spec"]["workerGroupSpecs"]
+    v5p = next(g for g in groups if g["groupName"] == "v5p-train")
+    assert v5p["numOfHosts"] == 16
+    v5p["numOfHosts"] = 8
+    assert any("numOfHosts 8" in m and "64 chips" in m for m in violations(policy, ray))
+    del v5p["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-tpu-topology"]
+    assert any("nodeSelector" in m for m in violations(policy, ray))
