@@ -132,9 +132,22 @@ def test_diff_of_two_git_refs(tmp_path: Path) -> None:
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "bigger v5p")
     out = tmp_path / "comment.md"
     done = subprocess.run(
-        [sys.executable, "-m", "tpuray.components.cli", "diff", "HEAD~1", "HEAD", "--root", str(repo),
-         "--out", str(out), "--fail-on-replace"],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "tpuray.components.cli",
+            "diff",
+            "HEAD~1",
+            "HEAD",
+            "--root",
+            str(repo),
+            "--out",
+            str(out),
+            "--fail-on-replace",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 3, done.stderr
     md = out.read_text()

@@ -10,7 +10,7 @@ import pytest
 
 from tpuray.components.plan_engine import RunError, config_from_stack_file, plain, run_program
 
-PROGRAM = '''
+PROGRAM = """
 import json
 import pulumi
 import pulumi_gcp as gcp
@@ -38,7 +38,7 @@ if cfg.get_bool("explode"):
     raise ValueError("boom")
 pulumi.export("endpoint", cluster.endpoint)
 pulumi.export("zone", cfg.get("zone"))
-'''
+"""
 
 STACK = """config:
   tpuray:region: us-west4

@@ -46,7 +46,8 @@ def test_goldens_say_what_the_stacks_say() -> None:
     """The goldens themselves are plausible, so a bad regeneration cannot slip through unread."""
     prod = json.loads((GOLDEN / "prod" / "plan.json").read_text())
     tpu_pools = [
-        r for r in prod["resources"]
+        r
+        for r in prod["resources"]
         if r["type"] == "gcp:container/nodePool:NodePool" and "placementPolicy" in r["inputs"]
     ]
     assert sorted(p["inputs"]["placementPolicy"]["tpuTopology"] for p in tpu_pools) == ["4x4", "4x4x4", "4x4x4"]
@@ -92,7 +93,9 @@ def test_cli_plan_bad_stack_file_prints_the_model_errors(tmp_path: Path) -> None
 def test_cli_plan_fails_on_a_policy_violation(tmp_path: Path) -> None:
     """Production needs deletion protection: a prod stack file that turns it off renders but fails."""
     bad = tmp_path / "Pulumi.prod.yaml"
-    bad.write_text((ROOT / "Pulumi.prod.yaml").read_text().replace("deletionProtection: true", "deletionProtection: false"))
+    bad.write_text(
+        (ROOT / "Pulumi.prod.yaml").read_text().replace("deletionProtection: true", "deletionProtection: false")
+    )
     done = _tpuray("plan", "--stack", "prod", "--stack-file", str(bad), "--out", str(tmp_path / "out"))
     assert done.returncode == 1
     assert "gke-deletion-protection-production" in done.stderr

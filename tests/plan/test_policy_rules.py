@@ -22,7 +22,11 @@ BY_NAME = {p.name: p for p in POLICIES}
 def violations(policy: ResourceValidationPolicy, r: dict[str, Any], config: dict[str, Any] | None = None) -> list[str]:
     found: list[str] = []
     args = ResourceValidationArgs(r["type"], r["inputs"], r["urn"], r["name"], None, None, config)  # type: ignore[arg-type]
-    policy.validate(args, lambda message, urn=None: found.append(message))
+
+    def report(message: str, urn: str | None = None) -> None:
+        found.append(message)
+
+    policy.validate(args, report)
     return found
 
 
@@ -125,7 +129,7 @@ def test_dashboard_never_a_load_balancer(resource_of: Pick) -> None:
     assert violations(policy, ray) == []
     ray["inputs"]["spec"]["headGroupSpec"]["serviceType"] = "LoadBalancer"
     assert any("LoadBalancer" in m for m in violations(policy, ray))
-    service = {
+    service: dict[str, Any] = {
         "type": SERVICE,
         "name": "dash",
         "urn": "urn:pulumi:prod::tpuray::kubernetes:core/v1:Service::dash",
