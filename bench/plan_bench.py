@@ -1,0 +1,122 @@
+"""Benchmark ``tpuray plan``: the prod stack and a generated 64-pool stack, against the bare import of the
+Pulumi SDKs the program needs, all in fresh subprocesses (each plan pays its own imports, as in CI).
+
+Prints one JSON line::
+
+    {"bare_import_s": ..., "used_import_s": ..., "plan_prod_s": ..., "plan_large_s": ..., "large_pools": 64,
+     "ratio_large": ..., "ratio_large_vs_used": ..., "per_pool_ms": ..., "target_ratio_large": 2.0, ...}
+
+Two baselines, because pulumi-gcp and pulumi-kubernetes load their modules lazily: ``bare_import_s`` is the
+literal ``import pulumi, pulumi_gcp.container, pulumi_kubernetes`` (which executes almost none of their code);
+``used_import_s`` also touches one class of every SDK module the program's resources come from (read from the
+large plan's resource types), the floor for any in-process run of this program.
+``per_pool_ms`` is the marginal cost of a slice pool: (large - prod) / (64 - prod's pools).
+Run from the project root: ``python bench/plan_bench.py [--repeat 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BARE_IMPORT = "import pulumi, pulumi_gcp.container, pulumi_kubernetes"
+TARGET_RATIO = 2.0
+# Shapes the large stack cycles through: multi-host and single-host, every compact-placement generation.
+SHAPES = (("v5p", "2x2x2"), ("v6e", "4x4"), ("v5e", "4x8"), ("v4", "2x2x4"), ("v6e", "2x2"), ("v5e", "2x2"))
+
+
+def large_stack(pools: int) -> dict[str, Any]:
+    """The prod stack with ``pools`` slice pools instead of its own."""
+    doc: dict[str, Any] = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
+    cfg = doc["config"]
+    cfg["tpuray:slicePools"] = [
+        {
+            "name": f"pool-{i:02d}",
+            "generation": gen,
+            "topology": topo,
+            "slices": 1 + i % 2,
+            "capacity": {"type": "spot"} if i % 3 else {"type": "on-demand"},
+            "autoscaling": {"enabled": True, "minSlices": 0},
+        }
+        for i, (gen, topo) in enumerate(SHAPES[i % len(SHAPES)] for i in range(pools))
+    ]
+    cfg["tpuray:workload"] = {**cfg["tpuray:workload"], "slicePool": "pool-00"}
+    return doc
+
+
+def used_import_code(resource_types: set[str]) -> str:
+    """Python that imports the SDK modules those resource types live in and touches one class of each."""
+    touches = {"pulumi_kubernetes.Provider"}
+    for t in sorted(resource_types):
+        pkg, _, rest = t.partition(":")
+        module, _, cls = rest.rpartition(":")
+        if pkg == "gcp":
+            touches.add(f"pulumi_gcp.{module.split('/')[0]}.{cls}")
+        elif pkg == "kubernetes":
+            group = module.split("/")[0]
+            if group == "core":
+                touches.add(f"pulumi_kubernetes.core.v1.{cls}")
+            else:  # CRDs such as ray.io/v1 are CustomResource objects
+                touches.add("pulumi_kubernetes.apiextensions.CustomResource")
+    return "import pulumi, pulumi_gcp, pulumi_kubernetes\n" + "\n".join(sorted(touches))
+
+
+def wall(cmd: list[str], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+        times.append(time.perf_counter() - t0)
+        if done.returncode:
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (the median is reported)")
+    parser.add_argument("--pools", type=int, default=64)
+    args = parser.parse_args(argv)
+    py = sys.executable
+    with tempfile.TemporaryDirectory(prefix="tpuray-bench-") as tmp:
+        stack_file = Path(tmp) / "Pulumi.large.yaml"
+        stack_file.write_text(yaml.safe_dump(large_stack(args.pools), sort_keys=False))
+        plan = [py, "-m", "tpuray.components.cli", "plan", "--root", str(ROOT)]
+        bare = wall([py, "-c", BARE_IMPORT], args.repeat)
+        prod = wall([*plan, "--stack", "prod", "--out", f"{tmp}/prod"], args.repeat)
+        large = wall([*plan, "--stack", "large", "--stack-file", str(stack_file), "--out", f"{tmp}/large"], args.repeat)
+        large_plan = json.loads((Path(tmp) / "large" / "plan.json").read_text())
+        resources = len(large_plan["resources"])
+        used = wall([py, "-c", used_import_code({r["type"] for r in large_plan["resources"]})], args.repeat)
+    prod_pools = len(yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())["config"]["tpuray:slicePools"])
+    result = {
+        "bare_import_s": round(bare, 3),
+        "used_import_s": round(used, 3),
+        "plan_prod_s": round(prod, 3),
+        "plan_large_s": round(large, 3),
+        "large_pools": args.pools,
+        "large_resources": resources,
+        "ratio_prod": round(prod / bare, 2),
+        "ratio_large": round(large / bare, 2),
+        "ratio_large_vs_used": round(large / used, 2),
+        "per_pool_ms": round(1000 * (large - prod) / (args.pools - prod_pools), 1),
+        "target_ratio_large": TARGET_RATIO,
+        "ok": large / bare < TARGET_RATIO,
+        "ok_vs_used": large / used < TARGET_RATIO,
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
