@@ -4,8 +4,9 @@ The rules live in ``tpuray.components.policy_rules`` (pure functions, also run b
 only builds the pack, because constructing a ``PolicyPack`` starts the analyzer server.
 """
 
-from pulumi_policy import EnforcementLevel, PolicyPack
+from pulumi_policy import EnforcementLevel, Policy, PolicyPack
 
 from tpuray.components.policy_pack import POLICIES
 
-PolicyPack(name="tpuray", enforcement_level=EnforcementLevel.MANDATORY, policies=POLICIES)
+policies: list[Policy] = [*POLICIES]
+PolicyPack(name="tpuray", enforcement_level=EnforcementLevel.MANDATORY, policies=policies)
