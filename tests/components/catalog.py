@@ -1,0 +1,63 @@
+"""Every slice shape of the catalog, and slice pool configs built from them (test helpers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from tpuray.components.config import SlicePoolConfig
+from tpuray.components.topology import GENERATIONS, TpuSlice, valid_topologies
+
+
+def all_slices() -> list[TpuSlice]:
+    """Each (generation, topology, machine type) the catalog accepts; 2x4 on v5e/v6e appears twice."""
+    out = []
+    for g in GENERATIONS:
+        for topo in valid_topologies(g.name):
+            for machine in g.machine_types:
+                try:
+                    out.append(TpuSlice.parse(g.name, topo, machine))
+                except ValueError:
+                    continue
+    return out
+
+
+ALL_SLICES = all_slices()
+
+CAPACITIES: dict[str, dict[str, Any]] = {
+    "on-demand": {"type": "on-demand"},
+    "spot": {"type": "spot"},
+    "reservation": {"type": "reservation", "name": "tpu-res"},
+    "shared-reservation": {"type": "reservation", "name": "tpu-res", "project": "capacity-proj"},
+    "flex-start": {"type": "flex-start", "maxRunDuration": "6h"},
+    "queued": {"type": "queued"},
+}
+
+
+def pool(
+    s: TpuSlice,
+    capacity: str = "on-demand",
+    slices: int = 1,
+    name: str = "tpu",
+    autoscaling: dict[str, Any] | None = None,
+) -> SlicePoolConfig:
+    dws = capacity in ("flex-start", "queued")
+    auto = autoscaling if autoscaling is not None else {"enabled": True, "minSlices": 0}
+    if dws:
+        auto = {"enabled": True, "minSlices": 0}
+    return SlicePoolConfig.model_validate(
+        {
+            "name": name,
+            "generation": s.generation,
+            "topology": s.topology,
+            "machineType": s.machine_type,
+            "slices": slices,
+            "capacity": CAPACITIES[capacity],
+            "autoscaling": auto,
+        }
+    )
+
+
+slices_st = st.sampled_from(ALL_SLICES)
+capacity_st = st.sampled_from(sorted(CAPACITIES))

@@ -1,0 +1,385 @@
+"""Each component under the SDK mock engine: what it registers and with which inputs (wire values)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pulumi
+import pytest
+import tpuray_mocks as tm  # installs the mocks first
+from catalog import CAPACITIES, pool
+from kuberay_schema import schema_errors, tpu_chip_mismatches
+
+from tpuray.components.config import StackConfig, parse_stack_config
+from tpuray.components.gke_cluster import NODE_SA_ROLES, GkeCluster, GkeClusterArgs
+from tpuray.components.kuberay_spec import RayJobParams, ray_cluster_params
+from tpuray.components.node_pool_plan import plan_slice_pool
+from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
+from tpuray.components.topology import TpuSlice
+from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
+
+NODE_POOL = "gcp:container/nodePool:NodePool"
+CLUSTER = "gcp:container/cluster:Cluster"
+RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
+RAY_JOB = "kubernetes:ray.io/v1:RayJob"
+
+
+def stack(**overrides: Any) -> StackConfig:
+    base: dict[str, Any] = {
+        "project": "tpuray-test-proj",
+        "region": "us-east5",
+        "zone": "us-east5-a",
+        "cluster": {"name": "tpu", "masterAuthorizedNetworks": [{"cidr": "198.51.100.0/24", "name": "ops"}]},
+        "slicePools": [{"name": "v6e", "generation": "v6e", "topology": "4x4"}],
+    }
+    base.update(overrides)
+    return parse_stack_config(base)
+
+
+def assert_parented(rec: tm.Recorder, component_type: str, expected_children: int) -> None:
+    comps = [r for r in rec.registered if r.type == component_type]
+    assert comps, f"no {component_type} registered"
+    kids = [r for r in rec.registered if r.parent and r.parent.split("::")[2].endswith(component_type)]
+    assert len(kids) == expected_children, [r.type for r in kids]
+    # parent=self on every child: nothing but the components (and an explicit provider) sits at the top
+    top = [r for r in rec.registered if not r.parent or r.parent.endswith("::test")]
+    assert all(r.type.startswith("tpuray:index:") or r.type.startswith("pulumi:providers:") for r in top), top
+
+
+# ---- GkeCluster ---------------------------------------------------------------------------------------
+def build_cluster(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
+    def build() -> dict[str, Any]:
+        c = GkeCluster("gke", GkeClusterArgs.from_stack(cfg, {"tpuray-stack": "test"}))
+        return {"kubeconfig": c.kubeconfig, "secret": c.kubeconfig.is_secret(), "name": c.cluster_name}
+
+    return build
+
+
+def test_gke_cluster_new_private_network() -> None:
+    rec, out = tm.run(build_cluster(stack()))
+    assert rec.types().count("gcp:projects/iAMMember:IAMMember") == len(NODE_SA_ROLES)
+    for t in (
+        "gcp:compute/network:Network",
+        "gcp:compute/subnetwork:Subnetwork",
+        "gcp:compute/router:Router",
+        "gcp:compute/routerNat:RouterNat",
+        "gcp:serviceaccount/account:Account",
+        CLUSTER,
+        NODE_POOL,
+        "pulumi:providers:kubernetes",
+    ):
+        assert len(rec.of_type(t)) == 1, t
+    assert_parented(rec, "tpuray:index:GkeCluster", 8 + len(NODE_SA_ROLES))
+
+    c = rec.one(CLUSTER).inputs
+    assert c["name"] == "tpu" and c["location"] == "us-east5-a"
+    ray = c["addonsConfig"]["rayOperatorConfigs"]
+    assert ray == [
+        {"enabled": True, "rayClusterLoggingConfig": {"enabled": True}, "rayClusterMonitoringConfig": {"enabled": True}}
+    ]
+    assert c["addonsConfig"]["gcsFuseCsiDriverConfig"] == {"enabled": True}
+    assert c["workloadIdentityConfig"] == {"workloadPool": "tpuray-test-proj.svc.id.goog"}
+    assert c["datapathProvider"] == "ADVANCED_DATAPATH"
+    assert c["removeDefaultNodePool"] is True and c["initialNodeCount"] == 1.0
+    assert c["deletionProtection"] is True
+    assert c["releaseChannel"] == {"channel": "REGULAR"}
+    assert c["minMasterVersion"] == "1.31.2-gke.1115000"  # what v6e needs
+    assert c["privateClusterConfig"]["enablePrivateNodes"] is True
+    assert c["masterAuthorizedNetworksConfig"]["cidrBlocks"] == [{"cidrBlock": "198.51.100.0/24", "displayName": "ops"}]
+    assert c["ipAllocationPolicy"] == {"clusterSecondaryRangeName": "pods", "servicesSecondaryRangeName": "services"}
+    sa = rec.one("gcp:serviceaccount/account:Account").inputs
+    email = f"{sa['accountId']}@tpuray-test-proj.iam.gserviceaccount.com"
+    assert c["nodeConfig"]["serviceAccount"] == email  # never the default compute service account
+
+    sub = rec.one("gcp:compute/subnetwork:Subnetwork").inputs
+    assert {r["rangeName"]: r["ipCidrRange"] for r in sub["secondaryIpRanges"]} == {
+        "pods": "10.16.0.0/14",
+        "services": "10.20.0.0/20",
+    }
+    assert rec.one("gcp:compute/routerNat:RouterNat").inputs["sourceSubnetworkIpRangesToNat"] == (
+        "ALL_SUBNETWORKS_ALL_IP_RANGES"
+    )
+
+    system = rec.one(NODE_POOL).inputs
+    assert system["name"] == "system" and system["nodeCount"] == 1.0
+    assert system["nodeConfig"]["serviceAccount"] == email
+    assert system["nodeConfig"]["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+    roles = sorted(r.inputs["role"] for r in rec.of_type("gcp:projects/iAMMember:IAMMember"))
+    assert roles == sorted(NODE_SA_ROLES)
+    assert all(r.inputs["member"] == f"serviceAccount:{email}" for r in rec.of_type("gcp:projects/iAMMember:IAMMember"))
+
+    assert out["secret"] is True and out["name"] == "tpu"
+    kc = json.loads(out["kubeconfig"])
+    assert kc["users"][0]["user"]["exec"]["command"] == "gke-gcloud-auth-plugin"
+    assert kc["clusters"][0]["cluster"]["server"] == "https://203.0.113.1"
+
+
+def test_gke_cluster_existing_network_public_nodes_and_helm_operator() -> None:
+    cfg = stack(
+        network={"create": False, "name": "shared", "subnetwork": "gke"},
+        cluster={"name": "tpu", "privateNodes": False, "regional": True},
+        ray={"operator": "helm"},
+    )
+    rec, _ = tm.run(build_cluster(cfg))
+    assert not rec.of_type("gcp:compute/network:Network") and not rec.of_type("gcp:compute/routerNat:RouterNat")
+    c = rec.one(CLUSTER).inputs
+    assert c["network"] == "projects/tpuray-test-proj/global/networks/shared"
+    assert c["subnetwork"] == "projects/tpuray-test-proj/regions/us-east5/subnetworks/gke"
+    assert c["location"] == "us-east5"
+    assert "rayOperatorConfigs" not in c["addonsConfig"]
+    assert "privateClusterConfig" not in c
+
+
+def test_gke_cluster_existing_network_private_nats_only_its_subnet() -> None:
+    cfg = stack(network={"create": False, "name": "shared", "subnetwork": "gke"})
+    rec, _ = tm.run(build_cluster(cfg))
+    nat = rec.one("gcp:compute/routerNat:RouterNat").inputs
+    assert nat["sourceSubnetworkIpRangesToNat"] == "LIST_OF_SUBNETWORKS"
+    assert nat["subnetworks"][0]["name"].endswith("/subnetworks/gke")
+
+
+def test_gke_cluster_rejects_bad_args_before_any_resource() -> None:
+    cfg = stack()
+    args = GkeClusterArgs.from_stack(cfg)
+    args.location = "europe-west4-a"
+
+    def build() -> None:
+        GkeCluster("gke", args)
+
+    with pytest.raises(ValueError, match="location"):
+        tm.run(build)
+    assert tm.current is not None and tm.current.registered == []
+
+
+# ---- TpuSlicePool -------------------------------------------------------------------------------------
+def build_pool(cfg: StackConfig, index: int = 0) -> Callable[[], dict[str, Any]]:
+    def build() -> dict[str, Any]:
+        p = cfg.slice_pools[index]
+        comp = TpuSlicePool(
+            p.name, TpuSlicePoolArgs.from_stack(cfg, p, "tpu", "nodes@tpuray-test-proj.iam.gserviceaccount.com")
+        )
+        return {"names": comp.pool_names}
+
+    return build
+
+
+def pool_cfg(
+    generation: str,
+    topology: str,
+    capacity: str = "on-demand",
+    slices: int = 1,
+    machine_type: str | None = None,
+    autoscaling: dict[str, Any] | None = None,
+) -> StackConfig:
+    s = TpuSlice.parse(generation, topology, machine_type)
+    p = pool(s, capacity, slices, name="tpu", autoscaling=autoscaling)
+    return stack(slicePools=[p.model_dump(by_alias=True)])
+
+
+CASES = {
+    "single-host-spot": ("v5e", "2x2", "spot", 3, None),
+    "multi-host-reservation": ("v5p", "2x2x4", "shared-reservation", 1, None),
+    "multislice-on-demand": ("v6e", "4x4", "on-demand", 3, None),
+    "multi-host-2x4-flex": ("v6e", "2x4", "flex-start", 2, "ct6e-standard-4t"),
+    "multi-host-queued": ("v5e", "4x8", "queued", 1, None),
+    "tpu7x-multislice": ("tpu7x", "4x4x4", "reservation", 2, None),
+    "tpu7x-single-host": ("tpu7x", "2x2x1", "on-demand", 2, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_slice_pool_registers_what_the_plan_says(case: str) -> None:
+    gen, topo, cap, slices, machine = CASES[case]
+    cfg = pool_cfg(gen, topo, cap, slices, machine)
+    rec, out = tm.run(build_pool(cfg))
+    plans = plan_slice_pool(cfg.slice_pools[0], cfg.zone, cfg.cluster.name)
+    s = cfg.slice_pools[0].tpu_slice
+    by_name = {p.inputs["name"]: p for p in rec.of_type(NODE_POOL)}  # registration order is not deterministic
+    assert [p.name for p in plans] == out["names"] and sorted(by_name) == sorted(out["names"])
+    pools = [by_name[p.name] for p in plans]
+    assert len(pools) == (slices if s.multi_host else 1)
+    policies = rec.of_type("gcp:compute/resourcePolicy:ResourcePolicy")
+    assert len(policies) == (1 if s.placement == "workload-policy" else 0)
+    assert_parented(rec, "tpuray:index:TpuSlicePool", len(pools) + len(policies))
+
+    for reg, plan in zip(pools, plans, strict=True):
+        i = reg.inputs
+        nc = i["nodeConfig"]
+        assert i["cluster"] == "tpu" and i["location"] == "us-east5-a"
+        assert i["nodeLocations"] == ["us-east5-a"]
+        assert nc["machineType"] == s.machine_type
+        assert nc["taints"] == [{"key": "google.com/tpu", "value": "present", "effect": "NO_SCHEDULE"}]
+        assert nc["labels"]["tpuray.io/pool"] == "tpu"
+        assert nc["gvnic"] == {"enabled": True}
+        assert nc["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+        assert nc["serviceAccount"] == "nodes@tpuray-test-proj.iam.gserviceaccount.com"
+        hosts = s.hosts if s.multi_host else slices
+        if "autoscaling" in i:
+            assert i["autoscaling"]["maxNodeCount"] == float(hosts)
+            assert "totalMaxNodeCount" not in i["autoscaling"]  # total limits fail for TPU slices
+            assert "nodeCount" not in i
+        else:
+            assert i["nodeCount"] == float(hosts)
+        if s.placement == "compact":
+            assert i["placementPolicy"] == {"type": "COMPACT", "tpuTopology": topo}
+            assert i["autoscaling"]["locationPolicy"] == "ANY"
+        elif s.placement == "workload-policy":
+            wp = policies[0].inputs
+            assert wp["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": topo}
+            assert wp["region"] == "us-east5"
+            assert i["placementPolicy"] == {"type": "COMPACT", "policyName": wp["name"]}
+        else:
+            assert "placementPolicy" not in i  # GKE rejects tpu_topology on single-host pools
+        _capacity_inputs(cap, i)
+        assert plan.name == i["name"]
+
+
+def _capacity_inputs(cap: str, i: dict[str, Any]) -> None:
+    nc = i["nodeConfig"]
+    assert nc.get("spot", False) == (cap == "spot")
+    assert nc.get("flexStart", False) == (cap == "flex-start")
+    assert ("queuedProvisioning" in i) == (cap == "queued")
+    ra = nc.get("reservationAffinity")
+    if cap in ("reservation", "shared-reservation"):
+        assert ra["consumeReservationType"] == "SPECIFIC_RESERVATION"
+        assert ra["key"] == "compute.googleapis.com/reservation-name"
+        name = CAPACITIES[cap]["name"]
+        proj = CAPACITIES[cap].get("project")
+        assert ra["values"] == [f"projects/{proj}/reservations/{name}" if proj else name]
+    elif cap in ("flex-start", "queued"):
+        assert ra == {"consumeReservationType": "NO_RESERVATION"}
+        assert i["autoscaling"]["minNodeCount"] == 0.0 and i["initialNodeCount"] == 0.0
+        assert i["management"]["autoRepair"] is False
+    else:
+        assert ra is None
+    if cap == "flex-start":
+        assert nc["maxRunDuration"] == "21600s"
+    if cap == "queued":
+        assert i["queuedProvisioning"] == {"enabled": True}
+
+
+def test_slice_pool_rejects_a_zone_outside_the_cluster_before_any_resource() -> None:
+    cfg = pool_cfg("v6e", "4x4")
+    args = TpuSlicePoolArgs.from_stack(cfg, cfg.slice_pools[0], "tpu", "sa")
+    args.zone = "us-west1-a"
+    with pytest.raises(ValueError, match="zone"):
+        tm.run(lambda: TpuSlicePool("tpu", args) and None)
+    bad = TpuSlicePoolArgs.from_stack(cfg, cfg.slice_pools[0], "tpu", "sa")
+    bad.zone = None  # multi-host needs one zone
+    with pytest.raises(ValueError, match="single zone"):
+        tm.run(lambda: TpuSlicePool("tpu", bad) and None)
+    assert tm.current is not None and tm.current.registered == []
+
+
+# ---- RayTpuCluster / RayTpuJob ------------------------------------------------------------------------
+def build_ray(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
+    def build() -> dict[str, Any]:
+        ray = RayTpuCluster(
+            "ray",
+            RayTpuClusterArgs(
+                project=cfg.project,
+                cluster_name=cfg.cluster.name,
+                params=ray_cluster_params(cfg),
+                bucket_location=cfg.region,
+                retention_days=cfg.checkpoints.retention_days,
+                operator=cfg.ray.operator,
+                helm_chart_version=cfg.ray.helm_chart_version,
+            ),
+        )
+        job = RayTpuJob(
+            "job",
+            RayTpuJobArgs(
+                RayJobParams(
+                    name="train",
+                    namespace=cfg.ray.namespace,
+                    entrypoint="python -m tpuray.workloads.train",
+                    cluster=ray_cluster_params(cfg),
+                    active_deadline_seconds=7200,
+                    backoff_limit=1,
+                ),
+                depends_on=[ray.ray_cluster],
+            ),
+        )
+        holder.update(ray=ray, job=job)
+        return {"bucket": ray.bucket_name, "gsa": ray.google_service_account_email}
+
+    holder: dict[str, Any] = {}
+    build.holder = holder  # type: ignore[attr-defined]
+    return build
+
+
+def test_ray_cluster_and_job() -> None:
+    cfg = stack(
+        slicePools=[
+            {"name": "v6e", "generation": "v6e", "topology": "4x4", "slices": 2},
+            {"name": "v5e", "generation": "v5e", "topology": "2x2", "capacity": {"type": "spot"}},
+        ]
+    )
+    build = build_ray(cfg)
+    rec, out = tm.run(build)
+    ray, job = build.holder["ray"], build.holder["job"]  # type: ignore[attr-defined]
+    assert_parented(rec, "tpuray:index:RayTpuCluster", 7)
+    assert_parented(rec, "tpuray:index:RayTpuJob", 1)
+    assert not rec.of_type("kubernetes:helm.sh/v3:Release")
+
+    bucket = rec.one("gcp:storage/bucket:Bucket").inputs
+    assert bucket["name"] == cfg.checkpoint_bucket == out["bucket"]
+    assert bucket["uniformBucketLevelAccess"] is True and bucket["publicAccessPrevention"] == "enforced"
+    assert bucket["lifecycleRules"][0]["condition"]["age"] == 30.0
+    iam = rec.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs
+    assert (iam["bucket"], iam["role"], iam["member"]) == (
+        bucket["name"],
+        "roles/storage.objectUser",
+        f"serviceAccount:{out['gsa']}",
+    )
+    wi = rec.one("gcp:serviceaccount/iAMMember:IAMMember").inputs
+    assert wi["role"] == "roles/iam.workloadIdentityUser"
+    assert wi["member"] == "serviceAccount:tpuray-test-proj.svc.id.goog[ray/ray]"
+    ksa = rec.one("kubernetes:core/v1:ServiceAccount").inputs
+    assert ksa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": out["gsa"]}
+    assert rec.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"] == "ray"
+
+    rc = rec.one(RAY_CLUSTER).inputs
+    assert rc["apiVersion"] == "ray.io/v1" and rc["kind"] == "RayCluster"
+    assert tm.wire_plain(rc) == ray.manifest  # what is declared is exactly the pure manifest
+    assert schema_errors(ray.manifest) == [] and tpu_chip_mismatches(ray.manifest["spec"]) == []
+    groups = {g["groupName"]: g for g in ray.manifest["spec"]["workerGroupSpecs"]}
+    assert (groups["v6e"]["replicas"], groups["v6e"]["numOfHosts"]) == (2, 4)
+    assert (groups["v5e"]["replicas"], groups["v5e"]["numOfHosts"]) == (1, 1)
+
+    rj = rec.one(RAY_JOB).inputs
+    assert tm.wire_plain(rj) == job.manifest
+    assert schema_errors(job.manifest) == []
+    assert (job.manifest["spec"]["activeDeadlineSeconds"], job.manifest["spec"]["backoffLimit"]) == (7200, 1)
+
+
+def test_helm_operator_mode_installs_the_pinned_chart() -> None:
+    cfg = stack(ray={"operator": "helm", "helmChartVersion": "1.7.0"})
+    rec, _ = tm.run(build_ray(cfg))
+    rel = rec.one("kubernetes:helm.sh/v3:Release").inputs
+    assert (rel["chart"], rel["version"], rel["repositoryOpts"]["repo"]) == (
+        "kuberay-operator",
+        "1.7.0",
+        "https://ray-project.github.io/kuberay-helm/",
+    )
+
+
+def test_ray_cluster_rejects_an_invalid_spec_before_any_resource() -> None:
+    cfg = stack()
+    params = ray_cluster_params(cfg)
+    bad = RayTpuClusterArgs(
+        project=cfg.project, cluster_name="tpu", params=params, bucket_location="US", retention_days=-1
+    )
+    with pytest.raises(ValueError, match="retention_days"):
+        tm.run(lambda: RayTpuCluster("ray", bad) and None)
+    assert tm.current is not None and tm.current.registered == []
+
+
+def test_mocks_are_live() -> None:
+    """Guard against the vacuous pass: a build that declares something must be seen by the recorder."""
+    rec, out = tm.run(lambda: {"x": pulumi.Output.from_input(1)})
+    assert rec.registered == [] and out == {"x": 1}
+    rec, _ = tm.run(build_pool(pool_cfg("v5e", "2x2")))
+    assert rec.types() == [NODE_POOL, "tpuray:index:TpuSlicePool"]
