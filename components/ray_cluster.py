@@ -57,6 +57,9 @@ class RayTpuClusterArgs:
     operator: Literal["addon", "helm"] = "addon"
     helm_chart_version: str = "1.7.0"
     resource_labels: dict[str, str] | None = None
+    depends_on: list[pulumi.Resource] | None = None
+    """What every child waits for: the cluster (its Workload Identity pool must exist before the binding) and the
+    node pools. A component's own ``depends_on`` does not reach its children, hence this field."""
 
     def validate(self) -> None:
         problems = []
@@ -93,7 +96,8 @@ class RayTpuCluster(pulumi.ComponentResource):
         p = args.params
         self.name, self.namespace, self.service_account = p.name, p.namespace, p.service_account
         self.dashboard_service = f"{p.namespace}/{dashboard_service_name(p.name)}"
-        child = pulumi.ResourceOptions(parent=self)
+        after = list(args.depends_on or [])
+        child = pulumi.ResourceOptions(parent=self, depends_on=after)
 
         operator: list[pulumi.Resource] = []
         if args.operator == "helm":
@@ -169,7 +173,7 @@ class RayTpuCluster(pulumi.ComponentResource):
                 namespace=p.namespace,
                 annotations={"iam.gke.io/gcp-service-account": gsa.email},
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, ns]),
         )
         self.ray_cluster = k8s.apiextensions.CustomResource(
             f"{name}-raycluster",
@@ -177,7 +181,9 @@ class RayTpuCluster(pulumi.ComponentResource):
             kind="RayCluster",
             metadata=copy.deepcopy(self.manifest["metadata"]),
             spec=copy.deepcopy(self.manifest["spec"]),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns, ksa, bucket_access, wi_binding, *operator]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*after, ns, ksa, bucket_access, wi_binding, *operator]
+            ),
         )
         self.bucket_name = bucket.name
         self.google_service_account_email = gsa.email

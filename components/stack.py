@@ -91,7 +91,7 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
         TpuSlicePool(
             pool.name,
             TpuSlicePoolArgs.from_stack(cfg, pool, cluster.cluster.name, cluster.node_service_account_email, labels),
-            pulumi.ResourceOptions(providers=[provider], depends_on=[cluster.cluster]),
+            on_gcp,  # the node pools' cluster input orders them after the cluster
         )
         for pool in cfg.slice_pools
     ]
@@ -107,8 +107,9 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
             operator=cfg.ray.operator,
             helm_chart_version=cfg.ray.helm_chart_version,
             resource_labels=labels,
+            depends_on=[cluster.cluster, cluster.system_pool, *(np for p in pools for np in p.node_pools)],
         ),
-        pulumi.ResourceOptions.merge(on_both, pulumi.ResourceOptions(depends_on=[cluster.system_pool, *pools])),
+        on_both,
     )
     job = RayTpuJob(
         "train",

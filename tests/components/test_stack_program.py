@@ -68,6 +68,20 @@ def test_registers_the_expected_resources(program_run: tuple[str, tm.Recorder, d
     assert not rec.calls  # no data source look-ups: the program needs no cloud
 
 
+def test_creation_order(program_run: tuple[str, tm.Recorder, dict[str, Any]]) -> None:
+    _, rec, _ = program_run
+    # the Workload Identity pool exists only once the cluster does
+    wi = rec.one("gcp:serviceaccount/iAMMember:IAMMember")
+    assert any(d.endswith("::gke-cluster") for d in wi.dependencies), wi.dependencies
+    # the RayCluster waits for its identity, its bucket access and every TPU node pool
+    rc = rec.one("kubernetes:ray.io/v1:RayCluster")
+    tpu_pools = [r.name for r in rec.of_type("gcp:container/nodePool:NodePool") if r.inputs["name"] != "system"]
+    for name in ("ray-ray-ksa", "ray-checkpoints-object-user", "ray-ray-workload-identity", *tpu_pools):
+        assert any(d.endswith(f"::{name}") for d in rc.dependencies), (name, rc.dependencies)
+    job = rec.one("kubernetes:ray.io/v1:RayJob")
+    assert any(d.endswith("::ray-raycluster") for d in job.dependencies)
+
+
 def test_every_tpu_worker_group_agrees_with_its_node_pools(
     program_run: tuple[str, tm.Recorder, dict[str, Any]],
 ) -> None:

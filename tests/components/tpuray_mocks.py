@@ -36,6 +36,8 @@ class Registered:
     provider: str
     inputs: dict[str, Any]
     """Wire values: camelCase keys, numbers as floats."""
+    dependencies: list[str]
+    """URNs this resource waits for (explicit depends_on and inputs from other resources)."""
 
 
 def computed(type_: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -95,6 +97,7 @@ class RecordingMonitor(pmocks.MockMonitor):
                     custom=bool(request.custom),
                     provider=request.provider,
                     inputs=rpc.deserialize_properties(request.object),
+                    dependencies=sorted(set(request.dependencies)),
                 )
             )
         return response
