@@ -298,8 +298,13 @@ def ray_job_manifest(j: RayJobParams) -> dict[str, Any]:
             spec["ttlSecondsAfterFinished"] = j.ttl_seconds_after_finished
         spec["backoffLimit"] = j.backoff_limit
     else:
-        # KubeRay rejects backoffLimit > 0 and cluster deletion with a cluster selector: the cluster is not the job's.
         spec["clusterSelector"] = {"ray.io/cluster": str(j.cluster_selector)}
+        # Rendered only when set, so that check_ray_job reports them: they do not apply to a cluster the job
+        # does not own (KubeRay rejects backoffLimit > 0 here).
+        if j.shutdown_after_job_finishes:
+            spec["shutdownAfterJobFinishes"] = True
+        if j.backoff_limit:
+            spec["backoffLimit"] = j.backoff_limit
     if j.active_deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = j.active_deadline_seconds
     manifest: dict[str, Any] = {
@@ -442,6 +447,8 @@ def check_ray_job(manifest: Mapping[str, Any]) -> list[str]:
             problems.append("spec.clusterSelector: ray.io/cluster must name a RayCluster")
         if spec.get("backoffLimit", 0) > 0:
             problems.append("spec.backoffLimit: incompatible with clusterSelector")
+        if spec.get("shutdownAfterJobFinishes"):
+            problems.append("spec.shutdownAfterJobFinishes: the selected cluster is not the job's to shut down")
     if not spec.get("shutdownAfterJobFinishes") and spec.get("ttlSecondsAfterFinished", 0) > 0:
         problems.append("spec.ttlSecondsAfterFinished: needs shutdownAfterJobFinishes")
     if spec.get("activeDeadlineSeconds") is not None and spec["activeDeadlineSeconds"] <= 0:
