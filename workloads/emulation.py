@@ -104,7 +104,12 @@ class EmulatedCluster:
         self._cluster = Cluster(
             initialize_head=True,
             head_node_args={
-                "num_cpus": 1, "temp_dir": os.path.join(self._tmp, "ray"), "include_dashboard": False
+                "num_cpus": 1,
+                "temp_dir": os.path.join(self._tmp, "ray"),
+                "include_dashboard": False,
+                # Ray starts workers at nice 15; emulated chips share the machine's cores with everything
+                # else, and a deprioritised trainer measures the neighbours, not the code.
+                "_system_config": {"worker_niceness": 0},
             },
         )
         for i in range(self.slices):
@@ -119,6 +124,10 @@ class EmulatedCluster:
 
     def shutdown(self) -> None:
         if self._cluster is not None:
+            import ray
+
+            if ray.is_initialized():  # Ray refuses to remove the node a connected driver uses
+                ray.shutdown()
             self._cluster.shutdown()
             self._cluster = None
         if self._tmp:

@@ -1,0 +1,111 @@
+"""chip_env against torch_xla's own configure_topology, run with the environment GKE + the webhook provide."""
+
+from __future__ import annotations
+
+import os
+from unittest import mock
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tpuray.components.topology import GENERATIONS, TpuSlice, valid_topologies
+from tpuray.workloads.pjrt import chip_env, hostnames_from_env, task_id
+
+tpu = pytest.importorskip("torch_xla._internal.tpu")
+
+PJRT_KEYS = (
+    "TPU_VISIBLE_CHIPS",
+    "TPU_CHIPS_PER_PROCESS_BOUNDS",
+    "TPU_PROCESS_BOUNDS",
+    "TPU_PROCESS_ADDRESSES",
+    "TPU_PROCESS_PORT",
+    "CLOUD_TPU_TASK_ID",
+)
+COMMON_3D = ("2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x16", "8x16x16")
+
+
+def _slices() -> list[TpuSlice]:
+    out = []
+    for g in GENERATIONS:
+        topos = valid_topologies(g.name) if g.ndims == 2 else [t for t in COMMON_3D if t in valid_topologies(g.name)]
+        for topo in topos:
+            for machine in g.machine_types:
+                try:
+                    out.append(TpuSlice.parse(g.name, topo, machine))
+                except ValueError:
+                    continue  # this machine type does not serve this shape
+    return out
+
+
+SLICES = _slices()
+
+
+def _hostnames(s: TpuSlice) -> list[str]:
+    return [f"tpu-{s.generation}-{w}.svc" for w in range(s.hosts)] if s.multi_host else []
+
+
+def torch_xla_env(s: TpuSlice, worker_id: int, chip: int, hostnames: list[str], base_port: int) -> dict[str, str]:
+    """What torch_xla's configure_topology sets, given what a GKE TPU pod has (no metadata server)."""
+    fake = {
+        "TPU_SKIP_MDS_QUERY": "1",
+        "TPU_ACCELERATOR_TYPE": s.pod_type,
+        "TPU_HOST_BOUNDS": ",".join(map(str, s.host_bounds)),
+        "TPU_CHIPS_PER_HOST_BOUNDS": ",".join(map(str, s.chips_per_host_bounds)),
+        "TPU_WORKER_ID": str(worker_id),
+        "TPU_WORKER_HOSTNAMES": ",".join(hostnames),
+    }
+    with mock.patch.dict(os.environ, fake, clear=True):
+        tpu.configure_topology(chip, s.chips_per_host, base_port)
+        return {k: os.environ[k] for k in PJRT_KEYS}
+
+
+def test_catalog_covers_every_generation() -> None:
+    assert {s.generation for s in SLICES} == {g.name for g in GENERATIONS}
+    assert any(s.spec.devices_per_chip == 2 for s in SLICES)  # the tpu7x quirk is exercised
+
+
+@pytest.mark.parametrize("s", SLICES, ids=str)
+def test_matches_torch_xla_at_the_corners(s: TpuSlice) -> None:
+    hostnames = _hostnames(s)
+    for worker_id in sorted({0, s.hosts - 1}):
+        for chip in sorted({0, s.chips_per_host - 1}):
+            assert chip_env(s, worker_id, chip, hostnames) == torch_xla_env(s, worker_id, chip, hostnames, 8476)
+
+
+@given(st.sampled_from(SLICES), st.data(), st.integers(1024, 60000))
+def test_matches_torch_xla_anywhere(s: TpuSlice, data: st.DataObject, base_port: int) -> None:
+    worker_id = data.draw(st.integers(0, s.hosts - 1))
+    chip = data.draw(st.integers(0, s.chips_per_host - 1))
+    hostnames = _hostnames(s)
+    assert chip_env(s, worker_id, chip, hostnames, base_port) == torch_xla_env(s, worker_id, chip, hostnames, base_port)
+
+
+@given(st.sampled_from([s for s in SLICES if s.chips <= 256]))
+def test_task_ids_and_ports_are_unique_per_slice(s: TpuSlice) -> None:
+    hostnames = _hostnames(s)
+    envs = [chip_env(s, w, c, hostnames) for w in range(s.hosts) for c in range(s.chips_per_host)]
+    assert sorted(int(e["CLOUD_TPU_TASK_ID"]) for e in envs) == list(range(s.chips))
+    endpoints = envs[0]["TPU_PROCESS_ADDRESSES"].split(",")
+    assert len(endpoints) == len(set(endpoints)) == (s.chips if s.multi_host else s.chips_per_host)
+    for w in range(s.hosts):
+        for c in range(s.chips_per_host):
+            # a process's own endpoint is listed at its task id
+            mine = endpoints[task_id(s, w, c)].rsplit(":", 1)[1] if s.multi_host else None
+            assert mine is None or mine == chip_env(s, w, c, hostnames)["TPU_PROCESS_PORT"]
+
+
+def test_rejects_out_of_range_places() -> None:
+    s = TpuSlice.parse("v5e", "4x4")
+    hosts = _hostnames(s)
+    with pytest.raises(ValueError, match="worker_id"):
+        chip_env(s, s.hosts, 0, hosts)
+    with pytest.raises(ValueError, match="chip"):
+        chip_env(s, 0, s.chips_per_host, hosts)
+    with pytest.raises(ValueError, match="hostnames"):
+        chip_env(s, 0, 0, hosts[:-1])
+
+
+def test_hostnames_from_env() -> None:
+    assert hostnames_from_env({"TPU_WORKER_HOSTNAMES": "a, b,c"}) == ["a", "b", "c"]
+    assert hostnames_from_env({}) == []
