@@ -6,8 +6,8 @@ plan directory::
 
     plan.json        every resource (type, name, parent, inputs), sorted by URN; same stack -> same bytes
     manifests/       the Kubernetes objects as YAML, as they would be applied
-    topology.md      per pool: slices, hosts, chips, Ray workers, chip-hours a day
-    topology.svg     the picture: slices as boxes of hosts, hosts as grids of chips, a dot per Ray worker
+    topology.md      per pool: slices, hosts, chips, Ray worker pods and Ray workers (one per chip), chip-hours a day
+    topology.svg     the picture: slices as boxes of hosts, hosts as grids of chips, a dot per Ray worker (per chip)
 """
 
 from __future__ import annotations

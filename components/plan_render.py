@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tpuray.components.plan_topology import PoolView
+from tpuray.components.plan_topology import PoolView, ray_workers_text
 from tpuray.components.policy_rules import Violation
 
 __all__ = ["FORMAT", "manifest_files", "plan_json", "summary_table", "topology_markdown"]
@@ -73,22 +73,24 @@ def topology_markdown(stack: str, pools: Sequence[PoolView], picture: str) -> st
     lines = [
         f"# TPU topology of stack `{stack}`",
         "",
-        "| pool | slice | slices (kept-max) | hosts/slice | chips/host | chips (max) | Ray workers (max) | "
-        "capacity | chip-hours/day (kept-max) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| pool | slice | slices (kept-max) | hosts/slice | chips/host | chips (max) | Ray worker pods (max) | "
+        "Ray workers, one per chip (max) | capacity | chip-hours/day (kept-max) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in pools:
         s = p.tpu_slice
         lo, hi = p.chip_hours_per_day
         lines.append(
             f"| {p.name} | {s.generation} {s.topology} ({s.pod_type}) | {p.min_slices}-{p.max_slices} | {s.hosts} | "
-            f"{s.chips_per_host} | {_n(p.max_chips)} | {p.max_ray_workers} | {p.capacity} | {_n(lo)}-{_n(hi)} |"
+            f"{s.chips_per_host} | {_n(p.max_chips)} | {_n(p.max_ray_worker_pods)} | {_n(p.max_ray_workers)} | "
+            f"{p.capacity} | {_n(lo)}-{_n(hi)} |"
         )
     total_lo = sum(p.chip_hours_per_day[0] for p in pools)
     total_hi = sum(p.chip_hours_per_day[1] for p in pools)
     lines += [
-        f"| **total** | | | | | {_n(sum(p.max_chips for p in pools))} | {sum(p.max_ray_workers for p in pools)} | "
-        f"| {_n(total_lo)}-{_n(total_hi)} |",
+        f"| **total** | | | | | {_n(sum(p.max_chips for p in pools))} | "
+        f"{_n(sum(p.max_ray_worker_pods for p in pools))} | {_n(sum(p.max_ray_workers for p in pools))} | | "
+        f"{_n(total_lo)}-{_n(total_hi)} |",
         "",
         f"![topology of {stack}]({picture})",
         "",
@@ -105,7 +107,8 @@ def topology_markdown(stack: str, pools: Sequence[PoolView], picture: str) -> st
             f"- node pools: {', '.join(f'`{n}`' for n in p.node_pools) or '(none found in the plan)'}",
             (
                 f"- Ray worker group `{group.name}` in RayCluster `{group.cluster}`: {group.num_of_hosts} pod(s) per "
-                f"slice x {group.tpu_per_pod} chips, replicas {group.min_replicas}-{group.max_replicas}"
+                f"slice x {group.tpu_per_pod} chips = {p.ray_workers_per_slice} Ray workers (one per chip) per "
+                f"slice, replicas {group.min_replicas}-{group.max_replicas}"
                 if group
                 else "- Ray worker group: none targets this pool"
             ),
@@ -116,7 +119,7 @@ def topology_markdown(stack: str, pools: Sequence[PoolView], picture: str) -> st
 
 def summary_table(stack: str, resources: Sequence[Mapping[str, Any]], pools: Sequence[PoolView]) -> str:
     """The few lines ``tpuray plan`` prints."""
-    rows = [("pool", "slice", "slices", "hosts", "chips", "Ray workers")]
+    rows = [("pool", "slice", "slices", "hosts", "chips", "Ray workers (max)")]
     for p in pools:
         s = p.tpu_slice
         rows.append(
@@ -126,7 +129,7 @@ def summary_table(stack: str, resources: Sequence[Mapping[str, Any]], pools: Seq
                 f"{p.min_slices}-{p.max_slices}",
                 str(p.max_slices * s.hosts),
                 str(p.max_chips),
-                str(p.max_ray_workers),
+                ray_workers_text(p.max_ray_workers, p.max_ray_worker_pods),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -3,6 +3,10 @@
 Pure Python. The shape of each pool comes from the stack config (the same model the program reads); the node
 pools and Ray worker groups come from the resources the program actually declared, so a program that drifts
 from its config shows up here (e.g. a pool with no Ray worker group gets no Ray workers).
+
+Two counts of Ray workers: a worker *pod* runs on each TPU host (VM) and carries that host's chips as its
+``TPU`` resource; inside it tpuray runs one Ray worker per chip (an actor holding ``{"TPU": 1}``). So a pool's
+Ray workers are its worker pods times the ``google.com/tpu`` each pod requests.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from tpuray.components.config import StackConfig
 from tpuray.components.policy_rules import NODE_POOL, RAY_CLUSTER, TPU_RESOURCE, tpu_generation
 from tpuray.components.topology import TpuSlice
 
-__all__ = ["PoolView", "RayGroup", "pool_views", "ray_groups", "tpu_chips_by_generation"]
+__all__ = ["PoolView", "RayGroup", "pool_views", "ray_groups", "ray_workers_text", "tpu_chips_by_generation"]
 
 POOL_LABEL = "tpuray.io/pool"
 HOURS_PER_DAY = 24
@@ -59,20 +63,47 @@ class PoolView:
         return self.min_slices * self.tpu_slice.chips
 
     @property
-    def ray_workers_per_slice(self) -> int:
-        """Ray worker pods on one slice (0 when no worker group targets this pool)."""
+    def slices_with_ray_workers(self) -> int:
+        """Slices the worker group can cover at most: its max replicas, capped by the pool's slices."""
+        return min(self.ray_group.max_replicas, self.max_slices) if self.ray_group else 0
+
+    @property
+    def ray_worker_pods_per_slice(self) -> int:
+        """Ray worker pods on one slice, one per host (0 when no worker group targets this pool)."""
         return self.ray_group.num_of_hosts if self.ray_group else 0
 
     @property
+    def ray_workers_per_pod(self) -> int:
+        """Ray workers in one worker pod: one per chip the pod requests (``google.com/tpu``)."""
+        return self.ray_group.tpu_per_pod if self.ray_group else 0
+
+    @property
+    def ray_workers_per_slice(self) -> int:
+        """Ray workers (one per chip) on one slice: its worker pods times the chips each pod requests."""
+        return self.ray_worker_pods_per_slice * self.ray_workers_per_pod
+
+    @property
+    def max_ray_worker_pods(self) -> int:
+        return self.slices_with_ray_workers * self.ray_worker_pods_per_slice
+
+    @property
     def max_ray_workers(self) -> int:
-        if self.ray_group is None:
-            return 0
-        return min(self.ray_group.max_replicas, self.max_slices) * self.ray_group.num_of_hosts
+        """Most Ray workers (one per chip) the pool runs: worker pods times chips per pod."""
+        return self.slices_with_ray_workers * self.ray_workers_per_slice
 
     @property
     def chip_hours_per_day(self) -> tuple[int, int]:
         """(kept, at most): chip-hours a day with the pool at its minimum and at its maximum size."""
         return self.min_chips * HOURS_PER_DAY, self.max_chips * HOURS_PER_DAY
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def ray_workers_text(workers: int, pods: int) -> str:
+    """``"128 Ray workers (one per chip) on 32 pods"``: how the plan's files and summary name the two counts."""
+    return f"{_plural(workers, 'Ray worker', 'Ray workers')} (one per chip) on {_plural(pods, 'pod', 'pods')}"
 
 
 def _int(v: Any, default: int = 0) -> int:

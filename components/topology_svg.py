@@ -1,9 +1,12 @@
 """The topology picture of a plan: one row per slice pool, slices as boxes of hosts, hosts as grids of chips,
-one dot per Ray worker pod. Plain SVG written directly (no plotting dependency), integer coordinates only so
-the same plan always gives the same bytes.
+one dot per Ray worker (tpuray runs one per chip, so the dot sits in its chip). Plain SVG written directly (no
+plotting dependency), integer coordinates only so the same plan always gives the same bytes.
 
 Layout: a slice's hosts are laid out by its host bounds (x across, y down, z layers side by side); a host's
 chips by its chips-per-host bounds. Slices beyond the pool's minimum (autoscaled away when idle) are dashed.
+A host's Ray worker pod has as many Ray workers as the pod requests chips, so the first that many chips of a
+host get a dot; slices the worker group cannot reach (beyond its max replicas) and pools without a worker
+group get none.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from tpuray.components.plan_topology import PoolView
+from tpuray.components.plan_topology import PoolView, ray_workers_text
 
 __all__ = ["render_svg"]
 
-CHIP = 7
+CHIP = 10
+"""Even, so a chip's centre (where its Ray worker's dot goes) is a whole pixel."""
+WORKER_R = 2
 CHIP_GAP = 2
 HOST_PAD = 4
 HOST_GAP = 4
@@ -33,7 +38,7 @@ COLORS = {"v4": "#4e79a7", "v5e": "#59a14f", "v5p": "#e15759", "v6e": "#f28e2b",
 def _host_size(pool: PoolView) -> tuple[int, int]:
     cx, cy, _ = pool.tpu_slice.chips_per_host_bounds
     w = 2 * HOST_PAD + cx * CHIP + (cx - 1) * CHIP_GAP
-    h = 2 * HOST_PAD + cy * CHIP + (cy - 1) * CHIP_GAP + 6  # room for the Ray worker dot
+    h = 2 * HOST_PAD + cy * CHIP + (cy - 1) * CHIP_GAP
     return w, h
 
 
@@ -62,9 +67,9 @@ def _slice(pool: PoolView, index: int, x: int, y: int) -> list[str]:
     ]
     hx, hy, hz = s.host_bounds
     cx, cy, _ = s.chips_per_host_bounds
-    per_slice = pool.ray_workers_per_slice
-    slices_with_workers = pool.max_ray_workers // per_slice if per_slice else 0
-    workers = per_slice if index < slices_with_workers else 0
+    has_workers = index < pool.slices_with_ray_workers
+    pods = pool.ray_worker_pods_per_slice if has_workers else 0
+    workers_per_pod = pool.ray_workers_per_pod
     host = 0
     for z in range(hz):
         for j in range(hy):
@@ -76,6 +81,7 @@ def _slice(pool: PoolView, index: int, x: int, y: int) -> list[str]:
                     f'<rect class="host" x="{px}" y="{py}" width="{hw}" height="{hh}" rx="2" fill="#f4f4f4" '
                     f'stroke="#999999"/>'
                 )
+                chip = 0
                 for b in range(cy):
                     for a in range(cx):
                         qx = px + HOST_PAD + a * (CHIP + CHIP_GAP)
@@ -83,10 +89,12 @@ def _slice(pool: PoolView, index: int, x: int, y: int) -> list[str]:
                         out.append(
                             f'<rect class="chip" x="{qx}" y="{qy}" width="{CHIP}" height="{CHIP}" fill="{color}"/>'
                         )
-                if host < workers:
-                    out.append(
-                        f'<circle class="ray-worker" cx="{px + hw - 5}" cy="{py + hh - 5}" r="3" fill="#222222"/>'
-                    )
+                        if host < pods and chip < workers_per_pod:
+                            out.append(
+                                f'<circle class="ray-worker" cx="{qx + CHIP // 2}" cy="{qy + CHIP // 2}" '
+                                f'r="{WORKER_R}" fill="#222222"/>'
+                            )
+                        chip += 1
                 host += 1
     out.append("</g>")
     return out
@@ -102,7 +110,7 @@ def render_svg(stack: str, pools: Sequence[PoolView]) -> str:
         title = (
             f"{pool.name}: {s.generation} {s.topology} ({s.pod_type}), {pool.min_slices}-{pool.max_slices} slice(s) "
             f"x {s.hosts} host(s) x {s.chips_per_host} chips, {pool.capacity}; "
-            f"{pool.max_ray_workers} Ray worker(s)"
+            f"{ray_workers_text(pool.max_ray_workers, pool.max_ray_worker_pods)}"
         )
         body.append(f'<text x="{MARGIN}" y="{y + 14}" font-size="13" font-weight="bold">{escape(title)}</text>')
         y += LABEL_H - 10
@@ -121,7 +129,7 @@ def render_svg(stack: str, pools: Sequence[PoolView]) -> str:
         y += sh + ROW_GAP
     legend = (
         "chips are squares, hosts (GKE nodes) grey boxes, slices outlined (dashed: autoscaled, not kept); "
-        "a dot marks a host's Ray worker pod"
+        "a dot marks a chip's Ray worker (one per chip; one Ray worker pod per host)"
     )
     body.append(f'<text x="{MARGIN}" y="{y + 4}" font-size="11" fill="#555555">{escape(legend)}</text>')
     height = y + MARGIN

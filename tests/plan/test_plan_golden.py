@@ -57,7 +57,10 @@ def test_goldens_say_what_the_stacks_say() -> None:
     assert svg.count('class="slice"') == 3  # two v5p slices, one v6e slice
     assert svg.count('class="host"') == 2 * 16 + 4
     assert svg.count('class="chip"') == 2 * 64 + 16
-    assert svg.count('class="ray-worker"') == 2 * 16 + 4
+    assert svg.count('class="ray-worker"') == 2 * 64 + 16  # one Ray worker per chip, not one per host
+    md = (GOLDEN / "prod" / "topology.md").read_text()
+    assert "| v5p-train | v5p 4x4x4 (v5p-128) | 2-2 | 16 | 4 | 128 | 32 | 128 |" in md
+    assert "| v6e-flex | v6e 4x4 (v6e-16) | 0-1 | 4 | 4 | 16 | 4 | 16 |" in md
 
 
 def test_same_stack_same_bytes(plans: dict[str, Plan], tmp_path: Path) -> None:
