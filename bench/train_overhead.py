@@ -136,15 +136,19 @@ def main() -> int:
         extra_env=dict(LOCAL_WORKER_ENV),
     )
     result = measure(spec, args.rounds)
-    print(json.dumps({
-        "event": "bench.train_overhead",
-        "slice": spec.slice_spec,
-        "processes": spec.tpu_slice.chips,
-        "steps_per_turn": args.log_every,
-        "rounds": args.rounds,
-        **result,
-        "target_ratio": 1.10,
-    }))
+    print(
+        json.dumps(
+            {
+                "event": "bench.train_overhead",
+                "slice": spec.slice_spec,
+                "processes": spec.tpu_slice.chips,
+                "steps_per_turn": args.log_every,
+                "rounds": args.rounds,
+                **result,
+                "target_ratio": 1.10,
+            }
+        )
+    )
     return 0
 
 

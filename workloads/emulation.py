@@ -25,7 +25,7 @@ from tpuray.workloads.placement import (
     LABEL_WORKER_ID,
 )
 
-__all__ = ["EmulatedCluster", "LOCAL_WORKER_ENV", "host_node_spec"]
+__all__ = ["LOCAL_WORKER_ENV", "EmulatedCluster", "host_node_spec"]
 
 LOCAL_WORKER_ENV = {
     "PJRT_DEVICE": "CPU",
@@ -117,7 +117,10 @@ class EmulatedCluster:
             for w in range(self.tpu_slice.hosts):
                 spec = host_node_spec(self.tpu_slice, name, w)
                 self._cluster.add_node(
-                    num_cpus=spec.num_cpus, resources=spec.resources, labels=spec.labels, env_vars=spec.env,
+                    num_cpus=spec.num_cpus,
+                    resources=spec.resources,
+                    labels=spec.labels,
+                    env_vars=spec.env,
                     wait=False,
                 )
         self._cluster.wait_for_nodes()

@@ -14,7 +14,6 @@ from dataclasses import asdict
 from typing import Any
 
 import ray
-from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from ray.util.tpu import SlicePlacementGroup, get_num_ready_tpu_slices, slice_placement_group
 
@@ -35,7 +34,15 @@ from tpuray.workloads.placement import (
     slices_for_job,
 )
 
-__all__ = ["ChipWorker", "WorkerGroup", "available_slices"]
+__all__ = ["ChipWorker", "WorkerGroup", "available_slices", "nodes"]
+
+
+def _node_ip() -> str:
+    return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+
+
+def nodes() -> list[dict[str, Any]]:
+    return list(ray.nodes())  # type: ignore[no-untyped-call]
 
 
 @ray.remote(max_restarts=0)
@@ -48,24 +55,24 @@ class ChipWorker:
 
     def seat(self, actor_index: int, slice_index: int) -> Seat:
         ctx = ray.get_runtime_context()
-        labels = ctx.get_node_labels()
+        labels = {str(k): str(v) for k, v in ctx.get_node_labels().items()}
         chips = ctx.get_accelerator_ids().get("TPU", [])
         if len(chips) != 1:
             raise PlacementError(f"a per-chip worker must hold exactly one TPU chip, got {chips}")
         return Seat(
             actor_index=actor_index,
             slice_index=slice_index,
-            slice_name=labels.get(LABEL_SLICE_NAME) or ctx.get_node_id(),
+            slice_name=str(labels.get(LABEL_SLICE_NAME) or ctx.get_node_id()),
             worker_id=int(labels.get(LABEL_WORKER_ID, "0")),
             chip=int(chips[0]),
-            address=ray.util.get_node_ip_address(),
+            address=_node_ip(),
             hostnames=tuple(hostnames_from_env(os.environ)),
         )
 
     def free_port(self) -> tuple[str, int]:
         with socket.socket() as s:
             s.bind(("", 0))
-            return ray.util.get_node_ip_address(), int(s.getsockname()[1])
+            return _node_ip(), int(s.getsockname()[1])
 
     def configure(self, plan: WorkerPlan) -> dict[str, str]:
         self.plan = plan
@@ -101,8 +108,14 @@ def available_slices(tpu_slice: TpuSlice) -> int:
 class WorkerGroup:
     """``num_slices`` whole slices of ``tpu_slice``, one :class:`ChipWorker` per chip, ordered by rank."""
 
-    def __init__(self, tpu_slice: TpuSlice, num_slices: int, reservation: SlicePlacementGroup,
-                 actors: list[Any], plans: list[WorkerPlan]) -> None:
+    def __init__(
+        self,
+        tpu_slice: TpuSlice,
+        num_slices: int,
+        reservation: SlicePlacementGroup,
+        actors: list[Any],
+        plans: list[WorkerPlan],
+    ) -> None:
         self.tpu_slice = tpu_slice
         self.num_slices = num_slices
         self.reservation = reservation
@@ -123,7 +136,7 @@ class WorkerGroup:
         if have == 0:
             raise PlacementError(
                 f"the cluster has no idle {tpu_slice} slice ({tpu_slice.pod_type}); it has "
-                f"{describe_slices(cluster_slices(ray.nodes()))}"
+                f"{describe_slices(cluster_slices(nodes()))}"
             )
         n = slices_for_job(tpu_slice, chips, num_slices, have)
         bundles = n * tpu_slice.chips
@@ -145,10 +158,11 @@ class WorkerGroup:
             if len(ready) != len(pgs):
                 raise PlacementError(
                     f"could not reserve {n} {tpu_slice} slice(s) within {timeout_s:.0f} s; the cluster has "
-                    f"{describe_slices(cluster_slices(ray.nodes()))}"
+                    f"{describe_slices(cluster_slices(nodes()))}"
                 )
             reservation.release_head_pgs()
-            actors, refs = [], []
+            actors: list[Any] = []
+            refs: list[Any] = []
             for i, pg in enumerate(pgs):
                 for b in range(tpu_slice.chips):
                     actor = ChipWorker.options(  # type: ignore[attr-defined]
@@ -200,8 +214,4 @@ class WorkerGroup:
         for a in self.actors:
             ray.kill(a, no_restart=True)
         self.actors = []
-        try:
-            self.reservation.shutdown()
-        except Exception:  # the cluster may already be gone
-            for pg in getattr(self.reservation, "_managed_pgs", []):
-                remove_placement_group(pg)
+        self.reservation.shutdown()  # type: ignore[no-untyped-call]

@@ -96,11 +96,14 @@ class ChipTrainer:
             if self.spec.collective == "gloo":
                 addr, port = self.master
                 dist.init_process_group(
-                    "gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank, world_size=self.world,
+                    "gloo",
+                    init_method=f"tcp://{addr}:{port}",
+                    rank=self.rank,
+                    world_size=self.world,
                     timeout=PROCESS_GROUP_TIMEOUT,
                 )
             else:
-                import torch_xla.distributed.xla_backend  # noqa: F401  registers the "xla" backend
+                import torch_xla.distributed.xla_backend  # registers the "xla" process group backend
 
                 dist.init_process_group("xla", init_method="xla://", timeout=PROCESS_GROUP_TIMEOUT)
         return SetupResult(
@@ -143,7 +146,7 @@ class ChipTrainer:
             batch = torch.from_numpy(tokens).to(self.device)
             with autocast:
                 loss = self.model.loss(batch)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             self._average_gradients()
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)

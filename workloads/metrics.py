@@ -64,7 +64,9 @@ class Throughput:
     """Model FLOPs utilisation: achieved / peak, a fraction in [0, 1] on real hardware."""
 
 
-def throughput(shape: ModelShape, tpu_slice: TpuSlice, chips: int, batch_per_chip: int, step_time_s: float) -> Throughput:
+def throughput(
+    shape: ModelShape, tpu_slice: TpuSlice, chips: int, batch_per_chip: int, step_time_s: float
+) -> Throughput:
     """Throughput of ``chips`` chips of ``tpu_slice``'s generation, each doing ``batch_per_chip`` sequences a step."""
     if step_time_s <= 0 or chips <= 0:
         raise ValueError(f"need a positive step time and chip count, got {step_time_s} s and {chips} chips")

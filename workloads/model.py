@@ -31,7 +31,8 @@ class _Block(nn.Module):
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+        out: torch.Tensor = x + self.out(F.gelu(self.fc(self.ln2(x))))
+        return out
 
 
 class GPT(nn.Module):
@@ -59,7 +60,8 @@ class GPT(nn.Module):
         x = self.tok(idx) + self.pos(pos)
         for block in self.blocks:
             x = block(x)
-        return self.ln_f(x) @ self.tok.weight.t()
+        logits: torch.Tensor = self.ln_f(x) @ self.tok.weight.t()
+        return logits
 
     def loss(self, tokens: torch.Tensor) -> torch.Tensor:
         """Next-token cross-entropy (nats) of ``tokens`` ``[batch, seq + 1]``."""

@@ -64,7 +64,7 @@ def _config_class() -> type:
     from ray.train.torch import TorchConfig
     from ray.train.torch.config import _TorchBackend
 
-    class _TorchTpuBackend(_TorchBackend):  # type: ignore[misc]
+    class _TorchTpuBackend(_TorchBackend):
         def __init__(self, slice_spec: str) -> None:
             self.slice_spec = slice_spec
 
@@ -72,7 +72,7 @@ def _config_class() -> type:
             worker_group.execute(_fill_env, self.slice_spec)  # before Ray creates the tpu_dist group
             super().on_start(worker_group, backend_config)
 
-    class _TorchTpuConfig(TorchConfig):  # type: ignore[misc]
+    class _TorchTpuConfig(TorchConfig):
         slice_spec: str = ""
 
         @property
@@ -83,7 +83,7 @@ def _config_class() -> type:
     return _TorchTpuConfig
 
 
-def TorchTpuConfig(tpu_slice: TpuSlice) -> Any:  # noqa: N802  (a factory standing in for a Ray class)
+def TorchTpuConfig(tpu_slice: TpuSlice) -> Any:  # a factory standing in for a Ray class
     """A Ray Train ``TorchConfig`` (backend ``tpu_dist``) that fills in the TORCH_TPU_* env first."""
     cfg = _config_class()(backend="tpu_dist")
     cfg.slice_spec = str(tpu_slice)
@@ -98,7 +98,7 @@ def run_torch_tpu(spec: Any, num_slices: int = 1) -> dict[str, object]:  # pragm
     def loop(config: dict[str, Any]) -> None:
         import torch
         import torch.distributed as dist
-        import torch_tpu  # noqa: F401
+        import torch_tpu  # type: ignore[import-not-found]  # noqa: F401
 
         from tpuray.workloads.data import open_dataset
         from tpuray.workloads.model import GPT
@@ -114,7 +114,7 @@ def run_torch_tpu(spec: Any, num_slices: int = 1) -> dict[str, object]:  # pragm
             tokens = torch.from_numpy(data.batch(step, rank, world, job.batch_size_per_chip, job.model.seq_len))
             with torch.autocast("tpu", dtype=torch.bfloat16):
                 loss = model.loss(tokens.to(device))
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             for p in model.parameters():
                 if p.grad is not None:
                     dist.all_reduce(p.grad)

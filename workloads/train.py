@@ -30,12 +30,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tpuray.workloads.train", description=__doc__.split("\n\n")[0])
     where = p.add_argument_group("where")
     where.add_argument("--local", action="store_true", help="emulate the stack's slice on a local Ray cluster")
-    where.add_argument("--stack", help="stack name: reads Pulumi.<stack>.yaml from here or a parent directory "
-                       "(default with --local: dev)")
+    where.add_argument(
+        "--stack",
+        help="stack name: reads Pulumi.<stack>.yaml from here or a parent directory (default with --local: dev)",
+    )
     where.add_argument("--stack-file", type=Path, help="path of a Pulumi stack file (instead of --stack)")
     where.add_argument("--address", help="Ray address (default: the cluster this job runs in)")
-    where.add_argument("--topology", help="slice shape GEN:TOPOLOGY[:MACHINE_TYPE], e.g. v5e:4x4 "
-                       "(default: the stack's workload pool, else the cluster's only slice shape)")
+    where.add_argument(
+        "--topology",
+        help="slice shape GEN:TOPOLOGY[:MACHINE_TYPE], e.g. v5e:4x4 "
+        "(default: the stack's workload pool, else the cluster's only slice shape)",
+    )
     where.add_argument("--num-slices", type=int, help="data-parallel replicas, one whole slice each (default 1)")
     where.add_argument("--chips", type=int, help="total chips (a multiple of the slice's chips)")
     what = p.add_argument_group("what (defaults: the stack's workload section)")
@@ -47,8 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--seed", type=int, default=0)
     what.add_argument("--backend", choices=["xla", "torch_tpu"])
     ck = p.add_argument_group("checkpoints")
-    ck.add_argument("--checkpoint-dir", help="resume from / save to this directory (default: on a cluster "
-                    "<checkpoints.mountPath>/<run name>; locally a fresh temp dir)")
+    ck.add_argument(
+        "--checkpoint-dir",
+        help="resume from / save to this directory (default: on a cluster "
+        "<checkpoints.mountPath>/<run name>; locally a fresh temp dir)",
+    )
     ck.add_argument("--checkpoint-every", type=int)
     ck.add_argument("--run-name", default="train")
     ck.add_argument("--max-restarts", type=int, default=3, help="worker deaths survived per job")
@@ -85,7 +93,10 @@ def _spec(args: argparse.Namespace, w: WorkloadConfig, tpu_slice: TpuSlice, ckpt
     from tpuray.workloads.emulation import LOCAL_WORKER_ENV
 
     shape = ModelShape(
-        vocab_size=w.model.vocab_size, layers=w.model.layers, d_model=w.model.d_model, heads=w.model.heads,
+        vocab_size=w.model.vocab_size,
+        layers=w.model.layers,
+        d_model=w.model.d_model,
+        heads=w.model.heads,
         seq_len=args.seq_len or w.seq_len,
     )
     return JobSpec(
@@ -111,7 +122,7 @@ def _spec(args: argparse.Namespace, w: WorkloadConfig, tpu_slice: TpuSlice, ckpt
 
 def run(args: argparse.Namespace) -> dict[str, object]:
     stack: StackConfig | None = None
-    if args.stack_file or args.stack or args.local:
+    if args.stack_file or args.stack or (args.local and not args.topology):
         stack = load_stack_file(args.stack_file or _find_stack_file(args.stack or "dev", Path.cwd()))
     w = stack.workload if stack else WorkloadConfig()
     pool = stack.workload_pool() if stack else None
@@ -148,24 +159,33 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             from tpuray.workloads.emulation import EmulatedCluster
 
             assert tpu_slice is not None
-            wanted = max(args.num_slices or 1, -(-(args.chips or 0) // tpu_slice.chips), pool.slices if pool else 1)
-            cluster = EmulatedCluster(tpu_slice, slices=wanted).__enter__()
+            # Emulate what the stack provisions (a job asking for more is refused like on the cluster);
+            # without a stack, as many slices as the job asks for.
+            emulate = (
+                pool.slices
+                if pool and not args.topology
+                else max(args.num_slices or 1, -(-(args.chips or 0) // tpu_slice.chips))
+            )
+            cluster = EmulatedCluster(tpu_slice, slices=emulate).__enter__()
             connect(cluster.address)
         else:
             connect(args.address)
         if tpu_slice is None:
-            import ray
-
+            from tpuray.workloads.group import nodes
             from tpuray.workloads.placement import cluster_slices
 
-            tpu_slice = slice_from_cluster(cluster_slices(ray.nodes()))
+            tpu_slice = slice_from_cluster(cluster_slices(nodes()))
         spec = _spec(args, w, tpu_slice, ckpt)
         if isinstance(data, TokenFile):
             n = args.chips or (args.num_slices or 1) * tpu_slice.chips
             data.check_fits(n, spec.model.seq_len)
         return run_job(
-            spec, chips=args.chips, num_slices=args.num_slices, max_restarts=args.max_restarts,
-            progress=Progress(spec.steps), emulated=bool(args.local),
+            spec,
+            chips=args.chips,
+            num_slices=args.num_slices,
+            max_restarts=args.max_restarts,
+            progress=Progress(spec.steps),
+            emulated=bool(args.local),
         )
     finally:
         import ray

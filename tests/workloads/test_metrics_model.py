@@ -15,7 +15,11 @@ from tpuray.workloads.model import GPT
 
 shapes = st.builds(
     lambda v, layers, heads, hd, s: ModelShape(v, layers, heads * hd, heads, s),
-    st.integers(2, 300), st.integers(1, 3), st.integers(1, 4), st.integers(2, 16), st.integers(2, 40),
+    st.integers(2, 300),
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.integers(2, 16),
+    st.integers(2, 40),
 )
 
 

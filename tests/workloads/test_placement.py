@@ -65,8 +65,9 @@ def test_plan_gives_each_chip_one_rank(s: TpuSlice, n: int, rng: random.Random, 
         assert p.rank // s.chips == p.slice_index
         assert int(p.env["CLOUD_TPU_TASK_ID"]) == p.rank % s.chips
         hosts = (
-            list(seat.hostnames) if seat.hostnames else ([f"10.0.{p.slice_index}.{w}" for w in range(s.hosts)]
-                                                         if s.multi_host else [])
+            list(seat.hostnames)
+            if seat.hostnames
+            else ([f"10.0.{p.slice_index}.{w}" for w in range(s.hosts)] if s.multi_host else [])
         )
         pjrt = chip_env(s, p.worker_id, p.chip, hosts)
         assert {k: p.env[k] for k in pjrt} == pjrt
@@ -157,7 +158,8 @@ def test_cluster_slices_from_node_labels() -> None:
         ("big", a.chips, tuple(range(a.hosts))),
         ("small", b.chips, (0,)),
     ]
-    assert describe_slices(found) == ", ".join(sorted([f"1 x {a.pod_type} ({a.topology})", f"1 x {b.pod_type} ({b.topology})"]))
+    want = sorted([f"1 x {a.pod_type} ({a.topology})", f"1 x {b.pod_type} ({b.topology})"])
+    assert describe_slices(found) == ", ".join(want)
     assert describe_slices([]) == "no TPU slices"
     with pytest.raises(PlacementError, match="--topology"):
         slice_from_cluster(found)

@@ -42,7 +42,8 @@ def test_ray_train_accepts_the_scaling_config(spec: str, n: int) -> None:
     kwargs = scaling_config_kwargs(s, n)
     cfg = ScalingConfig(**kwargs)  # Ray validates use_tpu/topology/accelerator_type here
     assert cfg.num_workers == s.hosts * n
-    assert cfg.use_tpu and cfg.topology == s.topology and cfg.accelerator_type == s.ray_accelerator_type
+    assert (cfg.use_tpu, cfg.topology) == (True, s.topology)  # type: ignore[attr-defined]
+    assert cfg.accelerator_type == s.ray_accelerator_type
     assert kwargs["resources_per_worker"]["TPU"] == s.chips_per_host
 
 

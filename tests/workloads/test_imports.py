@@ -1,0 +1,38 @@
+"""tpuray.workloads must import without Pulumi (the worker image does not install it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+MODULES = [
+    "pjrt",
+    "placement",
+    "metrics",
+    "data",
+    "checkpoint",
+    "job",
+    "report",
+    "emulation",
+    "torch_tpu",
+    "train",
+    "group",
+    "driver",
+    "loop",
+    "model",
+]
+
+
+def test_workloads_import_without_pulumi() -> None:
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'pulumi' or name.startswith(('pulumi.', 'pulumi_')):\n"
+        "            raise ImportError('pulumi is blocked')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        + "".join(f"import tpuray.workloads.{m}\n" for m in MODULES)
+        + "assert not any(k.startswith('pulumi') for k in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
