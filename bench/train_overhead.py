@@ -5,7 +5,7 @@ XLA on CPU, gloo gradient averaging), the same number of processes (one per emul
 chunking (``log_every`` steps per call). Prints one JSON line:
 ``{"ray_step_s", "bare_step_s", "ratio", "ray_time_to_first_step_s", "bare_time_to_first_step_s", ...}``.
 
-    python bench/train_overhead.py [--steps 60] [--stack-file Pulumi.dev.yaml]
+    python bench/train_overhead.py [--rounds 8] [--log-every 10] [--stack-file Pulumi.dev.yaml]
 """
 
 from __future__ import annotations
