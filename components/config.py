@@ -44,6 +44,7 @@ __all__ = [
     "gke_version_key",
     "load_stack_file",
     "parse_stack_config",
+    "problems",
 ]
 
 NAMESPACE = "tpuray"
@@ -436,7 +437,7 @@ _SEP = " :: "
 
 
 def _field_msg(field: str, message: str) -> str:
-    """A model-level error that names a sub-field; :func:`_problems` moves the field into the path."""
+    """A model-level error that names a sub-field; :func:`problems` moves the field into the path."""
     return f"{field}{_SEP}{message}"
 
 
@@ -453,7 +454,8 @@ def _path(loc: Iterable[int | str]) -> str:
     return out
 
 
-def _problems(err: ValidationError) -> list[tuple[str, str]]:
+def problems(err: ValidationError) -> list[tuple[str, str]]:
+    """A pydantic error of any config model as ``(path, message)`` pairs, paths in camelCase."""
     problems: list[tuple[str, str]] = []
     for e in err.errors(include_url=False):
         base = _path(e["loc"])
@@ -484,7 +486,7 @@ def parse_stack_config(values: Mapping[str, Any], source: str | None = None) -> 
     try:
         return StackConfig.model_validate(dict(values))
     except ValidationError as e:
-        raise ConfigError(_problems(e), source) from None
+        raise ConfigError(problems(e), source) from None
 
 
 def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> dict[str, Any]:

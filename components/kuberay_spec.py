@@ -320,8 +320,7 @@ def ray_job_manifest(j: RayJobParams) -> dict[str, Any]:
 def train_entrypoint(workload: WorkloadConfig, pool: SlicePoolConfig, run_name: str, checkpoint_dir: str | None) -> str:
     """``python -m tpuray.workloads.train`` on ``pool``'s slice shape, data-parallel over its slices.
 
-    Only flags that ``tpuray.workloads.train.build_parser`` accepts (a test parses the result with it). The model
-    shape has no flags there, so the job uses the entrypoint's defaults for it.
+    Only flags that ``tpuray.workloads.train.build_parser`` accepts (a test parses the result with it).
     """
     flags: list[tuple[str, object | None]] = [
         ("--topology", str(pool.tpu_slice)),
@@ -330,6 +329,10 @@ def train_entrypoint(workload: WorkloadConfig, pool: SlicePoolConfig, run_name: 
         ("--batch-size-per-chip", workload.batch_size_per_chip),
         ("--seq-len", workload.seq_len),
         ("--learning-rate", workload.learning_rate),
+        ("--vocab-size", workload.model.vocab_size),
+        ("--layers", workload.model.layers),
+        ("--d-model", workload.model.d_model),
+        ("--heads", workload.model.heads),
         ("--backend", workload.backend),
         ("--dataset", workload.dataset),
         ("--checkpoint-every", workload.checkpoint_every),

@@ -10,12 +10,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from tpuray.components.config import ConfigError, StackConfig, WorkloadConfig, load_stack_file
+from pydantic import ValidationError
+
+from tpuray.components.config import (
+    ConfigError,
+    ModelConfig,
+    StackConfig,
+    WorkloadConfig,
+    load_stack_file,
+    problems,
+)
 from tpuray.components.topology import TopologyError, TpuSlice
 from tpuray.workloads.checkpoint import CheckpointError
 from tpuray.workloads.data import DatasetError, TokenFile, open_dataset
@@ -48,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--batch-size-per-chip", type=int)
     what.add_argument("--seq-len", type=int)
     what.add_argument("--learning-rate", type=float)
+    what.add_argument("--vocab-size", type=int, help="model: vocabulary size")
+    what.add_argument("--layers", type=int, help="model: decoder layers")
+    what.add_argument("--d-model", type=int, help="model: width")
+    what.add_argument("--heads", type=int, help="model: attention heads (must divide --d-model)")
     what.add_argument("--dataset", help="tokenised file (.bin uint16, .npy, or whitespace-separated ids)")
     what.add_argument("--seed", type=int, default=0)
     what.add_argument("--backend", choices=["xla", "torch_tpu"])
@@ -89,15 +103,24 @@ def slice_from_cluster(slices: Sequence[SliceInfo]) -> TpuSlice:
     return TpuSlice.parse(shape.generation, topology, machine)
 
 
+def _model_size(args: argparse.Namespace, w: WorkloadConfig) -> ModelConfig:
+    """The stack's model sizes with any command-line overrides, validated by the config model."""
+    overrides = {k: getattr(args, k) for k in ("vocab_size", "layers", "d_model", "heads") if getattr(args, k)}
+    try:
+        return ModelConfig.model_validate({**w.model.model_dump(), **overrides})
+    except ValidationError as e:
+        # name the flag ("--d-model") where the config model says "dModel"
+        raise ConfigError(
+            [("--" + re.sub(r"([A-Z])", r"-\1", path).lower().replace("_", "-"), msg) for path, msg in problems(e)]
+        ) from None
+
+
 def _spec(args: argparse.Namespace, w: WorkloadConfig, tpu_slice: TpuSlice, ckpt: str | None) -> JobSpec:
     from tpuray.workloads.emulation import LOCAL_WORKER_ENV
 
+    m = _model_size(args, w)
     shape = ModelShape(
-        vocab_size=w.model.vocab_size,
-        layers=w.model.layers,
-        d_model=w.model.d_model,
-        heads=w.model.heads,
-        seq_len=args.seq_len or w.seq_len,
+        vocab_size=m.vocab_size, layers=m.layers, d_model=m.d_model, heads=m.heads, seq_len=args.seq_len or w.seq_len
     )
     return JobSpec(
         slice_spec=str(tpu_slice),
@@ -137,7 +160,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
     # Fail on a bad dataset before any cluster work.
     dataset = args.dataset if args.dataset is not None else w.dataset
-    data = open_dataset(dataset, w.model.vocab_size, args.seed)
+    data = open_dataset(dataset, _model_size(args, w).vocab_size, args.seed)
 
     if (args.backend or w.backend) == "torch_tpu":
         from tpuray.workloads.torch_tpu import run_torch_tpu

@@ -230,6 +230,13 @@ def test_stack_entrypoint_parses_with_the_workload_cli(stack: str) -> None:
         w.batch_size_per_chip,
     )
     assert ns.checkpoint_dir.startswith(cfg.checkpoints.mount_path)
+    # the job trains the stack's model, not the entrypoint's default one
+    assert (ns.vocab_size, ns.layers, ns.d_model, ns.heads) == (
+        w.model.vocab_size,
+        w.model.layers,
+        w.model.d_model,
+        w.model.heads,
+    )
 
 
 def test_entrypoint_skips_unset_values() -> None:
