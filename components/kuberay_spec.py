@@ -18,7 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tpuray.components.config import Queued, SlicePoolConfig, StackConfig, WorkloadConfig
-from tpuray.components.node_pool_plan import POOL_LABEL, SYSTEM_POOL, TPU_TAINT
+from tpuray.components.labels import (
+    GKE_ACCELERATOR_LABEL,
+    GKE_TOPOLOGY_LABEL,
+    POOL_LABEL,
+    RAY_ACCELERATOR_TYPE_LABEL,
+    RAY_POD_TYPE_LABEL,
+    RAY_TOPOLOGY_LABEL,
+    TPU_RESOURCE,
+)
+from tpuray.components.node_pool_plan import SYSTEM_POOL, TPU_TAINT
 from tpuray.components.topology import TpuSlice
 
 __all__ = [
@@ -44,9 +53,6 @@ __all__ = [
 ]
 
 API_VERSION = "ray.io/v1"
-TPU_RESOURCE = "google.com/tpu"
-GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
-GKE_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 # Nodes of queued-provisioning pools carry this taint until a ProvisioningRequest claims them (GKE DWS docs).
 GKE_QUEUED_TAINT_KEY = "cloud.google.com/gke-queued"
@@ -223,9 +229,9 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
         "rayStartParams": {},
         # Ray node labels (KubeRay >= 1.5 passes them to `ray start --labels`): select a slice shape in Ray code.
         "labels": {
-            "ray.io/tpu-topology": s.topology,
-            "ray.io/tpu-pod-type": s.pod_type,
-            "ray.io/accelerator-type": s.ray_accelerator_type,
+            RAY_TOPOLOGY_LABEL: s.topology,
+            RAY_POD_TYPE_LABEL: s.pod_type,
+            RAY_ACCELERATOR_TYPE_LABEL: s.ray_accelerator_type,
             POOL_LABEL: g.name,
         },
         "resources": {"TPU": tpu},

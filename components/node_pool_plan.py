@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpuray.components.config import FlexStart, OnDemand, Queued, Reservation, SlicePoolConfig, Spot
+from tpuray.components.labels import POD_TYPE_LABEL, POOL_LABEL, SLICE_LABEL, TPU_RESOURCE
 from tpuray.components.topology import TpuSlice
 
 __all__ = [
@@ -42,9 +43,6 @@ __all__ = [
 SYSTEM_POOL = "system"
 """Name of the CPU node pool that runs the Ray head and system pods."""
 
-POOL_LABEL = "tpuray.io/pool"
-SLICE_LABEL = "tpuray.io/slice"
-POD_TYPE_LABEL = "tpuray.io/pod-type"
 
 _GKE_POOL_NAME_MAX = 40
 _GCE_NAME_MAX = 63
@@ -62,7 +60,7 @@ class TaintPlan:
         return "".join(part.capitalize() for part in self.effect.split("_"))
 
 
-TPU_TAINT = TaintPlan(key="google.com/tpu", value="present", effect="NO_SCHEDULE")
+TPU_TAINT = TaintPlan(key=TPU_RESOURCE, value="present", effect="NO_SCHEDULE")
 """Keeps non-TPU pods off TPU nodes; TPU pods carry the matching toleration."""
 
 

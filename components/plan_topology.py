@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuray.components.config import StackConfig
-from tpuray.components.policy_rules import NODE_POOL, RAY_CLUSTER, TPU_RESOURCE, tpu_generation
+from tpuray.components.labels import POOL_LABEL, TPU_RESOURCE
+from tpuray.components.policy_rules import NODE_POOL, RAY_CLUSTER, tpu_generation
 from tpuray.components.topology import TpuSlice
 
 __all__ = ["PoolView", "RayGroup", "pool_views", "ray_groups", "ray_workers_text", "tpu_chips_by_generation"]
 
-POOL_LABEL = "tpuray.io/pool"
 HOURS_PER_DAY = 24
 
 

@@ -14,6 +14,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuray.components.labels import GKE_ACCELERATOR_LABEL as TPU_ACCELERATOR_LABEL
+from tpuray.components.labels import GKE_TOPOLOGY_LABEL as TPU_TOPOLOGY_LABEL
+from tpuray.components.labels import POD_TYPE_LABEL, TPU_RESOURCE
 from tpuray.components.topology import GENERATIONS, Generation, TopologyError, TpuSlice
 
 __all__ = [
@@ -35,11 +38,6 @@ CLUSTER = "gcp:container/cluster:Cluster"
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 SERVICE = "kubernetes:core/v1:Service"
 RAY_DASHBOARD_PORT = 8265
-
-TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
-TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
-TPU_RESOURCE = "google.com/tpu"
-POD_TYPE_LABEL = "tpuray.io/pod-type"
 
 
 @dataclass(frozen=True)

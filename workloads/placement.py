@@ -18,6 +18,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuray.components.labels import RAY_ACCELERATOR_TYPE_LABEL as LABEL_ACCELERATOR_TYPE
+from tpuray.components.labels import RAY_POD_TYPE_LABEL as LABEL_POD_TYPE
+from tpuray.components.labels import RAY_SLICE_NAME_LABEL as LABEL_SLICE_NAME
+from tpuray.components.labels import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
+from tpuray.components.labels import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
 from tpuray.components.topology import TpuSlice
 from tpuray.workloads.pjrt import DEFAULT_BASE_PORT, chip_env, task_id
 
@@ -38,11 +43,6 @@ __all__ = [
 ]
 
 # The node labels Ray sets on TPU VMs (ray._raylet.RAY_NODE_TPU_*_KEY); spelled out so this module imports no Ray.
-LABEL_SLICE_NAME = "ray.io/tpu-slice-name"
-LABEL_WORKER_ID = "ray.io/tpu-worker-id"
-LABEL_TOPOLOGY = "ray.io/tpu-topology"
-LABEL_POD_TYPE = "ray.io/tpu-pod-type"
-LABEL_ACCELERATOR_TYPE = "ray.io/accelerator-type"
 
 DEFAULT_MEGASCALE_PORT = 8081
 """Ray's ``DEFAULT_MEGASCALE_PORT`` (TCP)."""

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from conftest import STACKS
 
+from tpuray.components.labels import TPU_RESOURCE
 from tpuray.components.plan import Plan
 from tpuray.components.plan_render import summary_table, topology_markdown
 from tpuray.components.plan_topology import PoolView, RayGroup
-from tpuray.components.policy_rules import RAY_CLUSTER, TPU_RESOURCE
+from tpuray.components.policy_rules import RAY_CLUSTER
 from tpuray.components.topology import TpuSlice
 from tpuray.components.topology_svg import MAX_SLICES_DRAWN, render_svg
 
