@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from tpuray.components.topology import TopologyError, TpuSlice, generation
@@ -201,17 +201,20 @@ class SlicePoolConfig(_Model):
 
 
 # ---- cluster, network, Ray, checkpoints, workload -----------------------------------------------------
-class AuthorizedNetwork(_Model):
-    cidr: str
-    name: str = ""
+def _cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=True))
+    except ValueError as e:
+        raise ValueError(f"not a CIDR block: {e}") from None
 
-    @field_validator("cidr")
-    @classmethod
-    def _cidr(cls, v: str) -> str:
-        try:
-            return str(ipaddress.ip_network(v, strict=True))
-        except ValueError as e:
-            raise ValueError(f"not a CIDR block: {e}") from None
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+"""An IP network in CIDR notation with no host bits set, e.g. ``10.0.0.0/20``."""
+
+
+class AuthorizedNetwork(_Model):
+    cidr: Cidr
+    name: str = ""
 
 
 ReleaseChannel = Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"]
@@ -252,19 +255,11 @@ class NetworkConfig(_Model):
     create: bool = True
     name: str | None = Field(default=None, description="network name (required when create is false)")
     subnetwork: str | None = None
-    subnet_cidr: str = "10.0.0.0/20"
-    pods_cidr: str = "10.16.0.0/14"
-    services_cidr: str = "10.20.0.0/20"
+    subnet_cidr: Cidr = "10.0.0.0/20"
+    pods_cidr: Cidr = "10.16.0.0/14"
+    services_cidr: Cidr = "10.20.0.0/20"
     pods_range_name: str = "pods"
     services_range_name: str = "services"
-
-    @field_validator("subnet_cidr", "pods_cidr", "services_cidr")
-    @classmethod
-    def _cidr(cls, v: str) -> str:
-        try:
-            return str(ipaddress.ip_network(v, strict=True))
-        except ValueError as e:
-            raise ValueError(f"not a CIDR block: {e}") from None
 
     @model_validator(mode="after")
     def _rules(self) -> NetworkConfig:
