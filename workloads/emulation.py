@@ -25,7 +25,7 @@ from tpuray.workloads.placement import (
     LABEL_WORKER_ID,
 )
 
-__all__ = ["LOCAL_WORKER_ENV", "EmulatedCluster", "host_node_spec"]
+__all__ = ["LOCAL_WORKER_ENV", "LOOPBACK", "EmulatedCluster", "host_node_spec"]
 
 LOCAL_WORKER_ENV = {
     "PJRT_DEVICE": "CPU",
@@ -68,6 +68,10 @@ def host_node_spec(tpu_slice: TpuSlice, slice_name: str, worker_id: int) -> Host
     return HostNode(resources=resources, labels=labels, env=env, num_cpus=tpu_slice.chips_per_host)
 
 
+LOOPBACK = "127.0.0.1"
+"""Every emulated node binds here: a local test cluster never listens on, or sends to, another address."""
+
+
 class EmulatedCluster:
     """``slices`` emulated slices of ``tpu_slice`` plus a CPU-only head node, like a KubeRay TPU cluster.
 
@@ -94,7 +98,15 @@ class EmulatedCluster:
 
     def start(self) -> None:
         os.environ["RAY_AUTH_MODE"] = "disabled"  # token auth off: a throw-away cluster on this machine only
+        # Bind every node, and this driver, to the loopback: Ray otherwise advertises the machine's outward
+        # address, and a local test cluster has no business listening there. Ray reads this switch (named
+        # for Windows/macOS, where it is the default) through ray_constants: the env var reaches the child
+        # processes, the attribute this already-imported one.
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        import ray._private.ray_constants as ray_constants
         from ray.cluster_utils import Cluster
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
 
         # Short path: Ray's unix sockets live under the temp dir and have a ~100-byte limit.
         self._tmp = tempfile.mkdtemp(prefix="tpuray-", dir="/tmp" if os.path.isdir("/tmp") else None)
@@ -105,6 +117,7 @@ class EmulatedCluster:
             initialize_head=True,
             head_node_args={
                 "num_cpus": 1,
+                "node_ip_address": LOOPBACK,
                 "temp_dir": os.path.join(self._tmp, "ray"),
                 "include_dashboard": False,
                 # Ray starts workers at nice 15; emulated chips share the machine's cores with everything
@@ -117,6 +130,7 @@ class EmulatedCluster:
             for w in range(self.tpu_slice.hosts):
                 spec = host_node_spec(self.tpu_slice, name, w)
                 self._cluster.add_node(
+                    node_ip_address=LOOPBACK,
                     num_cpus=spec.num_cpus,
                     resources=spec.resources,
                     labels=spec.labels,

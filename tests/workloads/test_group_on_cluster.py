@@ -89,3 +89,11 @@ def test_topology_the_cluster_lacks_is_refused(cluster: None) -> None:
 
     with pytest.raises(PlacementError, match=r"no idle v6e:2x2 slice.*2 x v5litepod-8 \(2x4\)"):
         WorkerGroup.create(TpuSlice.parse("v6e", "2x2"))
+
+
+def test_emulated_cluster_stays_on_the_loopback(cluster: None) -> None:
+    """Every node, and the driver, bind to 127.0.0.1: a local test cluster never uses the machine's address."""
+    from tpuray.workloads.emulation import LOOPBACK
+
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {LOOPBACK}
+    assert ray.util.get_node_ip_address() == LOOPBACK
