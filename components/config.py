@@ -45,6 +45,7 @@ __all__ = [
     "load_stack_file",
     "parse_stack_config",
     "problems",
+    "stack_rules",
 ]
 
 NAMESPACE = "tpuray"
@@ -328,6 +329,91 @@ class WorkloadConfig(_Model):
 
 
 # ---- the stack ----------------------------------------------------------------------------------------
+def stack_rules(
+    region: str | None,
+    zone: str | None,
+    cluster: ClusterConfig | None,
+    pools: list[tuple[int, SlicePoolConfig]],
+    pool_names: list[str],
+    workload_pool: str | None,
+) -> list[str]:
+    """The rules that span sections of a stack, as :func:`_field_msg` strings.
+
+    Any part may be missing (``None``, or pools left out) when it failed its own validation: the rules that
+    need it are skipped, the others still run, so one error lists every problem of the stack.
+    """
+    found: list[str] = []
+    if region is not None and zone is not None and not zone.startswith(region + "-"):
+        found.append(_field_msg("zone", f"{zone!r} is not in region {region!r}"))
+    if cluster is not None and not cluster.regional and zone is None:
+        found.append(_field_msg("zone", "a zonal cluster (cluster.regional: false) needs a zone"))
+    seen: set[str] = set()
+    for i, pool in pools:
+        at = f"slicePools[{i}]"
+        if pool.name in seen:
+            found.append(_field_msg(f"{at}.name", f"duplicate pool name {pool.name!r}"))
+        seen.add(pool.name)
+        if region is not None and pool.zone is not None and not pool.zone.startswith(region + "-"):
+            found.append(_field_msg(f"{at}.zone", f"{pool.zone!r} is not in region {region!r}"))
+        if pool.tpu_slice.placement != "none" and (pool.zone or zone) is None:
+            found.append(
+                _field_msg(
+                    f"{at}.zone",
+                    f"a multi-host {pool.tpu_slice.topology} slice needs compact placement in a single zone: set "
+                    "the pool's zone or the stack's zone",
+                )
+            )
+    if pools and cluster is not None and cluster.min_master_version is not None:
+        need = max((p.tpu_slice.min_gke_version for _, p in pools), key=gke_version_key)
+        if gke_version_key(cluster.min_master_version) < gke_version_key(need):
+            found.append(
+                _field_msg(
+                    "cluster.minMasterVersion",
+                    f"{cluster.min_master_version} is older than {need}, which the TPU generations of this stack need",
+                )
+            )
+    if workload_pool is not None and pool_names and workload_pool not in pool_names:
+        found.append(
+            _field_msg(
+                "workload.slicePool",
+                f"{workload_pool!r} is not a slice pool; valid choices: {', '.join(dict.fromkeys(pool_names))}",
+            )
+        )
+    return found
+
+
+def _valid_part(model: type[_Model], value: Any) -> Any:
+    """``value`` validated as ``model``, or None if it is not valid on its own."""
+    try:
+        return model.model_validate(value if value is not None else {})
+    except ValidationError:
+        return None
+
+
+def _rules_of_valid_parts(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The cross-section rules run over whatever parts of an invalid stack are valid on their own.
+
+    pydantic skips a model's own after-validator once any field fails, so without this a type error in one
+    section would hide a zone or version problem in another until the first was fixed.
+    """
+    region = values.get("region")
+    zone = None if values.get("zone") in ("", None) else values.get("zone")
+    raw_pools = values.get("slicePools")
+    raw_pools = raw_pools if isinstance(raw_pools, list) else []
+    pools = [(i, p) for i, p in enumerate(_valid_part(SlicePoolConfig, raw) for raw in raw_pools) if p is not None]
+    names = [str(raw.get("name")) for raw in raw_pools if isinstance(raw, Mapping) and "name" in raw]
+    workload = _valid_part(WorkloadConfig, values.get("workload"))
+    found = stack_rules(
+        region if isinstance(region, str) and re.match(_REGION, region) else None,
+        zone if isinstance(zone, str) else None,
+        _valid_part(ClusterConfig, values.get("cluster")),
+        pools,
+        names,
+        workload.slice_pool if workload is not None else None,
+    )
+    return [(path, text) for path, text in (line.split(_SEP, 1) for line in found)]
+
+
 _REGION = r"^[a-z]+-[a-z]+\d+$"
 
 
@@ -354,49 +440,16 @@ class StackConfig(_Model):
 
     @model_validator(mode="after")
     def _rules(self) -> StackConfig:
-        problems: list[str] = []
-        if self.zone is not None and not self.zone.startswith(self.region + "-"):
-            problems.append(_field_msg("zone", f"{self.zone!r} is not in region {self.region!r}"))
-        if not self.cluster.regional and self.zone is None:
-            problems.append(_field_msg("zone", "a zonal cluster (cluster.regional: false) needs a zone"))
-        seen: set[str] = set()
-        for i, pool in enumerate(self.slice_pools):
-            at = f"slicePools[{i}]"
-            if pool.name in seen:
-                problems.append(_field_msg(f"{at}.name", f"duplicate pool name {pool.name!r}"))
-            seen.add(pool.name)
-            zone = pool.zone or self.zone
-            if pool.zone is not None and not pool.zone.startswith(self.region + "-"):
-                problems.append(_field_msg(f"{at}.zone", f"{pool.zone!r} is not in region {self.region!r}"))
-            if pool.tpu_slice.placement != "none" and zone is None:
-                problems.append(
-                    _field_msg(
-                        f"{at}.zone",
-                        f"a multi-host {pool.tpu_slice.topology} slice needs compact placement in a "
-                        "single zone: set the pool's zone or the stack's zone",
-                    )
-                )
-        need = self.required_master_version
-        if self.cluster.min_master_version is not None and gke_version_key(self.cluster.min_master_version) < (
-            gke_version_key(need)
-        ):
-            problems.append(
-                _field_msg(
-                    "cluster.minMasterVersion",
-                    f"{self.cluster.min_master_version} is older than {need}, which the "
-                    "TPU generations of this stack need",
-                )
-            )
-        if self.workload.slice_pool is not None and self.workload.slice_pool not in seen:
-            problems.append(
-                _field_msg(
-                    "workload.slicePool",
-                    f"{self.workload.slice_pool!r} is not a slice pool; valid choices: "
-                    f"{', '.join(p.name for p in self.slice_pools)}",
-                )
-            )
-        if problems:
-            raise ValueError("\n".join(problems))
+        found = stack_rules(
+            self.region,
+            self.zone,
+            self.cluster,
+            list(enumerate(self.slice_pools)),
+            [p.name for p in self.slice_pools],
+            self.workload.slice_pool,
+        )
+        if found:
+            raise ValueError("\n".join(found))
         return self
 
     @property
@@ -481,7 +534,9 @@ def parse_stack_config(values: Mapping[str, Any], source: str | None = None) -> 
     try:
         return StackConfig.model_validate(dict(values))
     except ValidationError as e:
-        raise ConfigError(problems(e), source) from None
+        found = problems(e)
+        found += [p for p in _rules_of_valid_parts(values) if p not in found]
+        raise ConfigError(found, source) from None
 
 
 def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> dict[str, Any]:

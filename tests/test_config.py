@@ -298,3 +298,19 @@ def test_readme_config_reference_names_every_key() -> None:
         ):
             missing.append(key)
     assert not missing, f"README's configuration reference lacks {missing}"
+
+
+def test_cross_section_rules_still_run_when_another_section_is_invalid() -> None:
+    """A type error in one section must not hide a zone, name or version problem in another."""
+    v = corrupted("prod", ["cluster", "releaseChannel"], "FAST")  # a field error ...
+    v["zone"] = "europe-west4-a"  # ... and cross-section ones
+    v["slicePools"][1]["name"] = v["slicePools"][0]["name"]
+    v["slicePools"][0]["topology"] = "4x4x6"
+    v["workload"]["slicePool"] = "nope"
+    with pytest.raises(ConfigError) as err:
+        parse_stack_config(v)
+    paths = [p for p, _ in err.value.problems]
+    assert "cluster.releaseChannel" in paths and "slicePools[0].topology" in paths
+    assert "zone" in paths  # not in region
+    assert "workload.slicePool" in paths
+    assert len(paths) == len(set(err.value.problems))  # nothing reported twice
