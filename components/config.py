@@ -45,6 +45,7 @@ __all__ = [
     "load_stack_file",
     "parse_stack_config",
     "problems",
+    "required_gke_version",
     "stack_rules",
 ]
 
@@ -329,6 +330,11 @@ class WorkloadConfig(_Model):
 
 
 # ---- the stack ----------------------------------------------------------------------------------------
+def required_gke_version(pools: Iterable[SlicePoolConfig]) -> str:
+    """The lowest GKE version that serves every pool's slice with the Ray add-on (at least one pool)."""
+    return max((p.tpu_slice.min_gke_version for p in pools), key=gke_version_key)
+
+
 def stack_rules(
     region: str | None,
     zone: str | None,
@@ -364,7 +370,7 @@ def stack_rules(
                 )
             )
     if pools and cluster is not None and cluster.min_master_version is not None:
-        need = max((p.tpu_slice.min_gke_version for _, p in pools), key=gke_version_key)
+        need = required_gke_version(p for _, p in pools)
         if gke_version_key(cluster.min_master_version) < gke_version_key(need):
             found.append(
                 _field_msg(
@@ -455,7 +461,7 @@ class StackConfig(_Model):
     @property
     def required_master_version(self) -> str:
         """The lowest GKE version that serves every slice of this stack with the Ray add-on."""
-        return max((p.tpu_slice.min_gke_version for p in self.slice_pools), key=gke_version_key)
+        return required_gke_version(self.slice_pools)
 
     @property
     def master_version(self) -> str:
