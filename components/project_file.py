@@ -18,13 +18,13 @@ from tpuray.components.config import NAMESPACE, StackConfig
 _SCALARS: dict[type, str] = {str: "string", bool: "boolean", int: "integer"}
 
 
-def _pulumi_type(annotation: Any) -> dict[str, Any]:
+def pulumi_type(annotation: Any) -> dict[str, Any]:
     """Pulumi's project config type of a field: string, integer, boolean, array (with items) or object."""
     if typing.get_origin(annotation) in (types.UnionType, typing.Union):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return _pulumi_type(args[0])
+        return pulumi_type(args[0])
     if typing.get_origin(annotation) is list:
-        return {"type": "array", "items": _pulumi_type(typing.get_args(annotation)[0])}
+        return {"type": "array", "items": pulumi_type(typing.get_args(annotation)[0])}
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return {"type": "object"}
     return {"type": _SCALARS[annotation]}
@@ -34,7 +34,7 @@ def config_declarations() -> dict[str, dict[str, Any]]:
     """``{"tpuray:<key>": {type, description, default?}}`` for every top-level stack setting."""
     out: dict[str, dict[str, Any]] = {}
     for name, field in StackConfig.model_fields.items():
-        decl = _pulumi_type(field.annotation)
+        decl = pulumi_type(field.annotation)
         if decl["type"] == "object" and isinstance(field.annotation, type):
             doc = (field.annotation.__doc__ or "").strip().splitlines()[0]
         else:

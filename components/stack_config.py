@@ -9,27 +9,15 @@ then go through :func:`~tpuray.components.config.parse_stack_config`, so a bad s
 from __future__ import annotations
 
 import json
-import types
-import typing
 from typing import Any
 
 import pulumi
 from pydantic.alias_generators import to_camel
 
 from tpuray.components.config import NAMESPACE, ConfigError, StackConfig, parse_stack_config
+from tpuray.components.project_file import pulumi_type
 
 __all__ = ["from_pulumi_config", "raw_stack_values"]
-
-
-def _is_string_field(annotation: Any) -> bool:
-    """``str`` or ``str | None`` (possibly ``Annotated``): read raw; everything else is JSON."""
-    if typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    if annotation is str:
-        return True
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return all(a is str or a is type(None) for a in typing.get_args(annotation))
-    return False
 
 
 def raw_stack_values(config: pulumi.Config) -> tuple[dict[str, Any], list[tuple[str, str]]]:
@@ -41,7 +29,7 @@ def raw_stack_values(config: pulumi.Config) -> tuple[dict[str, Any], list[tuple[
         raw = config.get(key)
         if raw is None:
             continue
-        if _is_string_field(info.annotation):
+        if pulumi_type(info.annotation)["type"] == "string":  # the CLI hands strings over raw
             values[key] = raw
             continue
         try:
