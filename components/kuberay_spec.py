@@ -28,7 +28,7 @@ from tpuray.components.labels import (
     TPU_RESOURCE,
 )
 from tpuray.components.node_pool_plan import SYSTEM_POOL, TPU_TAINT
-from tpuray.components.topology import TpuSlice
+from tpuray.components.topology import TPU_MEGASCALE_PORT, TPU_SLICEBUILDER_PORT, TpuSlice
 
 __all__ = [
     "API_VERSION",
@@ -67,7 +67,7 @@ GCSFUSE_MOUNT_OPTIONS = "implicit-dirs,uid=1000,gid=100,file-mode=664,dir-mode=7
 
 # Ports the TPU runtime listens on in multi-host slices (KubeRay and GKE TPU samples): the slice builder
 # and the multislice (megascale/DCN) transport.
-TPU_RUNTIME_PORTS = (("tpu-slicebuilder", 8471), ("tpu-megascale", 8081))
+TPU_RUNTIME_PORTS = (("tpu-slicebuilder", TPU_SLICEBUILDER_PORT), ("tpu-megascale", TPU_MEGASCALE_PORT))
 HEAD_PORTS = (("gcs-server", 6379), ("dashboard", 8265), ("client", 10001), ("metrics", 8080))
 MAX_RAY_CLUSTER_NAME = 63  # KubeRay's MaxRayClusterNameLength
 

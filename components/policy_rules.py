@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuray.components.kuberay_spec import HEAD_PORTS
 from tpuray.components.labels import GKE_ACCELERATOR_LABEL as TPU_ACCELERATOR_LABEL
 from tpuray.components.labels import GKE_TOPOLOGY_LABEL as TPU_TOPOLOGY_LABEL
 from tpuray.components.labels import POD_TYPE_LABEL, TPU_RESOURCE
@@ -37,7 +38,7 @@ NODE_POOL = "gcp:container/nodePool:NodePool"
 CLUSTER = "gcp:container/cluster:Cluster"
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 SERVICE = "kubernetes:core/v1:Service"
-RAY_DASHBOARD_PORT = 8265
+RAY_DASHBOARD_PORT = dict(HEAD_PORTS)["dashboard"]
 
 
 @dataclass(frozen=True)

@@ -191,6 +191,12 @@ GENERATIONS: tuple[Generation, ...] = (
 # Lowest GKE version with the Ray Operator add-on (tpu-facts.md §4).
 RAY_ADDON_MIN_GKE_VERSION = "1.30.0-gke.1747000"
 
+# Ports the TPU runtime uses between the hosts of a slice and across slices: Ray's defaults, which the
+# worker pods open and the workload's environment names.
+TPU_SLICEBUILDER_PORT = 8471
+TPU_MEGASCALE_PORT = 8081
+"""Ray's ``DEFAULT_MEGASCALE_PORT`` (TCP) for multislice coordination."""
+
 
 def _norm(s: str) -> str:
     return s.strip().lower().replace("_", "-")

@@ -23,7 +23,7 @@ from tpuray.components.labels import RAY_POD_TYPE_LABEL as LABEL_POD_TYPE
 from tpuray.components.labels import RAY_SLICE_NAME_LABEL as LABEL_SLICE_NAME
 from tpuray.components.labels import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
 from tpuray.components.labels import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
-from tpuray.components.topology import TpuSlice
+from tpuray.components.topology import TPU_MEGASCALE_PORT, TpuSlice
 from tpuray.workloads.pjrt import DEFAULT_BASE_PORT, chip_env, task_id
 
 __all__ = [
@@ -44,8 +44,7 @@ __all__ = [
 
 # The node labels Ray sets on TPU VMs (ray._raylet.RAY_NODE_TPU_*_KEY); spelled out so this module imports no Ray.
 
-DEFAULT_MEGASCALE_PORT = 8081
-"""Ray's ``DEFAULT_MEGASCALE_PORT`` (TCP)."""
+DEFAULT_MEGASCALE_PORT = TPU_MEGASCALE_PORT
 
 
 class PlacementError(RuntimeError):

@@ -16,12 +16,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpuray.components.topology import TpuSlice
+from tpuray.components.topology import TPU_SLICEBUILDER_PORT, TpuSlice
 from tpuray.workloads.pjrt import hostnames_from_env
 
 __all__ = ["DEFAULT_SLICEBUILDER_PORT", "TorchTpuConfig", "run_torch_tpu", "scaling_config_kwargs", "torch_tpu_env"]
 
-DEFAULT_SLICEBUILDER_PORT = 8471
+DEFAULT_SLICEBUILDER_PORT = TPU_SLICEBUILDER_PORT
 """libtpu's slice builder port on every host of a multi-host slice (TCP)."""
 
 
