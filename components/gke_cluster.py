@@ -18,7 +18,8 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from tpuray.components.config import ClusterConfig, NetworkConfig, StackConfig, gke_version_key
-from tpuray.components.node_pool_plan import SYSTEM_POOL, bounded_name
+from tpuray.components.names import SYSTEM_POOL
+from tpuray.components.planning.node_pools import bounded_name
 
 __all__ = ["NODE_SA_ROLES", "SYSTEM_POOL", "GkeCluster", "GkeClusterArgs", "render_kubeconfig"]
 

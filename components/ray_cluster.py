@@ -4,7 +4,7 @@
 enforced), a Google service account holding ``roles/storage.objectUser`` on that bucket only, a Kubernetes service
 account bound to it by Workload Identity, optionally the KubeRay operator from its Helm chart (for clusters
 without the GKE Ray add-on), and the RayCluster. ``RayTpuJob`` declares a RayJob, on its own cluster or on a
-running RayCluster. The manifests are the pure dicts of :mod:`tpuray.components.kuberay_spec`, kept on the
+running RayCluster. The manifests are the pure dicts of :mod:`tpuray.components.planning.kuberay`, kept on the
 components (``manifest``) so ``tpuray plan`` can write them out.
 """
 
@@ -18,7 +18,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from tpuray.components.kuberay_spec import (
+from tpuray.components.planning.kuberay import (
     API_VERSION,
     RayClusterParams,
     RayJobParams,
@@ -26,7 +26,7 @@ from tpuray.components.kuberay_spec import (
     ray_cluster_manifest,
     ray_job_manifest,
 )
-from tpuray.components.node_pool_plan import bounded_name
+from tpuray.components.planning.node_pools import bounded_name
 
 __all__ = [
     "KUBERAY_HELM_REPO",

@@ -16,7 +16,7 @@ import pulumi_gcp as gcp
 
 from tpuray.components.config import StackConfig
 from tpuray.components.gke_cluster import GkeCluster, GkeClusterArgs
-from tpuray.components.kuberay_spec import ray_cluster_params, ray_job_params
+from tpuray.components.planning.from_config import ray_cluster_params, ray_job_params
 from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
 from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
 

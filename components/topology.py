@@ -33,6 +33,8 @@ __all__ = [
     "TopologyError",
     "TpuSlice",
     "generation",
+    "generation_of_accelerator",
+    "generation_of_machine_type",
     "valid_topologies",
 ]
 
@@ -191,12 +193,6 @@ GENERATIONS: tuple[Generation, ...] = (
 # Lowest GKE version with the Ray Operator add-on (tpu-facts.md §4).
 RAY_ADDON_MIN_GKE_VERSION = "1.30.0-gke.1747000"
 
-# Ports the TPU runtime uses between the hosts of a slice and across slices: Ray's defaults, which the
-# worker pods open and the workload's environment names.
-TPU_SLICEBUILDER_PORT = 8471
-TPU_MEGASCALE_PORT = 8081
-"""Ray's ``DEFAULT_MEGASCALE_PORT`` (TCP) for multislice coordination."""
-
 
 def _norm(s: str) -> str:
     return s.strip().lower().replace("_", "-")
@@ -219,6 +215,26 @@ def generation(name: str) -> Generation:
     if g is None:
         raise TopologyError("generation", f"unknown TPU generation {name!r}; {_valid_generations()}")
     return g
+
+
+@functools.cache
+def _by_machine_type() -> dict[str, Generation]:
+    return {m: g for g in GENERATIONS for m in g.machine_types}
+
+
+@functools.cache
+def _by_accelerator() -> dict[str, Generation]:
+    return {g.gke_accelerator: g for g in GENERATIONS}
+
+
+def generation_of_machine_type(machine_type: object) -> Generation | None:
+    """The generation of a GKE machine type (``"ct6e-standard-4t"`` -> v6e), or None for a non-TPU machine."""
+    return _by_machine_type().get(machine_type) if isinstance(machine_type, str) else None
+
+
+def generation_of_accelerator(label: object) -> Generation | None:
+    """The generation of a ``cloud.google.com/gke-tpu-accelerator`` value (``"tpu-v5p-slice"`` -> v5p), or None."""
+    return _by_accelerator().get(label) if isinstance(label, str) else None
 
 
 def _valid_generations() -> str:

@@ -1,8 +1,8 @@
 """``TpuSlicePool``: the GKE node pools of one TPU slice pool.
 
-Turns :func:`~tpuray.components.node_pool_plan.plan_slice_pool` into resources: one ``gcp.container.NodePool``
-per plan (one per slice for multi-host shapes) and, for multi-host tpu7x, the ``gcp.compute.ResourcePolicy``
-workload policy the pools reference. Outputs the node pool names and the slice's summary.
+Turns :func:`~tpuray.components.planning.node_pools.slice_pool_node_pools` into resources: one
+``gcp.container.NodePool`` per spec (one per slice for multi-host shapes) and, for multi-host tpu7x, the
+``gcp.compute.ResourcePolicy`` workload policy the pools reference. Outputs the node pool names and the slice's summary.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from tpuray.components.config import SlicePoolConfig, StackConfig
-from tpuray.components.node_pool_plan import NodePoolPlan, plan_slice_pool
+from tpuray.components.planning.node_pools import NodePoolSpec, slice_pool_node_pools
 
 __all__ = ["TpuSlicePool", "TpuSlicePoolArgs"]
 
@@ -64,7 +64,7 @@ class TpuSlicePoolArgs:
 class TpuSlicePool(pulumi.ComponentResource):
     """``slices`` TPU slices of one shape and capacity type, as GKE node pools."""
 
-    plans: list[NodePoolPlan]
+    plans: list[NodePoolSpec]
     node_pools: list[gcp.container.NodePool]
     workload_policy: gcp.compute.ResourcePolicy | None
     pool_names: pulumi.Output[list[str]]
@@ -72,7 +72,7 @@ class TpuSlicePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TpuSlicePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         # Planning validates the inputs (zone for multi-host, DWS autoscaling) before any resource exists.
-        self.plans = plan_slice_pool(args.pool, args.zone, args.cluster_name)
+        self.plans = slice_pool_node_pools(args.pool, args.zone, args.cluster_name)
         if args.zone and not (args.location == args.zone or args.zone.startswith(args.location + "-")):
             raise ValueError(f"TpuSlicePoolArgs.zone: {args.zone!r} is not in the cluster's location {args.location!r}")
         super().__init__("tpuray:index:TpuSlicePool", name, None, opts)
@@ -102,7 +102,7 @@ class TpuSlicePool(pulumi.ComponentResource):
         }
         self.register_outputs({"pool_names": self.pool_names, "summary": self.summary})
 
-    def _node_pool(self, name: str, p: NodePoolPlan, args: TpuSlicePoolArgs) -> gcp.container.NodePool:
+    def _node_pool(self, name: str, p: NodePoolSpec, args: TpuSlicePoolArgs) -> gcp.container.NodePool:
         placement = None
         if p.placement is not None:
             placement = gcp.container.NodePoolPlacementPolicyArgs(

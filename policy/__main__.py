@@ -1,12 +1,12 @@
 """tpuray's CrossGuard policy pack: ``pulumi preview --policy-pack policy``.
 
-The rules live in ``tpuray.components.policy_rules`` (pure functions, also run by ``tpuray plan``); this file
+The rules live in ``tpuray.components.review.policy_rules`` (pure functions, also run by ``tpuray plan``); this file
 only builds the pack, because constructing a ``PolicyPack`` starts the analyzer server.
 """
 
 from pulumi_policy import EnforcementLevel, Policy, PolicyPack
 
-from tpuray.components.policy_pack import POLICIES
+from tpuray.components.review.policy_pack import POLICIES
 
 policies: list[Policy] = [*POLICIES]
 PolicyPack(name="tpuray", enforcement_level=EnforcementLevel.MANDATORY, policies=policies)

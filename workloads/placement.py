@@ -18,12 +18,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuray.components.labels import RAY_ACCELERATOR_TYPE_LABEL as LABEL_ACCELERATOR_TYPE
-from tpuray.components.labels import RAY_POD_TYPE_LABEL as LABEL_POD_TYPE
-from tpuray.components.labels import RAY_SLICE_NAME_LABEL as LABEL_SLICE_NAME
-from tpuray.components.labels import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
-from tpuray.components.labels import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
-from tpuray.components.topology import TPU_MEGASCALE_PORT, TpuSlice
+from tpuray.components.names import RAY_ACCELERATOR_TYPE_LABEL as LABEL_ACCELERATOR_TYPE
+from tpuray.components.names import RAY_POD_TYPE_LABEL as LABEL_POD_TYPE
+from tpuray.components.names import RAY_SLICE_NAME_LABEL as LABEL_SLICE_NAME
+from tpuray.components.names import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
+from tpuray.components.names import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
+from tpuray.components.names import TPU_MEGASCALE_PORT
+from tpuray.components.topology import TpuSlice
 from tpuray.workloads.pjrt import DEFAULT_BASE_PORT, chip_env, task_id
 
 __all__ = [

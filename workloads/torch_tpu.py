@@ -16,7 +16,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpuray.components.topology import TPU_SLICEBUILDER_PORT, TpuSlice
+from tpuray.components.names import TPU_SLICEBUILDER_PORT
+from tpuray.components.topology import TpuSlice
 from tpuray.workloads.pjrt import hostnames_from_env
 
 __all__ = ["DEFAULT_SLICEBUILDER_PORT", "TorchTpuConfig", "run_torch_tpu", "scaling_config_kwargs", "torch_tpu_env"]

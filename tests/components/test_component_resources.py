@@ -14,8 +14,9 @@ from kuberay_schema import schema_errors, tpu_chip_mismatches
 
 from tpuray.components.config import StackConfig, parse_stack_config
 from tpuray.components.gke_cluster import NODE_SA_ROLES, GkeCluster, GkeClusterArgs
-from tpuray.components.kuberay_spec import RayJobParams, ray_cluster_params
-from tpuray.components.node_pool_plan import plan_slice_pool
+from tpuray.components.planning.from_config import ray_cluster_params
+from tpuray.components.planning.kuberay import RayJobParams
+from tpuray.components.planning.node_pools import slice_pool_node_pools
 from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
 from tpuray.components.topology import TpuSlice
 from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
@@ -194,7 +195,7 @@ def test_slice_pool_registers_what_the_plan_says(case: str) -> None:
     gen, topo, cap, slices, machine = CASES[case]
     cfg = pool_cfg(gen, topo, cap, slices, machine)
     rec, out = tm.run(build_pool(cfg))
-    plans = plan_slice_pool(cfg.slice_pools[0], cfg.zone, cfg.cluster.name)
+    plans = slice_pool_node_pools(cfg.slice_pools[0], cfg.zone, cfg.cluster.name)
     s = cfg.slice_pools[0].tpu_slice
     by_name = {p.inputs["name"]: p for p in rec.of_type(NODE_POOL)}  # registration order is not deterministic
     assert [p.name for p in plans] == out["names"] and sorted(by_name) == sorted(out["names"])

@@ -12,7 +12,7 @@ import tpuray_mocks as tm  # installs the mocks first
 from kuberay_schema import schema_errors, tpu_chip_mismatches
 
 from tpuray.components.config import ConfigError, load_stack_file
-from tpuray.components.node_pool_plan import plan_slice_pool
+from tpuray.components.planning.node_pools import slice_pool_node_pools
 from tpuray.components.topology import generation
 
 PROGRAM = tm.ROOT / "infra" / "__main__.py"
@@ -47,7 +47,7 @@ def program_run(request: pytest.FixtureRequest) -> tuple[str, tm.Recorder, dict[
 def test_registers_the_expected_resources(program_run: tuple[str, tm.Recorder, dict[str, Any]]) -> None:
     stack, rec, _ = program_run
     cfg = load_stack_file(tm.ROOT / f"Pulumi.{stack}.yaml")
-    plans = [p for pool in cfg.slice_pools for p in plan_slice_pool(pool, cfg.pool_zone(pool), cfg.cluster.name)]
+    plans = [p for pool in cfg.slice_pools for p in slice_pool_node_pools(pool, cfg.pool_zone(pool), cfg.cluster.name)]
     counts = Counter(rec.types())
     assert counts["tpuray:index:GkeCluster"] == 1
     assert counts["tpuray:index:TpuSlicePool"] == len(cfg.slice_pools)

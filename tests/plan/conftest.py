@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tpuray.components.plan import Plan, render_stack
+from tpuray.components.review.plan import Plan, render_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"

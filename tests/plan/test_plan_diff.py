@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from tpuray.components.plan import Plan, render_stack, write_plan
-from tpuray.components.plan_diff import diff_plans, render_markdown
-from tpuray.components.replacement_fields import CLUSTER, NODE_POOL, replacement_reason
+from tpuray.components.review.diff import diff_plans, render_markdown
+from tpuray.components.review.plan import Plan, render_stack, write_plan
+from tpuray.components.review.replacement_fields import CLUSTER, NODE_POOL, replacement_reason
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuray.components.plan_engine import RunError, config_from_stack_file, plain, run_program
+from tpuray.components.review.engine import RunError, config_from_stack_file, plain, run_program
 
 PROGRAM = """
 import json

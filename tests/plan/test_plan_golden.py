@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import GOLDEN, ROOT, STACKS
 
-from tpuray.components.plan import Plan, render_stack, write_plan
+from tpuray.components.review.plan import Plan, render_stack, write_plan
 
 UPDATE = os.environ.get("TPURAY_UPDATE_GOLDEN") == "1"
 

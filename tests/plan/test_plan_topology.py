@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from conftest import STACKS
 
-from tpuray.components.labels import TPU_RESOURCE
-from tpuray.components.plan import Plan
-from tpuray.components.plan_render import summary_table, topology_markdown
-from tpuray.components.plan_topology import PoolView, RayGroup
-from tpuray.components.policy_rules import RAY_CLUSTER
+from tpuray.components.names import TPU_RESOURCE
+from tpuray.components.review.plan import Plan
+from tpuray.components.review.policy_rules import RAY_CLUSTER
+from tpuray.components.review.pool_views import PoolView, RayGroup
+from tpuray.components.review.render import summary_table, topology_markdown
+from tpuray.components.review.svg import MAX_SLICES_DRAWN, render_svg
 from tpuray.components.topology import TpuSlice
-from tpuray.components.topology_svg import MAX_SLICES_DRAWN, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 

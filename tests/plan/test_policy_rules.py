@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
 
-from tpuray.components.plan import Plan
-from tpuray.components.policy_pack import POLICIES
-from tpuray.components.policy_rules import CLUSTER, NODE_POOL, RAY_CLUSTER, RULES, SERVICE
+from tpuray.components.review.plan import Plan
+from tpuray.components.review.policy_pack import POLICIES
+from tpuray.components.review.policy_rules import CLUSTER, NODE_POOL, RAY_CLUSTER, RULES, SERVICE
 
 BY_NAME = {p.name: p for p in POLICIES}
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuray.components.config import StackConfig
-from tpuray.components.labels import POOL_LABEL, TPU_RESOURCE
-from tpuray.components.policy_rules import NODE_POOL, RAY_CLUSTER, tpu_generation
-from tpuray.components.topology import TpuSlice
+from tpuray.components.names import POOL_LABEL, TPU_RESOURCE
+from tpuray.components.review.policy_rules import NODE_POOL, RAY_CLUSTER
+from tpuray.components.topology import TpuSlice, generation_of_machine_type
 
 __all__ = ["PoolView", "RayGroup", "pool_views", "ray_groups", "ray_workers_text", "tpu_chips_by_generation"]
 
@@ -194,7 +194,7 @@ def tpu_chips_by_generation(resources: Iterable[Mapping[str, Any]]) -> dict[str,
             continue
         inputs = r["inputs"]
         machine = (inputs.get("nodeConfig") or {}).get("machineType")
-        gen = tpu_generation(machine)
+        gen = generation_of_machine_type(machine)
         if gen is None:
             continue
         auto = inputs.get("autoscaling") or {}

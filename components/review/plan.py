@@ -1,7 +1,7 @@
 """``tpuray plan``: render one stack without the Pulumi CLI, a backend or credentials.
 
 Validates the stack file with the config model, runs the real program (``infra/__main__.py``) under the SDK's
-mock engine (:mod:`tpuray.components.plan_engine`), runs the policy rules over what it declared, and writes a
+mock engine (:mod:`tpuray.components.review.engine`), runs the policy rules over what it declared, and writes a
 plan directory::
 
     plan.json        every resource (type, name, parent, inputs), sorted by URN; same stack -> same bytes
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from tpuray.components.config import NAMESPACE, StackConfig, load_stack_file
-from tpuray.components.plan_render import manifest_files, plan_json, summary_table, topology_markdown
-from tpuray.components.plan_topology import PoolView, pool_views
-from tpuray.components.policy_rules import Resource, Violation, check_resources
-from tpuray.components.topology_svg import render_svg
+from tpuray.components.review.policy_rules import Resource, Violation, check_resources
+from tpuray.components.review.pool_views import PoolView, pool_views
+from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown
+from tpuray.components.review.svg import render_svg
 
 __all__ = ["PICTURE", "Plan", "find_root", "render_stack", "write_plan"]
 
@@ -54,7 +54,7 @@ def find_root(start: Path | None = None) -> Path:
 
 def render_stack(stack: str, root: Path, program: Path | None = None, stack_file: Path | None = None) -> Plan:
     """Validate and run one stack (raises ConfigError for a bad stack file, RunError if the program fails)."""
-    from tpuray.components import plan_engine  # imports the Pulumi SDK: only when a plan is made
+    from tpuray.components.review import engine as plan_engine  # imports the Pulumi SDK: only when a plan is made
 
     stack_file = stack_file or root / f"Pulumi.{stack}.yaml"
     cfg = load_stack_file(stack_file)

@@ -1,6 +1,6 @@
 """The GKE node pools of one TPU slice pool, as plain data.
 
-Pure Python; imports no Pulumi. :func:`plan_slice_pool` turns a :class:`~tpuray.components.config.SlicePoolConfig`
+Pure Python; imports no Pulumi. :func:`slice_pool_node_pools` turns a :class:`~tpuray.components.config.SlicePoolConfig`
 (whose :attr:`tpu_slice` carries every TPU fact) into the node pools ``TpuSlicePool`` declares, so the rules
 below are testable without a resource engine:
 
@@ -19,53 +19,27 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpuray.components.config import FlexStart, OnDemand, Queued, Reservation, SlicePoolConfig, Spot
-from tpuray.components.labels import POD_TYPE_LABEL, POOL_LABEL, SLICE_LABEL, TPU_RESOURCE
+from tpuray.components.names import POD_TYPE_LABEL, POOL_LABEL, SLICE_LABEL, TPU_TAINT, Taint
 from tpuray.components.topology import TpuSlice
 
 __all__ = [
-    "POD_TYPE_LABEL",
-    "POOL_LABEL",
-    "SLICE_LABEL",
-    "SYSTEM_POOL",
-    "TPU_TAINT",
-    "AutoscalingPlan",
-    "NodePoolPlan",
-    "PlacementPlan",
-    "ReservationAffinityPlan",
-    "TaintPlan",
-    "WorkloadPolicyPlan",
+    "AutoscalingSpec",
+    "NodePoolSpec",
+    "PlacementSpec",
+    "ReservationAffinitySpec",
+    "WorkloadPolicySpec",
     "bounded_name",
-    "plan_slice_pool",
     "region_of_zone",
+    "slice_pool_node_pools",
     "workload_policy_name",
 ]
-
-SYSTEM_POOL = "system"
-"""Name of the CPU node pool that runs the Ray head and system pods."""
-
 
 _GKE_POOL_NAME_MAX = 40
 _GCE_NAME_MAX = 63
 
 
 @dataclass(frozen=True)
-class TaintPlan:
-    key: str
-    value: str
-    effect: str
-    """GKE API spelling (``NO_SCHEDULE``); Kubernetes spells it ``NoSchedule``."""
-
-    @property
-    def k8s_effect(self) -> str:
-        return "".join(part.capitalize() for part in self.effect.split("_"))
-
-
-TPU_TAINT = TaintPlan(key=TPU_RESOURCE, value="present", effect="NO_SCHEDULE")
-"""Keeps non-TPU pods off TPU nodes; TPU pods carry the matching toleration."""
-
-
-@dataclass(frozen=True)
-class AutoscalingPlan:
+class AutoscalingSpec:
     min_node_count: int
     max_node_count: int
     location_policy: str | None
@@ -73,7 +47,7 @@ class AutoscalingPlan:
 
 
 @dataclass(frozen=True)
-class PlacementPlan:
+class PlacementSpec:
     type: str
     tpu_topology: str | None = None
     policy_name: str | None = None
@@ -81,7 +55,7 @@ class PlacementPlan:
 
 
 @dataclass(frozen=True)
-class WorkloadPolicyPlan:
+class WorkloadPolicySpec:
     """A ``gcp.compute.ResourcePolicy`` with ``workload_policy`` (tpu7x multi-host placement)."""
 
     name: str
@@ -91,14 +65,14 @@ class WorkloadPolicyPlan:
 
 
 @dataclass(frozen=True)
-class ReservationAffinityPlan:
+class ReservationAffinitySpec:
     consume_reservation_type: str
     key: str | None = None
     values: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
-class NodePoolPlan:
+class NodePoolSpec:
     """One GKE node pool: every field ``gcp.container.NodePool`` needs, as plain values."""
 
     name: str
@@ -115,18 +89,18 @@ class NodePoolPlan:
     node_count: int | None
     """Static size (autoscaling off); mutually exclusive with ``initial_node_count``."""
     initial_node_count: int | None
-    autoscaling: AutoscalingPlan | None
-    placement: PlacementPlan | None
-    workload_policy: WorkloadPolicyPlan | None
+    autoscaling: AutoscalingSpec | None
+    placement: PlacementSpec | None
+    workload_policy: WorkloadPolicySpec | None
     spot: bool
     flex_start: bool
     max_run_duration: str | None
-    reservation_affinity: ReservationAffinityPlan | None
+    reservation_affinity: ReservationAffinitySpec | None
     queued_provisioning: bool
     auto_repair: bool
     capacity: str
     labels: dict[str, str] = field(default_factory=dict)
-    taints: tuple[TaintPlan, ...] = (TPU_TAINT,)
+    taints: tuple[Taint, ...] = (TPU_TAINT,)
 
     @property
     def max_nodes(self) -> int:
@@ -157,7 +131,7 @@ def workload_policy_name(cluster_name: str, pool_name: str) -> str:
     return bounded_name(f"{cluster_name}-{pool_name}-wp", _GCE_NAME_MAX)
 
 
-def plan_slice_pool(pool: SlicePoolConfig, zone: str | None, cluster_name: str) -> list[NodePoolPlan]:
+def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name: str) -> list[NodePoolSpec]:
     """The node pools of one slice pool, in a stable order.
 
     ``zone`` is the pool's zone (``StackConfig.pool_zone``); multi-host shapes need one (compact placement is
@@ -176,13 +150,13 @@ def plan_slice_pool(pool: SlicePoolConfig, zone: str | None, cluster_name: str) 
         raise ValueError(f"slicePools.{pool.name}.autoscaling: flex-start needs autoscaling enabled")
 
     dws = isinstance(cap, FlexStart | Queued)
-    workload_policy: WorkloadPolicyPlan | None = None
-    placement: PlacementPlan | None = None
+    workload_policy: WorkloadPolicySpec | None = None
+    placement: PlacementSpec | None = None
     if s.placement == "compact":
-        placement = PlacementPlan(type="COMPACT", tpu_topology=s.topology)
+        placement = PlacementSpec(type="COMPACT", tpu_topology=s.topology)
     elif s.placement == "workload-policy":
         assert zone is not None  # checked above
-        workload_policy = WorkloadPolicyPlan(
+        workload_policy = WorkloadPolicySpec(
             name=workload_policy_name(cluster_name, pool.name),
             region=region_of_zone(zone),
             type="HIGH_THROUGHPUT",
@@ -190,18 +164,18 @@ def plan_slice_pool(pool: SlicePoolConfig, zone: str | None, cluster_name: str) 
         )
         # pulumi-gcp requires placement_policy.type; COMPACT is its only value. Whether GKE wants it next to
         # policy_name for tpu7x is disputed (tpu-facts.md §3); the GKE API accepts the pair.
-        placement = PlacementPlan(type="COMPACT", policy_name=workload_policy.name)
+        placement = PlacementSpec(type="COMPACT", policy_name=workload_policy.name)
 
-    reservation: ReservationAffinityPlan | None
+    reservation: ReservationAffinitySpec | None
     if isinstance(cap, Reservation):
-        reservation = ReservationAffinityPlan(
+        reservation = ReservationAffinitySpec(
             consume_reservation_type="SPECIFIC_RESERVATION",
             key="compute.googleapis.com/reservation-name",
             values=(cap.reservation_value,),
         )
     elif dws:
         # DWS capacity is never taken from a reservation; queued provisioning requires this explicitly.
-        reservation = ReservationAffinityPlan(consume_reservation_type="NO_RESERVATION")
+        reservation = ReservationAffinitySpec(consume_reservation_type="NO_RESERVATION")
     else:
         assert isinstance(cap, OnDemand | Spot)
         reservation = None
@@ -233,19 +207,19 @@ def plan_slice_pool(pool: SlicePoolConfig, zone: str | None, cluster_name: str) 
         return {
             "node_count": None,
             "initial_node_count": initial,
-            "autoscaling": AutoscalingPlan(
+            "autoscaling": AutoscalingSpec(
                 min_node_count=min_nodes, max_node_count=max_nodes, location_policy=location_policy
             ),
         }
 
     labels = {POOL_LABEL: pool.name, POD_TYPE_LABEL: s.pod_type}
-    plans: list[NodePoolPlan] = []
+    plans: list[NodePoolSpec] = []
     if s.multi_host:
         for i in range(pool.slices):
             name = f"{pool.name}-{i}"
             kept = i < pool.min_slices  # the first minSlices slices are never scaled away
             plans.append(
-                NodePoolPlan(
+                NodePoolSpec(
                     name=name,
                     slice_index=i,
                     slices=1,
@@ -256,7 +230,7 @@ def plan_slice_pool(pool: SlicePoolConfig, zone: str | None, cluster_name: str) 
             )
     else:
         plans.append(
-            NodePoolPlan(
+            NodePoolSpec(
                 name=pool.name,
                 slice_index=None,
                 slices=pool.slices,

@@ -3,7 +3,7 @@
 Each ref is checked out into a temporary ``git worktree`` and its program runs in a fresh subprocess whose
 ``tpuray.components`` are that ref's (a small link tree first on ``PYTHONPATH``), so the base branch is
 rendered with the base branch's components. The runner is a copy of this checkout's
-:mod:`~tpuray.components.plan_engine`, which imports nothing of ``tpuray`` and so works against any ref.
+:mod:`~tpuray.components.review.engine`, which imports nothing of ``tpuray`` and so works against any ref.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tpuray.components import plan_engine
-from tpuray.components.plan_render import plan_json
-from tpuray.components.policy_rules import Resource, check_resources
+from tpuray.components.review import engine as plan_engine
+from tpuray.components.review.policy_rules import Resource, check_resources
+from tpuray.components.review.render import plan_json
 
 __all__ = ["GitPlanError", "is_git_ref", "plan_of_ref"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from tpuray.components.plan_topology import PoolView, ray_workers_text
+from tpuray.components.review.pool_views import PoolView, ray_workers_text
 
 __all__ = ["render_svg"]
 

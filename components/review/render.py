@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from tpuray.components.plan_topology import PoolView, ray_workers_text
-from tpuray.components.policy_rules import Violation
+from tpuray.components.review.policy_rules import Violation
+from tpuray.components.review.pool_views import PoolView, ray_workers_text
 
 __all__ = ["FORMAT", "manifest_files", "plan_json", "summary_table", "topology_markdown"]
 

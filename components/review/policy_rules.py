@@ -1,6 +1,6 @@
 """tpuray's mandatory infrastructure rules, as pure functions over one resource's inputs.
 
-The same functions back the CrossGuard policy pack (``policy/``, through :mod:`tpuray.components.policy_pack`)
+The same functions back the CrossGuard policy pack (``policy/``, through :mod:`tpuray.components.review.policy_pack`)
 and ``tpuray plan``, which runs them over the resources it collected. Inputs are Pulumi wire values:
 camelCase keys, plain dicts and lists.
 
@@ -9,16 +9,20 @@ Imports no Pulumi: a rule is ``(resource, context) -> list of violation messages
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuray.components.kuberay_spec import HEAD_PORTS
-from tpuray.components.labels import GKE_ACCELERATOR_LABEL as TPU_ACCELERATOR_LABEL
-from tpuray.components.labels import GKE_TOPOLOGY_LABEL as TPU_TOPOLOGY_LABEL
-from tpuray.components.labels import POD_TYPE_LABEL, TPU_RESOURCE
-from tpuray.components.topology import GENERATIONS, Generation, TopologyError, TpuSlice
+from tpuray.components.names import GKE_ACCELERATOR_LABEL as TPU_ACCELERATOR_LABEL
+from tpuray.components.names import GKE_TOPOLOGY_LABEL as TPU_TOPOLOGY_LABEL
+from tpuray.components.names import POD_TYPE_LABEL, RAY_DASHBOARD_PORT, TPU_RESOURCE
+from tpuray.components.topology import (
+    Generation,
+    TopologyError,
+    TpuSlice,
+    generation_of_accelerator,
+    generation_of_machine_type,
+)
 
 __all__ = [
     "CLUSTER",
@@ -38,7 +42,6 @@ NODE_POOL = "gcp:container/nodePool:NodePool"
 CLUSTER = "gcp:container/cluster:Cluster"
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 SERVICE = "kubernetes:core/v1:Service"
-RAY_DASHBOARD_PORT = dict(HEAD_PORTS)["dashboard"]
 
 
 @dataclass(frozen=True)
@@ -110,21 +113,6 @@ def _int(value: Any) -> int | None:
         return None
 
 
-@functools.cache
-def _generation_of_machine() -> dict[str, Generation]:
-    return {m: g for g in GENERATIONS for m in g.machine_types}
-
-
-@functools.cache
-def _generation_of_accelerator() -> dict[str, Generation]:
-    return {g.gke_accelerator: g for g in GENERATIONS}
-
-
-def tpu_generation(machine_type: Any) -> Generation | None:
-    """The TPU generation of a GKE machine type, or None for a non-TPU machine."""
-    return _generation_of_machine().get(machine_type) if isinstance(machine_type, str) else None
-
-
 # ---- node pools -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _TpuPool:
@@ -140,7 +128,7 @@ class _TpuPool:
 
 def _tpu_pool(res: Resource) -> _TpuPool | None:
     machine = _get(res.props, "nodeConfig", "machineType")
-    gen = tpu_generation(machine)
+    gen = generation_of_machine_type(machine)
     if gen is None:
         return None
     placement = _get(res.props, "placementPolicy")
@@ -382,7 +370,7 @@ def check_worker_group_chips(res: Resource, ctx: RuleContext) -> list[str]:
         name = group.get("groupName") or f"workerGroupSpecs[{i}]"
         selector = _get(template, "spec", "nodeSelector") or {}
         accel, topo = selector.get(TPU_ACCELERATOR_LABEL), selector.get(TPU_TOPOLOGY_LABEL)
-        gen = _generation_of_accelerator().get(accel) if isinstance(accel, str) else None
+        gen = generation_of_accelerator(accel)
         if gen is None or not isinstance(topo, str):
             found(
                 f"worker group {name}: requests {TPU_RESOURCE} but its nodeSelector lacks a known "

@@ -7,12 +7,11 @@ from catalog import ALL_SLICES, capacity_st, pool, slices_st
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuray.components.node_pool_plan import (
-    POOL_LABEL,
-    TPU_TAINT,
-    NodePoolPlan,
+from tpuray.components.names import POOL_LABEL, TPU_TAINT
+from tpuray.components.planning.node_pools import (
+    NodePoolSpec,
     bounded_name,
-    plan_slice_pool,
+    slice_pool_node_pools,
     workload_policy_name,
 )
 from tpuray.components.topology import TpuSlice
@@ -20,8 +19,8 @@ from tpuray.components.topology import TpuSlice
 ZONE = "us-east5-a"
 
 
-def plan(s: TpuSlice, capacity: str = "on-demand", slices: int = 1, **kw: object) -> list[NodePoolPlan]:
-    return plan_slice_pool(pool(s, capacity, slices, **kw), ZONE, "tpuray-test")  # type: ignore[arg-type]
+def plan(s: TpuSlice, capacity: str = "on-demand", slices: int = 1, **kw: object) -> list[NodePoolSpec]:
+    return slice_pool_node_pools(pool(s, capacity, slices, **kw), ZONE, "tpuray-test")  # type: ignore[arg-type]
 
 
 @settings(deadline=None)  # no wall-clock bounds
@@ -51,7 +50,7 @@ def test_every_shape_and_capacity_plans_consistently(s: TpuSlice, capacity: str,
         _capacity_rules(capacity, p)
 
 
-def _placement_rules(s: TpuSlice, p: NodePoolPlan) -> None:
+def _placement_rules(s: TpuSlice, p: NodePoolSpec) -> None:
     if not s.multi_host:
         # GKE rejects tpu_topology on single-host pools
         assert p.placement is None and p.workload_policy is None
@@ -68,7 +67,7 @@ def _placement_rules(s: TpuSlice, p: NodePoolPlan) -> None:
         assert p.autoscaling is None or p.autoscaling.location_policy == "ANY"
 
 
-def _capacity_rules(capacity: str, p: NodePoolPlan) -> None:
+def _capacity_rules(capacity: str, p: NodePoolSpec) -> None:
     assert p.spot == (capacity == "spot")
     assert p.flex_start == (capacity == "flex-start")
     assert p.queued_provisioning == (capacity == "queued")
@@ -161,11 +160,11 @@ def test_tpu7x_multi_host_uses_a_workload_policy() -> None:
 
 def test_multi_host_without_zone_is_rejected() -> None:
     with pytest.raises(ValueError, match="zone"):
-        plan_slice_pool(pool(V6E_4X4), None, "c")
+        slice_pool_node_pools(pool(V6E_4X4), None, "c")
 
 
 def test_single_host_without_zone_spans_the_cluster_locations() -> None:
-    (p,) = plan_slice_pool(pool(TpuSlice.parse("v6e", "2x2")), None, "c")
+    (p,) = slice_pool_node_pools(pool(TpuSlice.parse("v6e", "2x2")), None, "c")
     assert p.node_locations is None
 
 

@@ -1,4 +1,4 @@
-"""The CrossGuard policies of ``policy/``: :data:`tpuray.components.policy_rules.RULES` as
+"""The CrossGuard policies of ``policy/``: :data:`tpuray.components.review.policy_rules.RULES` as
 ``pulumi_policy.ResourceValidationPolicy`` objects.
 
 Needs the ``policy`` extra (``pulumi-policy``). Only ``policy/__main__.py`` constructs the ``PolicyPack``:
@@ -11,7 +11,7 @@ from typing import Any
 
 from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidationArgs, ResourceValidationPolicy
 
-from tpuray.components.policy_rules import RULES, Resource, Rule, RuleContext, stack_of_urn
+from tpuray.components.review.policy_rules import RULES, Resource, Rule, RuleContext, stack_of_urn
 
 __all__ = ["CONFIG_SCHEMA_PROPERTIES", "POLICIES", "policy_for"]
 

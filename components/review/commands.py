@@ -17,8 +17,8 @@ __all__ = ["cmd_diff", "cmd_plan", "register"]
 def cmd_plan(args: argparse.Namespace) -> int:
     """Render one stack; exit 1 on a bad stack file, a failing program or a policy violation."""
     from tpuray.components.config import ConfigError
-    from tpuray.components.plan import find_root, render_stack, summary, write_plan
-    from tpuray.components.plan_engine import RunError
+    from tpuray.components.review.engine import RunError
+    from tpuray.components.review.plan import find_root, render_stack, summary, write_plan
 
     try:
         root = Path(args.root).resolve() if args.root else find_root()
@@ -54,9 +54,9 @@ def _stacks(root: Path, wanted: list[str] | None) -> list[str]:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """Compare two plan directories, or two git refs (each stack rendered at each ref)."""
-    from tpuray.components.plan import find_root, load_plan_json
-    from tpuray.components.plan_diff import diff_plans, render_markdown
-    from tpuray.components.plan_git import GitPlanError, is_git_ref, plan_of_ref
+    from tpuray.components.review.diff import diff_plans, render_markdown
+    from tpuray.components.review.git_refs import GitPlanError, is_git_ref, plan_of_ref
+    from tpuray.components.review.plan import find_root, load_plan_json
 
     base, new = Path(args.base), Path(args.new)
     diffs = []

@@ -13,18 +13,17 @@ from hypothesis import strategies as st
 from kuberay_schema import schema_errors, tpu_chip_mismatches
 
 from tpuray.components.config import WorkloadConfig, load_stack_file
-from tpuray.components.kuberay_spec import (
+from tpuray.components.planning.entrypoint import train_entrypoint
+from tpuray.components.planning.from_config import stack_manifests
+from tpuray.components.planning.kuberay import (
     RayClusterParams,
     RayJobParams,
     TpuWorkerGroup,
-    check_ray_cluster_spec,
-    check_ray_job,
     ray_cluster_manifest,
     ray_job_manifest,
-    stack_manifests,
-    train_entrypoint,
     worker_group_spec,
 )
+from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job
 from tpuray.components.topology import TpuSlice
 
 ROOT_STACKS = ("dev", "prod")

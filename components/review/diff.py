@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuray.components.plan_topology import tpu_chips_by_generation
-from tpuray.components.replacement_fields import CLUSTER, NODE_POOL, RESOURCE_POLICY, replacement_reason
+from tpuray.components.review.pool_views import tpu_chips_by_generation
+from tpuray.components.review.replacement_fields import CLUSTER, NODE_POOL, RESOURCE_POLICY, replacement_reason
 
 __all__ = ["Change", "FieldChange", "PlanDiff", "diff_plans", "render_markdown"]
 

@@ -1,0 +1,75 @@
+"""Every name that TPU slices are matched and reached by: node labels, Ray labels and resources, taints, ports.
+
+Pure data, no Pulumi, beside the catalog (:mod:`tpuray.components.topology`). Node pools, KubeRay worker groups,
+policy rules, the plan and the workload's placement all read these, so each name is written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ---- GKE node labels and resources (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus) ----
+GKE_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+"""Node label: the TPU generation as GKE names it (``TpuSlice.gke_accelerator``)."""
+GKE_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+"""Node label: the slice topology (``TpuSlice.topology``)."""
+GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+"""Node label GKE sets to the node pool's name."""
+TPU_RESOURCE = "google.com/tpu"
+"""Extended resource on TPU nodes and in pod requests: chips; also the key of the TPU taint."""
+
+# ---- Ray on TPU VMs (ray/_private/accelerators/tpu.py); KubeRay worker groups set them too -----------------
+RAY_TPU_RESOURCE = "TPU"
+"""Ray's resource for TPU chips (KubeRay copies ``google.com/tpu`` into it); a per-chip worker asks for 1."""
+RAY_SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
+RAY_WORKER_ID_LABEL = "ray.io/tpu-worker-id"
+RAY_TOPOLOGY_LABEL = "ray.io/tpu-topology"
+RAY_POD_TYPE_LABEL = "ray.io/tpu-pod-type"
+RAY_ACCELERATOR_TYPE_LABEL = "ray.io/accelerator-type"
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+"""KubeRay's label (and RayJob ``clusterSelector`` key) naming a RayCluster."""
+
+# ---- tpuray's own node labels ---------------------------------------------------------------------------
+POOL_LABEL = "tpuray.io/pool"
+"""The slice pool a node belongs to; Ray worker groups select their nodes by it."""
+SLICE_LABEL = "tpuray.io/slice"
+POD_TYPE_LABEL = "tpuray.io/pod-type"
+
+# ---- pods -------------------------------------------------------------------------------------------------
+WEBHOOK_POD_LABEL = {"app.kubernetes.io/name": "kuberay"}
+"""The GKE TPU webhook only mutates pods with this label (KubeRay sets it too; set here so it is explicit)."""
+SYSTEM_POOL = "system"
+"""Name of the CPU node pool that runs the Ray head and system pods."""
+RAY_SERVICE_ACCOUNT = "ray"
+"""Kubernetes service account of the Ray pods (bound to the Ray Google service account)."""
+
+
+# ---- taints -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+    """GKE API spelling (``NO_SCHEDULE``); Kubernetes spells it ``NoSchedule``."""
+
+    @property
+    def k8s_effect(self) -> str:
+        return "".join(part.capitalize() for part in self.effect.split("_"))
+
+
+TPU_TAINT = Taint(key=TPU_RESOURCE, value="present", effect="NO_SCHEDULE")
+"""Keeps non-TPU pods off TPU nodes; TPU pods carry the matching toleration."""
+GKE_QUEUED_TAINT_KEY = "cloud.google.com/gke-queued"
+"""Nodes of queued-provisioning pools carry this taint until a ProvisioningRequest claims them
+(https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest)."""
+
+# ---- ports ------------------------------------------------------------------------------------------------
+TPU_SLICEBUILDER_PORT = 8471
+"""The TPU runtime's slice builder between the hosts of a multi-host slice (Ray's default)."""
+TPU_MEGASCALE_PORT = 8081
+"""Ray's ``DEFAULT_MEGASCALE_PORT`` (TCP) for multislice coordination."""
+TPU_RUNTIME_PORTS = (("tpu-slicebuilder", TPU_SLICEBUILDER_PORT), ("tpu-megascale", TPU_MEGASCALE_PORT))
+"""Ports the TPU runtime listens on in multi-host slices (KubeRay and GKE TPU samples)."""
+RAY_DASHBOARD_PORT = 8265
+HEAD_PORTS = (("gcs-server", 6379), ("dashboard", RAY_DASHBOARD_PORT), ("client", 10001), ("metrics", 8080))
+"""Ports of the Ray head container (KubeRay's defaults)."""

@@ -1,0 +1,66 @@
+"""The one mapping from a :class:`~tpuray.components.config.StackConfig` to the KubeRay parameters.
+
+Pure Python; imports no Pulumi. The components, ``tpuray plan`` and the tests all build the stack's RayCluster and
+RayJob through these functions, so each default comes from the config model and is written nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tpuray.components.config import StackConfig
+from tpuray.components.names import RAY_SERVICE_ACCOUNT, SYSTEM_POOL
+from tpuray.components.planning.entrypoint import train_entrypoint
+from tpuray.components.planning.kuberay import (
+    RayClusterParams,
+    RayJobParams,
+    TpuWorkerGroup,
+    ray_cluster_manifest,
+    ray_job_manifest,
+)
+
+__all__ = ["ray_cluster_params", "ray_job_params", "stack_manifests"]
+
+
+def ray_cluster_params(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> RayClusterParams:
+    """The stack's RayCluster: a CPU head on the system pool and one TPU worker group per slice pool."""
+    r = cfg.ray
+    return RayClusterParams(
+        name=cfg.cluster.name,
+        namespace=r.namespace,
+        ray_version=r.version,
+        head_image=r.image,
+        worker_image=r.worker_image or r.image,
+        service_account=RAY_SERVICE_ACCOUNT,
+        groups=tuple(TpuWorkerGroup.from_pool(p) for p in cfg.slice_pools),
+        head_cpu=r.head_cpu,
+        head_memory=r.head_memory,
+        worker_cpu=r.worker_cpu,
+        worker_memory=r.worker_memory,
+        head_node_pool=SYSTEM_POOL,
+        checkpoint_bucket=cfg.checkpoint_bucket,
+        checkpoint_mount_path=cfg.checkpoints.mount_path,
+        labels=dict(labels or {}),
+    )
+
+
+def ray_job_params(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> RayJobParams:
+    """The stack's training job, submitted to the stack's running RayCluster (it does not own the TPUs)."""
+    name = f"{cfg.cluster.name}-train"
+    checkpoint_dir = f"{cfg.checkpoints.mount_path.rstrip('/')}/{name}"
+    return RayJobParams(
+        name=name,
+        namespace=cfg.ray.namespace,
+        entrypoint=train_entrypoint(cfg.workload, cfg.workload_pool(), name, checkpoint_dir),
+        cluster_selector=cfg.cluster.name,
+        shutdown_after_job_finishes=False,
+        ttl_seconds_after_finished=0,
+        backoff_limit=0,
+        labels=dict(labels or {}),
+    )
+
+
+def stack_manifests(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every KubeRay manifest the stack declares, in declaration order (RayCluster, then RayJob)."""
+    return [ray_cluster_manifest(ray_cluster_params(cfg, labels)), ray_job_manifest(ray_job_params(cfg, labels))]

@@ -1,0 +1,309 @@
+"""KubeRay ``ray.io/v1`` RayCluster and RayJob manifests for TPU slices, as plain dicts.
+
+Pure Python; imports no Pulumi. ``RayTpuCluster``/``RayTpuJob`` pass these dicts to
+``pulumi_kubernetes.apiextensions.CustomResource`` unchanged, and ``tpuray plan`` can write them as YAML.
+
+Every TPU fact of a worker group comes from the slice pool's :class:`~tpuray.components.topology.TpuSlice`:
+``numOfHosts`` = hosts per slice, ``google.com/tpu`` = chips per host, the GKE node selectors, Ray's ``TPU``
+resource and topology labels, and ``TPU_ACCELERATOR_TYPE``/``TPU_TOPOLOGY`` (the GKE TPU webhook injects
+``TPU_WORKER_ID``/``TPU_WORKER_HOSTNAMES``/``TPU_NAME`` but not these two).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tpuray.components.config import Queued, SlicePoolConfig
+from tpuray.components.names import (
+    GKE_ACCELERATOR_LABEL,
+    GKE_NODEPOOL_LABEL,
+    GKE_QUEUED_TAINT_KEY,
+    GKE_TOPOLOGY_LABEL,
+    HEAD_PORTS,
+    POOL_LABEL,
+    RAY_ACCELERATOR_TYPE_LABEL,
+    RAY_CLUSTER_LABEL,
+    RAY_POD_TYPE_LABEL,
+    RAY_TOPOLOGY_LABEL,
+    RAY_TPU_RESOURCE,
+    TPU_RESOURCE,
+    TPU_RUNTIME_PORTS,
+    TPU_TAINT,
+    WEBHOOK_POD_LABEL,
+)
+from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job, raise_problems
+from tpuray.components.topology import TpuSlice
+
+__all__ = [
+    "API_VERSION",
+    "CHECKPOINT_VOLUME",
+    "RayClusterParams",
+    "RayJobParams",
+    "TpuWorkerGroup",
+    "dashboard_service_name",
+    "headless_service_name",
+    "ray_cluster_manifest",
+    "ray_cluster_spec",
+    "ray_job_manifest",
+]
+
+API_VERSION = "ray.io/v1"
+
+
+CHECKPOINT_VOLUME = "checkpoints"
+GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+# Ray images run as uid 1000 (ray) in gid 100 (users); without these the FUSE mount is root-owned.
+GCSFUSE_MOUNT_OPTIONS = "implicit-dirs,uid=1000,gid=100,file-mode=664,dir-mode=775"
+
+
+@dataclass(frozen=True)
+class TpuWorkerGroup:
+    """One KubeRay worker group: the slices of one slice pool (a replica is one whole slice)."""
+
+    name: str
+    tpu_slice: TpuSlice
+    replicas: int
+    min_replicas: int
+    max_replicas: int
+    queued: bool = False
+    """Queued-provisioning pool: tolerate the ``gke-queued`` taint."""
+
+    @classmethod
+    def from_pool(cls, pool: SlicePoolConfig) -> TpuWorkerGroup:
+        return cls(
+            name=pool.name,
+            tpu_slice=pool.tpu_slice,
+            replicas=pool.slices,
+            min_replicas=pool.min_slices,
+            max_replicas=pool.slices,
+            queued=isinstance(pool.capacity, Queued),
+        )
+
+
+@dataclass(frozen=True)
+class RayClusterParams:
+    """Everything a TPU RayCluster spec is rendered from; names are plain strings so the manifest is data."""
+
+    name: str
+    namespace: str
+    ray_version: str
+    head_image: str
+    worker_image: str
+    service_account: str
+    """Kubernetes service account of every Ray pod (bound to a Google service account by Workload Identity)."""
+    groups: tuple[TpuWorkerGroup, ...]
+    head_cpu: str = "4"
+    head_memory: str = "16Gi"
+    worker_cpu: str = "8"
+    worker_memory: str = "64Gi"
+    head_node_pool: str | None = None
+    """GKE node pool of the head (the CPU system pool)."""
+    checkpoint_bucket: str | None = None
+    checkpoint_mount_path: str = "/checkpoints"
+    idle_timeout_seconds: int = 600
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RayJobParams:
+    """A RayJob: on its own cluster (``cluster`` set) or on a running RayCluster (``cluster_selector`` set)."""
+
+    name: str
+    namespace: str
+    entrypoint: str
+    cluster: RayClusterParams | None = None
+    cluster_selector: str | None = None
+    """Name of a running RayCluster (``ray.io/cluster`` selector)."""
+    shutdown_after_job_finishes: bool = True
+    ttl_seconds_after_finished: int = 3600
+    backoff_limit: int = 0
+    active_deadline_seconds: int | None = None
+    entrypoint_num_cpus: float = 1.0
+    """The head advertises no CPUs, so a driver that asks for one runs on a worker (whose image has tpuray)."""
+    submission_mode: Literal["K8sJobMode", "HTTPMode"] = "K8sJobMode"
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+# ---- naming -------------------------------------------------------------------------------------------
+def dashboard_service_name(cluster: str) -> str:
+    """The head service KubeRay creates (``<cluster>-head-svc``): dashboard on 8265, client on 10001."""
+    return f"{cluster}-head-svc"
+
+
+def headless_service_name(cluster: str) -> str:
+    """The service KubeRay creates for multi-host groups; the webhook's TPU_WORKER_HOSTNAMES point into it."""
+    return f"{cluster}-headless"
+
+
+# ---- pod pieces ---------------------------------------------------------------------------------------
+def _volumes(p: RayClusterParams) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    if p.checkpoint_bucket:
+        volumes.append(
+            {
+                "name": CHECKPOINT_VOLUME,
+                "csi": {
+                    "driver": GCSFUSE_DRIVER,
+                    "volumeAttributes": {"bucketName": p.checkpoint_bucket, "mountOptions": GCSFUSE_MOUNT_OPTIONS},
+                },
+            }
+        )
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": p.checkpoint_mount_path})
+    return volumes, mounts
+
+
+def _pod_metadata(p: RayClusterParams, extra_labels: Mapping[str, str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": {**p.labels, **WEBHOOK_POD_LABEL, **extra_labels}}
+    if p.checkpoint_bucket:
+        meta["annotations"] = {"gke-gcsfuse/volumes": "true"}  # asks GKE to inject the GCS FUSE sidecar
+    return meta
+
+
+def _ports(pairs: tuple[tuple[str, int], ...]) -> list[dict[str, Any]]:
+    return [{"name": n, "containerPort": port} for n, port in pairs]
+
+
+def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
+    volumes, mounts = _volumes(p)
+    resources = {"cpu": p.head_cpu, "memory": p.head_memory}
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": p.service_account,
+        "containers": [
+            {
+                "name": "ray-head",
+                "image": p.head_image,
+                "ports": _ports(HEAD_PORTS),
+                "resources": {"requests": dict(resources), "limits": dict(resources)},
+                "volumeMounts": mounts,
+            }
+        ],
+        "volumes": volumes,
+    }
+    if p.head_node_pool:
+        pod_spec["nodeSelector"] = {GKE_NODEPOOL_LABEL: p.head_node_pool}
+    return {
+        # ClusterIP only: the dashboard and client are reached through kubectl port-forward, never exposed.
+        "serviceType": "ClusterIP",
+        # num-cpus 0 keeps tasks and job drivers off the head, which has no TPU and no tpuray workload image.
+        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
+        "template": {"metadata": _pod_metadata(p, {}), "spec": pod_spec},
+    }
+
+
+def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
+    s = g.tpu_slice
+    volumes, mounts = _volumes(p)
+    tpu = str(s.chips_per_host)
+    tolerations: list[dict[str, Any]] = [
+        {"key": TPU_TAINT.key, "operator": "Equal", "value": TPU_TAINT.value, "effect": TPU_TAINT.k8s_effect}
+    ]
+    if g.queued:
+        tolerations.append({"key": GKE_QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
+    env = [
+        {"name": "TPU_ACCELERATOR_TYPE", "value": s.pod_type},
+        {"name": "TPU_TOPOLOGY", "value": s.topology},
+    ]
+    return {
+        "groupName": g.name,
+        "replicas": g.replicas,
+        "minReplicas": g.min_replicas,
+        "maxReplicas": g.max_replicas,
+        "numOfHosts": s.hosts,
+        "rayStartParams": {},
+        # Ray node labels (KubeRay >= 1.5 passes them to `ray start --labels`): select a slice shape in Ray code.
+        "labels": {
+            RAY_TOPOLOGY_LABEL: s.topology,
+            RAY_POD_TYPE_LABEL: s.pod_type,
+            RAY_ACCELERATOR_TYPE_LABEL: s.ray_accelerator_type,
+            POOL_LABEL: g.name,
+        },
+        "resources": {RAY_TPU_RESOURCE: tpu},
+        "template": {
+            "metadata": _pod_metadata(p, {POOL_LABEL: g.name}),
+            "spec": {
+                "serviceAccountName": p.service_account,
+                "nodeSelector": {
+                    GKE_ACCELERATOR_LABEL: s.gke_accelerator,
+                    GKE_TOPOLOGY_LABEL: s.topology,
+                    POOL_LABEL: g.name,
+                },
+                "tolerations": tolerations,
+                "containers": [
+                    {
+                        "name": "ray-worker",
+                        "image": p.worker_image,
+                        "ports": _ports(TPU_RUNTIME_PORTS),
+                        "env": env,
+                        "resources": {
+                            "requests": {"cpu": p.worker_cpu, "memory": p.worker_memory, TPU_RESOURCE: tpu},
+                            "limits": {"cpu": p.worker_cpu, "memory": p.worker_memory, TPU_RESOURCE: tpu},
+                        },
+                        "volumeMounts": mounts,
+                    }
+                ],
+                "volumes": volumes,
+            },
+        },
+    }
+
+
+def ray_cluster_spec(p: RayClusterParams) -> dict[str, Any]:
+    """The RayCluster ``spec``: a CPU head and one TPU worker group per slice pool."""
+    autoscale = any(g.min_replicas < g.max_replicas for g in p.groups)
+    spec: dict[str, Any] = {
+        "rayVersion": p.ray_version,
+        "enableInTreeAutoscaling": autoscale,
+        "headGroupSpec": head_group_spec(p),
+        "workerGroupSpecs": [worker_group_spec(p, g) for g in p.groups],
+    }
+    if autoscale:
+        spec["autoscalerOptions"] = {"upscalingMode": "Default", "idleTimeoutSeconds": p.idle_timeout_seconds}
+    return spec
+
+
+def ray_cluster_manifest(p: RayClusterParams) -> dict[str, Any]:
+    manifest: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": "RayCluster",
+        "metadata": {"name": p.name, "namespace": p.namespace, "labels": dict(p.labels)},
+        "spec": ray_cluster_spec(p),
+    }
+    raise_problems("RayCluster", p.name, check_ray_cluster_spec(manifest["spec"], p.name))
+    return manifest
+
+
+def ray_job_manifest(j: RayJobParams) -> dict[str, Any]:
+    if (j.cluster is None) == (j.cluster_selector is None):
+        raise ValueError(f"RayJob {j.name}: set exactly one of cluster (its own RayCluster) and cluster_selector")
+    spec: dict[str, Any] = {
+        "entrypoint": j.entrypoint,
+        "submissionMode": j.submission_mode,
+        "entrypointNumCpus": j.entrypoint_num_cpus,
+    }
+    if j.cluster is not None:
+        spec["rayClusterSpec"] = ray_cluster_spec(j.cluster)
+        spec["shutdownAfterJobFinishes"] = j.shutdown_after_job_finishes
+        if j.shutdown_after_job_finishes:
+            spec["ttlSecondsAfterFinished"] = j.ttl_seconds_after_finished
+        spec["backoffLimit"] = j.backoff_limit
+    else:
+        spec["clusterSelector"] = {RAY_CLUSTER_LABEL: str(j.cluster_selector)}
+        # Rendered only when set, so that check_ray_job reports them: they do not apply to a cluster the job
+        # does not own (KubeRay rejects backoffLimit > 0 here).
+        if j.shutdown_after_job_finishes:
+            spec["shutdownAfterJobFinishes"] = True
+        if j.backoff_limit:
+            spec["backoffLimit"] = j.backoff_limit
+    if j.active_deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = j.active_deadline_seconds
+    manifest: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": "RayJob",
+        "metadata": {"name": j.name, "namespace": j.namespace, "labels": dict(j.labels)},
+        "spec": spec,
+    }
+    raise_problems("RayJob", j.name, check_ray_job(manifest))
+    return manifest

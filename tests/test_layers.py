@@ -1,0 +1,58 @@
+"""The layers of tpuray.components: the Pulumi program loads no review tooling, and the planners load no Pulumi."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _loaded_after(code: str) -> set[str]:
+    """Module names loaded by a fresh interpreter after running ``code``."""
+    script = f"{code}\nimport sys\nprint('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True, cwd=ROOT)
+    return set(out.stdout.split())
+
+
+def _program_imports() -> list[str]:
+    """The tpuray modules that infra/__main__.py imports."""
+    tree = ast.parse((ROOT / "infra" / "__main__.py").read_text())
+    mods = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    mods += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    return [m for m in mods if m.startswith("tpuray.")]
+
+
+def test_the_pulumi_program_loads_no_review_module() -> None:
+    imports = _program_imports()
+    assert "tpuray.components.stack" in imports  # the program still composes the stack
+    loaded = _loaded_after("\n".join(f"import {m}" for m in imports))
+    assert "tpuray.components.stack" in loaded
+    assert not {m for m in loaded if m.startswith("tpuray.components.review")}
+
+
+def test_review_package_imports() -> None:
+    loaded = _loaded_after("import tpuray.components.review, tpuray.components.review.commands")
+    assert "tpuray.components.review.commands" in loaded
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "tpuray.components.topology",
+        "tpuray.components.names",
+        "tpuray.components.config",
+        "tpuray.components.planning.node_pools",
+        "tpuray.components.planning.kuberay",
+        "tpuray.components.planning.from_config",
+    ],
+)
+def test_facts_config_and_planners_load_no_pulumi(module: str) -> None:
+    loaded = _loaded_after(f"import {module}")
+    assert module in loaded
+    assert not {m for m in loaded if m == "pulumi" or m.startswith(("pulumi.", "pulumi_"))}
+    assert not {m for m in loaded if m.startswith("tpuray.components.review")}
