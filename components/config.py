@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -31,6 +32,10 @@ __all__ = [
     "ClusterConfig",
     "ConfigError",
     "FlexStart",
+    "KueueConfig",
+    "MaintenanceConfig",
+    "MaintenanceExclusion",
+    "MaintenanceWindow",
     "ModelConfig",
     "NetworkConfig",
     "OnDemand",
@@ -41,6 +46,7 @@ __all__ = [
     "Spot",
     "StackConfig",
     "WorkloadConfig",
+    "capacity_rules",
     "gke_version_key",
     "load_stack_file",
     "parse_stack_config",
@@ -159,6 +165,7 @@ class SlicePoolConfig(_Model):
     capacity: Capacity = OnDemand()
     autoscaling: Autoscaling = Autoscaling()
     zone: str | None = Field(default=None, description="zone of this pool; defaults to the stack's zone")
+    auto_upgrade: bool = Field(default=True, description="GKE node auto-upgrade (off needs releaseChannel UNSPECIFIED)")
 
     @field_validator("generation")
     @classmethod
@@ -219,7 +226,9 @@ class AuthorizedNetwork(_Model):
     name: str = ""
 
 
-ReleaseChannel = Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"]
+ReleaseChannel = Literal["RAPID", "REGULAR", "STABLE", "EXTENDED", "UNSPECIFIED"]
+"""``UNSPECIFIED``: not enrolled in a release channel, the only way to turn a pool's auto-upgrade off
+(https://cloud.google.com/kubernetes-engine/docs/concepts/release-channels)."""
 
 
 class ClusterConfig(_Model):
@@ -289,6 +298,11 @@ class RayConfig(_Model):
     head_memory: str = "16Gi"
     worker_cpu: str = "8"
     worker_memory: str = "64Gi"
+    job_mode: Literal["shared", "ephemeral"] = Field(
+        default="shared",
+        description="shared: the training RayJob runs on the long-lived RayCluster; ephemeral: the RayJob brings its "
+        "own cluster and Kueue admits it whole",
+    )
 
 
 class CheckpointConfig(_Model):
@@ -327,6 +341,153 @@ class WorkloadConfig(_Model):
     checkpoint_every: Annotated[int, Field(ge=1)] = 20
     dataset: str | None = Field(default=None, description="tokenised text file; synthetic tokens if unset")
     model: ModelConfig = ModelConfig()
+
+
+# ---- Kueue and maintenance ----------------------------------------------------------------------------
+class KueueConfig(_Model):
+    """Kueue: TPU quota from the slice pools, and admission (required by queued pools and ephemeral jobs)."""
+
+    enabled: bool = False
+    chart_version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$", description="Kueue Helm chart version")] = "0.19.2"
+    namespace: Annotated[str, Field(pattern=_NAME, max_length=63)] = "kueue-system"
+    local_queue: Annotated[str, Field(pattern=_NAME, max_length=63, description="LocalQueue in the Ray namespace")] = (
+        "tpu"
+    )
+    priority: Literal["low", "normal", "high"] = Field(
+        default="normal", description="WorkloadPriorityClass of the training job"
+    )
+
+
+_RFC3339_UTC = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+UtcTime = Annotated[str, Field(pattern=_RFC3339_UTC, description="RFC 3339 UTC time, e.g. 2026-01-03T02:00:00Z")]
+# GKE: a window needs >= 4 contiguous hours, an exclusion without a release channel (NO_UPGRADES) lasts <= 30 days
+# (https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions).
+_MIN_WINDOW = timedelta(hours=4)
+_MAX_NO_UPGRADES = timedelta(days=30)
+
+
+def _utc(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+class MaintenanceWindow(_Model):
+    """A recurring window: ``start``/``end`` give the first occurrence, ``recurrence`` is an RFC 5545 RRULE."""
+
+    start: UtcTime
+    end: UtcTime
+    recurrence: Annotated[str, Field(pattern=r"^FREQ=(DAILY|WEEKLY|MONTHLY)(;[A-Z]+=[-A-Z0-9,]+)*$")]
+
+    @model_validator(mode="after")
+    def _length(self) -> MaintenanceWindow:
+        if _utc(self.end) - _utc(self.start) < _MIN_WINDOW:
+            raise ValueError(_field_msg("end", "a maintenance window lasts at least 4 hours after start"))
+        return self
+
+
+class MaintenanceExclusion(_Model):
+    """A span in which GKE does not upgrade (``scope`` says what it holds back)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63)]
+    start: UtcTime
+    end: UtcTime
+    scope: Literal["NO_UPGRADES", "NO_MINOR_UPGRADES", "NO_MINOR_OR_NODE_UPGRADES"] = "NO_MINOR_OR_NODE_UPGRADES"
+
+    @model_validator(mode="after")
+    def _span(self) -> MaintenanceExclusion:
+        span = _utc(self.end) - _utc(self.start)
+        if span <= timedelta(0):
+            raise ValueError(_field_msg("end", f"{self.end} is not after start {self.start}"))
+        if self.scope == "NO_UPGRADES" and span > _MAX_NO_UPGRADES:
+            raise ValueError(_field_msg("end", "a NO_UPGRADES exclusion lasts at most 30 days"))
+        return self
+
+
+class MaintenanceConfig(_Model):
+    """When GKE may upgrade the cluster and its nodes: a recurring window and exclusions."""
+
+    window: MaintenanceWindow | None = None
+    exclusions: Annotated[list[MaintenanceExclusion], Field(max_length=20)] = []
+
+    @model_validator(mode="after")
+    def _unique(self) -> MaintenanceConfig:
+        names = [e.name for e in self.exclusions]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise ValueError(_field_msg(f"exclusions[{i}].name", f"duplicate exclusion name {name!r}"))
+        return self
+
+    @property
+    def declared(self) -> bool:
+        """A window or an exclusion is set (GKE then keeps upgrades out of the rest of the time)."""
+        return self.window is not None or bool(self.exclusions)
+
+
+KUEUE_RESERVED_GROUP = "head"
+"""Kueue names the head's pod set ``head``; a worker group of that name is rejected (Kueue raycluster webhook)."""
+
+
+def capacity_rules(
+    pools: list[tuple[int, SlicePoolConfig]],
+    cluster: ClusterConfig | None,
+    ray: RayConfig | None,
+    kueue: KueueConfig | None,
+    maintenance: MaintenanceConfig | None,
+    workload: WorkloadConfig | None,
+) -> list[str]:
+    """Rules tying capacity types to Kueue, the job mode and maintenance; parts may be None (see stack_rules)."""
+    found: list[str] = []
+    queued = [(i, p) for i, p in pools if isinstance(p.capacity, Queued)]
+    if kueue is not None and not kueue.enabled:
+        for i, p in queued:
+            found.append(
+                _field_msg(
+                    f"slicePools[{i}].capacity",
+                    f"queued pool {p.name!r} is only reachable through Kueue (its ProvisioningRequest admission "
+                    "check is what makes GKE create the nodes): set kueue.enabled: true",
+                )
+            )
+        if ray is not None and ray.job_mode == "ephemeral":
+            found.append(
+                _field_msg(
+                    "kueue.enabled",
+                    "ray.jobMode ephemeral submits a suspended RayJob that only Kueue admits: set kueue.enabled: true",
+                )
+            )
+    if ray is not None and ray.job_mode == "shared" and pools:
+        target = workload.slice_pool if workload is not None else None
+        job_pool = next((p for _, p in pools if target is None or p.name == target), None)
+        if job_pool is not None and isinstance(job_pool.capacity, Queued):
+            found.append(
+                _field_msg(
+                    "ray.jobMode",
+                    f"the training job runs on queued pool {job_pool.name!r}, which only a Kueue-admitted RayJob "
+                    "with its own cluster reaches: set ray.jobMode: ephemeral",
+                )
+            )
+    if kueue is not None and kueue.enabled:
+        for i, p in pools:
+            if p.name == KUEUE_RESERVED_GROUP:
+                found.append(_field_msg(f"slicePools[{i}].name", "'head' is Kueue's name for the Ray head's pod set"))
+    if cluster is not None:
+        enrolled = cluster.release_channel != "UNSPECIFIED"
+        for i, p in pools:
+            if not p.auto_upgrade and enrolled:
+                found.append(
+                    _field_msg(
+                        f"slicePools[{i}].autoUpgrade",
+                        f"GKE keeps node auto-upgrade on in release channel {cluster.release_channel}: set "
+                        "cluster.releaseChannel: UNSPECIFIED, or use maintenance exclusions instead",
+                    )
+                )
+        for j, e in enumerate(maintenance.exclusions if maintenance is not None else []):
+            if e.scope != "NO_UPGRADES" and not enrolled:
+                found.append(
+                    _field_msg(
+                        f"maintenance.exclusions[{j}].scope",
+                        f"{e.scope} needs a release channel; a cluster outside one can only use NO_UPGRADES",
+                    )
+                )
+    return found
 
 
 # ---- the stack ----------------------------------------------------------------------------------------
@@ -417,6 +578,14 @@ def _rules_of_valid_parts(values: Mapping[str, Any]) -> list[tuple[str, str]]:
         names,
         workload.slice_pool if workload is not None else None,
     )
+    found += capacity_rules(
+        pools,
+        _valid_part(ClusterConfig, values.get("cluster")),
+        _valid_part(RayConfig, values.get("ray")),
+        _valid_part(KueueConfig, values.get("kueue")),
+        _valid_part(MaintenanceConfig, values.get("maintenance")),
+        workload,
+    )
     return [(path, text) for path, text in (line.split(_SEP, 1) for line in found)]
 
 
@@ -438,6 +607,8 @@ class StackConfig(_Model):
     checkpoints: CheckpointConfig = CheckpointConfig()
     ray: RayConfig = RayConfig()
     workload: WorkloadConfig = WorkloadConfig()
+    kueue: KueueConfig = KueueConfig()
+    maintenance: MaintenanceConfig = MaintenanceConfig()
 
     @field_validator("zone", mode="before")
     @classmethod
@@ -453,6 +624,9 @@ class StackConfig(_Model):
             list(enumerate(self.slice_pools)),
             [p.name for p in self.slice_pools],
             self.workload.slice_pool,
+        )
+        found += capacity_rules(
+            list(enumerate(self.slice_pools)), self.cluster, self.ray, self.kueue, self.maintenance, self.workload
         )
         if found:
             raise ValueError("\n".join(found))

@@ -73,3 +73,9 @@ TPU_RUNTIME_PORTS = (("tpu-slicebuilder", TPU_SLICEBUILDER_PORT), ("tpu-megascal
 RAY_DASHBOARD_PORT = 8265
 HEAD_PORTS = (("gcs-server", 6379), ("dashboard", RAY_DASHBOARD_PORT), ("client", 10001), ("metrics", 8080))
 """Ports of the Ray head container (KubeRay's defaults)."""
+
+# ---- Kueue (https://kueue.sigs.k8s.io/docs/tasks/run/rayjobs/) ----------------------------------------------
+KUEUE_QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+"""Job label naming the LocalQueue that admits it."""
+KUEUE_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+"""Job label naming its WorkloadPriorityClass."""

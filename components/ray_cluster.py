@@ -60,12 +60,15 @@ class RayTpuClusterArgs:
     depends_on: list[pulumi.Resource] | None = None
     """What every child waits for: the cluster (its Workload Identity pool must exist before the binding) and the
     node pools. A component's own ``depends_on`` does not reach its children, hence this field."""
+    declare_cluster: bool = True
+    """Declare the long-lived RayCluster; off when every job brings its own (``ray.jobMode: ephemeral``), which
+    still needs the namespace, identity and bucket declared here."""
 
     def validate(self) -> None:
         problems = []
         if not self.params.checkpoint_bucket:
             problems.append("params.checkpoint_bucket: required (the bucket is created here)")
-        if not self.params.groups:
+        if self.declare_cluster and not self.params.groups:
             problems.append("params.groups: at least one TPU worker group")
         if self.operator not in ("addon", "helm"):
             problems.append(f"operator: {self.operator!r}; valid choices: addon, helm")
@@ -78,20 +81,22 @@ class RayTpuClusterArgs:
 class RayTpuCluster(pulumi.ComponentResource):
     """A KubeRay RayCluster with one worker group per TPU slice pool, and its identity and storage."""
 
-    manifest: dict[str, Any]
-    """The RayCluster as declared (plain data)."""
+    manifest: dict[str, Any] | None
+    """The RayCluster as declared (plain data); None when ``declare_cluster`` is off."""
     name: str
     namespace: str
     service_account: str
     bucket_name: pulumi.Output[str]
     google_service_account_email: pulumi.Output[str]
     dashboard_service: str
-    ray_cluster: k8s.apiextensions.CustomResource
+    ray_cluster: k8s.apiextensions.CustomResource | None
+    prerequisites: list[pulumi.Resource]
+    """What a Ray pod needs before it starts: namespace, service account and its bindings, the operator."""
 
     def __init__(self, name: str, args: RayTpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         args.validate()
         # Rendering checks the KubeRay/TPU-webhook rules; a bad spec fails here, before any child exists.
-        self.manifest = ray_cluster_manifest(args.params)
+        self.manifest = ray_cluster_manifest(args.params) if args.declare_cluster else None
         super().__init__("tpuray:index:RayTpuCluster", name, None, opts)
         p = args.params
         self.name, self.namespace, self.service_account = p.name, p.namespace, p.service_account
@@ -175,16 +180,17 @@ class RayTpuCluster(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, ns]),
         )
-        self.ray_cluster = k8s.apiextensions.CustomResource(
-            f"{name}-raycluster",
-            api_version=API_VERSION,
-            kind="RayCluster",
-            metadata=copy.deepcopy(self.manifest["metadata"]),
-            spec=copy.deepcopy(self.manifest["spec"]),
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[*after, ns, ksa, bucket_access, wi_binding, *operator]
-            ),
-        )
+        self.prerequisites = [ns, ksa, bucket_access, wi_binding, *operator]
+        self.ray_cluster = None
+        if self.manifest is not None:
+            self.ray_cluster = k8s.apiextensions.CustomResource(
+                f"{name}-raycluster",
+                api_version=API_VERSION,
+                kind="RayCluster",
+                metadata=copy.deepcopy(self.manifest["metadata"]),
+                spec=copy.deepcopy(self.manifest["spec"]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, *self.prerequisites]),
+            )
         self.bucket_name = bucket.name
         self.google_service_account_email = gsa.email
         self.register_outputs(

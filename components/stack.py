@@ -1,8 +1,9 @@
 """Compose a whole tpuray environment from a :class:`~tpuray.components.config.StackConfig`.
 
 :func:`deploy` declares an explicit GCP provider (project and region from the typed config, so the stack needs no
-``gcp:project``), the :class:`GkeCluster`, one :class:`TpuSlicePool` per slice pool, the :class:`RayTpuCluster`
-and a :class:`RayTpuJob` for the training entrypoint. Names and inputs depend only on the config and the stack name.
+``gcp:project``), the :class:`GkeCluster`, one :class:`TpuSlicePool` per slice pool, the :class:`RayTpuCluster`,
+a :class:`KueueQueues` (when ``kueue.enabled``) and a :class:`RayTpuJob` for the training entrypoint. Names and
+inputs depend only on the config and the stack name.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import pulumi_gcp as gcp
 
 from tpuray.components.config import StackConfig
 from tpuray.components.gke_cluster import GkeCluster, GkeClusterArgs
+from tpuray.components.kueue import KueueQueues, KueueQueuesArgs
 from tpuray.components.planning.from_config import ray_cluster_params, ray_job_params
+from tpuray.components.planning.kueue import kueue_plan
 from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
 from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
 
@@ -33,10 +36,11 @@ class Stack:
     pools: list[TpuSlicePool]
     ray: RayTpuCluster
     job: RayTpuJob
+    kueue: KueueQueues | None = None
 
     @property
     def manifests(self) -> list[dict[str, Any]]:
-        return [self.ray.manifest, self.job.manifest]
+        return [m for m in (self.ray.manifest, self.job.manifest) if m is not None]
 
     @property
     def topology(self) -> dict[str, Any]:
@@ -96,6 +100,7 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
         for pool in cfg.slice_pools
     ]
     on_both = pulumi.ResourceOptions(providers=[provider, cluster.provider])
+    node_pools = [np for p in pools for np in p.node_pools]
     ray = RayTpuCluster(
         "ray",
         RayTpuClusterArgs(
@@ -107,13 +112,24 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
             operator=cfg.ray.operator,
             helm_chart_version=cfg.ray.helm_chart_version,
             resource_labels=labels,
-            depends_on=[cluster.cluster, cluster.system_pool, *(np for p in pools for np in p.node_pools)],
+            depends_on=[cluster.cluster, cluster.system_pool, *node_pools],
+            declare_cluster=cfg.ray.job_mode == "shared",
         ),
         on_both,
     )
-    job = RayTpuJob(
-        "train",
-        RayTpuJobArgs(params=ray_job_params(cfg, k8s_labels), depends_on=[ray.ray_cluster]),
-        on_both,
-    )
-    return Stack(config=cfg, gcp_provider=provider, cluster=cluster, pools=pools, ray=ray, job=job)
+    kueue = None
+    job_after: list[pulumi.Resource] = [ray.ray_cluster] if ray.ray_cluster is not None else list(ray.prerequisites)
+    if cfg.kueue.enabled:
+        kueue = KueueQueues(
+            "kueue",
+            KueueQueuesArgs(
+                plan=kueue_plan(cfg, k8s_labels),
+                chart_version=cfg.kueue.chart_version,
+                namespace=cfg.kueue.namespace,
+                depends_on=[cluster.system_pool, *node_pools, ray.prerequisites[0]],
+            ),
+            on_both,
+        )
+        job_after += list(kueue.objects.values())
+    job = RayTpuJob("train", RayTpuJobArgs(params=ray_job_params(cfg, k8s_labels), depends_on=job_after), on_both)
+    return Stack(config=cfg, gcp_provider=provider, cluster=cluster, pools=pools, ray=ray, job=job, kueue=kueue)

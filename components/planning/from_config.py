@@ -7,10 +7,16 @@ RayJob through these functions, so each default comes from the config model and 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from tpuray.components.config import StackConfig
-from tpuray.components.names import RAY_SERVICE_ACCOUNT, SYSTEM_POOL
+from tpuray.components.config import Queued, StackConfig
+from tpuray.components.names import (
+    KUEUE_PRIORITY_CLASS_LABEL,
+    KUEUE_QUEUE_NAME_LABEL,
+    RAY_SERVICE_ACCOUNT,
+    SYSTEM_POOL,
+)
 from tpuray.components.planning.entrypoint import train_entrypoint
 from tpuray.components.planning.kuberay import (
     RayClusterParams,
@@ -19,12 +25,17 @@ from tpuray.components.planning.kuberay import (
     ray_cluster_manifest,
     ray_job_manifest,
 )
+from tpuray.components.planning.kueue import priority_class_name
 
 __all__ = ["ray_cluster_params", "ray_job_params", "stack_manifests"]
 
 
 def ray_cluster_params(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> RayClusterParams:
-    """The stack's RayCluster: a CPU head on the system pool and one TPU worker group per slice pool."""
+    """The stack's RayCluster: a CPU head on the system pool and one TPU worker group per slice pool.
+
+    Queued pools are left out: only a ProvisioningRequest makes GKE create their nodes, and only a Kueue-admitted
+    RayJob brings one (``ray.jobMode: ephemeral``); a long-lived cluster's pods would wait forever.
+    """
     r = cfg.ray
     return RayClusterParams(
         name=cfg.cluster.name,
@@ -33,7 +44,7 @@ def ray_cluster_params(cfg: StackConfig, labels: Mapping[str, str] | None = None
         head_image=r.image,
         worker_image=r.worker_image or r.image,
         service_account=RAY_SERVICE_ACCOUNT,
-        groups=tuple(TpuWorkerGroup.from_pool(p) for p in cfg.slice_pools),
+        groups=tuple(TpuWorkerGroup.from_pool(p) for p in cfg.slice_pools if not isinstance(p.capacity, Queued)),
         head_cpu=r.head_cpu,
         head_memory=r.head_memory,
         worker_cpu=r.worker_cpu,
@@ -46,9 +57,12 @@ def ray_cluster_params(cfg: StackConfig, labels: Mapping[str, str] | None = None
 
 
 def ray_job_params(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> RayJobParams:
-    """The stack's training job, submitted to the stack's running RayCluster (it does not own the TPUs)."""
+    """The stack's training job: on the stack's running RayCluster (``ray.jobMode: shared``), or with a cluster
+    of its own that Kueue admits whole (``ephemeral``)."""
     name = f"{cfg.cluster.name}-train"
     checkpoint_dir = f"{cfg.checkpoints.mount_path.rstrip('/')}/{name}"
+    if cfg.ray.job_mode == "ephemeral":
+        return _ephemeral_job_params(cfg, name, checkpoint_dir, labels)
     return RayJobParams(
         name=name,
         namespace=cfg.ray.namespace,
@@ -61,6 +75,38 @@ def ray_job_params(cfg: StackConfig, labels: Mapping[str, str] | None = None) ->
     )
 
 
+def _ephemeral_job_params(
+    cfg: StackConfig, name: str, checkpoint_dir: str, labels: Mapping[str, str] | None
+) -> RayJobParams:
+    """A suspended, queue-labelled RayJob whose own cluster holds the training pool's slices, all of them.
+
+    The worker group is rendered as the shared cluster renders it, at a fixed size: Kueue admits a whole
+    cluster (no in-tree autoscaling without workload slicing) and only the pool the entrypoint trains on, since
+    every group would hold quota, and a queued pool would wait for capacity, whether the job uses it or not.
+    """
+    pool = cfg.workload_pool()
+    group = replace(TpuWorkerGroup.from_pool(pool), min_replicas=pool.slices, max_replicas=pool.slices)
+    cluster = replace(ray_cluster_params(cfg, labels), name=name, groups=(group,))
+    job_labels = {
+        **(labels or {}),
+        KUEUE_QUEUE_NAME_LABEL: cfg.kueue.local_queue,
+        KUEUE_PRIORITY_CLASS_LABEL: priority_class_name(cfg.cluster.name, cfg.kueue.priority),
+    }
+    return RayJobParams(
+        name=name,
+        namespace=cfg.ray.namespace,
+        entrypoint=train_entrypoint(cfg.workload, pool, name, checkpoint_dir),
+        cluster=cluster,
+        shutdown_after_job_finishes=True,
+        backoff_limit=0,
+        labels=job_labels,
+        suspend=True,
+    )
+
+
 def stack_manifests(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Every KubeRay manifest the stack declares, in declaration order (RayCluster, then RayJob)."""
-    return [ray_cluster_manifest(ray_cluster_params(cfg, labels)), ray_job_manifest(ray_job_params(cfg, labels))]
+    """Every KubeRay manifest the stack declares, in declaration order (the shared RayCluster, then the RayJob)."""
+    job = ray_job_manifest(ray_job_params(cfg, labels))
+    if cfg.ray.job_mode == "ephemeral":
+        return [job]
+    return [ray_cluster_manifest(ray_cluster_params(cfg, labels)), job]

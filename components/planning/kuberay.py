@@ -33,6 +33,7 @@ from tpuray.components.names import (
     TPU_TAINT,
     WEBHOOK_POD_LABEL,
 )
+from tpuray.components.planning.drain import drain_plan, pre_stop_hook
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job, raise_problems
 from tpuray.components.topology import TpuSlice
 
@@ -69,6 +70,8 @@ class TpuWorkerGroup:
     max_replicas: int
     queued: bool = False
     """Queued-provisioning pool: tolerate the ``gke-queued`` taint."""
+    capacity: str = "on-demand"
+    """The pool's capacity type: sets the grace period and drain deadline of its pods (planning.drain)."""
 
     @classmethod
     def from_pool(cls, pool: SlicePoolConfig) -> TpuWorkerGroup:
@@ -79,6 +82,7 @@ class TpuWorkerGroup:
             min_replicas=pool.min_slices,
             max_replicas=pool.slices,
             queued=isinstance(pool.capacity, Queued),
+            capacity=pool.capacity.type,
         )
 
 
@@ -124,6 +128,8 @@ class RayJobParams:
     """The head advertises no CPUs, so a driver that asks for one runs on a worker (whose image has tpuray)."""
     submission_mode: Literal["K8sJobMode", "HTTPMode"] = "K8sJobMode"
     labels: Mapping[str, str] = field(default_factory=dict)
+    suspend: bool = False
+    """Created suspended: Kueue admits it (unsuspends it) when the whole cluster fits its quota."""
 
 
 # ---- naming -------------------------------------------------------------------------------------------
@@ -202,6 +208,7 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
     ]
     if g.queued:
         tolerations.append({"key": GKE_QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
+    drain = drain_plan(g.capacity)
     env = [
         {"name": "TPU_ACCELERATOR_TYPE", "value": s.pod_type},
         {"name": "TPU_TOPOLOGY", "value": s.topology},
@@ -231,6 +238,7 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
                     POOL_LABEL: g.name,
                 },
                 "tolerations": tolerations,
+                "terminationGracePeriodSeconds": drain.grace_seconds,
                 "containers": [
                     {
                         "name": "ray-worker",
@@ -242,6 +250,7 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
                             "limits": {"cpu": p.worker_cpu, "memory": p.worker_memory, TPU_RESOURCE: tpu},
                         },
                         "volumeMounts": mounts,
+                        "lifecycle": pre_stop_hook(drain),
                     }
                 ],
                 "volumes": volumes,
@@ -299,6 +308,8 @@ def ray_job_manifest(j: RayJobParams) -> dict[str, Any]:
             spec["backoffLimit"] = j.backoff_limit
     if j.active_deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = j.active_deadline_seconds
+    if j.suspend:
+        spec["suspend"] = True
     manifest: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "RayJob",

@@ -19,6 +19,7 @@ from tpuray.components.names import (
     TPU_RESOURCE,
     TPU_TAINT,
 )
+from tpuray.components.planning.kueue_checks import check_kueue_ray_job
 
 __all__ = ["MAX_RAY_CLUSTER_NAME", "check_ray_cluster_spec", "check_ray_job", "raise_problems", "tpu_groups"]
 
@@ -143,6 +144,7 @@ def check_ray_job(manifest: Mapping[str, Any]) -> list[str]:
         problems += [f"rayClusterSpec: {p}" for p in check_ray_cluster_spec(spec["rayClusterSpec"], name)]
     elif len(name) > MAX_RAY_CLUSTER_NAME or not _DNS1035.match(name):
         problems.append(f"metadata.name: {name!r} is not a DNS-1035 label")
+    problems += check_kueue_ray_job(manifest)
     return problems
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuray.components.review.kueue_view import tpu_quota_by_generation
 from tpuray.components.review.pool_views import tpu_chips_by_generation
 from tpuray.components.review.replacement_fields import CLUSTER, NODE_POOL, RESOURCE_POLICY, replacement_reason
 
@@ -64,6 +65,9 @@ class PlanDiff:
     changed: list[Change] = field(default_factory=list)
     chips_base: dict[str, int] = field(default_factory=dict)
     chips_new: dict[str, int] = field(default_factory=dict)
+    quota_base: dict[str, int] = field(default_factory=dict)
+    """Kueue ``google.com/tpu`` quota per generation (empty without Kueue)."""
+    quota_new: dict[str, int] = field(default_factory=dict)
     new_violations: list[dict[str, str]] = field(default_factory=list)
 
     @property
@@ -131,6 +135,8 @@ def diff_plans(base: Mapping[str, Any], new: Mapping[str, Any]) -> PlanDiff:
             d.changed.append(Change(urn, r["type"], r["name"], fields))
     d.chips_base = tpu_chips_by_generation(base.get("resources", []))
     d.chips_new = tpu_chips_by_generation(new.get("resources", []))
+    d.quota_base = tpu_quota_by_generation(base.get("resources", []))
+    d.quota_new = tpu_quota_by_generation(new.get("resources", []))
     seen = {(v["rule"], v["urn"], v["message"]) for v in base.get("violations", [])}
     d.new_violations = [v for v in new.get("violations", []) if (v["rule"], v["urn"], v["message"]) not in seen]
     return d
@@ -142,13 +148,25 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def _chips_table(d: PlanDiff) -> list[str]:
-    gens = sorted(set(d.chips_base) | set(d.chips_new))
+    gens = sorted(set(d.chips_base) | set(d.chips_new) | set(d.quota_base) | set(d.quota_new))
     if not gens:
         return ["No TPU node pools in either plan."]
-    lines = ["| generation | base chips | new chips | change |", "|---|---:|---:|---:|"]
+    if not (d.quota_base or d.quota_new):
+        lines = ["| generation | base chips | new chips | change |", "|---|---:|---:|---:|"]
+        for g in gens:
+            a, b = d.chips_base.get(g, 0), d.chips_new.get(g, 0)
+            lines.append(f"| {g} | {a:,} | {b:,} | {b - a:+,} |")
+        return lines
+    # Kueue admits jobs against its quota, not against the node pools: show both, so a pool that grows without
+    # its quota (or the reverse) is seen in review.
+    lines = [
+        "| generation | base chips | new chips | change | base Kueue quota | new Kueue quota | quota change |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for g in gens:
         a, b = d.chips_base.get(g, 0), d.chips_new.get(g, 0)
-        lines.append(f"| {g} | {a:,} | {b:,} | {b - a:+,} |")
+        qa, qb = d.quota_base.get(g, 0), d.quota_new.get(g, 0)
+        lines.append(f"| {g} | {a:,} | {b:,} | {b - a:+,} | {qa:,} | {qb:,} | {qb - qa:+,} |")
     return lines
 
 

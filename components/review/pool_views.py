@@ -17,6 +17,7 @@ from typing import Any
 
 from tpuray.components.config import StackConfig
 from tpuray.components.names import POOL_LABEL, TPU_RESOURCE
+from tpuray.components.review.kueue_view import KueueAdmission, kueue_admissions
 from tpuray.components.review.policy_rules import NODE_POOL, RAY_CLUSTER
 from tpuray.components.topology import TpuSlice, generation_of_machine_type
 
@@ -49,6 +50,15 @@ class PoolView:
     zone: str | None
     node_pools: tuple[str, ...]
     ray_group: RayGroup | None
+    kueue: KueueAdmission | None = None
+    """How Kueue reaches the pool (its flavor and quota), if it does."""
+
+    @property
+    def admission(self) -> str:
+        """``Kueue + ProvisioningRequest``, ``Kueue`` or ``direct`` (a long-lived RayCluster, no queue)."""
+        if self.kueue is None:
+            return "direct"
+        return "Kueue + ProvisioningRequest" if self.kueue.provisioned else "Kueue"
 
     @property
     def chips_per_slice(self) -> int:
@@ -113,13 +123,19 @@ def _int(v: Any, default: int = 0) -> int:
         return default
 
 
+RAY_JOB = "kubernetes:ray.io/v1:RayJob"
+
+
 def ray_groups(resources: Iterable[Mapping[str, Any]]) -> list[RayGroup]:
-    """Every TPU worker group of every RayCluster of a plan."""
+    """Every TPU worker group of every RayCluster of a plan, and of every RayJob that brings its own cluster."""
     out: list[RayGroup] = []
     for r in resources:
-        if r["type"] != RAY_CLUSTER:
+        if r["type"] == RAY_CLUSTER:
+            spec = r["inputs"].get("spec") or {}
+        elif r["type"] == RAY_JOB:
+            spec = (r["inputs"].get("spec") or {}).get("rayClusterSpec") or {}
+        else:
             continue
-        spec = r["inputs"].get("spec") or {}
         cluster = (r["inputs"].get("metadata") or {}).get("name") or r["name"]
         for g in spec.get("workerGroupSpecs") or []:
             pod = (g.get("template") or {}).get("spec") or {}
@@ -154,6 +170,7 @@ def _node_pool_name(r: Mapping[str, Any]) -> str:
 def pool_views(cfg: StackConfig, resources: Sequence[Mapping[str, Any]]) -> list[PoolView]:
     """One view per configured slice pool, in config order."""
     groups = ray_groups(resources)
+    admissions = kueue_admissions(resources)
     node_pools = [r for r in resources if r["type"] == NODE_POOL]
     views: list[PoolView] = []
     for pool in cfg.slice_pools:
@@ -177,6 +194,7 @@ def pool_views(cfg: StackConfig, resources: Sequence[Mapping[str, Any]]) -> list
                 zone=cfg.pool_zone(pool),
                 node_pools=mine,
                 ray_group=group,
+                kueue=admissions.get(pool.name),
             )
         )
     return views

@@ -105,6 +105,7 @@ def topology_markdown(stack: str, pools: Sequence[PoolView], picture: str) -> st
             f"(host bounds {_bounds(s.host_bounds)}, chips per host {_bounds(s.chips_per_host_bounds)})",
             f"- placement: {s.placement}; zone: {p.zone or '(cluster default)'}; capacity: {p.capacity}",
             f"- node pools: {', '.join(f'`{n}`' for n in p.node_pools) or '(none found in the plan)'}",
+            _admission_line(p),
             (
                 f"- Ray worker group `{group.name}` in RayCluster `{group.cluster}`: {group.num_of_hosts} pod(s) per "
                 f"slice x {group.tpu_per_pod} chips = {p.ray_workers_per_slice} Ray workers (one per chip) per "
@@ -117,9 +118,20 @@ def topology_markdown(stack: str, pools: Sequence[PoolView], picture: str) -> st
     return "\n".join(lines)
 
 
+def _admission_line(p: PoolView) -> str:
+    k = p.kueue
+    if k is None:
+        return "- admission: direct (no Kueue queue reaches this pool)"
+    checks = f", admission check {', '.join(f'`{c}`' for c in k.admission_checks)}" if k.admission_checks else ""
+    return (
+        f"- admission: {p.admission}: flavor `{k.flavor}` of ClusterQueue `{k.cluster_queue}`, "
+        f"{_n(k.chips)} chips of quota{checks}"
+    )
+
+
 def summary_table(stack: str, resources: Sequence[Mapping[str, Any]], pools: Sequence[PoolView]) -> str:
     """The few lines ``tpuray plan`` prints."""
-    rows = [("pool", "slice", "slices", "hosts", "chips", "Ray workers (max)")]
+    rows = [("pool", "slice", "slices", "hosts", "chips", "admission", "Ray workers (max)")]
     for p in pools:
         s = p.tpu_slice
         rows.append(
@@ -129,6 +141,7 @@ def summary_table(stack: str, resources: Sequence[Mapping[str, Any]], pools: Seq
                 f"{p.min_slices}-{p.max_slices}",
                 str(p.max_slices * s.hosts),
                 str(p.max_chips),
+                p.admission,
                 ray_workers_text(p.max_ray_workers, p.max_ray_worker_pods),
             )
         )

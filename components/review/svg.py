@@ -109,7 +109,7 @@ def render_svg(stack: str, pools: Sequence[PoolView]) -> str:
         s = pool.tpu_slice
         title = (
             f"{pool.name}: {s.generation} {s.topology} ({s.pod_type}), {pool.min_slices}-{pool.max_slices} slice(s) "
-            f"x {s.hosts} host(s) x {s.chips_per_host} chips, {pool.capacity}; "
+            f"x {s.hosts} host(s) x {s.chips_per_host} chips, {pool.capacity}, via {pool.admission}; "
             f"{ray_workers_text(pool.max_ray_workers, pool.max_ray_worker_pods)}"
         )
         body.append(f'<text x="{MARGIN}" y="{y + 14}" font-size="13" font-weight="bold">{escape(title)}</text>')

@@ -39,6 +39,8 @@ def _strict(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     out = {k: _strict(v) for k, v in node.items() if k not in ("description", "x-kubernetes-validations")}
+    if isinstance(node.get("properties"), dict):  # property names are data: a field may be called "description"
+        out["properties"] = {name: _strict(v) for name, v in node["properties"].items()}
     if out.get("x-kubernetes-int-or-string") and "anyOf" not in out:
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
     if out.get("nullable") and isinstance(out.get("type"), str):

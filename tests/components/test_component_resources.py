@@ -176,6 +176,8 @@ def pool_cfg(
 ) -> StackConfig:
     s = TpuSlice.parse(generation, topology, machine_type)
     p = pool(s, capacity, slices, name="tpu", autoscaling=autoscaling)
+    if capacity == "queued":  # a queued pool is only reachable through Kueue
+        return stack(slicePools=[p.model_dump(by_alias=True)], kueue={"enabled": True}, ray={"jobMode": "ephemeral"})
     return stack(slicePools=[p.model_dump(by_alias=True)])
 
 
@@ -300,7 +302,7 @@ def build_ray(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
                     active_deadline_seconds=7200,
                     backoff_limit=1,
                 ),
-                depends_on=[ray.ray_cluster],
+                depends_on=list(ray.prerequisites),
             ),
         )
         holder.update(ray=ray, job=job)

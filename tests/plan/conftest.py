@@ -17,7 +17,7 @@ from tpuray.components.review.plan import Plan, render_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "golden"
-STACKS = ("dev", "prod")
+STACKS = ("dev", "prod", "prod-dws")
 
 
 @pytest.fixture(scope="session")

@@ -103,3 +103,31 @@ def test_cli_plan_fails_on_a_policy_violation(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "gke-deletion-protection-production" in done.stderr
     assert (tmp_path / "out" / "plan.json").is_file()  # written anyway, for reading
+
+
+def test_dws_golden_holds_the_kueue_objects_and_the_queued_job() -> None:
+    """The production DWS variant: every Kueue object, quota = chips, the RayJob labelled for the queue."""
+    doc = json.loads((GOLDEN / "prod-dws" / "plan.json").read_text())
+    kinds = sorted(r["type"].rsplit(":", 1)[-1] for r in doc["resources"] if "kueue.x-k8s.io" in r["type"])
+    assert kinds == [
+        "AdmissionCheck",
+        "ClusterQueue",
+        "LocalQueue",
+        "ProvisioningRequestConfig",
+        "ResourceFlavor",
+        "ResourceFlavor",
+        "ResourceFlavor",
+        "WorkloadPriorityClass",
+        "WorkloadPriorityClass",
+        "WorkloadPriorityClass",
+    ]
+    assert doc["violations"] == []
+    manifests = GOLDEN / "prod-dws" / "manifests"
+    assert not list(manifests.glob("raycluster-*.yaml"))  # ephemeral mode: no long-lived cluster
+    job = (manifests / "rayjob-ray-tpuray-dws-train.yaml").read_text()
+    assert "kueue.x-k8s.io/queue-name: tpu" in job and "suspend: true" in job
+    cq = (manifests / "clusterqueue-tpuray-dws.yaml").read_text()
+    assert "onFlavors:\n      - tpuray-dws-v6e-dws" in cq
+    md = (GOLDEN / "prod-dws" / "topology.md").read_text()
+    assert "admission: Kueue + ProvisioningRequest: flavor `tpuray-dws-v6e-dws`" in md and "32 chips of quota" in md
+    assert "| v6e-dws | v6e 4x4 (v6e-16) | 0-2 | 4 | 4 | 32 | 8 | 32 | queued |" in md

@@ -52,12 +52,16 @@ def _marks_by_slice(svg: str) -> dict[tuple[str, int], int]:
 
 def _worker_groups(plan: Plan) -> dict[str, dict[str, int]]:
     """Per worker group (by name): pods per slice, chips each pod requests, max replicas, read from the
-    declared RayCluster."""
+    declared RayCluster, or from the RayJob that brings its own cluster (``ray.jobMode: ephemeral``)."""
     groups: dict[str, dict[str, int]] = {}
     for r in plan.resources:
-        if r["type"] != RAY_CLUSTER:
+        if r["type"] == RAY_CLUSTER:
+            spec = r["inputs"]["spec"]
+        elif r["type"] == "kubernetes:ray.io/v1:RayJob" and "rayClusterSpec" in r["inputs"]["spec"]:
+            spec = r["inputs"]["spec"]["rayClusterSpec"]
+        else:
             continue
-        for g in r["inputs"]["spec"]["workerGroupSpecs"]:
+        for g in spec["workerGroupSpecs"]:
             res = g["template"]["spec"]["containers"][0]["resources"]
             tpu = int((res.get("limits") or res["requests"])[TPU_RESOURCE])
             groups[g["groupName"]] = {"pods": int(g["numOfHosts"]), "tpu": tpu, "max": int(g["maxReplicas"])}
@@ -69,7 +73,10 @@ def test_one_ray_worker_per_chip_in_the_stacks(plans: dict[str, Plan], stack: st
     """In the real stacks every chip of a slice has a Ray worker: worker pods x google.com/tpu == chips."""
     plan = plans[stack]
     groups = _worker_groups(plan)
-    for pool in plan.config.slice_pools:
+    # An ephemeral job's cluster holds the training pool only; the other pools serve jobs submitted to the queue.
+    ephemeral = plan.config.ray.job_mode == "ephemeral"
+    pools = [plan.config.workload_pool()] if ephemeral else plan.config.slice_pools
+    for pool in pools:
         g = groups[pool.name]
         assert g["pods"] == pool.tpu_slice.hosts
         assert g["pods"] * g["tpu"] == pool.tpu_slice.chips
@@ -83,7 +90,7 @@ def test_svg_marks_one_ray_worker_per_chip(plans: dict[str, Plan], stack: str) -
     groups = _worker_groups(plan)
     expected: dict[tuple[str, int], int] = {}
     for pool in plan.config.slice_pools:
-        with_workers = min(groups[pool.name]["max"], pool.slices)
+        with_workers = min(groups[pool.name]["max"], pool.slices) if pool.name in groups else 0
         for i in range(min(pool.slices, MAX_SLICES_DRAWN)):
             expected[(pool.name, i)] = pool.tpu_slice.chips if i < with_workers else 0
     assert marks == expected
@@ -105,9 +112,12 @@ def test_topology_markdown_counts_pods_and_workers(plans: dict[str, Plan], stack
         r[0]: r for r in ([c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| "))
     }
     total_pods = total_workers = 0
+    with_group = [plan.config.workload_pool()] if plan.config.ray.job_mode == "ephemeral" else plan.config.slice_pools
     for pool in plan.config.slice_pools:
         row = rows[pool.name]
         pods, workers = pool.slices * pool.tpu_slice.hosts, pool.slices * pool.tpu_slice.chips
+        if pool not in with_group:  # no worker group of the stack targets it (jobs come through the queue)
+            pods = workers = 0
         assert (int(row[pods_col].replace(",", "")), int(row[workers_col].replace(",", ""))) == (pods, workers)
         total_pods, total_workers = total_pods + pods, total_workers + workers
     total = rows["**total**"]

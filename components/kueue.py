@@ -1,0 +1,99 @@
+"""``KueueQueues``: a pinned Kueue (Helm chart) and the queue objects derived from the slice pools.
+
+Declares the Kueue Helm release (``oci://registry.k8s.io/kueue/charts/kueue``, the version pinned in the config;
+chart docs: https://github.com/kubernetes-sigs/kueue/tree/main/charts/kueue) and, after it (the chart brings the
+CRDs and the webhooks), every object of :func:`~tpuray.components.planning.kueue.kueue_plan`: ResourceFlavors,
+WorkloadPriorityClasses, ProvisioningRequestConfigs and AdmissionChecks for queued pools, the ClusterQueue and the
+LocalQueue.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from tpuray.components.planning.kueue import KueuePlan
+
+__all__ = ["KUEUE_CHART", "KubernetesObject", "KueueQueues", "KueueQueuesArgs"]
+
+KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
+KUEUE_RELEASE = "kueue"
+_REFERRING_KINDS = ("AdmissionCheck", "ClusterQueue", "LocalQueue")
+
+
+class KubernetesObject(pulumi.CustomResource):
+    """Any Kubernetes object, top-level fields as given.
+
+    ``pulumi_kubernetes.apiextensions.CustomResource`` only carries ``spec``; a WorkloadPriorityClass keeps
+    ``value`` and ``description`` at the top level, so the objects are registered under the same type token
+    (``kubernetes:<apiVersion>:<kind>``) with their own fields.
+    """
+
+    def __init__(self, name: str, obj: Mapping[str, Any], opts: pulumi.ResourceOptions | None = None) -> None:
+        props = copy.deepcopy(dict(obj))
+        super().__init__(f"kubernetes:{obj['apiVersion']}:{obj['kind']}", name, props, opts)
+
+
+@dataclass
+class KueueQueuesArgs:
+    """Inputs of :class:`KueueQueues`."""
+
+    plan: KueuePlan
+    """The queue objects, as pure data."""
+    chart_version: str = "0.19.2"
+    namespace: str = "kueue-system"
+    depends_on: list[pulumi.Resource] | None = None
+    """What every child waits for: the cluster, its node pools, and the Ray namespace (the LocalQueue's)."""
+
+    def validate(self) -> None:
+        problems = []
+        if not self.plan.objects:
+            problems.append("plan.objects: nothing to declare")
+        if not self.chart_version or self.chart_version.startswith("v"):
+            problems.append(f"chart_version: {self.chart_version!r}; the chart is versioned without 'v', e.g. 0.19.2")
+        if problems:
+            raise ValueError("KueueQueuesArgs: " + "; ".join(problems))
+
+
+class KueueQueues(pulumi.ComponentResource):
+    """Kueue from its Helm chart, plus the flavors, quota and queues of the TPU slice pools."""
+
+    release: k8s.helm.v3.Release
+    objects: dict[str, KubernetesObject]
+    """By ``<kind>/<name>``."""
+    local_queue: str
+    cluster_queue: str
+
+    def __init__(self, name: str, args: KueueQueuesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        args.validate()
+        super().__init__("tpuray:index:KueueQueues", name, None, opts)
+        after = list(args.depends_on or [])
+        self.release = k8s.helm.v3.Release(
+            f"{name}-kueue",
+            name=KUEUE_RELEASE,
+            chart=KUEUE_CHART,
+            version=args.chart_version,
+            namespace=args.namespace,
+            create_namespace=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+        )
+        self.objects = {}
+        for obj in args.plan.objects:
+            key = f"{obj['kind']}/{obj['metadata']['name']}"
+            # The release's webhooks validate every object. An AdmissionCheck names its ProvisioningRequestConfig,
+            # the ClusterQueue the flavors and checks, the LocalQueue the ClusterQueue: each of those waits for
+            # what the plan puts before it.
+            earlier = list(self.objects.values()) if obj["kind"] in _REFERRING_KINDS else []
+            self.objects[key] = KubernetesObject(
+                f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}",
+                obj,
+                pulumi.ResourceOptions(parent=self, depends_on=[*after, self.release, *earlier]),
+            )
+        self.local_queue = args.plan.local_queue
+        self.cluster_queue = args.plan.cluster_queue
+        self.register_outputs({"local_queue": self.local_queue, "cluster_queue": self.cluster_queue})

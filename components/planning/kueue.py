@@ -1,0 +1,242 @@
+"""Kueue objects derived from the slice pools, as plain ``kueue.x-k8s.io/v1beta2`` dicts.
+
+Pure Python; imports no Pulumi. From the same :class:`~tpuray.components.topology.TpuSlice` as the node pools and
+the KubeRay worker groups:
+
+- one ResourceFlavor per slice pool, whose node labels are the labels the pool's nodes carry and the worker group
+  selects, and whose tolerations are the TPU taint's (plus GKE's ``gke-queued`` taint for queued pools), and one
+  for the CPU system pool that runs the Ray heads and the RayJob submitters;
+- one ClusterQueue covering ``cpu``, ``memory`` and ``google.com/tpu`` (Kueue never admits a pod set that asks
+  for a resource no resource group covers), with ``google.com/tpu`` quota = each pool's chips at its maximum size
+  and flavors in config order, so a pod set that selects only a slice shape falls back from pool to pool;
+- a LocalQueue in the Ray namespace, three WorkloadPriorityClasses, and for each queued pool an AdmissionCheck with
+  its ProvisioningRequestConfig (class ``queued-provisioning.gke.io``, managed resource ``google.com/tpu``) applied
+  to that pool's flavor only.
+
+Flavor choice (Kueue's flavor assigner): flavors are tried in order and one is a candidate only if its node labels
+match the pod set's node selector on the resource group's label keys. The system flavor comes first: the head
+(which selects the system pool) and the submitter Job (which selects nothing) land there, while a TPU worker group,
+selecting its pool's label, skips it for its own pool's flavor. Kueue docs:
+https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/ and
+https://kueue.sigs.k8s.io/docs/admission-check-controllers/provisioning/; GKE's Ray-on-DWS tutorial:
+https://docs.cloud.google.com/kubernetes-engine/docs/tutorials/ray-kueue-dws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tpuray.components.config import Queued, SlicePoolConfig, StackConfig
+from tpuray.components.names import (
+    GKE_ACCELERATOR_LABEL,
+    GKE_NODEPOOL_LABEL,
+    GKE_QUEUED_TAINT_KEY,
+    GKE_TOPOLOGY_LABEL,
+    POOL_LABEL,
+    SYSTEM_POOL,
+    TPU_RESOURCE,
+    TPU_TAINT,
+)
+from tpuray.components.planning.node_pools import bounded_name
+from tpuray.components.planning.quantity import format_cpu, format_memory, parse_quantity
+
+__all__ = [
+    "API_VERSION",
+    "DWS_PROVISIONING_CLASS",
+    "PRIORITY_VALUES",
+    "PROVISIONING_CONTROLLER",
+    "SUBMITTER_CPU",
+    "SUBMITTER_MEMORY",
+    "KueuePlan",
+    "PoolQuota",
+    "kueue_plan",
+    "priority_class_name",
+]
+
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+"""The storage version of Kueue v0.19's CRDs."""
+PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
+DWS_PROVISIONING_CLASS = "queued-provisioning.gke.io"
+"""GKE's ProvisioningRequest class for queued provisioning (https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest)."""
+PRIORITY_VALUES = {"low": 100, "normal": 1000, "high": 10000}
+"""WorkloadPriorityClass values; the ClusterQueue lets a higher one preempt a lower one."""
+SUBMITTER_CPU = "500m"
+SUBMITTER_MEMORY = "200Mi"
+"""Requests of KubeRay's default submitter Job pod, which Kueue counts as a pod set in K8sJobMode
+(kueue pkg/controller/jobs/rayjob/rayjob_controller.go ``getSubmitterTemplate``)."""
+_COVERED = ("cpu", "memory", TPU_RESOURCE)
+_GCE_NAME_MAX = 63
+
+
+def priority_class_name(cluster: str, level: str) -> str:
+    return f"{cluster}-{level}"
+
+
+@dataclass(frozen=True)
+class PoolQuota:
+    """What the ClusterQueue grants one slice pool's flavor: the pool at its maximum size."""
+
+    pool: str
+    flavor: str
+    chips: int
+    cpu: str
+    memory: str
+    admission_check: str | None
+    """The ProvisioningRequest admission check of a queued pool (None otherwise)."""
+
+
+@dataclass(frozen=True)
+class KueuePlan:
+    cluster_queue: str
+    local_queue: str
+    namespace: str
+    """The Ray namespace (the LocalQueue's)."""
+    system_flavor: str
+    quotas: tuple[PoolQuota, ...]
+    objects: tuple[dict[str, Any], ...]
+    """Every object in apply order: flavors, priority classes, provisioning configs, admission checks, the
+    ClusterQueue, the LocalQueue."""
+
+    def quota_of(self, pool: str) -> PoolQuota:
+        return next(q for q in self.quotas if q.pool == pool)
+
+
+def _object(
+    kind: str, name: str, labels: Mapping[str, str], namespace: str | None = None, **body: Any
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": dict(labels)}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": API_VERSION, "kind": kind, "metadata": meta, **body}
+
+
+def _tolerations(pool: SlicePoolConfig) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [
+        {"key": TPU_TAINT.key, "operator": "Equal", "value": TPU_TAINT.value, "effect": TPU_TAINT.k8s_effect}
+    ]
+    if isinstance(pool.capacity, Queued):
+        out.append({"key": GKE_QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
+    return out
+
+
+def _pool_quota(cfg: StackConfig, pool: SlicePoolConfig) -> PoolQuota:
+    s = pool.tpu_slice
+    pods = pool.slices * s.hosts
+    check = (
+        bounded_name(f"{cfg.cluster.name}-{pool.name}-dws", _GCE_NAME_MAX)
+        if isinstance(pool.capacity, Queued)
+        else None
+    )
+    return PoolQuota(
+        pool=pool.name,
+        flavor=f"{cfg.cluster.name}-{pool.name}",
+        chips=pool.slices * s.chips,
+        cpu=format_cpu(parse_quantity(cfg.ray.worker_cpu) * pods),
+        memory=format_memory(parse_quantity(cfg.ray.worker_memory) * pods),
+        admission_check=check,
+    )
+
+
+def _resources(cpu: str, memory: str, chips: int) -> list[dict[str, Any]]:
+    return [
+        {"name": "cpu", "nominalQuota": cpu},
+        {"name": "memory", "nominalQuota": memory},
+        {"name": TPU_RESOURCE, "nominalQuota": chips},
+    ]
+
+
+def kueue_plan(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> KueuePlan:
+    """The Kueue objects of a stack (``kueue.enabled``); raises ValueError for an unparsable Ray resource size."""
+    labels = dict(labels or {})
+    cluster = cfg.cluster.name
+    try:
+        quotas = tuple(_pool_quota(cfg, p) for p in cfg.slice_pools)
+        head_cpu, head_memory = parse_quantity(cfg.ray.head_cpu), parse_quantity(cfg.ray.head_memory)
+    except ValueError as e:
+        raise ValueError(f"ray: {e}") from None
+    # Every admitted job holds at least one slice, so there are never more heads (and submitters) than slices.
+    jobs = sum(p.slices for p in cfg.slice_pools)
+    system_cpu = format_cpu((head_cpu + parse_quantity(SUBMITTER_CPU)) * jobs)
+    system_memory = format_memory((head_memory + parse_quantity(SUBMITTER_MEMORY)) * jobs)
+    system_flavor = f"{cluster}-{SYSTEM_POOL}"
+
+    objects: list[dict[str, Any]] = [
+        _object("ResourceFlavor", system_flavor, labels, spec={"nodeLabels": {GKE_NODEPOOL_LABEL: SYSTEM_POOL}})
+    ]
+    for pool, q in zip(cfg.slice_pools, quotas, strict=True):
+        s = pool.tpu_slice
+        node_labels = {POOL_LABEL: pool.name, GKE_ACCELERATOR_LABEL: s.gke_accelerator, GKE_TOPOLOGY_LABEL: s.topology}
+        objects.append(
+            _object(
+                "ResourceFlavor", q.flavor, labels, spec={"nodeLabels": node_labels, "tolerations": _tolerations(pool)}
+            )
+        )
+    for level, value in PRIORITY_VALUES.items():
+        objects.append(
+            _object(
+                "WorkloadPriorityClass",
+                priority_class_name(cluster, level),
+                labels,
+                value=value,
+                description=f"tpuray {level}-priority TPU jobs of cluster {cluster}",
+            )
+        )
+    checks: list[dict[str, Any]] = []
+    for pool, q in zip(cfg.slice_pools, quotas, strict=True):
+        if q.admission_check is None:
+            continue
+        assert isinstance(pool.capacity, Queued)
+        prc_spec: dict[str, Any] = {
+            "provisioningClassName": DWS_PROVISIONING_CLASS,
+            "managedResources": [TPU_RESOURCE],
+        }
+        if pool.capacity.max_run_duration is not None:
+            prc_spec["parameters"] = {"maxRunDurationSeconds": str(pool.capacity.max_run_duration)}
+        objects.append(_object("ProvisioningRequestConfig", q.admission_check, labels, spec=prc_spec))
+        objects.append(
+            _object(
+                "AdmissionCheck",
+                q.admission_check,
+                labels,
+                spec={
+                    "controllerName": PROVISIONING_CONTROLLER,
+                    "parameters": {
+                        "apiGroup": API_VERSION.split("/")[0],
+                        "kind": "ProvisioningRequestConfig",
+                        "name": q.admission_check,
+                    },
+                },
+            )
+        )
+        checks.append({"name": q.admission_check, "onFlavors": [q.flavor]})
+
+    flavors = [{"name": system_flavor, "resources": _resources(system_cpu, system_memory, 0)}]
+    flavors += [{"name": q.flavor, "resources": _resources(q.cpu, q.memory, q.chips)} for q in quotas]
+    cq_spec: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": cfg.ray.namespace}},
+        "queueingStrategy": "BestEffortFIFO",
+        "preemption": {"withinClusterQueue": "LowerPriority"},
+        "resourceGroups": [{"coveredResources": list(_COVERED), "flavors": flavors}],
+    }
+    if checks:
+        cq_spec["admissionChecksStrategy"] = {"admissionChecks": checks}
+    objects.append(_object("ClusterQueue", cluster, labels, spec=cq_spec))
+    objects.append(
+        _object(
+            "LocalQueue",
+            cfg.kueue.local_queue,
+            labels,
+            namespace=cfg.ray.namespace,
+            spec={"clusterQueue": cluster},
+        )
+    )
+    return KueuePlan(
+        cluster_queue=cluster,
+        local_queue=cfg.kueue.local_queue,
+        namespace=cfg.ray.namespace,
+        system_flavor=system_flavor,
+        quotas=quotas,
+        objects=tuple(objects),
+    )
