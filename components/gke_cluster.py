@@ -17,11 +17,11 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from tpuray.components.config import ClusterConfig, NetworkConfig, StackConfig, gke_version_key
+from tpuray.components.config import ClusterConfig, MaintenanceConfig, NetworkConfig, StackConfig, gke_version_key
 from tpuray.components.names import SYSTEM_POOL
 from tpuray.components.planning.node_pools import bounded_name
 
-__all__ = ["NODE_SA_ROLES", "SYSTEM_POOL", "GkeCluster", "GkeClusterArgs", "render_kubeconfig"]
+__all__ = ["NODE_SA_ROLES", "SYSTEM_POOL", "GkeCluster", "GkeClusterArgs", "maintenance_policy", "render_kubeconfig"]
 
 # What GKE nodes need and nothing more (GKE hardening guide): write logs and metrics, read images.
 NODE_SA_ROLES = (
@@ -49,6 +49,8 @@ class GkeClusterArgs:
     ray_operator_addon: bool = True
     """Enable the GKE Ray Operator add-on (KubeRay and the TPU webhook); off when KubeRay comes from Helm."""
     resource_labels: dict[str, str] = field(default_factory=dict)
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+    """When GKE may upgrade the cluster and nodes (a recurring window, exclusions)."""
 
     @classmethod
     def from_stack(cls, cfg: StackConfig, resource_labels: dict[str, str] | None = None) -> GkeClusterArgs:
@@ -59,6 +61,7 @@ class GkeClusterArgs:
             cluster=cfg.cluster,
             network=cfg.network,
             min_master_version=cfg.master_version,
+            maintenance=cfg.maintenance,
             ray_operator_addon=cfg.ray.operator == "addon",
             resource_labels=dict(resource_labels or {}),
         )
@@ -75,6 +78,36 @@ class GkeClusterArgs:
             problems.append("network: an existing network needs name and subnetwork")
         if problems:
             raise ValueError("GkeClusterArgs: " + "; ".join(problems))
+
+
+def maintenance_policy(m: MaintenanceConfig) -> gcp.container.ClusterMaintenancePolicyArgs | None:
+    """The cluster's maintenance policy, or None to leave GKE's default (any time).
+
+    TPU VMs cannot live-migrate, so an upgrade restarts whole slices; the window and exclusions confine it
+    (https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions).
+    """
+    if not m.declared:
+        return None
+    window = None
+    if m.window is not None:
+        window = gcp.container.ClusterMaintenancePolicyRecurringWindowArgs(
+            start_time=m.window.start, end_time=m.window.end, recurrence=m.window.recurrence
+        )
+    return gcp.container.ClusterMaintenancePolicyArgs(
+        recurring_window=window,
+        maintenance_exclusions=[
+            gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs(
+                exclusion_name=e.name,
+                start_time=e.start,
+                end_time=e.end,
+                exclusion_options=gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
+                    scope=e.scope
+                ),
+            )
+            for e in m.exclusions
+        ]
+        or None,
+    )
 
 
 def render_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
@@ -250,6 +283,7 @@ class GkeCluster(pulumi.ComponentResource):
                 services_secondary_range_name=net.services_range_name,
             ),
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=c.release_channel),
+            maintenance_policy=maintenance_policy(args.maintenance),
             min_master_version=args.min_master_version,
             workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
                 workload_pool=f"{args.project}.svc.id.goog"

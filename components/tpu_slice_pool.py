@@ -155,7 +155,9 @@ class TpuSlicePool(pulumi.ComponentResource):
             queued_provisioning=(
                 gcp.container.NodePoolQueuedProvisioningArgs(enabled=True) if p.queued_provisioning else None
             ),
-            management=gcp.container.NodePoolManagementArgs(auto_repair=p.auto_repair, auto_upgrade=True),
+            management=gcp.container.NodePoolManagementArgs(
+                auto_repair=p.auto_repair, auto_upgrade=args.pool.auto_upgrade
+            ),
             node_config=node_config,
             opts=pulumi.ResourceOptions(parent=self),
         )

@@ -22,6 +22,7 @@ from tpuray.components.config import NAMESPACE, StackConfig, load_stack_file
 from tpuray.components.review.policy_rules import Resource, Violation, check_resources
 from tpuray.components.review.pool_views import PoolView, pool_views
 from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown
+from tpuray.components.review.stack_rules import check_stack
 from tpuray.components.review.svg import render_svg
 
 __all__ = ["PICTURE", "Plan", "find_root", "render_stack", "write_plan"]
@@ -72,7 +73,7 @@ def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
         stack=stack,
         config=cfg,
         run=run,
-        violations=check_resources(resources),
+        violations=check_resources(resources) + check_stack(resources),
         pools=pool_views(cfg, run["resources"]),
     )
 

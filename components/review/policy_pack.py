@@ -9,11 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from pulumi_policy import EnforcementLevel, PolicyConfigSchema, ResourceValidationArgs, ResourceValidationPolicy
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyConfigSchema,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
 
 from tpuray.components.review.policy_rules import RULES, Resource, Rule, RuleContext, stack_of_urn
+from tpuray.components.review.stack_rules import STACK_RULES, StackRule
 
-__all__ = ["CONFIG_SCHEMA_PROPERTIES", "POLICIES", "policy_for"]
+__all__ = ["CONFIG_SCHEMA_PROPERTIES", "POLICIES", "STACK_POLICIES", "policy_for", "stack_policy_for"]
 
 CONFIG_SCHEMA_PROPERTIES: dict[str, Any] = {
     "productionStacks": {
@@ -54,3 +62,28 @@ def policy_for(rule: Rule) -> ResourceValidationPolicy:
 
 
 POLICIES: list[ResourceValidationPolicy] = [policy_for(rule) for rule in RULES]
+
+
+def stack_policy_for(rule: StackRule) -> StackValidationPolicy:
+    """One stack rule as a mandatory stack validation policy (it sees every resource of the stack)."""
+
+    def validate(args: StackValidationArgs, report_violation: Any) -> None:
+        resources = [Resource(type=r.resource_type, name=r.name, props=r.props, urn=r.urn) for r in args.resources]
+        if not resources:
+            return
+        config = args.get_config() or {}
+        stacks = config.get("productionStacks") or ("prod", "production")
+        ctx = RuleContext(stack=stack_of_urn(resources[0].urn), production_stacks=tuple(str(s) for s in stacks))
+        for urn, message in rule.check(resources, ctx):
+            report_violation(f"{urn.rsplit('::', 1)[-1]}: {message}", urn)
+
+    return StackValidationPolicy(
+        name=rule.name,
+        description=rule.description,
+        validate=validate,
+        enforcement_level=EnforcementLevel.MANDATORY,
+        config_schema=PolicyConfigSchema(properties=CONFIG_SCHEMA_PROPERTIES),
+    )
+
+
+STACK_POLICIES: list[StackValidationPolicy] = [stack_policy_for(rule) for rule in STACK_RULES]

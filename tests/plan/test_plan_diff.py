@@ -152,3 +152,29 @@ def test_diff_of_two_git_refs(tmp_path: Path) -> None:
     assert done.returncode == 3, done.stderr
     md = out.read_text()
     assert "### stack `prod`" in md and "will be REPLACED" in md and "| v5p | 128 | 256 | +128 |" in md
+
+
+def test_kueue_quota_changes_show_next_to_the_chip_delta(plans: dict[str, Plan], tmp_path: Path) -> None:
+    """Growing the queued v6e pool of prod-dws grows its Kueue quota with it; both show in the chips table."""
+    text = (ROOT / "Pulumi.prod-dws.yaml").read_text()
+    assert "      slices: 2\n" in text
+    f = tmp_path / "Pulumi.prod-dws.yaml"
+    f.write_text(text.replace("      slices: 2\n", "      slices: 3\n"))
+    new = render_stack("prod-dws", ROOT, stack_file=f)
+    d = diff_plans(_doc(plans["prod-dws"], tmp_path / "a"), _doc(new, tmp_path / "b"))
+    assert (d.chips_base["v6e"], d.chips_new["v6e"]) == (32, 48)
+    assert (d.quota_base["v6e"], d.quota_new["v6e"]) == (32, 48)
+    assert d.quota_base["v5p"] == d.quota_new["v5p"] == 64
+    md = render_markdown([d])
+    assert "| generation | base chips | new chips | change | base Kueue quota | new Kueue quota | quota change |" in md
+    assert "| v6e | 32 | 48 | +16 | 32 | 48 | +16 |" in md
+    cq = next(c for c in d.changed if c.type.endswith(":ClusterQueue"))
+    assert any(f.dotted.endswith("nominalQuota") and (f.old, f.new) == (32, 48) for f in cq.fields)
+    # without Kueue on either side the table keeps its four columns
+    no_kueue = diff_plans(
+        _doc(plans["prod"], tmp_path / "c"), _doc(_variant(tmp_path, "img", ("0.1.0", "0.2.0")), tmp_path / "d")
+    )
+    assert no_kueue.quota_base == no_kueue.quota_new == {}
+    assert "Kueue quota" not in render_markdown([no_kueue]) and "| v5p | 128 | 128 | +0 |" in render_markdown(
+        [no_kueue]
+    )

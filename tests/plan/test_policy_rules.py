@@ -6,6 +6,7 @@ so the pack's wiring is tested too; ``tpuray plan`` runs the same rule functions
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,8 @@ from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
 
 from tpuray.components.review.plan import Plan
 from tpuray.components.review.policy_pack import POLICIES
-from tpuray.components.review.policy_rules import CLUSTER, NODE_POOL, RAY_CLUSTER, RULES, SERVICE
+from tpuray.components.review.policy_rules import CLUSTER, NODE_POOL, RAY_CLUSTER, RULES, SERVICE, Resource
+from tpuray.components.review.stack_rules import check_stack
 
 BY_NAME = {p.name: p for p in POLICIES}
 
@@ -163,3 +165,58 @@ def test_worker_group_chips(resource_of: Pick) -> None:
     assert any("numOfHosts 8" in m and "64 chips" in m for m in violations(policy, ray))
     del v5p["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-tpu-topology"]
     assert any("nodeSelector" in m for m in violations(policy, ray))
+
+
+# ---- stack rules (CrossGuard stack validation policies) ----------------------------------------------------
+def stack_violations(resources: list[dict[str, Any]], config: dict[str, Any] | None = None) -> list[str]:
+    from pulumi_policy import PolicyResource, StackValidationArgs
+
+    from tpuray.components.review.policy_pack import STACK_POLICIES
+
+    found: list[str] = []
+    policy_resources = [
+        PolicyResource(r["type"], r["inputs"], r["urn"], r["name"], None, None, None, [], {})  # type: ignore[arg-type]
+        for r in resources
+    ]
+    for policy in STACK_POLICIES:
+        policy.validate(StackValidationArgs(policy_resources, config), lambda m, urn=None: found.append(m))  # type: ignore[misc]
+    return found
+
+
+def _without_maintenance(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = copy.deepcopy(resources)
+    for r in out:
+        if r["type"] == CLUSTER:
+            r["inputs"].pop("maintenancePolicy", None)
+    return out
+
+
+def test_static_multi_host_slices_in_production_need_a_window_or_exclusion(plans: dict[str, Plan]) -> None:
+    prod = plans["prod"].resources
+    assert stack_violations(prod) == []  # prod declares a weekend window
+    bare = _without_maintenance(prod)
+    found = stack_violations(bare)
+    # the two static v5p slices are flagged; the v6e flex-start pool autoscales from zero and is not
+    assert sorted(m.split(":", 1)[0] for m in found) == ["v5p-train-v5p-train-0", "v5p-train-v5p-train-1"]
+    assert all("v5p-128" in m and "tpuray:maintenance" in m for m in found)
+    # the plan's own rule run agrees
+    resources = [Resource(r["type"], r["name"], r["inputs"], r["urn"]) for r in bare]
+    assert len(check_stack(resources)) == 2
+    # an exclusion alone is enough
+    with_exclusion = copy.deepcopy(bare)
+    cluster = next(r for r in with_exclusion if r["type"] == CLUSTER)
+    cluster["inputs"]["maintenancePolicy"] = {
+        "maintenanceExclusions": [{"exclusionName": "q1", "startTime": "2026-01-01T00:00:00Z"}]
+    }
+    assert stack_violations(with_exclusion) == []
+    # not a production stack: nothing to say
+    assert stack_violations(bare, {"productionStacks": ["production"]}) == []
+
+
+def test_autoscaled_multi_host_pools_are_not_static(plans: dict[str, Plan]) -> None:
+    bare = _without_maintenance(plans["prod"].resources)
+    for r in bare:
+        if r["type"] == NODE_POOL and "v5p" in r["name"]:
+            r["inputs"].pop("nodeCount", None)
+            r["inputs"]["autoscaling"] = {"minNodeCount": 0, "maxNodeCount": 16, "locationPolicy": "ANY"}
+    assert stack_violations(bare) == []
