@@ -386,3 +386,42 @@ def test_mocks_are_live() -> None:
     assert rec.registered == [] and out == {"x": 1}
     rec, _ = tm.run(build_pool(pool_cfg("v5e", "2x2")))
     assert rec.types() == [NODE_POOL, "tpuray:index:TpuSlicePool"]
+
+
+# ---- maintenance ------------------------------------------------------------------------------------------
+def test_cluster_maintenance_window_exclusions_and_pool_auto_upgrade() -> None:
+    window = {"start": "2026-01-03T02:00:00Z", "end": "2026-01-03T08:00:00Z", "recurrence": "FREQ=WEEKLY;BYDAY=SA"}
+    exclusion = {
+        "name": "launch",
+        "start": "2026-03-01T00:00:00Z",
+        "end": "2026-03-20T00:00:00Z",
+        "scope": "NO_UPGRADES",
+    }
+    cfg = stack(
+        cluster={"name": "tpu", "releaseChannel": "UNSPECIFIED"},
+        maintenance={"window": window, "exclusions": [exclusion]},
+        slicePools=[{"name": "v6e", "generation": "v6e", "topology": "4x4", "autoUpgrade": False}],
+    )
+    rec, _ = tm.run(build_cluster(cfg))
+    policy = rec.one(CLUSTER).inputs["maintenancePolicy"]
+    assert policy["recurringWindow"] == {
+        "startTime": window["start"],
+        "endTime": window["end"],
+        "recurrence": window["recurrence"],
+    }
+    assert policy["maintenanceExclusions"] == [
+        {
+            "exclusionName": "launch",
+            "startTime": exclusion["start"],
+            "endTime": exclusion["end"],
+            "exclusionOptions": {"scope": "NO_UPGRADES"},
+        }
+    ]
+    assert rec.one(CLUSTER).inputs["releaseChannel"] == {"channel": "UNSPECIFIED"}
+    rec, _ = tm.run(build_pool(cfg))
+    assert all(p.inputs["management"]["autoUpgrade"] is False for p in rec.of_type(NODE_POOL))
+    # the default: no policy (GKE's any-time maintenance), pools auto-upgraded
+    rec, _ = tm.run(build_cluster(stack()))
+    assert "maintenancePolicy" not in rec.one(CLUSTER).inputs
+    rec, _ = tm.run(build_pool(stack()))
+    assert all(p.inputs["management"]["autoUpgrade"] is True for p in rec.of_type(NODE_POOL))

@@ -190,3 +190,17 @@ def test_marks_follow_the_worker_group(
     workers = pods * group["tpu"] if group else 0
     assert (pool.max_ray_worker_pods, pool.max_ray_workers) == (pods, workers)
     assert f"{workers} Ray workers (one per chip) on {pods} pods" in svg
+
+
+def test_plan_draws_which_pools_kueue_reaches(plans: dict[str, Plan]) -> None:
+    dws = plans["prod-dws"]
+    admission = {p.name: p.admission for p in dws.pools}
+    assert admission == {"v5p-train": "Kueue", "v6e-dws": "Kueue + ProvisioningRequest"}
+    assert {p.name: p.kueue.chips for p in dws.pools if p.kueue} == {"v5p-train": 64, "v6e-dws": 32}
+    svg = render_svg("prod-dws", dws.pools)
+    assert "reservation, via Kueue;" in svg and "queued, via Kueue + ProvisioningRequest;" in svg
+    text = summary_table("prod-dws", dws.resources, dws.pools)
+    assert "Kueue + ProvisioningRequest" in text.splitlines()[-1]
+    # without Kueue every pool is reached directly
+    assert {p.admission for p in plans["prod"].pools} == {"direct"}
+    assert "via direct;" in render_svg("prod", plans["prod"].pools)
