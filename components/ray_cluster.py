@@ -228,6 +228,12 @@ class RayTpuJob(pulumi.ComponentResource):
             kind="RayJob",
             metadata=copy.deepcopy(self.manifest["metadata"]),
             spec=copy.deepcopy(self.manifest["spec"]),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on or []),
+            # A suspended (Kueue-managed) job is unsuspended by Kueue, not by Pulumi: a changed job is a new job,
+            # so Pulumi replaces it rather than re-applying `suspend: true` onto a running one.
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=args.depends_on or [],
+                replace_on_changes=["spec"] if args.params.suspend else None,
+            ),
         )
         self.register_outputs({"name": self.name})

@@ -402,3 +402,19 @@ def test_component_declares_the_pinned_chart_and_every_object_after_it() -> None
 def test_component_rejects_a_v_prefixed_chart_version() -> None:
     with pytest.raises(ValueError, match="chart_version"):
         KueueQueuesArgs(plan=kueue_plan(dws()), chart_version="v0.19.2").validate()
+
+
+def test_a_changed_queued_job_is_replaced_not_resuspended() -> None:
+    """Kueue flips spec.suspend; Pulumi must not apply `suspend: true` again onto an admitted job."""
+    from tpuray.components.ray_cluster import RayTpuJob, RayTpuJobArgs
+
+    cfg = dws()
+
+    def build() -> dict[str, Any]:
+        RayTpuJob("train", RayTpuJobArgs(params=ray_job_params(cfg)))
+        return {}
+
+    rec, _ = tm.run(build)
+    job = rec.one("kubernetes:ray.io/v1:RayJob")
+    assert job.inputs["spec"]["suspend"] is True
+    assert job.replace_on_changes == ["spec"]

@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ class Registered:
     """Wire values: camelCase keys, numbers as floats."""
     dependencies: list[str]
     """URNs this resource waits for (explicit depends_on and inputs from other resources)."""
+    replace_on_changes: list[str] = field(default_factory=list)
 
 
 def computed(type_: str, name: str, inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,6 +99,7 @@ class RecordingMonitor(pmocks.MockMonitor):
                     provider=request.provider,
                     inputs=rpc.deserialize_properties(request.object),
                     dependencies=sorted(set(request.dependencies)),
+                    replace_on_changes=list(request.replaceOnChanges),
                 )
             )
         return response
