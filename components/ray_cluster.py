@@ -19,7 +19,6 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from tpuray.components.planning.kuberay import (
-    API_VERSION,
     RayClusterParams,
     RayJobParams,
     dashboard_service_name,
@@ -40,6 +39,20 @@ KUBERAY_HELM_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_HELM_CHART = "kuberay-operator"
 KUBERAY_NAMESPACE = "kuberay-system"
 CHECKPOINT_ROLE = "roles/storage.objectUser"
+
+
+def declare_manifest(
+    resource_name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions
+) -> k8s.apiextensions.CustomResource:
+    """Declare a pure manifest (``apiVersion``, ``kind``, ``metadata``, ``spec``) as it is, as a custom resource."""
+    return k8s.apiextensions.CustomResource(
+        resource_name,
+        api_version=manifest["apiVersion"],
+        kind=manifest["kind"],
+        metadata=copy.deepcopy(manifest["metadata"]),
+        spec=copy.deepcopy(manifest["spec"]),
+        opts=opts,
+    )
 
 
 @dataclass
@@ -175,15 +188,10 @@ class RayTpuCluster(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, ns]),
         )
-        self.ray_cluster = k8s.apiextensions.CustomResource(
+        self.ray_cluster = declare_manifest(
             f"{name}-raycluster",
-            api_version=API_VERSION,
-            kind="RayCluster",
-            metadata=copy.deepcopy(self.manifest["metadata"]),
-            spec=copy.deepcopy(self.manifest["spec"]),
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[*after, ns, ksa, bucket_access, wi_binding, *operator]
-            ),
+            self.manifest,
+            pulumi.ResourceOptions(parent=self, depends_on=[*after, ns, ksa, bucket_access, wi_binding, *operator]),
         )
         self.bucket_name = bucket.name
         self.google_service_account_email = gsa.email
@@ -216,12 +224,7 @@ class RayTpuJob(pulumi.ComponentResource):
         self.manifest = ray_job_manifest(args.params)
         super().__init__("tpuray:index:RayTpuJob", name, None, opts)
         self.name = args.params.name
-        self.ray_job = k8s.apiextensions.CustomResource(
-            f"{name}-rayjob",
-            api_version=API_VERSION,
-            kind="RayJob",
-            metadata=copy.deepcopy(self.manifest["metadata"]),
-            spec=copy.deepcopy(self.manifest["spec"]),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on or []),
+        self.ray_job = declare_manifest(
+            f"{name}-rayjob", self.manifest, pulumi.ResourceOptions(parent=self, depends_on=args.depends_on or [])
         )
         self.register_outputs({"name": self.name})
