@@ -141,19 +141,6 @@ def test_gke_cluster_existing_network_private_nats_only_its_subnet() -> None:
     assert nat["subnetworks"][0]["name"].endswith("/subnetworks/gke")
 
 
-def test_gke_cluster_rejects_bad_args_before_any_resource() -> None:
-    cfg = stack()
-    args = GkeClusterArgs.from_stack(cfg)
-    args.location = "europe-west4-a"
-
-    def build() -> None:
-        GkeCluster("gke", args)
-
-    with pytest.raises(ValueError, match="location"):
-        tm.run(build)
-    assert tm.current is not None and tm.current.registered == []
-
-
 # ---- TpuSlicePool -------------------------------------------------------------------------------------
 def build_pool(cfg: StackConfig, index: int = 0) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:
@@ -230,7 +217,8 @@ def test_slice_pool_registers_what_the_plan_says(case: str) -> None:
             wp = policies[0].inputs
             assert wp["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": topo}
             assert wp["region"] == "us-east5"
-            assert i["placementPolicy"] == {"type": "COMPACT", "policyName": wp["name"]}
+            # a workload policy, no COMPACT type: GKE rejects the pair (what GKE stores: policyName + tpuTopology)
+            assert i["placementPolicy"] == {"type": "", "policyName": wp["name"], "tpuTopology": topo}
         else:
             assert "placementPolicy" not in i  # GKE rejects tpu_topology on single-host pools
         _capacity_inputs(cap, i)
@@ -240,7 +228,7 @@ def test_slice_pool_registers_what_the_plan_says(case: str) -> None:
 def _capacity_inputs(cap: str, i: dict[str, Any]) -> None:
     nc = i["nodeConfig"]
     assert nc.get("spot", False) == (cap == "spot")
-    assert nc.get("flexStart", False) == (cap == "flex-start")
+    assert nc.get("flexStart", False) == (cap in ("flex-start", "queued"))
     assert ("queuedProvisioning" in i) == (cap == "queued")
     ra = nc.get("reservationAffinity")
     if cap in ("reservation", "shared-reservation"):
@@ -259,19 +247,6 @@ def _capacity_inputs(cap: str, i: dict[str, Any]) -> None:
         assert nc["maxRunDuration"] == "21600s"
     if cap == "queued":
         assert i["queuedProvisioning"] == {"enabled": True}
-
-
-def test_slice_pool_rejects_a_zone_outside_the_cluster_before_any_resource() -> None:
-    cfg = pool_cfg("v6e", "4x4")
-    args = TpuSlicePoolArgs.from_stack(cfg, cfg.slice_pools[0], "tpu", "sa")
-    args.zone = "us-west1-a"
-    with pytest.raises(ValueError, match="zone"):
-        tm.run(lambda: TpuSlicePool("tpu", args) and None)
-    bad = TpuSlicePoolArgs.from_stack(cfg, cfg.slice_pools[0], "tpu", "sa")
-    bad.zone = None  # multi-host needs one zone
-    with pytest.raises(ValueError, match="single zone"):
-        tm.run(lambda: TpuSlicePool("tpu", bad) and None)
-    assert tm.current is not None and tm.current.registered == []
 
 
 # ---- RayTpuCluster / RayTpuJob ------------------------------------------------------------------------
@@ -365,17 +340,6 @@ def test_helm_operator_mode_installs_the_pinned_chart() -> None:
         "1.7.0",
         "https://ray-project.github.io/kuberay-helm/",
     )
-
-
-def test_ray_cluster_rejects_an_invalid_spec_before_any_resource() -> None:
-    cfg = stack()
-    params = ray_cluster_params(cfg)
-    bad = RayTpuClusterArgs(
-        project=cfg.project, cluster_name="tpu", params=params, bucket_location="US", retention_days=-1
-    )
-    with pytest.raises(ValueError, match="retention_days"):
-        tm.run(lambda: RayTpuCluster("ray", bad) and None)
-    assert tm.current is not None and tm.current.registered == []
 
 
 def test_mocks_are_live() -> None:
