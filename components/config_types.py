@@ -40,6 +40,7 @@ __all__ = [
     "label_value",
     "parse_quantity",
     "service_account_id",
+    "stack_name_problem",
 ]
 
 
@@ -393,3 +394,18 @@ def label_value(text: str) -> str:
 
 def is_finite(x: float) -> bool:
     return math.isfinite(x)
+
+
+# ---- Pulumi stack names ------------------------------------------------------------------------------------
+# https://www.pulumi.com/docs/iac/concepts/stacks/ : stack names contain alphanumerics, '-', '_' and '.' (at most
+# 100 characters). The name also becomes a file name (Pulumi.<stack>.yaml) and, through label_value, labels.
+_STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+def stack_name_problem(name: str) -> str | None:
+    if not _STACK_NAME.match(name) or set(name) == {"."}:
+        return (
+            f"{_show(name)} is not a stack name: 1-100 letters, digits, '-', '_' or '.' (not only dots), as Pulumi "
+            "names stacks"
+        )
+    return None
