@@ -13,7 +13,7 @@ import ipaddress
 import math
 import re
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
@@ -297,10 +297,10 @@ def parse_quantity(value: str) -> Decimal:
         raise ValueError(f"{_show(value)} is not a Kubernetes quantity like '8', '500m', '64Gi' or '1e3'")
     number, suffix = m.group(1), m.group(2) or ""
     try:
-        if suffix[:1] in ("e", "E"):
-            return Decimal(number) * Decimal(10) ** int(suffix[1:])
-        return Decimal(number) * Decimal(_SUFFIX[suffix])
-    except (InvalidOperation, OverflowError, ValueError):
+        if suffix in _SUFFIX:
+            return Decimal(number) * Decimal(_SUFFIX[suffix])
+        return Decimal(number) * Decimal(10) ** int(suffix[1:])  # a decimal exponent, e.g. 1e3
+    except (ArithmeticError, ValueError):
         raise ValueError(f"{_show(value)} is out of range for a Kubernetes quantity") from None
 
 
@@ -320,11 +320,11 @@ def _as_str(value: object) -> object:
 
 
 def _cores(d: Decimal) -> str:
-    return f"{d.normalize():f}"
+    return f"{float(d):.4g}"
 
 
 def _gib(d: Decimal) -> str:
-    return f"{(d / 2**30).quantize(Decimal('0.001')).normalize():f}"
+    return f"{float(d) / 2**30:.4g}"
 
 
 # Bounds: a pod must fit one node; the largest GCE VMs have a few hundred vCPUs and a few TiB of memory.
