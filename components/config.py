@@ -750,9 +750,13 @@ def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> di
     ``kubernetes:``) are the providers' and ignored here.
     """
     values: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
     for key, value in raw_config.items():
         ns, _, name = str(key).rpartition(":")
         if ns in ("", NAMESPACE):
+            if name in given_as:  # `cluster` and `tpuray:cluster` are one Pulumi key
+                raise ConfigError([(name, f"given twice, as {given_as[name]!r} and {str(key)!r}")], source)
+            given_as[name] = str(key)
             values[name] = value
     return values
 

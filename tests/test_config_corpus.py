@@ -440,6 +440,15 @@ def test_yaml_pulumi_would_refuse(text: str | bytes) -> None:
     assert_rejected(text, "config" if not_a_stack else "(file)")
 
 
+@CORPUS
+@given(stacks, st.sampled_from(["project", "region", "cluster", "slicePools"]))
+def test_a_key_with_and_without_its_namespace(stack: str, key: str) -> None:
+    """``cluster`` and ``tpuray:cluster`` are one Pulumi config key: giving both is ambiguous."""
+    doc = yaml.safe_load(STACK_TEXT[stack])
+    doc["config"][key] = doc["config"][f"tpuray:{key}"]
+    assert_rejected(yaml.safe_dump(doc, sort_keys=False), key, "given twice")
+
+
 # ---- derived names: every valid input derives an accepted name ---------------------------------------------------
 cluster_names = st.from_regex(r"\A[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?\Z", fullmatch=True)
 project_ids = st.from_regex(r"\A[a-z][-a-z0-9]{4,28}[a-z0-9]\Z", fullmatch=True).filter(lambda p: "google" not in p)
