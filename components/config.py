@@ -100,10 +100,14 @@ class ConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    """camelCase in YAML, snake_case in Python; unknown keys are errors; values are immutable."""
+    """camelCase in YAML, snake_case in Python; unknown keys are errors; values are immutable.
+
+    Strict types: Pulumi's project config declares each key's type, so ``deletionProtection: 0`` or ``steps: true``
+    is an error here too rather than a silent conversion.
+    """
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True, strict=True
     )
 
 
