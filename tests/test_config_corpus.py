@@ -449,6 +449,39 @@ def test_a_key_with_and_without_its_namespace(stack: str, key: str) -> None:
     assert_rejected(yaml.safe_dump(doc, sort_keys=False), key, "given twice")
 
 
+# ---- any edit at any place: an answer, never a crash --------------------------------------------------------------
+def _places(node: Any, prefix: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += _places(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _places(v, (*prefix, i))
+    return out
+
+
+anything = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stacks, st.data())
+def test_any_value_anywhere_is_answered_without_a_traceback(stack: str, data: st.DataObject) -> None:
+    doc = yaml.safe_load(STACK_TEXT[stack])
+    place = data.draw(st.sampled_from(_places(doc["config"])))
+    node: Any = doc["config"]
+    for part in place[:-1]:
+        node = node[part]
+    node[place[-1]] = data.draw(anything)
+    code, output = run_check(yaml.safe_dump(doc))
+    FIGURES["random edits"] += 1
+    assert code in (0, 1) and "Traceback" not in output and len(output.encode()) < MAX_OUTPUT, output[-2000:]
+
+
 # ---- derived names: every valid input derives an accepted name ---------------------------------------------------
 cluster_names = st.from_regex(r"\A[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?\Z", fullmatch=True)
 project_ids = st.from_regex(r"\A[a-z][-a-z0-9]{4,28}[a-z0-9]\Z", fullmatch=True).filter(lambda p: "google" not in p)
