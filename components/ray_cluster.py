@@ -18,6 +18,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from tpuray.components.config_types import service_account_id
 from tpuray.components.planning.kuberay import (
     RayClusterParams,
     RayJobParams,
@@ -25,7 +26,6 @@ from tpuray.components.planning.kuberay import (
     ray_cluster_manifest,
     ray_job_manifest,
 )
-from tpuray.components.planning.node_pools import bounded_name
 
 __all__ = [
     "KUBERAY_HELM_REPO",
@@ -74,19 +74,6 @@ class RayTpuClusterArgs:
     """What every child waits for: the cluster (its Workload Identity pool must exist before the binding) and the
     node pools. A component's own ``depends_on`` does not reach its children, hence this field."""
 
-    def validate(self) -> None:
-        problems = []
-        if not self.params.checkpoint_bucket:
-            problems.append("params.checkpoint_bucket: required (the bucket is created here)")
-        if not self.params.groups:
-            problems.append("params.groups: at least one TPU worker group")
-        if self.operator not in ("addon", "helm"):
-            problems.append(f"operator: {self.operator!r}; valid choices: addon, helm")
-        if self.retention_days < 0:
-            problems.append("retention_days: must not be negative")
-        if problems:
-            raise ValueError("RayTpuClusterArgs: " + "; ".join(problems))
-
 
 class RayTpuCluster(pulumi.ComponentResource):
     """A KubeRay RayCluster with one worker group per TPU slice pool, and its identity and storage."""
@@ -102,7 +89,6 @@ class RayTpuCluster(pulumi.ComponentResource):
     ray_cluster: k8s.apiextensions.CustomResource
 
     def __init__(self, name: str, args: RayTpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        args.validate()
         # Rendering checks the KubeRay/TPU-webhook rules; a bad spec fails here, before any child exists.
         self.manifest = ray_cluster_manifest(args.params)
         super().__init__("tpuray:index:RayTpuCluster", name, None, opts)
@@ -160,7 +146,7 @@ class RayTpuCluster(pulumi.ComponentResource):
         )
         gsa = gcp.serviceaccount.Account(
             f"{name}-ray-gsa",
-            account_id=bounded_name(f"{args.cluster_name}-ray", 30),
+            account_id=service_account_id(args.cluster_name, "ray"),
             display_name=f"Ray pods of {args.cluster_name} (checkpoint bucket only)",
             project=args.project,
             opts=child,
