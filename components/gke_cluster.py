@@ -17,9 +17,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from tpuray.components.config import ClusterConfig, MaintenanceConfig, NetworkConfig, StackConfig, gke_version_key
+from tpuray.components.config import ClusterConfig, MaintenanceConfig, NetworkConfig, StackConfig
 from tpuray.components.names import SYSTEM_POOL
-from tpuray.components.planning.node_pools import bounded_name
 
 __all__ = ["NODE_SA_ROLES", "SYSTEM_POOL", "GkeCluster", "GkeClusterArgs", "maintenance_policy", "render_kubeconfig"]
 
@@ -65,19 +64,6 @@ class GkeClusterArgs:
             ray_operator_addon=cfg.ray.operator == "addon",
             resource_labels=dict(resource_labels or {}),
         )
-
-    def validate(self) -> None:
-        problems = []
-        if not (self.location == self.region or self.location.startswith(self.region + "-")):
-            problems.append(f"location: {self.location!r} is neither region {self.region!r} nor one of its zones")
-        try:
-            gke_version_key(self.min_master_version)
-        except ValueError as e:
-            problems.append(f"min_master_version: {e}")
-        if not self.network.create and not (self.network.name and self.network.subnetwork):
-            problems.append("network: an existing network needs name and subnetwork")
-        if problems:
-            raise ValueError("GkeClusterArgs: " + "; ".join(problems))
 
 
 def maintenance_policy(m: MaintenanceConfig) -> gcp.container.ClusterMaintenancePolicyArgs | None:
@@ -146,7 +132,6 @@ class GkeCluster(pulumi.ComponentResource):
     system_pool: gcp.container.NodePool
 
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        args.validate()  # before any child exists
         super().__init__("tpuray:index:GkeCluster", name, None, opts)
         c, net = args.cluster, args.network
         child = pulumi.ResourceOptions(parent=self)
@@ -218,7 +203,7 @@ class GkeCluster(pulumi.ComponentResource):
         # ---- node identity --------------------------------------------------------------------------------
         node_sa = gcp.serviceaccount.Account(
             f"{name}-node-sa",
-            account_id=bounded_name(f"{c.name}-nodes", 30),
+            account_id=c.node_service_account_id,
             display_name=f"GKE nodes of {c.name}",
             project=args.project,
             opts=child,

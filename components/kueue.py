@@ -50,15 +50,6 @@ class KueueQueuesArgs:
     depends_on: list[pulumi.Resource] | None = None
     """What every child waits for: the cluster, its node pools, and the Ray namespace (the LocalQueue's)."""
 
-    def validate(self) -> None:
-        problems = []
-        if not self.plan.objects:
-            problems.append("plan.objects: nothing to declare")
-        if not self.chart_version or self.chart_version.startswith("v"):
-            problems.append(f"chart_version: {self.chart_version!r}; the chart is versioned without 'v', e.g. 0.19.2")
-        if problems:
-            raise ValueError("KueueQueuesArgs: " + "; ".join(problems))
-
 
 class KueueQueues(pulumi.ComponentResource):
     """Kueue from its Helm chart, plus the flavors, quota and queues of the TPU slice pools."""
@@ -70,7 +61,6 @@ class KueueQueues(pulumi.ComponentResource):
     cluster_queue: str
 
     def __init__(self, name: str, args: KueueQueuesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        args.validate()
         super().__init__("tpuray:index:KueueQueues", name, None, opts)
         after = list(args.depends_on or [])
         self.release = k8s.helm.v3.Release(

@@ -18,15 +18,14 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from tpuray.components.config_types import service_account_id
 from tpuray.components.planning.kuberay import (
-    API_VERSION,
     RayClusterParams,
     RayJobParams,
     dashboard_service_name,
     ray_cluster_manifest,
     ray_job_manifest,
 )
-from tpuray.components.planning.node_pools import bounded_name
 
 __all__ = [
     "KUBERAY_HELM_REPO",
@@ -40,6 +39,20 @@ KUBERAY_HELM_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_HELM_CHART = "kuberay-operator"
 KUBERAY_NAMESPACE = "kuberay-system"
 CHECKPOINT_ROLE = "roles/storage.objectUser"
+
+
+def declare_manifest(
+    resource_name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions
+) -> k8s.apiextensions.CustomResource:
+    """Declare a pure manifest (``apiVersion``, ``kind``, ``metadata``, ``spec``) as it is, as a custom resource."""
+    return k8s.apiextensions.CustomResource(
+        resource_name,
+        api_version=manifest["apiVersion"],
+        kind=manifest["kind"],
+        metadata=copy.deepcopy(manifest["metadata"]),
+        spec=copy.deepcopy(manifest["spec"]),
+        opts=opts,
+    )
 
 
 @dataclass
@@ -64,19 +77,6 @@ class RayTpuClusterArgs:
     """Declare the long-lived RayCluster; off when every job brings its own (``ray.jobMode: ephemeral``), which
     still needs the namespace, identity and bucket declared here."""
 
-    def validate(self) -> None:
-        problems = []
-        if not self.params.checkpoint_bucket:
-            problems.append("params.checkpoint_bucket: required (the bucket is created here)")
-        if self.declare_cluster and not self.params.groups:
-            problems.append("params.groups: at least one TPU worker group")
-        if self.operator not in ("addon", "helm"):
-            problems.append(f"operator: {self.operator!r}; valid choices: addon, helm")
-        if self.retention_days < 0:
-            problems.append("retention_days: must not be negative")
-        if problems:
-            raise ValueError("RayTpuClusterArgs: " + "; ".join(problems))
-
 
 class RayTpuCluster(pulumi.ComponentResource):
     """A KubeRay RayCluster with one worker group per TPU slice pool, and its identity and storage."""
@@ -94,7 +94,6 @@ class RayTpuCluster(pulumi.ComponentResource):
     """What a Ray pod needs before it starts: namespace, service account and its bindings, the operator."""
 
     def __init__(self, name: str, args: RayTpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        args.validate()
         # Rendering checks the KubeRay/TPU-webhook rules; a bad spec fails here, before any child exists.
         self.manifest = ray_cluster_manifest(args.params) if args.declare_cluster else None
         super().__init__("tpuray:index:RayTpuCluster", name, None, opts)
@@ -152,7 +151,7 @@ class RayTpuCluster(pulumi.ComponentResource):
         )
         gsa = gcp.serviceaccount.Account(
             f"{name}-ray-gsa",
-            account_id=bounded_name(f"{args.cluster_name}-ray", 30),
+            account_id=service_account_id(args.cluster_name, "ray"),
             display_name=f"Ray pods of {args.cluster_name} (checkpoint bucket only)",
             project=args.project,
             opts=child,
@@ -183,13 +182,10 @@ class RayTpuCluster(pulumi.ComponentResource):
         self.prerequisites = [ns, ksa, bucket_access, wi_binding, *operator]
         self.ray_cluster = None
         if self.manifest is not None:
-            self.ray_cluster = k8s.apiextensions.CustomResource(
+            self.ray_cluster = declare_manifest(
                 f"{name}-raycluster",
-                api_version=API_VERSION,
-                kind="RayCluster",
-                metadata=copy.deepcopy(self.manifest["metadata"]),
-                spec=copy.deepcopy(self.manifest["spec"]),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, *self.prerequisites]),
+                self.manifest,
+                pulumi.ResourceOptions(parent=self, depends_on=[*after, *self.prerequisites]),
             )
         self.bucket_name = bucket.name
         self.google_service_account_email = gsa.email
@@ -222,15 +218,12 @@ class RayTpuJob(pulumi.ComponentResource):
         self.manifest = ray_job_manifest(args.params)
         super().__init__("tpuray:index:RayTpuJob", name, None, opts)
         self.name = args.params.name
-        self.ray_job = k8s.apiextensions.CustomResource(
+        self.ray_job = declare_manifest(
             f"{name}-rayjob",
-            api_version=API_VERSION,
-            kind="RayJob",
-            metadata=copy.deepcopy(self.manifest["metadata"]),
-            spec=copy.deepcopy(self.manifest["spec"]),
+            self.manifest,
             # A suspended (Kueue-managed) job is unsuspended by Kueue, not by Pulumi: a changed job is a new job,
             # so Pulumi replaces it rather than re-applying `suspend: true` onto a running one.
-            opts=pulumi.ResourceOptions(
+            pulumi.ResourceOptions(
                 parent=self,
                 depends_on=args.depends_on or [],
                 replace_on_changes=["spec"] if args.params.suspend else None,

@@ -7,9 +7,9 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import engine_run as er
 import pytest
-import tpuray_mocks as tm  # installs the mocks first
-from catalog import capacity_st, pool, slices_st
+from catalog import pool, slice_capacity_st
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kuberay_schema import schema_errors as kuberay_schema_errors
@@ -30,7 +30,7 @@ from tpuray.components.planning.kueue import DWS_PROVISIONING_CLASS, KueuePlan, 
 from tpuray.components.planning.kueue_checks import check_kueue_ray_job
 from tpuray.components.planning.node_pools import slice_pool_node_pools
 
-DWS = tm.ROOT / "Pulumi.prod-dws.yaml"
+DWS = er.ROOT / "Pulumi.prod-dws.yaml"
 
 
 def dws() -> StackConfig:
@@ -98,15 +98,16 @@ def test_schema_check_is_not_vacuous() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(slices_st, capacity_st, st.integers(1, 4)), min_size=1, max_size=5))
+@given(st.lists(st.tuples(slice_capacity_st, st.integers(1, 4)), min_size=1, max_size=5))
 def test_quota_equals_each_pools_chips_at_maximum_size(pools: list[Any]) -> None:
-    configs = [pool(s, cap, n, name=f"p{i}") for i, (s, cap, n) in enumerate(pools)]
+    configs = [pool(s, cap, n, name=f"p{i}") for i, ((s, cap), n) in enumerate(pools)]
     cfg = StackConfig.model_validate(
         {
             "project": "tpuray-test-proj",
             "region": "us-east5",
             "zone": "us-east5-a",
             "slicePools": [c.model_dump(by_alias=True) for c in configs],
+            "network": {"podsCidr": "10.64.0.0/10"},  # room for the largest generated pools' nodes
             "kueue": {"enabled": True},
             "ray": {"jobMode": "ephemeral"},
         }
@@ -201,10 +202,14 @@ def test_queued_pool_gets_a_provisioning_request_check() -> None:
     assert plan.quota_of("v5p-train").admission_check is None
 
 
-def test_a_bad_pod_size_is_named() -> None:
-    cfg = parse_stack_config(base(ray={"jobMode": "ephemeral", "workerMemory": "lots"}))
-    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
-        kueue_plan(cfg)
+def test_quota_sums_pod_sizes_in_any_quantity_form_the_config_accepts() -> None:
+    v = base(ray={"jobMode": "ephemeral", "workerCpu": "7500m", "workerMemory": "68719476736", "headCpu": "2"})
+    plan = kueue_plan(parse_stack_config(v))
+    # v6e 4x4 pool: 2 slices x 4 hosts = 8 worker pods of 7.5 CPU and 64Gi
+    assert (plan.quota_of("dws").cpu, plan.quota_of("dws").memory) == ("60", "512Gi")
+    assert plan.quota_of("res").cpu == "15"  # v5p 2x2x2: 1 slice x 2 hosts
+    with pytest.raises(ConfigError, match="workerMemory"):
+        parse_stack_config(base(ray={"jobMode": "ephemeral", "workerMemory": "lots"}))
 
 
 # ---- the ephemeral RayJob ----------------------------------------------------------------------------------
@@ -382,39 +387,18 @@ def test_component_declares_the_pinned_chart_and_every_object_after_it() -> None
         KueueQueues("kueue", KueueQueuesArgs(plan=plan, chart_version="0.19.2"))
         return {}
 
-    rec, _ = tm.run(build)
-    release = rec.one("kubernetes:helm.sh/v3:Release")
-    assert release.inputs["chart"] == KUEUE_CHART and release.inputs["version"] == "0.19.2"
-    assert release.inputs["namespace"] == "kueue-system"
-    objs = [r for r in rec.registered if r.type.startswith("kubernetes:kueue.x-k8s.io/")]
+    rec, _ = er.run(build)
+    release = rec.one("kubernetes:helm.sh/v3:Release")["inputs"]
+    assert release["chart"] == KUEUE_CHART and release["version"] == "0.19.2"
+    assert release["namespace"] == "kueue-system"
+    objs = [r for r in rec.resources if r["type"].startswith("kubernetes:kueue.x-k8s.io/")]
     assert len(objs) == len(plan.objects)
     for r in objs:
-        assert r.parent.endswith("tpuray:index:KueueQueues::kueue")
-        assert any(d.endswith("::kueue-kueue") for d in r.dependencies), r.name  # waits for the chart
-        assert schema_errors(dict(r.inputs)) == [], r.name
-    cq = next(r for r in objs if r.type.endswith(":ClusterQueue"))
-    flavor_urns = {r.name for r in objs if r.type.endswith(":ResourceFlavor")}
-    assert {d.rsplit("::", 1)[-1] for d in cq.dependencies} >= flavor_urns
-    wpc = next(r for r in objs if r.type.endswith(":WorkloadPriorityClass"))
-    assert isinstance(wpc.inputs["value"], int | float) and "spec" not in wpc.inputs
-
-
-def test_component_rejects_a_v_prefixed_chart_version() -> None:
-    with pytest.raises(ValueError, match="chart_version"):
-        KueueQueuesArgs(plan=kueue_plan(dws()), chart_version="v0.19.2").validate()
-
-
-def test_a_changed_queued_job_is_replaced_not_resuspended() -> None:
-    """Kueue flips spec.suspend; Pulumi must not apply `suspend: true` again onto an admitted job."""
-    from tpuray.components.ray_cluster import RayTpuJob, RayTpuJobArgs
-
-    cfg = dws()
-
-    def build() -> dict[str, Any]:
-        RayTpuJob("train", RayTpuJobArgs(params=ray_job_params(cfg)))
-        return {}
-
-    rec, _ = tm.run(build)
-    job = rec.one("kubernetes:ray.io/v1:RayJob")
-    assert job.inputs["spec"]["suspend"] is True
-    assert job.replace_on_changes == ["spec"]
+        assert r["parent"].endswith("tpuray:index:KueueQueues::kueue")
+        assert any(d.endswith("::kueue-kueue") for d in er.depends_on(r)), r["name"]  # waits for the chart
+        assert schema_errors(dict(r["inputs"])) == [], r["name"]
+    cq = next(r for r in objs if r["type"].endswith(":ClusterQueue"))
+    flavor_names = {r["name"] for r in objs if r["type"].endswith(":ResourceFlavor")}
+    assert {d.rsplit("::", 1)[-1] for d in er.depends_on(cq)} >= flavor_names
+    wpc = next(r for r in objs if r["type"].endswith(":WorkloadPriorityClass"))
+    assert isinstance(wpc["inputs"]["value"], int | float) and "spec" not in wpc["inputs"]
