@@ -503,7 +503,10 @@ def stack_rules(
     if network is not None and network.create and cluster is not None:
         # Each node takes a /24 of the Pod range at GKE's default of 110 Pods per node
         # (https://cloud.google.com/kubernetes-engine/docs/how-to/flexible-pod-cidr).
-        nodes = cluster.system_nodes + sum(p.slices * p.tpu_slice.hosts for _, p in pools)
+        # A regional cluster's system pool has systemNodes per zone (three zones in most regions).
+        nodes = cluster.system_nodes * (3 if cluster.regional else 1) + sum(
+            p.slices * p.tpu_slice.hosts for _, p in pools
+        )
         room = ipaddress.ip_network(network.pods_cidr).num_addresses // 256
         if nodes > room:
             found.append(
