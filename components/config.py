@@ -491,6 +491,15 @@ def stack_rules(
                     "the pool's zone or the stack's zone",
                 )
             )
+        elif (pool.zone or zone) is None and not zone_invalid:
+            # Without node locations a pool spans every zone of a regional cluster, and GKE applies the autoscaling
+            # limits per zone: up to three times the slices, in zones that may not have the TPU at all.
+            found.append(
+                _field_msg(
+                    f"{at}.zone",
+                    f"TPU {pool.tpu_slice.generation} slices are zonal: set the pool's zone or the stack's zone",
+                )
+            )
     if pools and cluster is not None and cluster.min_master_version is not None:
         need = required_gke_version(p for _, p in pools)
         if gke_version_key(cluster.min_master_version) < gke_version_key(need):
