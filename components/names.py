@@ -74,6 +74,11 @@ RAY_DASHBOARD_PORT = 8265
 HEAD_PORTS = (("gcs-server", 6379), ("dashboard", RAY_DASHBOARD_PORT), ("client", 10001), ("metrics", 8080))
 """Ports of the Ray head container (KubeRay's defaults)."""
 
+# ---- worker environment ---------------------------------------------------------------------------------
+MAX_RUN_ENV = "TPURAY_MAX_RUN_SECONDS"
+"""On TPU workers of pools with a ``maxRunDuration`` (flex-start, queued): the VMs' lifetime in seconds, counted
+by GKE from VM creation (before the pod starts), so the training side can checkpoint before the VMs go away."""
+
 # ---- Kueue (https://kueue.sigs.k8s.io/docs/tasks/run/rayjobs/) ----------------------------------------------
 KUEUE_QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 """Job label naming the LocalQueue that admits it."""

@@ -17,13 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tpuray.components.config import Queued, SlicePoolConfig
+from tpuray.components.config import FlexStart, Queued, SlicePoolConfig
 from tpuray.components.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
     GKE_QUEUED_TAINT_KEY,
     GKE_TOPOLOGY_LABEL,
     HEAD_PORTS,
+    MAX_RUN_ENV,
     POOL_LABEL,
     RAY_ACCELERATOR_TYPE_LABEL,
     RAY_CLUSTER_LABEL,
@@ -74,6 +75,8 @@ class TpuWorkerGroup:
     """Queued-provisioning pool: tolerate the ``gke-queued`` taint."""
     capacity: str = "on-demand"
     """The pool's capacity type: sets the grace period and drain deadline of its pods (planning.drain)."""
+    max_run_seconds: int | None = None
+    """The VMs' ``maxRunDuration`` (flex-start, queued): passed to the workers as ``TPURAY_MAX_RUN_SECONDS``."""
 
     @classmethod
     def from_pool(cls, pool: SlicePoolConfig) -> TpuWorkerGroup:
@@ -85,6 +88,7 @@ class TpuWorkerGroup:
             max_replicas=pool.slices,
             queued=isinstance(pool.capacity, Queued),
             capacity=pool.capacity.type,
+            max_run_seconds=pool.capacity.max_run_duration if isinstance(pool.capacity, FlexStart | Queued) else None,
         )
 
 
@@ -248,6 +252,11 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
                         },
                         "volumeMounts": mounts,
                         "lifecycle": pre_stop_hook(drain),
+                        **(
+                            {"env": [{"name": MAX_RUN_ENV, "value": str(g.max_run_seconds)}]}
+                            if g.max_run_seconds is not None
+                            else {}
+                        ),
                     }
                 ],
                 "volumes": volumes,

@@ -172,3 +172,17 @@ def test_a_hook_that_cannot_reach_ray_ends_without_blocking_shutdown(tmp_path: P
     env["PATH"] = f"{tmp_path}:{env['PATH']}"
     done = subprocess.run(["/bin/sh", "-c", hook], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0  # and it returned at once instead of sleeping out the 600 s deadline
+
+
+@pytest.mark.parametrize("capacity", sorted(CAPACITIES))
+def test_workers_of_time_limited_vms_are_told_their_lifetime(capacity: str) -> None:
+    """Flex-start (and queued with maxRunDuration) VMs go away after maxRunDuration: the workers get it in
+    TPURAY_MAX_RUN_SECONDS, so the training side can checkpoint before then; other workers get nothing."""
+    from tpuray.components.names import MAX_RUN_ENV
+
+    cfg = pool(TpuSlice.parse("v6e", "4x4"), capacity, 1)
+    [group] = ray_cluster_spec(_params(TpuWorkerGroup.from_pool(cfg)))["workerGroupSpecs"]
+    env = {e["name"]: e["value"] for c in group["template"]["spec"]["containers"] for e in c.get("env", [])}
+    limit = getattr(cfg.capacity, "max_run_duration", None)
+    assert env.get(MAX_RUN_ENV) == (None if limit is None else str(limit))
+    assert (MAX_RUN_ENV in env) == (capacity == "flex-start")  # the catalog's queued pool sets no maxRunDuration
