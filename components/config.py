@@ -18,13 +18,26 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from tpuray.components.topology import TopologyError, TpuSlice, generation
 
 __all__ = [
     "NAMESPACE",
+    "PRODUCTION_STACKS",
+    "RAY_AUTH_TOKEN_KEY",
+    "SECRET_KEYS",
+    "SYSTEM_NAMESPACES",
     "Autoscaling",
     "Capacity",
     "CheckpointConfig",
@@ -41,16 +54,26 @@ __all__ = [
     "Spot",
     "StackConfig",
     "WorkloadConfig",
+    "control_plane_rules",
     "gke_version_key",
+    "is_production_stack",
     "load_stack_file",
     "parse_stack_config",
     "problems",
     "required_gke_version",
+    "stack_of_file",
     "stack_rules",
 ]
 
 NAMESPACE = "tpuray"
 """The Pulumi config namespace (the project name): keys are ``tpuray:<key>``."""
+
+RAY_AUTH_TOKEN_KEY = "rayAuthToken"
+"""Optional ``tpuray:rayAuthToken`` (set with ``pulumi config set --secret``): the Ray token to use instead of a
+generated one. Read only with ``Config.get_secret`` by the program."""
+SECRET_KEYS = frozenset({RAY_AUTH_TOKEN_KEY})
+"""Secret-bearing config keys: never part of :class:`StackConfig` (whose values are plain and may be printed),
+never read with ``Config.get``."""
 
 
 class ConfigError(ValueError):
@@ -214,12 +237,50 @@ Cidr = Annotated[str, AfterValidator(_cidr)]
 """An IP network in CIDR notation with no host bits set, e.g. ``10.0.0.0/20``."""
 
 
+def _not_everyone(value: str) -> str:
+    if ipaddress.ip_network(value).prefixlen == 0:
+        raise ValueError(
+            f"{value} opens the control plane to every address; list your networks, or set "
+            "cluster.controlPlaneEndpoint: private or dns (GKE hardening guide, CIS GKE 5.6.3)"
+        )
+    return value
+
+
 class AuthorizedNetwork(_Model):
-    cidr: Cidr
+    cidr: Annotated[Cidr, AfterValidator(_not_everyone)]
     name: str = ""
 
 
 ReleaseChannel = Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"]
+ControlPlaneEndpoint = Literal["public", "private", "dns"]
+
+PRODUCTION_STACKS = ("prod", "production")
+"""Stack names (or prefixes before ``-``) held to the production rules, here and in the policy pack."""
+
+
+def is_production_stack(stack: str | None, production_stacks: Iterable[str] = PRODUCTION_STACKS) -> bool:
+    s = (stack or "").lower()
+    return any(s == p or s.startswith(p + "-") for p in production_stacks)
+
+
+def control_plane_rules(cluster: ClusterConfig, stack: str | None) -> list[str]:
+    """A production control plane is private, DNS-only, or public to a non-empty list of networks.
+
+    GKE hardening guide (https://cloud.google.com/kubernetes-engine/docs/how-to/hardening-your-cluster) and CIS GKE
+    5.6.3/5.6.4; the policy rule ``gke-control-plane-not-public`` checks the same on the declared cluster.
+    """
+    if not is_production_stack(stack) or cluster.control_plane_endpoint != "public":
+        return []
+    if cluster.master_authorized_networks:
+        return []
+    return [
+        _field_msg(
+            "cluster.masterAuthorizedNetworks",
+            f"[gke-control-plane-not-public] production stack {stack!r} has a public control plane open to every "
+            "address: list the networks allowed to reach it (never 0.0.0.0/0), or set "
+            "cluster.controlPlaneEndpoint: private or dns",
+        )
+    ]
 
 
 class ClusterConfig(_Model):
@@ -231,6 +292,11 @@ class ClusterConfig(_Model):
     min_master_version: str | None = Field(default=None, description="defaults to what the TPU generations need")
     private_nodes: bool = True
     master_authorized_networks: list[AuthorizedNetwork] = []
+    control_plane_endpoint: ControlPlaneEndpoint = Field(
+        default="public",
+        description="public (reached from masterAuthorizedNetworks only), private (internal IP only) or dns "
+        "(the DNS-based endpoint, IAM-checked, IP endpoints off)",
+    )
     deletion_protection: bool = True
     system_machine_type: str = "e2-standard-8"
     system_nodes: Annotated[int, Field(ge=1, le=10)] = 1
@@ -276,19 +342,43 @@ class NetworkConfig(_Model):
         return self
 
 
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kuberay-system")
+SYSTEM_NAMESPACE_PREFIXES = ("kube-", "gke-", "gmp-")
+"""Namespaces Kubernetes, GKE and the KubeRay operator own; Ray pods run code on request, so never there."""
+
+
+def _own_namespace(value: str) -> str:
+    if value in SYSTEM_NAMESPACES or value.startswith(SYSTEM_NAMESPACE_PREFIXES):
+        raise ValueError(
+            f"{value!r} is a system namespace (Kubernetes, GKE or the KubeRay operator own it); give Ray a "
+            "namespace of its own, e.g. 'ray'"
+        )
+    return value
+
+
 class RayConfig(_Model):
     """KubeRay and the Ray images."""
 
     version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "2.60.0"
     image: str = Field(default="rayproject/ray:2.60.0-py311", description="head image")
     worker_image: str | None = Field(default=None, description="TPU worker image (workloads/Dockerfile)")
-    namespace: Annotated[str, Field(pattern=_NAME, max_length=63)] = "ray"
+    namespace: Annotated[str, Field(pattern=_NAME, max_length=63), AfterValidator(_own_namespace)] = "ray"
     operator: Literal["addon", "helm"] = Field(default="addon", description="GKE Ray add-on or the Helm chart")
+    auth_options: bool | None = Field(
+        default=None,
+        description="token auth through KubeRay's authOptions (KubeRay >= 1.6); default: on with the Helm operator, "
+        "off with the GKE add-on (its KubeRay version is not published), which gets RAY_AUTH_MODE=token env instead",
+    )
     helm_chart_version: str = "1.7.0"
     head_cpu: str = "4"
     head_memory: str = "16Gi"
     worker_cpu: str = "8"
     worker_memory: str = "64Gi"
+
+    @property
+    def uses_auth_options(self) -> bool:
+        """Token auth through KubeRay's ``authOptions`` (else the variables go into every container)."""
+        return self.auth_options if self.auth_options is not None else self.operator == "helm"
 
 
 class CheckpointConfig(_Model):
@@ -298,6 +388,10 @@ class CheckpointConfig(_Model):
     location: str | None = Field(default=None, description="bucket location; defaults to the region")
     mount_path: str = "/checkpoints"
     retention_days: Annotated[int, Field(ge=0)] = 30
+    soft_delete_days: Annotated[int, Field(ge=7, le=90)] = Field(
+        default=7, description="days a deleted or overwritten checkpoint stays restorable (GCS soft delete, 7-90)"
+    )
+    versioning: bool = Field(default=False, description="also keep noncurrent object versions (GCS versioning)")
 
 
 class ModelConfig(_Model):
@@ -396,7 +490,12 @@ def _valid_part(model: type[_Model], value: Any) -> Any:
         return None
 
 
-def _rules_of_valid_parts(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _stack_of(context: Any) -> str | None:
+    stack = context.get("stack") if isinstance(context, Mapping) else None
+    return stack if isinstance(stack, str) else None
+
+
+def _rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -> list[tuple[str, str]]:
     """The cross-section rules run over whatever parts of an invalid stack are valid on their own.
 
     pydantic skips a model's own after-validator once any field fails, so without this a type error in one
@@ -417,6 +516,9 @@ def _rules_of_valid_parts(values: Mapping[str, Any]) -> list[tuple[str, str]]:
         names,
         workload.slice_pool if workload is not None else None,
     )
+    cluster = _valid_part(ClusterConfig, values.get("cluster"))
+    if cluster is not None:
+        found += control_plane_rules(cluster, stack)
     return [(path, text) for path, text in (line.split(_SEP, 1) for line in found)]
 
 
@@ -445,7 +547,7 @@ class StackConfig(_Model):
         return None if v == "" else v  # Pulumi.yaml cannot declare a null default, so '' means unset
 
     @model_validator(mode="after")
-    def _rules(self) -> StackConfig:
+    def _rules(self, info: ValidationInfo) -> StackConfig:
         found = stack_rules(
             self.region,
             self.zone,
@@ -454,6 +556,7 @@ class StackConfig(_Model):
             [p.name for p in self.slice_pools],
             self.workload.slice_pool,
         )
+        found += control_plane_rules(self.cluster, _stack_of(info.context))
         if found:
             raise ValueError("\n".join(found))
         return self
@@ -533,15 +636,16 @@ def problems(err: ValidationError) -> list[tuple[str, str]]:
     return problems
 
 
-def parse_stack_config(values: Mapping[str, Any], source: str | None = None) -> StackConfig:
-    """Validate the ``tpuray:`` config values of a stack (namespace already stripped)."""
+def parse_stack_config(values: Mapping[str, Any], source: str | None = None, stack: str | None = None) -> StackConfig:
+    """Validate the ``tpuray:`` config values of a stack (namespace already stripped); ``stack`` names the stack
+    for the production rules."""
     if not isinstance(values, Mapping):
         raise ConfigError([("(root)", f"expected a mapping of config keys, got {type(values).__name__}")], source)
     try:
-        return StackConfig.model_validate(dict(values))
+        return StackConfig.model_validate(dict(values), context={"stack": stack})
     except ValidationError as e:
         found = problems(e)
-        found += [p for p in _rules_of_valid_parts(values) if p not in found]
+        found += [p for p in _rules_of_valid_parts(values, stack) if p not in found]
         raise ConfigError(found, source) from None
 
 
@@ -554,13 +658,20 @@ def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> di
     values: dict[str, Any] = {}
     for key, value in raw_config.items():
         ns, _, name = str(key).rpartition(":")
-        if ns in ("", NAMESPACE):
+        if ns in ("", NAMESPACE) and name not in SECRET_KEYS:
             values[name] = value
     return values
 
 
-def load_stack_file(path: str | Path) -> StackConfig:
-    """Load a ``Pulumi.<env>.yaml`` stack file without the Pulumi CLI."""
+def stack_of_file(path: str | Path) -> str | None:
+    """``Pulumi.<stack>.yaml`` -> ``<stack>``; None for other file names."""
+    m = re.match(r"^Pulumi\.(.+)\.ya?ml$", Path(path).name)
+    return m.group(1) if m else None
+
+
+def load_stack_file(path: str | Path, stack: str | None = None) -> StackConfig:
+    """Load a ``Pulumi.<env>.yaml`` stack file without the Pulumi CLI; the stack's name (for the production
+    rules) is ``stack``, else the ``<env>`` of the file name."""
     p = Path(path)
     try:
         doc = yaml.safe_load(p.read_text())
@@ -570,4 +681,4 @@ def load_stack_file(path: str | Path) -> StackConfig:
         raise ConfigError([("(file)", f"not valid YAML: {e}")], str(p)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
         raise ConfigError([("config", "a stack file needs a top-level 'config:' mapping")], str(p))
-    return parse_stack_config(stack_values(doc["config"], str(p)), str(p))
+    return parse_stack_config(stack_values(doc["config"], str(p)), str(p), stack or stack_of_file(p))

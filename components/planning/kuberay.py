@@ -25,15 +25,20 @@ from tpuray.components.names import (
     POOL_LABEL,
     RAY_ACCELERATOR_TYPE_LABEL,
     RAY_CLUSTER_LABEL,
+    RAY_NODE_PORTS,
     RAY_POD_TYPE_LABEL,
     RAY_TOPOLOGY_LABEL,
     RAY_TPU_RESOURCE,
+    RAY_WORKER_PORT_RANGE,
+    SUBMITTER_ROLE_LABEL,
     TPU_RESOURCE,
     TPU_RUNTIME_PORTS,
     TPU_TAINT,
     WEBHOOK_POD_LABEL,
 )
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job, raise_problems
+from tpuray.components.planning.pod_security import RAY_GID, RAY_UID, container_security_context
+from tpuray.components.planning.ray_auth import RayAuth
 from tpuray.components.topology import TpuSlice
 
 __all__ = [
@@ -47,6 +52,8 @@ __all__ = [
     "ray_cluster_manifest",
     "ray_cluster_spec",
     "ray_job_manifest",
+    "ray_start_ports",
+    "submitter_pod_template",
 ]
 
 API_VERSION = "ray.io/v1"
@@ -55,7 +62,7 @@ API_VERSION = "ray.io/v1"
 CHECKPOINT_VOLUME = "checkpoints"
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 # Ray images run as uid 1000 (ray) in gid 100 (users); without these the FUSE mount is root-owned.
-GCSFUSE_MOUNT_OPTIONS = "implicit-dirs,uid=1000,gid=100,file-mode=664,dir-mode=775"
+GCSFUSE_MOUNT_OPTIONS = f"implicit-dirs,uid={RAY_UID},gid={RAY_GID},file-mode=664,dir-mode=775"
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,8 @@ class RayClusterParams:
     checkpoint_mount_path: str = "/checkpoints"
     idle_timeout_seconds: int = 600
     labels: Mapping[str, str] = field(default_factory=dict)
+    auth: RayAuth | None = None
+    """Ray token authentication (every container, or KubeRay's authOptions)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,10 @@ class RayJobParams:
     """The head advertises no CPUs, so a driver that asks for one runs on a worker (whose image has tpuray)."""
     submission_mode: Literal["K8sJobMode", "HTTPMode"] = "K8sJobMode"
     labels: Mapping[str, str] = field(default_factory=dict)
+    submitter_image: str | None = None
+    """Image of the K8sJobMode submitter pod (the head's); set, tpuray renders a hardened submitter template."""
+    auth: RayAuth | None = None
+    """The target cluster's token: the submitter's ``ray job submit`` sends it."""
 
 
 # ---- naming -------------------------------------------------------------------------------------------
@@ -166,6 +179,16 @@ def _ports(pairs: tuple[tuple[str, int], ...]) -> list[dict[str, Any]]:
     return [{"name": n, "containerPort": port} for n, port in pairs]
 
 
+def ray_start_ports() -> dict[str, str]:
+    """``rayStartParams`` pinning every port Ray would otherwise pick at random (the NetworkPolicy allows these)."""
+    lo, hi = RAY_WORKER_PORT_RANGE
+    return {flag: str(port) for flag, port in RAY_NODE_PORTS} | {"min-worker-port": str(lo), "max-worker-port": str(hi)}
+
+
+def _auth_env(p: RayClusterParams) -> list[dict[str, Any]]:
+    return p.auth.container_env() if p.auth else []
+
+
 def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
     volumes, mounts = _volumes(p)
     resources = {"cpu": p.head_cpu, "memory": p.head_memory}
@@ -178,6 +201,8 @@ def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
                 "ports": _ports(HEAD_PORTS),
                 "resources": {"requests": dict(resources), "limits": dict(resources)},
                 "volumeMounts": mounts,
+                "securityContext": container_security_context(),
+                **({"env": _auth_env(p)} if _auth_env(p) else {}),
             }
         ],
         "volumes": volumes,
@@ -188,7 +213,9 @@ def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
         # ClusterIP only: the dashboard and client are reached through kubectl port-forward, never exposed.
         "serviceType": "ClusterIP",
         # num-cpus 0 keeps tasks and job drivers off the head, which has no TPU and no tpuray workload image.
-        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
+        # dashboard-host 0.0.0.0 so the submitter and port-forward reach it; token auth and the namespace's
+        # NetworkPolicy decide who may (planning/network_policy.py).
+        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0", **ray_start_ports()},
         "template": {"metadata": _pod_metadata(p, {}), "spec": pod_spec},
     }
 
@@ -205,6 +232,7 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
     env = [
         {"name": "TPU_ACCELERATOR_TYPE", "value": s.pod_type},
         {"name": "TPU_TOPOLOGY", "value": s.topology},
+        *_auth_env(p),
     ]
     return {
         "groupName": g.name,
@@ -212,7 +240,7 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
         "minReplicas": g.min_replicas,
         "maxReplicas": g.max_replicas,
         "numOfHosts": s.hosts,
-        "rayStartParams": {},
+        "rayStartParams": ray_start_ports(),
         # Ray node labels (KubeRay >= 1.5 passes them to `ray start --labels`): select a slice shape in Ray code.
         "labels": {
             RAY_TOPOLOGY_LABEL: s.topology,
@@ -242,6 +270,7 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
                             "limits": {"cpu": p.worker_cpu, "memory": p.worker_memory, TPU_RESOURCE: tpu},
                         },
                         "volumeMounts": mounts,
+                        "securityContext": container_security_context(),
                     }
                 ],
                 "volumes": volumes,
@@ -260,7 +289,13 @@ def ray_cluster_spec(p: RayClusterParams) -> dict[str, Any]:
         "workerGroupSpecs": [worker_group_spec(p, g) for g in p.groups],
     }
     if autoscale:
-        spec["autoscalerOptions"] = {"upscalingMode": "Default", "idleTimeoutSeconds": p.idle_timeout_seconds}
+        spec["autoscalerOptions"] = {
+            "upscalingMode": "Default",
+            "idleTimeoutSeconds": p.idle_timeout_seconds,
+            "securityContext": container_security_context(),  # the autoscaler sidecar of the head pod
+        }
+    if p.auth and p.auth.spec_options():
+        spec["authOptions"] = p.auth.spec_options()
     return spec
 
 
@@ -273,6 +308,24 @@ def ray_cluster_manifest(p: RayClusterParams) -> dict[str, Any]:
     }
     raise_problems("RayCluster", p.name, check_ray_cluster_spec(manifest["spec"], p.name))
     return manifest
+
+
+def submitter_pod_template(j: RayJobParams) -> dict[str, Any]:
+    """The K8sJobMode submitter pod: KubeRay fills in the ``ray job submit`` command and its own variables; the
+    template makes the pod meet ``restricted`` (KubeRay's default submitter sets no securityContext), carries the
+    token, and the label the NetworkPolicy lets reach the head's job API."""
+    container: dict[str, Any] = {
+        "name": "ray-job-submitter",
+        "image": j.submitter_image,
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        "securityContext": container_security_context(),
+    }
+    if j.auth:
+        container["env"] = j.auth.env()
+    return {
+        "metadata": {"labels": {**j.labels, **SUBMITTER_ROLE_LABEL}},
+        "spec": {"restartPolicy": "Never", "containers": [container]},
+    }
 
 
 def ray_job_manifest(j: RayJobParams) -> dict[str, Any]:
@@ -299,6 +352,8 @@ def ray_job_manifest(j: RayJobParams) -> dict[str, Any]:
             spec["backoffLimit"] = j.backoff_limit
     if j.active_deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = j.active_deadline_seconds
+    if j.submitter_image and j.submission_mode == "K8sJobMode":
+        spec["submitterPodTemplate"] = submitter_pod_template(j)
     manifest: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "RayJob",

@@ -57,7 +57,7 @@ def render_stack(stack: str, root: Path, program: Path | None = None, stack_file
     from tpuray.components.review import engine as plan_engine  # imports the Pulumi SDK: only when a plan is made
 
     stack_file = stack_file or root / f"Pulumi.{stack}.yaml"
-    cfg = load_stack_file(stack_file)
+    cfg = load_stack_file(stack_file, stack)
     project = plan_engine.project_name(root, NAMESPACE)
     config = plan_engine.config_from_stack_file(stack_file, project, root / "Pulumi.yaml")
     run = plan_engine.run_program(
