@@ -30,6 +30,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from tpuray.components.images import parse_image
 from tpuray.components.topology import TopologyError, TpuSlice, generation
 
 __all__ = [
@@ -308,6 +309,14 @@ class ClusterConfig(_Model):
             gke_version_key(v)
         return v
 
+    @model_validator(mode="after")
+    def _endpoint(self) -> ClusterConfig:
+        if self.control_plane_endpoint == "private" and not self.private_nodes:
+            raise ValueError(
+                _field_msg("controlPlaneEndpoint", "a private endpoint needs privateNodes: true (GKE private clusters)")
+            )
+        return self
+
 
 def gke_version_key(version: str) -> tuple[int, ...]:
     """Sortable key of a GKE version, e.g. ``1.31.2-gke.1115000`` -> ``(1, 31, 2, 1115000)``."""
@@ -356,12 +365,21 @@ def _own_namespace(value: str) -> str:
     return value
 
 
+def _image(value: str) -> str:
+    parse_image(value)  # a tag or a digest (``@sha256:...``) are both accepted
+    return value
+
+
+Image = Annotated[str, AfterValidator(_image)]
+"""A container image reference, by tag or pinned by digest."""
+
+
 class RayConfig(_Model):
     """KubeRay and the Ray images."""
 
     version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "2.60.0"
-    image: str = Field(default="rayproject/ray:2.60.0-py311", description="head image")
-    worker_image: str | None = Field(default=None, description="TPU worker image (workloads/Dockerfile)")
+    image: Image = Field(default="rayproject/ray:2.60.0-py311", description="head image (a tag, or @sha256:<digest>)")
+    worker_image: Image | None = Field(default=None, description="TPU worker image (workloads/Dockerfile)")
     namespace: Annotated[str, Field(pattern=_NAME, max_length=63), AfterValidator(_own_namespace)] = "ray"
     operator: Literal["addon", "helm"] = Field(default="addon", description="GKE Ray add-on or the Helm chart")
     auth_options: bool | None = Field(

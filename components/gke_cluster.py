@@ -1,11 +1,13 @@
 """``GkeCluster``: a GKE Standard cluster for Ray on TPUs.
 
 Declares: a VPC and subnet with pod/service secondary ranges (or uses an existing network), a Cloud Router and
-Cloud NAT when nodes are private, a least-privilege node service account with its project roles, the cluster
-(Ray Operator add-on with logging and monitoring, GCS FUSE CSI driver, Workload Identity, Dataplane V2, release
-channel, private nodes, master authorized networks, default node pool removed) and a CPU system node pool for
-the Ray head and system pods. Outputs the cluster name, endpoint, location, a kubeconfig (secret, using
-``gke-gcloud-auth-plugin``) and a Kubernetes provider for the other components.
+Cloud NAT when nodes are private, a least-privilege node service account (GKE's node role, Artifact Registry
+read on the image repositories only), the cluster (Ray Operator add-on with logging and monitoring, GCS FUSE CSI
+driver, Workload Identity, Dataplane V2, release channel, private nodes, a public endpoint limited to the
+authorized networks or a private or DNS-only endpoint, shielded nodes, legacy ABAC and client certificates off,
+default node pool removed) and a CPU system node pool for the Ray head and system pods. Outputs the cluster
+name, endpoint, location, a kubeconfig (secret, using ``gke-gcloud-auth-plugin``) and a Kubernetes provider for
+the other components.
 """
 
 from __future__ import annotations
@@ -18,19 +20,17 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from tpuray.components.config import ClusterConfig, NetworkConfig, StackConfig, gke_version_key
+from tpuray.components.images import ArtifactRepository, parse_image
 from tpuray.components.names import SYSTEM_POOL
 from tpuray.components.planning.node_pools import bounded_name
 
 __all__ = ["NODE_SA_ROLES", "SYSTEM_POOL", "GkeCluster", "GkeClusterArgs", "render_kubeconfig"]
 
-# What GKE nodes need and nothing more (GKE hardening guide): write logs and metrics, read images.
-NODE_SA_ROLES = (
-    "roles/logging.logWriter",
-    "roles/monitoring.metricWriter",
-    "roles/monitoring.viewer",
-    "roles/stackdriver.resourceMetadata.writer",
-    "roles/artifactregistry.reader",
-)
+# The one project role GKE documents for node service accounts (logs, metrics, autoscaling metrics):
+# https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts (CIS GKE 5.2.1). Images are read with
+# roles/artifactregistry.reader on each image repository, never project-wide.
+NODE_SA_ROLES = ("roles/container.defaultNodeServiceAccount",)
+IMAGE_READER_ROLE = "roles/artifactregistry.reader"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
@@ -49,6 +49,8 @@ class GkeClusterArgs:
     ray_operator_addon: bool = True
     """Enable the GKE Ray Operator add-on (KubeRay and the TPU webhook); off when KubeRay comes from Helm."""
     resource_labels: dict[str, str] = field(default_factory=dict)
+    image_repositories: list[ArtifactRepository] = field(default_factory=list)
+    """Artifact Registry repositories of the stack's images: the nodes may read these and no others."""
 
     @classmethod
     def from_stack(cls, cfg: StackConfig, resource_labels: dict[str, str] | None = None) -> GkeClusterArgs:
@@ -61,6 +63,7 @@ class GkeClusterArgs:
             min_master_version=cfg.master_version,
             ray_operator_addon=cfg.ray.operator == "addon",
             resource_labels=dict(resource_labels or {}),
+            image_repositories=image_repositories([cfg.ray.image, cfg.ray.worker_image or cfg.ray.image]),
         )
 
     def validate(self) -> None:
@@ -75,6 +78,12 @@ class GkeClusterArgs:
             problems.append("network: an existing network needs name and subnetwork")
         if problems:
             raise ValueError("GkeClusterArgs: " + "; ".join(problems))
+
+
+def image_repositories(images: list[str]) -> list[ArtifactRepository]:
+    """The distinct Artifact Registry repositories the images come from (public images need no grant)."""
+    repos = [parse_image(i).artifact_repository for i in images]
+    return list(dict.fromkeys(r for r in repos if r is not None))
 
 
 def render_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
@@ -201,6 +210,18 @@ class GkeCluster(pulumi.ComponentResource):
             )
             for role in NODE_SA_ROLES
         ]
+        role_bindings += [
+            gcp.artifactregistry.RepositoryIamMember(
+                f"{name}-node-sa-reads-{repo.project}-{repo.location}-{repo.repository}",
+                project=repo.project,
+                location=repo.location,
+                repository=repo.repository,
+                role=IMAGE_READER_ROLE,
+                member=member,
+                opts=child,
+            )
+            for repo in args.image_repositories
+        ]
         node_metadata = gcp.container.ClusterNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")
 
         # ---- the cluster ----------------------------------------------------------------------------------
@@ -221,8 +242,24 @@ class GkeCluster(pulumi.ComponentResource):
             else None,
         )
         private = (
-            gcp.container.ClusterPrivateClusterConfigArgs(enable_private_nodes=True, enable_private_endpoint=False)
+            gcp.container.ClusterPrivateClusterConfigArgs(
+                enable_private_nodes=True, enable_private_endpoint=c.control_plane_endpoint == "private"
+            )
             if c.private_nodes
+            else None
+        )
+        # DNS-only: the IP endpoints are off and the DNS endpoint checks IAM on every request
+        # (https://cloud.google.com/kubernetes-engine/docs/concepts/network-isolation).
+        endpoints = (
+            gcp.container.ClusterControlPlaneEndpointsConfigArgs(
+                dns_endpoint_config=gcp.container.ClusterControlPlaneEndpointsConfigDnsEndpointConfigArgs(
+                    allow_external_traffic=True
+                ),
+                ip_endpoints_config=gcp.container.ClusterControlPlaneEndpointsConfigIpEndpointsConfigArgs(
+                    enabled=False
+                ),
+            )
+            if c.control_plane_endpoint == "dns"
             else None
         )
         authorized = (
@@ -237,6 +274,8 @@ class GkeCluster(pulumi.ComponentResource):
             if c.master_authorized_networks
             else None
         )
+        # Shielded nodes with secure boot and integrity monitoring on every pool (CIS GKE 5.5.5-5.5.7).
+        shielded = {"enable_secure_boot": True, "enable_integrity_monitoring": True}
         self.cluster = gcp.container.Cluster(
             f"{name}-cluster",
             name=c.name,
@@ -258,6 +297,15 @@ class GkeCluster(pulumi.ComponentResource):
             datapath_provider="ADVANCED_DATAPATH",
             private_cluster_config=private,
             master_authorized_networks_config=authorized,
+            control_plane_endpoints_config=endpoints,
+            enable_shielded_nodes=True,
+            # Explicitly off, not left to defaults (GKE hardening guide; CIS GKE 5.8.1 and 5.8.4).
+            enable_legacy_abac=False,
+            master_auth=gcp.container.ClusterMasterAuthArgs(
+                client_certificate_config=gcp.container.ClusterMasterAuthClientCertificateConfigArgs(
+                    issue_client_certificate=False
+                )
+            ),
             deletion_protection=c.deletion_protection,
             # The default pool is created and deleted at once; give it the node identity anyway so the
             # default compute service account never runs a node.
@@ -267,6 +315,7 @@ class GkeCluster(pulumi.ComponentResource):
                 service_account=node_sa.email,
                 oauth_scopes=[CLOUD_PLATFORM_SCOPE],
                 workload_metadata_config=node_metadata,
+                shielded_instance_config=gcp.container.ClusterNodeConfigShieldedInstanceConfigArgs(**shielded),
             ),
             resource_labels=args.resource_labels or None,
             opts=pulumi.ResourceOptions(parent=self, depends_on=role_bindings),
@@ -289,6 +338,7 @@ class GkeCluster(pulumi.ComponentResource):
                 ),
                 labels={"tpuray.io/role": "system"},
                 resource_labels=args.resource_labels or None,
+                shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(**shielded),
             ),
             opts=child,
         )

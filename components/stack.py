@@ -14,7 +14,7 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from tpuray.components.config import StackConfig
+from tpuray.components.config import NAMESPACE, RAY_AUTH_TOKEN_KEY, StackConfig
 from tpuray.components.gke_cluster import GkeCluster, GkeClusterArgs
 from tpuray.components.planning.from_config import ray_cluster_params, ray_job_params
 from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
@@ -104,6 +104,10 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
             params=ray_cluster_params(cfg, k8s_labels),
             bucket_location=cfg.checkpoints.location or cfg.region,
             retention_days=cfg.checkpoints.retention_days,
+            soft_delete_days=cfg.checkpoints.soft_delete_days,
+            versioning=cfg.checkpoints.versioning,
+            # secret-bearing: read with get_secret only, never part of the (printable) StackConfig
+            auth_token=pulumi.Config(NAMESPACE).get_secret(RAY_AUTH_TOKEN_KEY),
             operator=cfg.ray.operator,
             helm_chart_version=cfg.ray.helm_chart_version,
             resource_labels=labels,
@@ -113,7 +117,7 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
     )
     job = RayTpuJob(
         "train",
-        RayTpuJobArgs(params=ray_job_params(cfg, k8s_labels), depends_on=[ray.ray_cluster]),
+        RayTpuJobArgs(params=ray_job_params(cfg, k8s_labels), depends_on=[ray.ray_cluster, ray.auth_secret]),
         on_both,
     )
     return Stack(config=cfg, gcp_provider=provider, cluster=cluster, pools=pools, ray=ray, job=job)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpuray.components.config import NAMESPACE, StackConfig, load_stack_file
+from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_stack_file
 from tpuray.components.review.policy_rules import Resource, Violation, check_resources
 from tpuray.components.review.pool_views import PoolView, pool_views
 from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown
@@ -67,6 +67,10 @@ def render_stack(stack: str, root: Path, program: Path | None = None, stack_file
 
 
 def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
+    config = run.get("config") or {}
+    for key in SECRET_KEYS:  # secret-bearing config never reaches plan.json, whatever form the stack file used
+        if f"{NAMESPACE}:{key}" in config:
+            config[f"{NAMESPACE}:{key}"] = "[secret]"
     resources = [Resource(type=r["type"], name=r["name"], props=r["inputs"], urn=r["urn"]) for r in run["resources"]]
     return Plan(
         stack=stack,
