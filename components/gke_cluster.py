@@ -21,15 +21,14 @@ import pulumi_kubernetes as k8s
 
 from tpuray.components.config import ClusterConfig, NetworkConfig, StackConfig, gke_version_key
 from tpuray.components.images import ArtifactRepository, parse_image
-from tpuray.components.names import SYSTEM_POOL
+from tpuray.components.names import NODE_SERVICE_ACCOUNT_ROLE, SYSTEM_POOL
 from tpuray.components.planning.node_pools import bounded_name
 
 __all__ = ["NODE_SA_ROLES", "SYSTEM_POOL", "GkeCluster", "GkeClusterArgs", "render_kubeconfig"]
 
-# The one project role GKE documents for node service accounts (logs, metrics, autoscaling metrics):
-# https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts (CIS GKE 5.2.1). Images are read with
-# roles/artifactregistry.reader on each image repository, never project-wide.
-NODE_SA_ROLES = ("roles/container.defaultNodeServiceAccount",)
+# The one project role GKE documents for node service accounts (logs, metrics, autoscaling metrics). Images are
+# read with roles/artifactregistry.reader on each image repository, never project-wide.
+NODE_SA_ROLES = (NODE_SERVICE_ACCOUNT_ROLE,)
 IMAGE_READER_ROLE = "roles/artifactregistry.reader"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
@@ -200,7 +199,7 @@ class GkeCluster(pulumi.ComponentResource):
             opts=child,
         )
         member = node_sa.email.apply(lambda e: f"serviceAccount:{e}")
-        role_bindings = [
+        role_bindings: list[pulumi.Resource] = [
             gcp.projects.IAMMember(
                 f"{name}-node-sa-{role.split('/')[1].replace('.', '-').lower()}",
                 project=args.project,

@@ -42,6 +42,9 @@ SYSTEM_POOL = "system"
 """Name of the CPU node pool that runs the Ray head and system pods."""
 RAY_SERVICE_ACCOUNT = "ray"
 """Kubernetes service account of the Ray pods (bound to the Ray Google service account)."""
+NODE_SERVICE_ACCOUNT_ROLE = "roles/container.defaultNodeServiceAccount"
+"""The one project role GKE documents for node service accounts
+(https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts; CIS GKE 5.2.1)."""
 
 
 # ---- taints -----------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ only builds the pack, because constructing a ``PolicyPack`` starts the analyzer 
 
 from pulumi_policy import EnforcementLevel, Policy, PolicyPack
 
-from tpuray.components.review.policy_pack import POLICIES
+from tpuray.components.review.policy_pack import POLICIES, STACK_POLICIES
 
-policies: list[Policy] = [*POLICIES]
+policies: list[Policy] = [*POLICIES, *STACK_POLICIES]
 PolicyPack(name="tpuray", enforcement_level=EnforcementLevel.MANDATORY, policies=policies)

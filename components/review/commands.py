@@ -37,6 +37,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     write_plan(plan, out)
     print(summary(plan))
     print(f"wrote {out}/plan.json, manifests/, topology.md, topology.svg")
+    for w in plan.warnings:
+        print(f"warning: [{w.rule}] {w.urn.rsplit('::', 1)[-1]}: {w.message}", file=sys.stderr)
     if plan.violations:
         print(f"\n{len(plan.violations)} policy violation(s):", file=sys.stderr)
         for v in plan.violations:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ class Plan:
     run: dict[str, Any]
     violations: list[Violation]
     pools: list[PoolView]
+    warnings: list[Violation] = field(default_factory=list)
+    """Advisory rules' findings: printed, never a failure."""
 
     @property
     def resources(self) -> list[dict[str, Any]]:
@@ -72,12 +74,14 @@ def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
         if f"{NAMESPACE}:{key}" in config:
             config[f"{NAMESPACE}:{key}"] = "[secret]"
     resources = [Resource(type=r["type"], name=r["name"], props=r["inputs"], urn=r["urn"]) for r in run["resources"]]
+    found = check_resources(resources)
     return Plan(
         stack=stack,
         config=cfg,
         run=run,
-        violations=check_resources(resources),
+        violations=[v for v in found if not v.advisory],
         pools=pool_views(cfg, run["resources"]),
+        warnings=[v for v in found if v.advisory],
     )
 
 
@@ -88,7 +92,7 @@ def write_plan(plan: Plan, out: Path) -> None:
     if manifests.is_dir():
         shutil.rmtree(manifests)
     manifests.mkdir()
-    (out / "plan.json").write_text(plan_json(plan.run, plan.violations))
+    (out / "plan.json").write_text(plan_json(plan.run, plan.violations, plan.warnings))
     for name, text in manifest_files(plan.resources).items():
         (manifests / name).write_text(text)
     (out / "topology.md").write_text(topology_markdown(plan.stack, plan.pools, PICTURE))
