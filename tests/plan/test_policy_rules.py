@@ -32,7 +32,7 @@ def violations(policy: ResourceValidationPolicy, r: dict[str, Any], config: dict
 
 def test_every_rule_is_a_policy() -> None:
     assert sorted(BY_NAME) == sorted(r.name for r in RULES)
-    assert len(RULES) == 8
+    assert len(RULES) == 8 + 11  # tpuray's placement and platform rules, then security_rules.py
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
