@@ -31,7 +31,11 @@ def stack_violations(name: str, resources: list[dict[str, Any]]) -> list[str]:
             for r in resources
         ]
     )
-    STACK_BY_NAME[name].validate(args, lambda message, urn=None: found.append(message))
+
+    def report(message: str, urn: str | None = None) -> None:
+        found.append(message)
+
+    STACK_BY_NAME[name].validate(args, report)
     return found
 
 
@@ -229,7 +233,9 @@ def test_plan_of_an_open_prod_control_plane_fails_with_a_named_violation(
 
     stack_file = tmp_path / "Pulumi.prod.yaml"
     stack_file.write_text(PUBLIC_PROD.format(networks=networks))
-    code = main(["plan", "--stack", "prod", "--root", str(root), "--stack-file", str(stack_file), "--out", str(tmp_path)])
+    code = main(
+        ["plan", "--stack", "prod", "--root", str(root), "--stack-file", str(stack_file), "--out", str(tmp_path)]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert "cluster.masterAuthorizedNetworks" in err
