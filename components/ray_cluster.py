@@ -102,6 +102,8 @@ class RayTpuCluster(pulumi.ComponentResource):
     google_service_account_email: pulumi.Output[str]
     dashboard_service: str
     auth_secret: k8s.core.v1.Secret
+    auth_secret_ref: str
+    """``<namespace>/<name>`` of the Secret holding the Ray token (key ``auth_token``)."""
     ray_cluster: k8s.apiextensions.CustomResource
 
     def __init__(self, name: str, args: RayTpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -169,6 +171,7 @@ class RayTpuCluster(pulumi.ComponentResource):
             )
             token = pulumi.Output.secret(generated.result)
         assert p.auth is not None  # validate() checked
+        self.auth_secret_ref = f"{p.namespace}/{p.auth.secret_name}"
         self.auth_secret = k8s.core.v1.Secret(
             f"{name}-ray-auth",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=p.auth.secret_name, namespace=p.namespace, labels=dict(p.labels)),
@@ -246,6 +249,7 @@ class RayTpuCluster(pulumi.ComponentResource):
                 "name": self.name,
                 "namespace": self.namespace,
                 "dashboard_service": self.dashboard_service,
+                "auth_secret": self.auth_secret_ref,
                 "bucket_name": self.bucket_name,
             }
         )

@@ -254,3 +254,22 @@ def test_plan_never_prints_a_secret(root: Path, tmp_path: Path) -> None:
     secret = next(r for r in plan.resources if r["type"] == "kubernetes:core/v1:Secret")
     assert secret["inputs"]["stringData"] == "[secret]"
     assert not any(r["type"].startswith("random:") for r in plan.resources)  # the given token is used
+
+
+def test_plan_warns_about_a_mutable_prod_tag_without_failing(
+    root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tpuray.components.cli import main
+
+    text = (root / "Pulumi.prod.yaml").read_text()
+    tagged = [line for line in text.splitlines() if "workerImage:" in line]
+    assert len(tagged) == 1
+    stack_file = tmp_path / "Pulumi.prod.yaml"
+    stack_file.write_text(text.replace(tagged[0], "    workerImage: us-docker.pkg.dev/p/r/worker:0.1.0"))
+    code = main(
+        ["plan", "--stack", "prod", "--root", str(root), "--stack-file", str(stack_file), "--out", str(tmp_path)]
+    )
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "warning: [images-pinned-by-digest-production]" in err and "worker:0.1.0" in err
+    assert '"warnings"' in (tmp_path / "plan.json").read_text()
