@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from tpuray.components.images import parse_image
+from tpuray.components.names import KUBERAY_NAMESPACE
 from tpuray.components.topology import TopologyError, TpuSlice, generation
 
 __all__ = [
@@ -351,7 +352,7 @@ class NetworkConfig(_Model):
         return self
 
 
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kuberay-system")
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", KUBERAY_NAMESPACE)
 SYSTEM_NAMESPACE_PREFIXES = ("kube-", "gke-", "gmp-")
 """Namespaces Kubernetes, GKE and the KubeRay operator own; Ray pods run code on request, so never there."""
 
@@ -388,10 +389,23 @@ class RayConfig(_Model):
         "off with the GKE add-on (its KubeRay version is not published), which gets RAY_AUTH_MODE=token env instead",
     )
     helm_chart_version: str = "1.7.0"
+    operator_namespace: Annotated[str, Field(pattern=_NAME, max_length=63)] | None = Field(
+        default=None,
+        description="namespace of in-cluster KubeRay operator pods allowed to call the head's job API (RayJob "
+        "status); default kuberay-system with helm, none with the add-on (GKE hosts it and does not document where "
+        "it connects from)",
+    )
     head_cpu: str = "4"
     head_memory: str = "16Gi"
     worker_cpu: str = "8"
     worker_memory: str = "64Gi"
+
+    @property
+    def job_api_namespace(self) -> str | None:
+        """The operator namespace the NetworkPolicy lets reach the head's job API."""
+        if self.operator_namespace is not None:
+            return self.operator_namespace
+        return KUBERAY_NAMESPACE if self.operator == "helm" else None
 
     @property
     def uses_auth_options(self) -> bool:

@@ -38,6 +38,8 @@ POD_TYPE_LABEL = "tpuray.io/pod-type"
 # ---- pods -------------------------------------------------------------------------------------------------
 WEBHOOK_POD_LABEL = {"app.kubernetes.io/name": "kuberay"}
 """The GKE TPU webhook only mutates pods with this label (KubeRay sets it too; set here so it is explicit)."""
+KUBERAY_NAMESPACE = "kuberay-system"
+"""Namespace of the KubeRay operator tpuray installs from the Helm chart (``ray.operator: helm``)."""
 SYSTEM_POOL = "system"
 """Name of the CPU node pool that runs the Ray head and system pods."""
 RAY_SERVICE_ACCOUNT = "ray"

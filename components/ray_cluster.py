@@ -21,7 +21,7 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from tpuray.components.names import RAY_AUTH_TOKEN_KEY
+from tpuray.components.names import KUBERAY_NAMESPACE, RAY_AUTH_TOKEN_KEY
 from tpuray.components.planning.kuberay import (
     API_VERSION,
     RayClusterParams,
@@ -44,7 +44,6 @@ __all__ = [
 
 KUBERAY_HELM_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_HELM_CHART = "kuberay-operator"
-KUBERAY_NAMESPACE = "kuberay-system"
 CHECKPOINT_ROLE = "roles/storage.objectUser"
 
 
@@ -68,6 +67,8 @@ class RayTpuClusterArgs:
     versioning: bool = False
     auth_token: pulumi.Input[str] | None = None
     """The Ray token (a secret); None: Pulumi generates one."""
+    operator_namespace: str | None = None
+    """Where the KubeRay operator runs in the cluster; its pods may call the head's job API (RayJob status)."""
     depends_on: list[pulumi.Resource] | None = None
     """What every child waits for: the cluster (its Workload Identity pool must exist before the binding) and the
     node pools. A component's own ``depends_on`` does not reach its children, hence this field."""
@@ -151,7 +152,7 @@ class RayTpuCluster(pulumi.ComponentResource):
                 namespace=p.namespace,
                 cluster=p.name,
                 max_chips_per_host=max(g.tpu_slice.chips_per_host for g in p.groups),
-                operator_namespace=KUBERAY_NAMESPACE if args.operator == "helm" else None,
+                operator_namespace=args.operator_namespace,
                 labels=p.labels,
             )
         )

@@ -109,6 +109,7 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
             # secret-bearing: read with get_secret only, never part of the (printable) StackConfig
             auth_token=pulumi.Config(NAMESPACE).get_secret(RAY_AUTH_TOKEN_KEY),
             operator=cfg.ray.operator,
+            operator_namespace=cfg.ray.job_api_namespace,
             helm_chart_version=cfg.ray.helm_chart_version,
             resource_labels=labels,
             depends_on=[cluster.cluster, cluster.system_pool, *(np for p in pools for np in p.node_pools)],

@@ -212,3 +212,26 @@ def test_tpu_node_pools_are_shielded() -> None:
             "enableSecureBoot": True,
             "enableIntegrityMonitoring": True,
         }
+
+
+def test_which_operator_namespace_may_call_the_job_api() -> None:
+    assert stack(ray={"operator": "helm"}).ray.job_api_namespace == "kuberay-system"
+    assert stack().ray.job_api_namespace is None  # the add-on: GKE does not say where its operator connects from
+    assert stack(ray={"operatorNamespace": "ray-operator"}).ray.job_api_namespace == "ray-operator"
+    cfg = stack(ray={"operator": "helm"})
+
+    def build() -> dict[str, Any]:
+        from tpuray.components.stack import deploy
+
+        deploy(cfg, "test")
+        return {}
+
+    rec, _ = tm.run(build)
+    head = next(
+        p.inputs for p in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy") if "head-job-api" in p.name
+    )
+    sources = head["spec"]["ingress"][0]["from"]
+    assert {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}},
+        "podSelector": {},
+    } in sources
