@@ -7,6 +7,7 @@ Deny by default (ingress and egress), then allow exactly:
   runtime's ports between the hosts of a slice and across slices (slice builder 8471, megascale 8081, the
   per-chip PJRT process ports 8476+);
 - to the head's dashboard/job port: the RayJob submitter pods and the KubeRay operator's namespace;
+- to every Ray pod's metrics port: Managed Service for Prometheus collectors (the add-on's Ray monitoring);
 - out of every Ray pod: DNS, the GKE metadata server (Workload Identity tokens, also for the GCS FUSE sidecar) and
   HTTPS (Google APIs for GCS FUSE, the Kubernetes API for the Ray autoscaler).
 
@@ -26,6 +27,7 @@ from tpuray.components.names import (
     HEAD_PORTS,
     RAY_CLUSTER_LABEL,
     RAY_DASHBOARD_PORT,
+    RAY_METRICS_PORT,
     RAY_NODE_PORTS,
     RAY_WORKER_PORT_RANGE,
     SUBMITTER_ROLE_LABEL,
@@ -56,6 +58,9 @@ METADATA_SERVER = (("169.254.169.254/32", 80), ("169.254.169.252/32", 988))
 """The GKE metadata server: pods dial .254:80; on the iptables dataplane it is DNATed to .252:988 before policy
 (https://cloud.google.com/kubernetes-engine/docs/how-to/workload-identity)."""
 HTTPS_PORT = 443
+GMP_NAMESPACE = "gmp-system"
+"""Where Google Cloud Managed Service for Prometheus runs its collectors, which scrape the Ray metrics the GKE Ray
+add-on's monitoring collects (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,25 @@ def network_policies(p: NetworkPolicyParams) -> list[dict[str, Any]]:
     ]
     return [
         _policy(p, DEFAULT_DENY, {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        _policy(
+            p,
+            f"{p.cluster}-ray-metrics",
+            {
+                "podSelector": _ray_pods(p),
+                "policyTypes": ["Ingress"],
+                "ingress": [
+                    {
+                        "from": [
+                            {
+                                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: GMP_NAMESPACE}},
+                                "podSelector": {},
+                            }
+                        ],
+                        "ports": [{"protocol": "TCP", "port": RAY_METRICS_PORT}],
+                    }
+                ],
+            },
+        ),
         _policy(
             p,
             f"{p.cluster}-ray-peers",

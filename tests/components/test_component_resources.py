@@ -321,8 +321,8 @@ def test_ray_cluster_and_job() -> None:
     build = build_ray(cfg)
     rec, out = tm.run(build)
     ray, job = build.holder["ray"], build.holder["job"]  # type: ignore[attr-defined]
-    # namespace, bucket, GSA, bucket grant, WI binding, KSA, RayCluster, token + Secret, 5 NetworkPolicies
-    assert_parented(rec, "tpuray:index:RayTpuCluster", 14)
+    # namespace, bucket, GSA, bucket grant, WI binding, KSA, RayCluster, token + Secret, 6 NetworkPolicies
+    assert_parented(rec, "tpuray:index:RayTpuCluster", 15)
     assert_parented(rec, "tpuray:index:RayTpuJob", 1)
     assert not rec.of_type("kubernetes:helm.sh/v3:Release")
 
@@ -348,7 +348,7 @@ def test_ray_cluster_and_job() -> None:
     assert secret["metadata"] == {"name": "tpu-ray-auth", "namespace": "ray", "labels": {}}
     assert rec.one("random:index/randomPassword:RandomPassword").inputs["length"] == 48
     policies = {p.inputs["metadata"]["name"] for p in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")}
-    assert "default-deny-all" in policies and len(policies) == 5
+    assert "default-deny-all" in policies and len(policies) == 6
 
     rc = rec.one(RAY_CLUSTER).inputs
     assert rc["apiVersion"] == "ray.io/v1" and rc["kind"] == "RayCluster"

@@ -137,9 +137,12 @@ def test_only_the_submitter_and_the_operator_reach_the_head_besides_its_peers() 
     assert {"podSelector": {"matchLabels": SUBMITTER_ROLE_LABEL}} in sources
     assert any(s.get("namespaceSelector") for s in sources)  # the Helm operator's namespace, for RayJob status
     no_operator = network_policies(NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=8))
-    assert not any(
-        "namespaceSelector" in s for p in no_operator for r in p["spec"].get("ingress", []) for s in r["from"]
-    )
+    job_api = next(p for p in no_operator if p["metadata"]["name"] == "tpu-ray-head-job-api")
+    assert job_api["spec"]["ingress"][0]["from"] == [{"podSelector": {"matchLabels": SUBMITTER_ROLE_LABEL}}]
+    # the metrics port, to Managed Prometheus' collectors
+    metrics = next(p for p in policies if p["metadata"]["name"] == "tpu-ray-metrics")["spec"]["ingress"]
+    assert metrics[0]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    assert metrics[0]["from"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "gmp-system"}}
     # what leaves the namespace: DNS, the metadata server, HTTPS; nothing else
     egress = next(p for p in policies if p["metadata"]["name"] == "ray-platform-egress")["spec"]["egress"]
     assert sorted({port["port"] for rule in egress for port in rule["ports"]}) == [53, 80, 443, 988]
