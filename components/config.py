@@ -352,6 +352,15 @@ class NetworkConfig(_Model):
         return self
 
 
+MIN_RAY_TOKEN_AUTH = "2.52.0"
+MIN_KUBERAY_AUTH_OPTIONS = "1.6.0"
+"""The Ray docs name 1.5.1 in one version of the page and 1.6.0 in another; the later one is required here."""
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", KUBERAY_NAMESPACE)
 SYSTEM_NAMESPACE_PREFIXES = ("kube-", "gke-", "gmp-")
 """Namespaces Kubernetes, GKE and the KubeRay operator own; Ray pods run code on request, so never there."""
@@ -399,6 +408,29 @@ class RayConfig(_Model):
     head_memory: str = "16Gi"
     worker_cpu: str = "8"
     worker_memory: str = "64Gi"
+
+    @model_validator(mode="after")
+    def _token_auth_needs(self) -> RayConfig:
+        # Older versions ignore the setting instead of failing: the cluster would run without authentication.
+        if _version_key(self.version) < _version_key(MIN_RAY_TOKEN_AUTH):
+            raise ValueError(
+                _field_msg(
+                    "version",
+                    f"{self.version} has no token authentication (Ray >= {MIN_RAY_TOKEN_AUTH}: "
+                    "https://docs.ray.io/en/latest/ray-security/token-auth.html)",
+                )
+            )
+        old_chart = _version_key(self.helm_chart_version) < _version_key(MIN_KUBERAY_AUTH_OPTIONS)
+        if self.operator == "helm" and self.uses_auth_options and old_chart:
+            raise ValueError(
+                _field_msg(
+                    "helmChartVersion",
+                    f"KubeRay {self.helm_chart_version} has no authOptions (needs >= {MIN_KUBERAY_AUTH_OPTIONS}); its "
+                    "CRD would drop the field and leave the cluster unauthenticated: upgrade, or set "
+                    "ray.authOptions: false",
+                )
+            )
+        return self
 
     @property
     def job_api_namespace(self) -> str | None:
