@@ -115,3 +115,13 @@ def test_the_secret_token_key_is_never_part_of_the_model() -> None:
     v = stack_values(raw)
     assert "rayAuthToken" not in v
     assert "s3cret" not in parse_stack_config(v, "test", "prod").model_dump_json()
+
+
+def test_token_auth_needs_a_ray_and_kuberay_that_have_it() -> None:
+    v = values()
+    v["ray"] = {**v["ray"], "version": "2.51.0"}
+    assert "no token authentication" in problems_of(v)["ray.version"]
+    v["ray"] = {**v["ray"], "version": "2.60.0", "operator": "helm", "helmChartVersion": "1.5.0"}
+    assert "authOptions: false" in problems_of(v)["ray.helmChartVersion"]
+    v["ray"]["authOptions"] = False  # the token then goes into every container, which any KubeRay passes through
+    assert parse_stack_config(v, "test", "prod").ray.uses_auth_options is False
