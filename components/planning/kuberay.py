@@ -294,6 +294,8 @@ def ray_cluster_spec(p: RayClusterParams) -> dict[str, Any]:
             "idleTimeoutSeconds": p.idle_timeout_seconds,
             "securityContext": container_security_context(),  # the autoscaler sidecar of the head pod
         }
+        if _auth_env(p):  # the autoscaler talks to the GCS, which then wants the token too
+            spec["autoscalerOptions"]["env"] = _auth_env(p)
     if p.auth and p.auth.spec_options():
         spec["authOptions"] = p.auth.spec_options()
     return spec

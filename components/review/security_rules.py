@@ -151,9 +151,11 @@ def check_token_auth(res: Resource, ctx: RuleContext) -> list[str]:
     for at, spec in _cluster_specs(res):
         if _get(spec, "authOptions", "mode") == "token":
             continue
-        for where, pod in _ray_pods(spec, at):
-            containers = _list(pod.get("containers"))
-            env = {e.get("name"): e for e in _list(containers[0].get("env"))} if containers else {}
+        checked = [(where, (_list(pod.get("containers")) or [{}])[0]) for where, pod in _ray_pods(spec, at)]
+        if spec.get("enableInTreeAutoscaling"):  # the autoscaler sidecar talks to the GCS too
+            checked.append((f"{at}.autoscalerOptions", spec.get("autoscalerOptions") or {}))
+        for where, container in checked:
+            env = {e.get("name"): e for e in _list(container.get("env"))}
             if _get(env.get(RAY_AUTH_MODE_ENV), "value") != "token":
                 found.append(f"{where}: no authOptions and the Ray container lacks {RAY_AUTH_MODE_ENV}=token")
             if not _get(env.get(RAY_AUTH_TOKEN_ENV), "valueFrom", "secretKeyRef", "name"):

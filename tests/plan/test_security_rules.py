@@ -130,6 +130,10 @@ def test_token_auth_rule(resource_of: Pick, stack: str) -> None:
     token.pop("valueFrom")
     token["value"] = "in-plain-sight"
     assert any("from a Secret" in m for m in violations(policy, worker))
+    if stack == "prod":  # the v6e pool autoscales: the autoscaler sidecar needs the token as well
+        scaler = resource_of(stack, RAY_CLUSTER, None)
+        del scaler["inputs"]["spec"]["autoscalerOptions"]["env"]
+        assert any("autoscalerOptions" in m for m in violations(policy, scaler))
 
 
 def test_pod_security_rule(resource_of: Pick) -> None:
