@@ -73,10 +73,16 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
 
 def render_project_file(existing: str) -> str:
-    """``Pulumi.yaml`` with its ``config:`` block replaced by the one derived from the model."""
-    from tpuray.components.project_file import config_declarations
+    """``Pulumi.yaml`` with its ``config:`` block replaced by the one derived from the model.
 
-    doc = yaml.safe_load(existing)
+    Raises :class:`~tpuray.components.stack_yaml.YamlError` if ``existing`` is not a project file.
+    """
+    from tpuray.components.project_file import config_declarations
+    from tpuray.components.stack_yaml import YamlError, load_yaml
+
+    doc = load_yaml(existing)
+    if not isinstance(doc, dict) or "name" not in doc:
+        raise YamlError("not a Pulumi project file (a mapping with at least 'name:')")
     doc["config"] = config_declarations()
     header = "".join(itertools.takewhile(lambda line: line.startswith("#"), existing.splitlines(keepends=True)))
     return header + yaml.safe_dump(doc, sort_keys=False, width=110)
@@ -87,8 +93,15 @@ def cmd_config_declarations(args: argparse.Namespace) -> int:
     from tpuray.components.project_file import config_declarations
 
     if args.write:
+        from tpuray.components.stack_yaml import YamlError, read_yaml_file
+
         path = Path(args.write)
-        path.write_text(render_project_file(path.read_text()))
+        try:
+            read_yaml_file(path)  # size, UTF-8, duplicates: the same checks as a stack file
+            path.write_text(render_project_file(path.read_text(encoding="utf-8")), encoding="utf-8")
+        except (YamlError, OSError) as e:
+            print(f"error: {path}: {e}", file=sys.stderr)
+            return 1
         print(f"wrote the config block of {path}")
     else:
         print(yaml.safe_dump({"config": config_declarations()}, sort_keys=False, width=110), end="")
@@ -130,7 +143,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        message = " ".join(str(e).split())[:300]
+        print(f"error: internal error in tpuray {args.command} ({type(e).__name__}: {message}); please report it",
+              file=sys.stderr)  # fmt: skip
+        return 70
     return code
 
 

@@ -11,18 +11,20 @@ Keys are camelCase in YAML (Pulumi's convention) and snake_case in Python. A bad
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
+import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -30,9 +32,32 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from tpuray.components.images import parse_image
-from tpuray.components.names import KUBERAY_NAMESPACE
-from tpuray.components.topology import TopologyError, TpuSlice, generation
+from tpuray.components.config_types import (
+    REGION,
+    BucketLocation,
+    BucketName,
+    Cidr,
+    CpuQuantity,
+    GceName,
+    GkeVersion,
+    ImageRef,
+    MachineType,
+    MemoryQuantity,
+    MountPath,
+    ProjectId,
+    RangeName,
+    SemVer,
+    Zone,
+    bucket_name_problem,
+    derived_bucket_name,
+    gke_version_key,
+    prefix_problem,
+    private_range_problem,
+    service_account_id,
+)
+from tpuray.components.names import KUBERAY_NAMESPACE, SYSTEM_POOL
+from tpuray.components.stack_yaml import YamlError, read_yaml_file
+from tpuray.components.topology import FLEX_START_MIN_GKE_VERSION, GENERATIONS, TopologyError, TpuSlice, generation
 
 __all__ = [
     "NAMESPACE",
@@ -81,19 +106,32 @@ never read with ``Config.get``."""
 class ConfigError(ValueError):
     """Every problem of a stack configuration, each as ``(path, message)``."""
 
+    MAX_SHOWN = 40
+    """Problems printed at most; the rest are counted (a generated file can have thousands)."""
+    MAX_LINE = 400
+
     def __init__(self, problems: list[tuple[str, str]], source: str | None = None) -> None:
         self.problems = problems
         self.source = source
         where = f" in {source}" if source else ""
-        lines = [f"{len(problems)} problem(s){where}:"] + [f"  {p}: {m}" for p, m in problems]
+        lines = [f"{len(problems)} problem(s){where}:"]
+        for path, message in problems[: self.MAX_SHOWN]:
+            line = f"  {path}: {message}"
+            lines.append(line if len(line) <= self.MAX_LINE else line[: self.MAX_LINE - 3] + "...")
+        if len(problems) > self.MAX_SHOWN:
+            lines.append(f"  ... and {len(problems) - self.MAX_SHOWN} more")
         super().__init__("\n".join(lines))
 
 
 class _Model(BaseModel):
-    """camelCase in YAML, snake_case in Python; unknown keys are errors; values are immutable."""
+    """camelCase in YAML, snake_case in Python; unknown keys are errors; values are immutable.
+
+    Strict types: Pulumi's project config declares each key's type, so ``deletionProtection: 0`` or ``steps: true``
+    is an error here too rather than a silent conversion.
+    """
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True, strict=True
     )
 
 
@@ -128,11 +166,15 @@ class Spot(_Model):
 
 
 class Reservation(_Model):
-    """Consume a specific reservation; ``project`` names the owner of a shared reservation."""
+    """Consume a specific reservation; ``project`` names the owner of a shared reservation.
+
+    https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations : the reservation affinity value is
+    the reservation's name, or ``projects/<project>/reservations/<name>`` for a shared one.
+    """
 
     type: Literal["reservation"]
-    name: Annotated[str, Field(pattern=_NAME, max_length=63)]
-    project: str | None = None
+    name: GceName
+    project: ProjectId | None = None
 
     @property
     def reservation_value(self) -> str:
@@ -150,7 +192,11 @@ class FlexStart(_Model):
 
 
 class Queued(_Model):
-    """Queued provisioning (DWS): the whole slice is granted at once through a ProvisioningRequest."""
+    """Flex-start with queued provisioning (DWS): the whole slice is granted at once through a ProvisioningRequest.
+
+    ``maxRunDuration`` belongs to the ProvisioningRequest (``maxRunDurationSeconds``), not to the node pool
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest).
+    """
 
     type: Literal["queued"]
     max_run_duration: Annotated[int | None, Field(gt=0, le=7 * 86400)] = None
@@ -176,14 +222,14 @@ class Autoscaling(_Model):
 class SlicePoolConfig(_Model):
     """One kind of TPU slice: ``slices`` slices of ``generation``/``topology`` on one capacity type."""
 
-    name: Annotated[str, Field(pattern=_NAME, max_length=36, description="node pool name (prefix)")]
+    name: Annotated[str, Field(pattern=_NAME, max_length=37, description="node pool name (prefix)")]
     generation: str
     topology: str
     machine_type: str | None = None
     slices: Annotated[int, Field(ge=1, le=64)] = 1
     capacity: Capacity = OnDemand()
     autoscaling: Autoscaling = Autoscaling()
-    zone: str | None = Field(default=None, description="zone of this pool; defaults to the stack's zone")
+    zone: Zone | None = Field(default=None, description="zone of this pool; defaults to the stack's zone")
 
     @field_validator("generation")
     @classmethod
@@ -214,6 +260,13 @@ class SlicePoolConfig(_Model):
             raise ValueError(
                 _field_msg("autoscaling", "flex-start pools have no static node count: set autoscaling.enabled: true")
             )
+        gen = generation(self.generation)
+        if isinstance(cap, FlexStart | Queued) and not gen.flex_start:
+            # https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start : "TPU v3 and v4 are not supported."
+            served = ", ".join(g.name for g in GENERATIONS if g.flex_start)
+            raise ValueError(
+                _field_msg("capacity.type", f"flex-start capacity does not serve TPU {gen.name}; it serves {served}")
+            )
         return self
 
     @property
@@ -226,19 +279,21 @@ class SlicePoolConfig(_Model):
         """Fewest slices kept (``slices`` when autoscaling is off)."""
         return self.autoscaling.min_slices if self.autoscaling.enabled else self.slices
 
+    @property
+    def node_pool_names(self) -> list[str]:
+        """The GKE node pools of this pool: one per slice (``<pool>-<i>``) when multi-host, else ``<pool>``."""
+        return [f"{self.name}-{i}" for i in range(self.slices)] if self.tpu_slice.multi_host else [self.name]
+
+    @property
+    def min_gke_version(self) -> str:
+        """Lowest GKE version that serves this pool: its slice, and flex-start's own minimum for TPUs."""
+        need = [self.tpu_slice.min_gke_version]
+        if isinstance(self.capacity, FlexStart | Queued):
+            need.append(FLEX_START_MIN_GKE_VERSION)
+        return max(need, key=gke_version_key)
+
 
 # ---- cluster, network, Ray, checkpoints, workload -----------------------------------------------------
-def _cidr(value: str) -> str:
-    try:
-        return str(ipaddress.ip_network(value, strict=True))
-    except ValueError as e:
-        raise ValueError(f"not a CIDR block: {e}") from None
-
-
-Cidr = Annotated[str, AfterValidator(_cidr)]
-"""An IP network in CIDR notation with no host bits set, e.g. ``10.0.0.0/20``."""
-
-
 def _not_everyone(value: str) -> str:
     if ipaddress.ip_network(value).prefixlen == 0:
         raise ValueError(
@@ -250,7 +305,12 @@ def _not_everyone(value: str) -> str:
 
 class AuthorizedNetwork(_Model):
     cidr: Annotated[Cidr, AfterValidator(_not_everyone)]
-    name: str = ""
+    name: Annotated[str, Field(max_length=100)] = ""
+
+
+# https://cloud.google.com/kubernetes-engine/docs/how-to/authorized-networks : "Public clusters can have up to 50
+# authorized network CIDR ranges; private clusters can have up to 100."
+MAX_AUTHORIZED_NETWORKS = {True: 100, False: 50}
 
 
 ReleaseChannel = Literal["RAPID", "REGULAR", "STABLE", "EXTENDED"]
@@ -288,10 +348,11 @@ def control_plane_rules(cluster: ClusterConfig, stack: str | None) -> list[str]:
 class ClusterConfig(_Model):
     """The GKE cluster."""
 
+    # GKE cluster names: a lowercase letter, then up to 39 lowercase letters, digits or '-', not ending with '-'.
     name: Annotated[str, Field(pattern=_NAME, max_length=40)] = "tpuray"
     regional: bool = Field(default=False, description="regional control plane (else zonal, in `zone`)")
     release_channel: ReleaseChannel = "REGULAR"
-    min_master_version: str | None = Field(default=None, description="defaults to what the TPU generations need")
+    min_master_version: GkeVersion | None = Field(default=None, description="defaults to what the TPU pools need")
     private_nodes: bool = True
     master_authorized_networks: list[AuthorizedNetwork] = []
     control_plane_endpoint: ControlPlaneEndpoint = Field(
@@ -300,15 +361,29 @@ class ClusterConfig(_Model):
         "(the DNS-based endpoint, IAM-checked, IP endpoints off)",
     )
     deletion_protection: bool = True
-    system_machine_type: str = "e2-standard-8"
+    system_machine_type: MachineType = "e2-standard-8"
     system_nodes: Annotated[int, Field(ge=1, le=10)] = 1
 
-    @field_validator("min_master_version")
+    @field_validator("system_machine_type")
     @classmethod
-    def _version(cls, v: str | None) -> str | None:
-        if v is not None:
-            gke_version_key(v)
+    def _cpu_machine(cls, v: str) -> str:
+        if any(v in g.machine_types for g in GENERATIONS):
+            raise ValueError(f"{v} is a TPU machine type; the system pool runs the Ray head on CPU, e.g. e2-standard-8")
         return v
+
+    @model_validator(mode="after")
+    def _authorized_networks(self) -> ClusterConfig:
+        nets, limit = self.master_authorized_networks, MAX_AUTHORIZED_NETWORKS[self.private_nodes]
+        if len(nets) > limit:
+            kind = "private" if self.private_nodes else "public"
+            raise ValueError(
+                _field_msg("masterAuthorizedNetworks", f"{len(nets)} ranges; a {kind} cluster takes at most {limit}")
+            )
+        cidrs = [n.cidr for n in nets]
+        for i, cidr in enumerate(cidrs):
+            if cidr in cidrs[:i]:
+                raise ValueError(_field_msg(f"masterAuthorizedNetworks[{i}].cidr", f"{cidr} is listed twice"))
+        return self
 
     @model_validator(mode="after")
     def _endpoint(self) -> ClusterConfig:
@@ -318,31 +393,52 @@ class ClusterConfig(_Model):
             )
         return self
 
+    @property
+    def node_service_account_id(self) -> str:
+        """The nodes' Google service account id (6-30 characters, derived from the cluster name)."""
+        return service_account_id(self.name, "nodes")
 
-def gke_version_key(version: str) -> tuple[int, ...]:
-    """Sortable key of a GKE version, e.g. ``1.31.2-gke.1115000`` -> ``(1, 31, 2, 1115000)``."""
-    m = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:-gke\.(\d+))?$", version.strip()) if isinstance(version, str) else None
-    if not m:
-        raise ValueError(f"{version!r} is not a GKE version like 1.31.2-gke.1115000")
-    return tuple(int(x or 0) for x in m.groups())
+    @property
+    def ray_service_account_id(self) -> str:
+        """The Ray pods' Google service account id (6-30 characters, derived from the cluster name)."""
+        return service_account_id(self.name, "ray")
 
 
 class NetworkConfig(_Model):
     """The VPC: a new one (create: true) or an existing one by name, with its secondary range names."""
 
     create: bool = True
-    name: str | None = Field(default=None, description="network name (required when create is false)")
-    subnetwork: str | None = None
+    name: GceName | None = Field(default=None, description="network name (required when create is false)")
+    subnetwork: GceName | None = None
     subnet_cidr: Cidr = "10.0.0.0/20"
     pods_cidr: Cidr = "10.16.0.0/14"
     services_cidr: Cidr = "10.20.0.0/20"
-    pods_range_name: str = "pods"
-    services_range_name: str = "services"
+    pods_range_name: RangeName = "pods"
+    services_range_name: RangeName = "services"
 
     @model_validator(mode="after")
     def _rules(self) -> NetworkConfig:
         if not self.create and not (self.name and self.subnetwork):
             raise ValueError(_field_msg("name", "an existing network needs both name and subnetwork"))
+        if self.pods_range_name == self.services_range_name:
+            raise ValueError(_field_msg("servicesRangeName", f"{self.services_range_name!r} is also the pods range"))
+        # https://cloud.google.com/vpc/docs/subnets#valid-ranges (smallest subnet /29) and
+        # https://cloud.google.com/kubernetes-engine/docs/concepts/alias-ips (Pod range /9-/24, Service range /16-/27)
+        limits = {
+            "subnet_cidr": (8, 29, "subnet range", "https://cloud.google.com/vpc/docs/subnets"),
+            "pods_cidr": (9, 24, "Pod range", "https://cloud.google.com/kubernetes-engine/docs/concepts/alias-ips"),
+            "services_cidr": (
+                16,
+                27,
+                "Service range",
+                "https://cloud.google.com/kubernetes-engine/docs/concepts/alias-ips",
+            ),
+        }
+        for key, (largest, smallest, what, source) in limits.items():
+            cidr = getattr(self, key)
+            problem = private_range_problem(cidr) or prefix_problem(cidr, largest, smallest, what, source)
+            if problem:
+                raise ValueError(_field_msg(to_camel(key), problem))
         nets = {k: ipaddress.ip_network(getattr(self, k)) for k in ("subnet_cidr", "pods_cidr", "services_cidr")}
         keys = list(nets)
         for i, a in enumerate(keys):
@@ -375,21 +471,14 @@ def _own_namespace(value: str) -> str:
     return value
 
 
-def _image(value: str) -> str:
-    parse_image(value)  # a tag or a digest (``@sha256:...``) are both accepted
-    return value
-
-
-Image = Annotated[str, AfterValidator(_image)]
-"""A container image reference, by tag or pinned by digest."""
-
-
 class RayConfig(_Model):
     """KubeRay and the Ray images."""
 
-    version: Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+$")] = "2.60.0"
-    image: Image = Field(default="rayproject/ray:2.60.0-py311", description="head image (a tag, or @sha256:<digest>)")
-    worker_image: Image | None = Field(default=None, description="TPU worker image (workloads/Dockerfile)")
+    version: SemVer = "2.60.0"
+    image: ImageRef = Field(
+        default="rayproject/ray:2.60.0-py311", description="head image (a tag, or @sha256:<digest>)"
+    )
+    worker_image: ImageRef | None = Field(default=None, description="TPU worker image (workloads/Dockerfile)")
     namespace: Annotated[str, Field(pattern=_NAME, max_length=63), AfterValidator(_own_namespace)] = "ray"
     operator: Literal["addon", "helm"] = Field(default="addon", description="GKE Ray add-on or the Helm chart")
     auth_options: bool | None = Field(
@@ -397,17 +486,17 @@ class RayConfig(_Model):
         description="token auth through KubeRay's authOptions (KubeRay >= 1.6); default: on with the Helm operator, "
         "off with the GKE add-on (its KubeRay version is not published), which gets RAY_AUTH_MODE=token env instead",
     )
-    helm_chart_version: str = "1.7.0"
+    helm_chart_version: SemVer = "1.7.0"
     operator_namespace: Annotated[str, Field(pattern=_NAME, max_length=63)] | None = Field(
         default=None,
         description="namespace of in-cluster KubeRay operator pods allowed to call the head's job API (RayJob "
         "status); default kuberay-system with helm, none with the add-on (GKE hosts it and does not document where "
         "it connects from)",
     )
-    head_cpu: str = "4"
-    head_memory: str = "16Gi"
-    worker_cpu: str = "8"
-    worker_memory: str = "64Gi"
+    head_cpu: CpuQuantity = "4"
+    head_memory: MemoryQuantity = "16Gi"
+    worker_cpu: CpuQuantity = "8"
+    worker_memory: MemoryQuantity = "64Gi"
 
     @model_validator(mode="after")
     def _token_auth_needs(self) -> RayConfig:
@@ -448,10 +537,10 @@ class RayConfig(_Model):
 class CheckpointConfig(_Model):
     """The checkpoint bucket, mounted into every Ray pod through the GCS FUSE CSI driver."""
 
-    bucket: str | None = Field(default=None, description="bucket name; defaults to <project>-<cluster>-ckpt")
-    location: str | None = Field(default=None, description="bucket location; defaults to the region")
-    mount_path: str = "/checkpoints"
-    retention_days: Annotated[int, Field(ge=0)] = 30
+    bucket: BucketName | None = Field(default=None, description="bucket name; defaults to <project>-<cluster>-ckpt")
+    location: BucketLocation | None = Field(default=None, description="bucket location; defaults to the region")
+    mount_path: MountPath = "/checkpoints"
+    retention_days: Annotated[int, Field(ge=0, le=36500, description="0 keeps checkpoints forever")] = 30
     soft_delete_days: Annotated[int, Field(ge=7, le=90)] = Field(
         default=7, description="days a deleted or overwritten checkpoint stays restorable (GCS soft delete, 7-90)"
     )
@@ -461,10 +550,11 @@ class CheckpointConfig(_Model):
 class ModelConfig(_Model):
     """The GPT-style decoder trained by the entrypoint."""
 
-    vocab_size: Annotated[int, Field(ge=2)] = 256
-    layers: Annotated[int, Field(ge=1)] = 2
-    d_model: Annotated[int, Field(ge=8)] = 64
-    heads: Annotated[int, Field(ge=1)] = 4
+    # Bounds: values that deploy but cannot run (a model that cannot fit any slice's HBM) stop here.
+    vocab_size: Annotated[int, Field(ge=2, le=4_000_000)] = 256
+    layers: Annotated[int, Field(ge=1, le=1_000)] = 2
+    d_model: Annotated[int, Field(ge=8, le=65_536)] = 64
+    heads: Annotated[int, Field(ge=1, le=1_024)] = 4
 
     @model_validator(mode="after")
     def _heads(self) -> ModelConfig:
@@ -478,19 +568,21 @@ class WorkloadConfig(_Model):
 
     backend: Literal["xla", "torch_tpu"] = "xla"
     slice_pool: str | None = Field(default=None, description="pool the job runs on; defaults to the first")
-    steps: Annotated[int, Field(ge=1)] = 60
-    batch_size_per_chip: Annotated[int, Field(ge=1)] = 8
-    seq_len: Annotated[int, Field(ge=2)] = 64
-    learning_rate: Annotated[float, Field(gt=0)] = 3e-3
-    checkpoint_every: Annotated[int, Field(ge=1)] = 20
-    dataset: str | None = Field(default=None, description="tokenised text file; synthetic tokens if unset")
+    steps: Annotated[int, Field(ge=1, le=100_000_000)] = 60
+    batch_size_per_chip: Annotated[int, Field(ge=1, le=65_536)] = 8
+    seq_len: Annotated[int, Field(ge=2, le=1_048_576)] = 64
+    learning_rate: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 3e-3
+    checkpoint_every: Annotated[int, Field(ge=1, le=100_000_000)] = 20
+    dataset: Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^\S(.*\S)?$")] | None = Field(
+        default=None, description="tokenised text file; synthetic tokens if unset"
+    )
     model: ModelConfig = ModelConfig()
 
 
 # ---- the stack ----------------------------------------------------------------------------------------
 def required_gke_version(pools: Iterable[SlicePoolConfig]) -> str:
-    """The lowest GKE version that serves every pool's slice with the Ray add-on (at least one pool)."""
-    return max((p.tpu_slice.min_gke_version for p in pools), key=gke_version_key)
+    """The lowest GKE version that serves every pool (slice, Ray add-on, capacity type); at least one pool."""
+    return max((p.min_gke_version for p in pools), key=gke_version_key)
 
 
 def stack_rules(
@@ -500,6 +592,10 @@ def stack_rules(
     pools: list[tuple[int, SlicePoolConfig]],
     pool_names: list[str],
     workload_pool: str | None,
+    network: NetworkConfig | None = None,
+    project: str | None = None,
+    checkpoints: CheckpointConfig | None = None,
+    zone_invalid: bool = False,
 ) -> list[str]:
     """The rules that span sections of a stack, as :func:`_field_msg` strings.
 
@@ -509,17 +605,35 @@ def stack_rules(
     found: list[str] = []
     if region is not None and zone is not None and not zone.startswith(region + "-"):
         found.append(_field_msg("zone", f"{zone!r} is not in region {region!r}"))
-    if cluster is not None and not cluster.regional and zone is None:
+    if cluster is not None and not cluster.regional and zone is None and not zone_invalid:
         found.append(_field_msg("zone", "a zonal cluster (cluster.regional: false) needs a zone"))
     seen: set[str] = set()
+    # Every GKE node pool name the stack derives, with the pool that owns it; the system pool is the cluster's.
+    node_pools: dict[str, str] = {SYSTEM_POOL: "the system node pool"}
     for i, pool in pools:
         at = f"slicePools[{i}]"
         if pool.name in seen:
             found.append(_field_msg(f"{at}.name", f"duplicate pool name {pool.name!r}"))
         seen.add(pool.name)
+        for node_pool in pool.node_pool_names:
+            # https://github.com/pulumi/pulumi-gcp/issues/1510 quotes GKE's rule: [a-z](?:[-a-z0-9]{0,38}[a-z0-9])?
+            if not _NODE_POOL_NAME.match(node_pool):
+                found.append(_field_msg(f"{at}.name", f"node pool name {node_pool!r} is longer than 40 characters"))
+            me = f"slicePools[{i}] ({pool.name})"
+            owner = node_pools.setdefault(node_pool, me)
+            if owner != me and not owner.endswith(f"({pool.name})"):  # same pool name: reported above
+                found.append(_field_msg(f"{at}.name", f"node pool name {node_pool!r} is also used by {owner}"))
         if region is not None and pool.zone is not None and not pool.zone.startswith(region + "-"):
             found.append(_field_msg(f"{at}.zone", f"{pool.zone!r} is not in region {region!r}"))
-        if pool.tpu_slice.placement != "none" and (pool.zone or zone) is None:
+        if cluster is not None and not cluster.regional and zone is not None and pool.zone not in (None, zone):
+            found.append(
+                _field_msg(
+                    f"{at}.zone",
+                    f"{pool.zone!r}: the zonal cluster lives in {zone!r} and its node pools too; set "
+                    "cluster.regional: true to spread pools over the region's zones",
+                )
+            )
+        if pool.tpu_slice.placement != "none" and (pool.zone or zone) is None and not zone_invalid:
             found.append(
                 _field_msg(
                     f"{at}.zone",
@@ -536,6 +650,22 @@ def stack_rules(
                     f"{cluster.min_master_version} is older than {need}, which the TPU generations of this stack need",
                 )
             )
+    if network is not None and network.create and cluster is not None:
+        # Each node takes a /24 of the Pod range at GKE's default of 110 Pods per node
+        # (https://cloud.google.com/kubernetes-engine/docs/how-to/flexible-pod-cidr).
+        nodes = cluster.system_nodes + sum(p.slices * p.tpu_slice.hosts for _, p in pools)
+        room = ipaddress.ip_network(network.pods_cidr).num_addresses // 256
+        if nodes > room:
+            found.append(
+                _field_msg(
+                    "network.podsCidr",
+                    f"{network.pods_cidr} holds {room} nodes (a /24 each), but the stack can grow to {nodes} nodes",
+                )
+            )
+    if project is not None and cluster is not None and checkpoints is not None and checkpoints.bucket is None:
+        problem = bucket_name_problem(derived_bucket_name(project, cluster.name))
+        if problem:
+            found.append(_field_msg("checkpoints.bucket", f"the default name does not work ({problem}); set one"))
     if workload_pool is not None and pool_names and workload_pool not in pool_names:
         found.append(
             _field_msg(
@@ -549,7 +679,7 @@ def stack_rules(
 def _valid_part(model: type[_Model], value: Any) -> Any:
     """``value`` validated as ``model``, or None if it is not valid on its own."""
     try:
-        return model.model_validate(value if value is not None else {})
+        return model.model_validate(value if value is not None else {}, by_name=False)
     except ValidationError:
         return None
 
@@ -572,13 +702,19 @@ def _rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -
     pools = [(i, p) for i, p in enumerate(_valid_part(SlicePoolConfig, raw) for raw in raw_pools) if p is not None]
     names = [str(raw.get("name")) for raw in raw_pools if isinstance(raw, Mapping) and "name" in raw]
     workload = _valid_part(WorkloadConfig, values.get("workload"))
+    project = values.get("project")
+    zone_ok = zone is None or (isinstance(zone, str) and _valid_part_of(Zone, zone))
     found = stack_rules(
-        region if isinstance(region, str) and re.match(_REGION, region) else None,
-        zone if isinstance(zone, str) else None,
+        region if isinstance(region, str) and REGION.match(region) else None,
+        zone if zone_ok else None,
         _valid_part(ClusterConfig, values.get("cluster")),
         pools,
         names,
         workload.slice_pool if workload is not None else None,
+        _valid_part(NetworkConfig, values.get("network")),
+        project if isinstance(project, str) and _valid_part_of(ProjectId, project) else None,
+        _valid_part(CheckpointConfig, values.get("checkpoints")),
+        zone_invalid=not zone_ok,
     )
     cluster = _valid_part(ClusterConfig, values.get("cluster"))
     if cluster is not None:
@@ -586,15 +722,24 @@ def _rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -
     return [(path, text) for path, text in (line.split(_SEP, 1) for line in found)]
 
 
-_REGION = r"^[a-z]+-[a-z]+\d+$"
+def _valid_part_of(annotation: Any, value: Any) -> bool:
+    try:
+        TypeAdapter(annotation).validate_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
+_NODE_POOL_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
 
 
 class StackConfig(_Model):
     """One environment. Keys are ``tpuray:<key>`` in the Pulumi stack file."""
 
-    project: Annotated[str, Field(pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$", description="GCP project id")]
-    region: Annotated[str, Field(pattern=_REGION, description="GCP region, e.g. us-central2")]
-    zone: str | None = Field(default=None, description="zone for zonal clusters and TPU pools ('' for none)")
+    project: Annotated[ProjectId, Field(description="GCP project id")]
+    # https://cloud.google.com/compute/docs/regions-zones : <area>-<location><number>, e.g. us-east5.
+    region: Annotated[str, Field(pattern=REGION.pattern, description="GCP region, e.g. us-central2")]
+    zone: Zone | None = Field(default=None, description="zone for zonal clusters and TPU pools ('' for none)")
     cluster: ClusterConfig = ClusterConfig()
     network: NetworkConfig = NetworkConfig()
     slice_pools: Annotated[
@@ -619,6 +764,9 @@ class StackConfig(_Model):
             list(enumerate(self.slice_pools)),
             [p.name for p in self.slice_pools],
             self.workload.slice_pool,
+            self.network,
+            self.project,
+            self.checkpoints,
         )
         found += control_plane_rules(self.cluster, _stack_of(info.context))
         if found:
@@ -645,7 +793,8 @@ class StackConfig(_Model):
 
     @property
     def checkpoint_bucket(self) -> str:
-        return self.checkpoints.bucket or f"{self.project}-{self.cluster.name}-ckpt"
+        """``checkpoints.bucket``, else ``<project>-<cluster>-ckpt`` cut to a valid bucket name."""
+        return self.checkpoints.bucket or derived_bucket_name(self.project, self.cluster.name)
 
     def workload_pool(self) -> SlicePoolConfig:
         """The slice pool the training job targets: ``workload.slicePool``, else the first pool."""
@@ -675,22 +824,66 @@ def _path(loc: Iterable[int | str]) -> str:
     return out
 
 
-def problems(err: ValidationError) -> list[tuple[str, str]]:
-    """A pydantic error of any config model as ``(path, message)`` pairs, paths in camelCase."""
+def _model_at(root: type[BaseModel], loc: Iterable[int | str]) -> type[BaseModel] | None:
+    """The config model that holds the key at ``loc`` (``loc`` without its last part), if one does."""
+    model: Any = root
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        if part in CAPACITY_TYPES:  # the discriminated union's tag names the member
+            model = {"on-demand": OnDemand, "spot": Spot, "reservation": Reservation, "flex-start": FlexStart,
+                     "queued": Queued}[part]  # fmt: skip
+            continue
+        fields = {f.alias or n: f for n, f in model.model_fields.items()}
+        field = fields.get(str(part))
+        if field is None:
+            return None
+        models = [a for a in _flat_args(field.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = models[0] if models else None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _flat_args(annotation: Any) -> list[Any]:
+    args = typing.get_args(annotation)
+    if not args:
+        return [annotation]
+    return [leaf for a in args for leaf in _flat_args(a)]
+
+
+def _unknown_key(loc: tuple[int | str, ...], model: type[BaseModel]) -> str:
+    """``unknown key``, with the nearest valid key at that place and the valid keys."""
+    holder = _model_at(model, loc[:-1])
+    if holder is None:
+        return "unknown key"
+    valid = [f.alias or n for n, f in holder.model_fields.items()]
+    key = str(loc[-1])
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5) or difflib.get_close_matches(
+        to_camel(key), valid, n=1, cutoff=0.5
+    )
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return f"unknown key{hint} valid keys here: {', '.join(valid)}"
+
+
+def problems(err: ValidationError, model: type[BaseModel] | None = None) -> list[tuple[str, str]]:
+    """A pydantic error of any config model as ``(path, message)`` pairs, paths in camelCase.
+
+    ``model`` is the model that was validated (default :class:`StackConfig`); it lets an unknown key name the
+    nearest valid one.
+    """
+    root = model or StackConfig
     problems: list[tuple[str, str]] = []
-    for e in err.errors(include_url=False):
+    for e in err.errors(include_url=False, include_input=False):
         base = _path(e["loc"])
         msg = str(e["msg"]).removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = _unknown_key(tuple(e["loc"]), root)
         elif e["type"] == "union_tag_invalid":
-            msg = (
-                f"unknown capacity type {e.get('input', {}).get('type')!r}; valid choices: {', '.join(CAPACITY_TYPES)}"
-            )
+            tag = str(e.get("ctx", {}).get("tag", ""))[:40]
+            msg = f"unknown capacity type {tag!r}; valid choices: {', '.join(CAPACITY_TYPES)}"
         elif e["type"] == "union_tag_not_found":
             msg = f"missing 'type'; valid choices: {', '.join(CAPACITY_TYPES)}"
         elif e["type"] == "literal_error" and "expected" in e.get("ctx", {}):
-            msg = f"{e.get('input')!r} is not allowed; valid choices: {e['ctx']['expected']}"
+            msg = f"not allowed; valid choices: {e['ctx']['expected']}"
         for line in msg.split("\n"):
             if _SEP in line:
                 sub, text = line.split(_SEP, 1)
@@ -706,7 +899,8 @@ def parse_stack_config(values: Mapping[str, Any], source: str | None = None, sta
     if not isinstance(values, Mapping):
         raise ConfigError([("(root)", f"expected a mapping of config keys, got {type(values).__name__}")], source)
     try:
-        return StackConfig.model_validate(dict(values), context={"stack": stack})
+        # by alias only: a snake_case key (slice_pools) is a different Pulumi config key the program never reads
+        return StackConfig.model_validate(dict(values), by_name=False, context={"stack": stack})
     except ValidationError as e:
         found = problems(e)
         found += [p for p in _rules_of_valid_parts(values, stack) if p not in found]
@@ -720,9 +914,13 @@ def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> di
     ``kubernetes:``) are the providers' and ignored here.
     """
     values: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
     for key, value in raw_config.items():
         ns, _, name = str(key).rpartition(":")
-        if ns in ("", NAMESPACE) and name not in SECRET_KEYS:
+        if ns in ("", NAMESPACE) and name not in SECRET_KEYS:  # secret-bearing keys are read with get_secret only
+            if name in given_as:  # `cluster` and `tpuray:cluster` are one Pulumi key
+                raise ConfigError([(name, f"given twice, as {given_as[name]!r} and {str(key)!r}")], source)
+            given_as[name] = str(key)
             values[name] = value
     return values
 
@@ -738,11 +936,9 @@ def load_stack_file(path: str | Path, stack: str | None = None) -> StackConfig:
     rules) is ``stack``, else the ``<env>`` of the file name."""
     p = Path(path)
     try:
-        doc = yaml.safe_load(p.read_text())
-    except OSError as e:
-        raise ConfigError([("(file)", f"cannot read {p}: {e.strerror}")], str(p)) from None
-    except yaml.YAMLError as e:
-        raise ConfigError([("(file)", f"not valid YAML: {e}")], str(p)) from None
+        doc = read_yaml_file(p)
+    except YamlError as e:
+        raise ConfigError([("(file)", str(e))], str(p)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
         raise ConfigError([("config", "a stack file needs a top-level 'config:' mapping")], str(p))
     return parse_stack_config(stack_values(doc["config"], str(p)), str(p), stack or stack_of_file(p))

@@ -19,10 +19,9 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from tpuray.components.config import ClusterConfig, NetworkConfig, StackConfig, gke_version_key
+from tpuray.components.config import ClusterConfig, NetworkConfig, StackConfig
 from tpuray.components.images import ArtifactRepository, parse_image
 from tpuray.components.names import NODE_SERVICE_ACCOUNT_ROLE, SYSTEM_POOL
-from tpuray.components.planning.node_pools import bounded_name
 
 __all__ = ["NODE_SA_ROLES", "SYSTEM_POOL", "GkeCluster", "GkeClusterArgs", "render_kubeconfig"]
 
@@ -64,19 +63,6 @@ class GkeClusterArgs:
             resource_labels=dict(resource_labels or {}),
             image_repositories=image_repositories([cfg.ray.image, cfg.ray.worker_image or cfg.ray.image]),
         )
-
-    def validate(self) -> None:
-        problems = []
-        if not (self.location == self.region or self.location.startswith(self.region + "-")):
-            problems.append(f"location: {self.location!r} is neither region {self.region!r} nor one of its zones")
-        try:
-            gke_version_key(self.min_master_version)
-        except ValueError as e:
-            problems.append(f"min_master_version: {e}")
-        if not self.network.create and not (self.network.name and self.network.subnetwork):
-            problems.append("network: an existing network needs name and subnetwork")
-        if problems:
-            raise ValueError("GkeClusterArgs: " + "; ".join(problems))
 
 
 def image_repositories(images: list[str]) -> list[ArtifactRepository]:
@@ -121,7 +107,6 @@ class GkeCluster(pulumi.ComponentResource):
     system_pool: gcp.container.NodePool
 
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        args.validate()  # before any child exists
         super().__init__("tpuray:index:GkeCluster", name, None, opts)
         c, net = args.cluster, args.network
         child = pulumi.ResourceOptions(parent=self)
@@ -193,7 +178,7 @@ class GkeCluster(pulumi.ComponentResource):
         # ---- node identity --------------------------------------------------------------------------------
         node_sa = gcp.serviceaccount.Account(
             f"{name}-node-sa",
-            account_id=bounded_name(f"{c.name}-nodes", 30),
+            account_id=c.node_service_account_id,
             display_name=f"GKE nodes of {c.name}",
             project=args.project,
             opts=child,

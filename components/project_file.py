@@ -20,6 +20,8 @@ _SCALARS: dict[type, str] = {str: "string", bool: "boolean", int: "integer"}
 
 def pulumi_type(annotation: Any) -> dict[str, Any]:
     """Pulumi's project config type of a field: string, integer, boolean, array (with items) or object."""
+    if typing.get_origin(annotation) is typing.Annotated:  # a validated type: its base type decides
+        return pulumi_type(typing.get_args(annotation)[0])
     if typing.get_origin(annotation) in (types.UnionType, typing.Union):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         return pulumi_type(args[0])

@@ -21,9 +21,9 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from tpuray.components.config_types import service_account_id
 from tpuray.components.names import KUBERAY_NAMESPACE, RAY_AUTH_TOKEN_KEY
 from tpuray.components.planning.kuberay import (
-    API_VERSION,
     RayClusterParams,
     RayJobParams,
     dashboard_service_name,
@@ -31,7 +31,6 @@ from tpuray.components.planning.kuberay import (
     ray_job_manifest,
 )
 from tpuray.components.planning.network_policy import NetworkPolicyParams, network_policies
-from tpuray.components.planning.node_pools import bounded_name
 from tpuray.components.planning.pod_security import pod_security_labels
 
 __all__ = [
@@ -45,6 +44,20 @@ __all__ = [
 KUBERAY_HELM_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_HELM_CHART = "kuberay-operator"
 CHECKPOINT_ROLE = "roles/storage.objectUser"
+
+
+def declare_manifest(
+    resource_name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions
+) -> k8s.apiextensions.CustomResource:
+    """Declare a pure manifest (``apiVersion``, ``kind``, ``metadata``, ``spec``) as it is, as a custom resource."""
+    return k8s.apiextensions.CustomResource(
+        resource_name,
+        api_version=manifest["apiVersion"],
+        kind=manifest["kind"],
+        metadata=copy.deepcopy(manifest["metadata"]),
+        spec=copy.deepcopy(manifest["spec"]),
+        opts=opts,
+    )
 
 
 @dataclass
@@ -73,23 +86,6 @@ class RayTpuClusterArgs:
     """What every child waits for: the cluster (its Workload Identity pool must exist before the binding) and the
     node pools. A component's own ``depends_on`` does not reach its children, hence this field."""
 
-    def validate(self) -> None:
-        problems = []
-        if not self.params.checkpoint_bucket:
-            problems.append("params.checkpoint_bucket: required (the bucket is created here)")
-        if not self.params.groups:
-            problems.append("params.groups: at least one TPU worker group")
-        if self.operator not in ("addon", "helm"):
-            problems.append(f"operator: {self.operator!r}; valid choices: addon, helm")
-        if self.retention_days < 0:
-            problems.append("retention_days: must not be negative")
-        if not 7 <= self.soft_delete_days <= 90:
-            problems.append("soft_delete_days: GCS keeps soft-deleted objects 7 to 90 days")
-        if self.params.auth is None:
-            problems.append("params.auth: required (the Ray token Secret is created here)")
-        if problems:
-            raise ValueError("RayTpuClusterArgs: " + "; ".join(problems))
-
 
 class RayTpuCluster(pulumi.ComponentResource):
     """A KubeRay RayCluster with one worker group per TPU slice pool, and its identity and storage."""
@@ -108,7 +104,8 @@ class RayTpuCluster(pulumi.ComponentResource):
     ray_cluster: k8s.apiextensions.CustomResource
 
     def __init__(self, name: str, args: RayTpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        args.validate()
+        if args.params.auth is None:  # what the stack builds always has one (planning.from_config.ray_auth)
+            raise ValueError("RayTpuClusterArgs.params.auth: required (the Ray token Secret is created here)")
         # Rendering checks the KubeRay/TPU-webhook rules; a bad spec fails here, before any child exists.
         self.manifest = ray_cluster_manifest(args.params)
         super().__init__("tpuray:index:RayTpuCluster", name, None, opts)
@@ -171,7 +168,7 @@ class RayTpuCluster(pulumi.ComponentResource):
                 f"{name}-ray-auth-token", length=48, special=False, opts=pulumi.ResourceOptions(parent=self)
             )
             token = pulumi.Output.secret(generated.result)
-        assert p.auth is not None  # validate() checked
+        assert p.auth is not None  # checked above, before any child
         self.auth_secret_ref = f"{p.namespace}/{p.auth.secret_name}"
         self.auth_secret = k8s.core.v1.Secret(
             f"{name}-ray-auth",
@@ -205,7 +202,7 @@ class RayTpuCluster(pulumi.ComponentResource):
         )
         gsa = gcp.serviceaccount.Account(
             f"{name}-ray-gsa",
-            account_id=bounded_name(f"{args.cluster_name}-ray", 30),
+            account_id=service_account_id(args.cluster_name, "ray"),
             display_name=f"Ray pods of {args.cluster_name} (checkpoint bucket only)",
             project=args.project,
             opts=child,
@@ -233,13 +230,10 @@ class RayTpuCluster(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, ns]),
         )
-        self.ray_cluster = k8s.apiextensions.CustomResource(
+        self.ray_cluster = declare_manifest(
             f"{name}-raycluster",
-            api_version=API_VERSION,
-            kind="RayCluster",
-            metadata=copy.deepcopy(self.manifest["metadata"]),
-            spec=copy.deepcopy(self.manifest["spec"]),
-            opts=pulumi.ResourceOptions(
+            self.manifest,
+            pulumi.ResourceOptions(
                 parent=self, depends_on=[*after, ns, ksa, self.auth_secret, bucket_access, wi_binding, *operator]
             ),
         )
@@ -275,12 +269,7 @@ class RayTpuJob(pulumi.ComponentResource):
         self.manifest = ray_job_manifest(args.params)
         super().__init__("tpuray:index:RayTpuJob", name, None, opts)
         self.name = args.params.name
-        self.ray_job = k8s.apiextensions.CustomResource(
-            f"{name}-rayjob",
-            api_version=API_VERSION,
-            kind="RayJob",
-            metadata=copy.deepcopy(self.manifest["metadata"]),
-            spec=copy.deepcopy(self.manifest["spec"]),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on or []),
+        self.ray_job = declare_manifest(
+            f"{name}-rayjob", self.manifest, pulumi.ResourceOptions(parent=self, depends_on=args.depends_on or [])
         )
         self.register_outputs({"name": self.name})

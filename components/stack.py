@@ -7,7 +7,6 @@ and a :class:`RayTpuJob` for the training entrypoint. Names and inputs depend on
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from tpuray.components.config import NAMESPACE, RAY_AUTH_TOKEN_KEY, StackConfig
+from tpuray.components.config_types import label_value
 from tpuray.components.gke_cluster import GkeCluster, GkeClusterArgs
 from tpuray.components.planning.from_config import ray_cluster_params, ray_job_params
 from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
@@ -44,9 +44,8 @@ class Stack:
 
 
 def resource_labels(stack_name: str) -> dict[str, str]:
-    """GCP labels on every labelled resource (values: lowercase letters, digits, ``-``/``_``, at most 63)."""
-    value = re.sub(r"[^a-z0-9_-]", "-", stack_name.lower())[:63]
-    return {"managed-by": "pulumi", "tpuray-stack": value}
+    """GCP labels on every labelled resource; the stack's value is also a Kubernetes label value (both rules)."""
+    return {"managed-by": "pulumi", "tpuray-stack": label_value(stack_name)}
 
 
 def topology_summary(pools: list[TpuSlicePool]) -> dict[str, Any]:

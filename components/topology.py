@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "FLEX_START_MIN_GKE_VERSION",
     "GENERATIONS",
     "Generation",
     "Placement",
@@ -90,6 +91,8 @@ class Generation:
     """Single-host topology -> its machine type."""
     multi_host_base_topologies: tuple[str, ...] = ()
     """Multi-host shapes outside the 3D cube rule (2D: all multi-host shapes)."""
+    flex_start: bool = True
+    """GKE flex-start (and flex-start with queued provisioning) serves this generation."""
 
     @property
     def multi_host_machine_type(self) -> str:
@@ -101,6 +104,7 @@ _2D_MULTI_HOST = ("2x4", "4x4", "4x8", "8x8", "8x16", "16x16")
 _3D_BASE = ("2x2x2", "2x2x4", "2x4x4")
 
 GENERATIONS: tuple[Generation, ...] = (
+    # https://cloud.google.com/tpu/docs/v4 : 4 chips per VM, 3D torus, up to 4096 chips (64 cubes).
     Generation(
         name="v4",
         aliases=("tpu-v4", "tpuv4", "v4p"),
@@ -118,7 +122,10 @@ GENERATIONS: tuple[Generation, ...] = (
         ordered_dims=False,
         single_host_topologies={"2x2x1": "ct4p-hightpu-4t"},
         multi_host_base_topologies=_3D_BASE,
+        # https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start : "TPU v3 and v4 are not supported."
+        flex_start=False,
     ),
+    # https://cloud.google.com/tpu/docs/v5e : 2D, 1/4/8-chip VMs, largest slice 16x16 (256 chips).
     Generation(
         name="v5e",
         aliases=("v5litepod", "v5lite", "tpu-v5-lite-podslice", "tpu-v5e", "v5litepod-slice"),
@@ -134,6 +141,7 @@ GENERATIONS: tuple[Generation, ...] = (
         single_host_topologies={"1x1": "ct5lp-hightpu-1t", "2x2": "ct5lp-hightpu-4t", "2x4": "ct5lp-hightpu-8t"},
         multi_host_base_topologies=_2D_MULTI_HOST,
     ),
+    # https://cloud.google.com/tpu/docs/v5p : 3D, 4-chip VMs, up to 8960 chips (140 cubes), ordered dimensions.
     Generation(
         name="v5p",
         aliases=("tpu-v5p", "tpu-v5p-slice"),
@@ -151,6 +159,7 @@ GENERATIONS: tuple[Generation, ...] = (
         single_host_topologies={"2x2x1": "ct5p-hightpu-4t"},
         multi_host_base_topologies=_3D_BASE,
     ),
+    # https://cloud.google.com/tpu/docs/v6e : 2D, 1/4/8-chip VMs, largest slice 16x16 (256 chips).
     Generation(
         name="v6e",
         aliases=("trillium", "tpu-v6e", "tpu-v6e-slice", "v6"),
@@ -167,6 +176,9 @@ GENERATIONS: tuple[Generation, ...] = (
         single_host_topologies={"1x1": "ct6e-standard-1t", "2x2": "ct6e-standard-4t", "2x4": "ct6e-standard-8t"},
         multi_host_base_topologies=_2D_MULTI_HOST,
     ),
+    # https://cloud.google.com/tpu/docs/tpu7x and
+    # https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood : 3D, 4-chip VMs, up to 9216 chips
+    # (144 cubes), workload-policy placement, GKE >= 1.34.0-gke.2201000.
     Generation(
         name="tpu7x",
         aliases=("v7x", "ironwood", "tpu-v7x", "v7"),
@@ -192,6 +204,10 @@ GENERATIONS: tuple[Generation, ...] = (
 
 # Lowest GKE version with the Ray Operator add-on (tpu-facts.md §4).
 RAY_ADDON_MIN_GKE_VERSION = "1.30.0-gke.1747000"
+
+FLEX_START_MIN_GKE_VERSION = "1.33.0-gke.1712000"
+"""Flex-start for TPUs: "To run TPUs, use GKE version 1.33.0-gke.1712000 or later"
+(https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start)."""
 
 
 def _norm(s: str) -> str:

@@ -71,10 +71,8 @@ class TpuSlicePool(pulumi.ComponentResource):
     summary: dict[str, Any]
 
     def __init__(self, name: str, args: TpuSlicePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        # Planning validates the inputs (zone for multi-host, DWS autoscaling) before any resource exists.
+        # The config model has checked every rule (zones, DWS autoscaling, names); planning only derives.
         self.plans = slice_pool_node_pools(args.pool, args.zone, args.cluster_name)
-        if args.zone and not (args.location == args.zone or args.zone.startswith(args.location + "-")):
-            raise ValueError(f"TpuSlicePoolArgs.zone: {args.zone!r} is not in the cluster's location {args.location!r}")
         super().__init__("tpuray:index:TpuSlicePool", name, None, opts)
         s = args.pool.tpu_slice
         self.workload_policy = None

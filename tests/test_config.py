@@ -16,6 +16,7 @@ from tpuray.components.config import (
     FlexStart,
     Reservation,
     SlicePoolConfig,
+    gke_version_key,
     load_stack_file,
     parse_stack_config,
     stack_values,
@@ -48,8 +49,9 @@ def test_prod_stack_is_multihost_multislice_with_protection() -> None:
     assert v5p.capacity.reservation_value == "projects/tpuray-shared-capacity/reservations/v5p-train-reservation"
     v6e = next(p for p in cfg.slice_pools if p.generation == "v6e")
     assert isinstance(v6e.capacity, FlexStart) and v6e.capacity.max_run_duration == 24 * 3600
-    # v6e needs a newer GKE than the Ray add-on's minimum
-    assert cfg.master_version == "1.31.2-gke.1115000"
+    # the v6e pool is flex-start, which for TPUs needs a newer GKE than v6e itself (1.31.2-gke.1115000)
+    assert cfg.master_version == "1.33.0-gke.1712000"
+    assert all(gke_version_key(cfg.master_version) >= gke_version_key(p.min_gke_version) for p in cfg.slice_pools)
 
 
 def test_pulumi_yaml_config_block_is_derived_from_the_model() -> None:
@@ -116,7 +118,7 @@ def corrupted(stack: str, path: list[Any], value: Any) -> dict[str, Any]:
         ("dev", ["cluster", "minMasterVersion"], "1.29.0", "cluster.minMasterVersion", "older than"),
         ("prod", ["workload", "slicePool"], "nope", "workload.slicePool", "v6e-flex"),
         ("prod", ["workload", "model", "heads"], 5, "workload.model.heads", "does not divide"),
-        ("dev", ["network"], {"podsCidr": "10.0.0.0/8"}, "network.podsCidr", "overlaps"),
+        ("dev", ["network"], {"podsCidr": "10.0.0.0/12"}, "network.podsCidr", "overlaps"),
         ("dev", ["slicePools"], [], "slicePools", "at least 1"),
         ("dev", ["colour"], "blue", "colour", "unknown key"),
     ],

@@ -5,8 +5,10 @@ Pure Python; imports no Pulumi. ``RayTpuCluster``/``RayTpuJob`` pass these dicts
 
 Every TPU fact of a worker group comes from the slice pool's :class:`~tpuray.components.topology.TpuSlice`:
 ``numOfHosts`` = hosts per slice, ``google.com/tpu`` = chips per host, the GKE node selectors, Ray's ``TPU``
-resource and topology labels, and ``TPU_ACCELERATOR_TYPE``/``TPU_TOPOLOGY`` (the GKE TPU webhook injects
-``TPU_WORKER_ID``/``TPU_WORKER_HOSTNAMES``/``TPU_NAME`` but not these two).
+resource and topology labels. The worker container sets no TPU environment: the GKE TPU device plugin sets
+``TPU_ACCELERATOR_TYPE`` and ``TPU_TOPOLOGY`` in every container that requests ``google.com/tpu`` (spelling tpu7x
+``tpu7x-<cores>``, where Ray writes ``v7x-<cores>``), and the TPU webhook injects ``TPU_WORKER_ID``,
+``TPU_WORKER_HOSTNAMES`` and ``TPU_NAME``; a value set here would conflict with theirs.
 """
 
 from __future__ import annotations
@@ -229,11 +231,6 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
     ]
     if g.queued:
         tolerations.append({"key": GKE_QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
-    env = [
-        {"name": "TPU_ACCELERATOR_TYPE", "value": s.pod_type},
-        {"name": "TPU_TOPOLOGY", "value": s.topology},
-        *_auth_env(p),
-    ]
     return {
         "groupName": g.name,
         "replicas": g.replicas,
@@ -264,7 +261,7 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
                         "name": "ray-worker",
                         "image": p.worker_image,
                         "ports": _ports(TPU_RUNTIME_PORTS),
-                        "env": env,
+                        **({"env": _auth_env(p)} if _auth_env(p) else {}),
                         "resources": {
                             "requests": {"cpu": p.worker_cpu, "memory": p.worker_memory, TPU_RESOURCE: tpu},
                             "limits": {"cpu": p.worker_cpu, "memory": p.worker_memory, TPU_RESOURCE: tpu},

@@ -19,8 +19,16 @@ from tpuray.components.names import (
     TPU_RESOURCE,
     TPU_TAINT,
 )
+from tpuray.components.topology import TopologyError, TpuSlice, generation_of_accelerator
 
-__all__ = ["MAX_RAY_CLUSTER_NAME", "check_ray_cluster_spec", "check_ray_job", "raise_problems", "tpu_groups"]
+__all__ = [
+    "MAX_RAY_CLUSTER_NAME",
+    "check_ray_cluster_spec",
+    "check_ray_job",
+    "raise_problems",
+    "tpu_groups",
+    "worker_group_chips_problem",
+]
 
 MAX_RAY_CLUSTER_NAME = 63  # KubeRay's MaxRayClusterNameLength
 
@@ -89,24 +97,66 @@ def check_ray_cluster_spec(spec: Mapping[str, Any], name: str) -> list[str]:
     return problems
 
 
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, Mapping) else None
+    return obj
+
+
+def worker_group_chips_problem(group: Mapping[str, Any]) -> str | None:
+    """The TPU webhook's slice rule for one worker group, or None when it holds (or the group has no TPUs).
+
+    numOfHosts x the ``google.com/tpu`` each pod requests must equal the chips of the slice its nodeSelector names
+    (https://github.com/ai-on-gke/kuberay-tpu-webhook). Reads wire values defensively: the renderer calls it on
+    what it built, the policy rule on whatever a program declared.
+    """
+    template = group.get("template")
+    per_pod = 0
+    for c in _get(template, "spec", "containers") or []:
+        for section in ("limits", "requests"):
+            n = _int(_get(c, "resources", section, TPU_RESOURCE))
+            if n is not None:
+                per_pod += n
+                break
+    if per_pod == 0:
+        return None
+    selector = _get(template, "spec", "nodeSelector") or {}
+    accel, topo = selector.get(GKE_ACCELERATOR_LABEL), selector.get(GKE_TOPOLOGY_LABEL)
+    gen = generation_of_accelerator(accel)
+    if gen is None or not isinstance(topo, str):
+        return (
+            f"requests {TPU_RESOURCE} but its nodeSelector lacks a known {GKE_ACCELERATOR_LABEL} and "
+            f"{GKE_TOPOLOGY_LABEL}"
+        )
+    try:
+        chips = TpuSlice.parse(gen.name, topo).chips  # 2x4 is one -8t VM or two -4t VMs: 8 chips either way
+    except TopologyError as e:
+        return str(e)
+    hosts = _int(group.get("numOfHosts")) or 1
+    if hosts * per_pod != chips:
+        return (
+            f"numOfHosts {hosts} x {TPU_RESOURCE} {per_pod} = {hosts * per_pod}, but a {gen.name} {topo} slice has "
+            f"{chips} chips"
+        )
+    return None
+
+
 def _tpu_group_problems(at: str, g: Mapping[str, Any]) -> list[str]:
     """The TPU webhook rejects a group whose numOfHosts * google.com/tpu differs from the topology's chips."""
     pod = g["template"]["spec"]
-    selector = pod.get("nodeSelector", {})
-    topology, accel = selector.get(GKE_TOPOLOGY_LABEL), selector.get(GKE_ACCELERATOR_LABEL)
-    if not topology or not accel:
-        return [f"{at}.template.spec.nodeSelector: needs {GKE_ACCELERATOR_LABEL} and {GKE_TOPOLOGY_LABEL}"]
-    per_host = int(next(c["resources"]["limits"][TPU_RESOURCE] for c in pod["containers"]))
-    hosts = int(g.get("numOfHosts", 1))
-    chips = 1
-    for d in str(topology).split("x"):
-        chips *= int(d)
     problems = []
-    if hosts * per_host != chips:
-        problems.append(
-            f"{at}: numOfHosts {hosts} x {TPU_RESOURCE} {per_host} = {hosts * per_host}, but topology {topology} "
-            f"has {chips} chips"
-        )
+    chips = worker_group_chips_problem(g)
+    if chips:
+        problems.append(f"{at}: {chips}")
     for c in pod["containers"]:
         res = c.get("resources", {})
         if res.get("requests", {}).get(TPU_RESOURCE) != res.get("limits", {}).get(TPU_RESOURCE):

@@ -7,18 +7,18 @@ below are testable without a resource engine:
 - multi-host shapes: one node pool per slice (a multi-host pool is atomic), named ``<pool>-<i>``; node count =
   hosts per slice; autoscaling per zone 0..hosts with location policy ANY (the slice is 0 or whole);
 - single-host shapes: one node pool named ``<pool>`` of ``slices`` nodes, autoscaling ``minSlices..slices``;
-- placement: COMPACT with ``tpu_topology`` (multi-host v4/v5e/v5p/v6e), a HIGH_THROUGHPUT workload policy
-  (multi-host tpu7x), nothing for single-host (GKE rejects a topology there);
+- placement: COMPACT with ``tpu_topology`` (multi-host v4/v5e/v5p/v6e), a HIGH_THROUGHPUT workload policy named
+  in ``policy_name`` with no type (multi-host tpu7x), nothing for single-host (GKE rejects a topology there);
 - capacity: on-demand, spot, a specific reservation, flex-start, queued provisioning.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpuray.components.config import FlexStart, OnDemand, Queued, Reservation, SlicePoolConfig, Spot
+from tpuray.components.config_types import bounded_name
 from tpuray.components.names import POD_TYPE_LABEL, POOL_LABEL, SLICE_LABEL, TPU_TAINT, Taint
 from tpuray.components.topology import TpuSlice
 
@@ -34,7 +34,6 @@ __all__ = [
     "workload_policy_name",
 ]
 
-_GKE_POOL_NAME_MAX = 40
 _GCE_NAME_MAX = 63
 
 
@@ -118,14 +117,6 @@ def region_of_zone(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 
 
-def bounded_name(base: str, limit: int) -> str:
-    """``base`` if it fits, else a prefix plus a short stable hash (GCE names must be unique and <= ``limit``)."""
-    if len(base) <= limit:
-        return base
-    digest = hashlib.sha256(base.encode()).hexdigest()[:8]
-    return f"{base[: limit - 9].rstrip('-')}-{digest}"
-
-
 def workload_policy_name(cluster_name: str, pool_name: str) -> str:
     """Regional resource policy names are project-wide, so the cluster name is part of it."""
     return bounded_name(f"{cluster_name}-{pool_name}-wp", _GCE_NAME_MAX)
@@ -134,37 +125,31 @@ def workload_policy_name(cluster_name: str, pool_name: str) -> str:
 def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name: str) -> list[NodePoolSpec]:
     """The node pools of one slice pool, in a stable order.
 
-    ``zone`` is the pool's zone (``StackConfig.pool_zone``); multi-host shapes need one (compact placement is
-    single-zone). The config model has already rejected invalid capacity/autoscaling combinations; the few rules
-    that depend only on this function's inputs are re-checked here so the function is safe to call directly.
+    ``zone`` is the pool's zone (``StackConfig.pool_zone``). Every rule (a zone for multi-host shapes, DWS
+    autoscaling, node pool names) lives in the config model, which a ``SlicePoolConfig`` has passed; this function
+    only derives.
     """
     s = pool.tpu_slice
     cap = pool.capacity
-    if s.placement != "none" and not zone:
-        raise ValueError(
-            f"slicePools.{pool.name}.zone: a multi-host {s.topology} slice needs a single zone for compact placement"
-        )
-    if isinstance(cap, Queued) and not (pool.autoscaling.enabled and pool.autoscaling.min_slices == 0):
-        raise ValueError(f"slicePools.{pool.name}.autoscaling: queued provisioning needs autoscaling from 0")
-    if isinstance(cap, FlexStart) and not pool.autoscaling.enabled:
-        raise ValueError(f"slicePools.{pool.name}.autoscaling: flex-start needs autoscaling enabled")
-
     dws = isinstance(cap, FlexStart | Queued)
     workload_policy: WorkloadPolicySpec | None = None
     placement: PlacementSpec | None = None
     if s.placement == "compact":
         placement = PlacementSpec(type="COMPACT", tpu_topology=s.topology)
     elif s.placement == "workload-policy":
-        assert zone is not None  # checked above
+        assert zone is not None  # StackConfig guarantees a zone for every multi-host pool
         workload_policy = WorkloadPolicySpec(
             name=workload_policy_name(cluster_name, pool.name),
             region=region_of_zone(zone),
             type="HIGH_THROUGHPUT",
             accelerator_topology=s.topology,
         )
-        # pulumi-gcp requires placement_policy.type; COMPACT is its only value. Whether GKE wants it next to
-        # policy_name for tpu7x is disputed (tpu-facts.md §3); the GKE API accepts the pair.
-        placement = PlacementSpec(type="COMPACT", policy_name=workload_policy.name)
+        # tpu7x: the workload policy replaces compact placement ("Creation of a managed instance group with
+        # tpu7x-standard-4t machine type with placement policy is not supported. Use workload policy instead.",
+        # https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood). GKE stores policyName and
+        # tpuTopology with no type (https://github.com/vllm-project/ci-infra/pull/547); pulumi-gcp requires `type`,
+        # and an empty one is left out of the request, so the declared inputs match what GKE stores.
+        placement = PlacementSpec(type="", tpu_topology=s.topology, policy_name=workload_policy.name)
 
     reservation: ReservationAffinitySpec | None
     if isinstance(cap, Reservation):
@@ -180,7 +165,9 @@ def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name:
         assert isinstance(cap, OnDemand | Spot)
         reservation = None
 
-    max_run: int | None = cap.max_run_duration if isinstance(cap, FlexStart | Queued) else None
+    # Flex-start VMs carry maxRunDuration on the node pool; queued provisioning takes it from the ProvisioningRequest
+    # (maxRunDurationSeconds, https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest).
+    max_run: int | None = cap.max_run_duration if isinstance(cap, FlexStart) else None
     common: dict[str, Any] = {
         "pool": pool.name,
         "tpu_slice": s,
@@ -189,7 +176,9 @@ def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name:
         "workload_policy": workload_policy,
         "placement": placement,
         "spot": isinstance(cap, Spot),
-        "flex_start": isinstance(cap, FlexStart),
+        # "To use flex-start with queued provisioning, you have to add the --flex-start and
+        # --enable-queued-provisioning flags" (https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest)
+        "flex_start": dws,
         "max_run_duration": f"{max_run}s" if max_run is not None else None,
         "reservation_affinity": reservation,
         "queued_provisioning": isinstance(cap, Queued),
@@ -215,8 +204,7 @@ def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name:
     labels = {POOL_LABEL: pool.name, POD_TYPE_LABEL: s.pod_type}
     plans: list[NodePoolSpec] = []
     if s.multi_host:
-        for i in range(pool.slices):
-            name = f"{pool.name}-{i}"
+        for i, name in enumerate(pool.node_pool_names):
             kept = i < pool.min_slices  # the first minSlices slices are never scaled away
             plans.append(
                 NodePoolSpec(
@@ -231,7 +219,7 @@ def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name:
     else:
         plans.append(
             NodePoolSpec(
-                name=pool.name,
+                name=pool.node_pool_names[0],
                 slice_index=None,
                 slices=pool.slices,
                 labels={**labels, SLICE_LABEL: pool.name},
@@ -239,7 +227,4 @@ def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name:
                 **sized(pool.min_slices * s.hosts, pool.slices * s.hosts, "ANY" if dws else None),
             )
         )
-    for p in plans:
-        if len(p.name) > _GKE_POOL_NAME_MAX:  # pool names are <= 36 chars and slices <= 64, so this cannot fire
-            raise ValueError(f"slicePools.{pool.name}.name: node pool name {p.name!r} exceeds 40 characters")
     return plans

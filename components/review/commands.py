@@ -14,18 +14,31 @@ from typing import Any
 __all__ = ["cmd_diff", "cmd_plan", "register"]
 
 
+def _error(message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """Render one stack; exit 1 on a bad stack file, a failing program or a policy violation."""
     from tpuray.components.config import ConfigError
+    from tpuray.components.config_types import stack_name_problem
     from tpuray.components.review.engine import RunError
     from tpuray.components.review.plan import find_root, render_stack, summary, write_plan
+    from tpuray.components.review.plan_dir import PlanOutError, check_out_dir
 
+    problem = stack_name_problem(args.stack)
+    if problem:  # the name becomes a file name and the default output folder: never a path
+        return _error(f"--stack {problem}", 2)
     try:
         root = Path(args.root).resolve() if args.root else find_root()
     except FileNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return _error(str(e), 2)
     out = Path(args.out) if args.out else root / "out" / "plan" / args.stack
+    try:
+        check_out_dir(out, root)  # before the (slow) render, and before anything is written
+    except PlanOutError as e:
+        return _error(str(e), 2)
     try:
         plan = render_stack(args.stack, root, stack_file=Path(args.stack_file) if args.stack_file else None)
     except ConfigError as e:
@@ -34,7 +47,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except RunError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    write_plan(plan, out)
+    try:
+        write_plan(plan, out, root)
+    except (PlanOutError, OSError) as e:
+        return _error(f"cannot write the plan to {out}: {e}", 2)
     print(summary(plan))
     print(f"wrote {out}/plan.json, manifests/, topology.md, topology.svg")
     for w in plan.warnings:
@@ -54,40 +70,71 @@ def _stacks(root: Path, wanted: list[str] | None) -> list[str]:
     return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in root.glob("Pulumi.*.yaml"))
 
 
+def _plan_dir_pairs(base: Path, new: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The plans to compare in two plan directories (one plan each, or one per stack folder)."""
+    from tpuray.components.review.plan_dir import PlanFileError, load_plan_file
+
+    if (base / "plan.json").exists() or (new / "plan.json").exists():
+        return [(load_plan_file(base), load_plan_file(new))]
+    # directories of per-stack plan directories, as the workflow writes them
+    names = sorted({p.parent.name for p in [*base.glob("*/plan.json"), *new.glob("*/plan.json")]})
+    if not names:
+        raise PlanFileError(f"no plan.json in {base} or {new}, nor in a stack folder of either: nothing to compare")
+    pairs = []
+    for name in names:
+        a, b = base / name / "plan.json", new / name / "plan.json"
+        empty: dict[str, Any] = {"stack": name, "resources": []}
+        pairs.append((load_plan_file(a) if a.exists() else empty, load_plan_file(b) if b.exists() else empty))
+    return pairs
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     """Compare two plan directories, or two git refs (each stack rendered at each ref)."""
+    from tpuray.components.config_types import stack_name_problem
     from tpuray.components.review.diff import diff_plans, render_markdown
     from tpuray.components.review.git_refs import GitPlanError, is_git_ref, plan_of_ref
-    from tpuray.components.review.plan import find_root, load_plan_json
+    from tpuray.components.review.plan import find_root
+    from tpuray.components.review.plan_dir import PlanFileError
 
     base, new = Path(args.base), Path(args.new)
     diffs = []
-    if base.is_dir() and new.is_dir():
-        pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
-        if (base / "plan.json").is_file():
-            pairs.append((load_plan_json(base), load_plan_json(new)))
-        else:  # directories of per-stack plan directories, as the workflow writes them
-            names = sorted({p.parent.name for p in [*base.glob("*/plan.json"), *new.glob("*/plan.json")]})
-            for name in names:
-                a, b = base / name / "plan.json", new / name / "plan.json"
-                empty = {"stack": name, "resources": []}
-                pairs.append((load_plan_json(a) if a.is_file() else empty, load_plan_json(b) if b.is_file() else empty))
+    if base.is_dir() or new.is_dir():
+        if not (base.is_dir() and new.is_dir()):
+            missing = new if base.is_dir() else base
+            return _error(f"{missing} is not a plan directory (compare two plan directories, or two git refs)", 2)
+        try:
+            pairs = _plan_dir_pairs(base, new)
+        except PlanFileError as e:
+            return _error(str(e), 2)
         diffs = [diff_plans(a, b) for a, b in pairs]
     else:
-        root = Path(args.root).resolve() if args.root else find_root()
+        try:
+            root = Path(args.root).resolve() if args.root else find_root()
+        except FileNotFoundError as e:
+            return _error(str(e), 2)
         for ref in (args.base, args.new):
             if not is_git_ref(root, ref):
-                print(f"error: {ref!r} is neither a plan directory nor a git ref", file=sys.stderr)
-                return 2
+                return _error(f"{ref!r} is neither a plan directory nor a git ref", 2)
+        stacks = _stacks(root, args.stack)
+        bad = [p for p in map(stack_name_problem, stacks) if p]
+        if bad:
+            return _error(f"--stack {bad[0]}", 2)
+        if not stacks:
+            return _error(f"no Pulumi.<stack>.yaml in {root}: nothing to compare", 2)
         try:
-            for stack in _stacks(root, args.stack):
-                diffs.append(diff_plans(plan_of_ref(root, args.base, stack), plan_of_ref(root, args.new, stack)))
+            for stack in stacks:
+                a, b = plan_of_ref(root, args.base, stack), plan_of_ref(root, args.new, stack)
+                if not a["resources"] and not b["resources"]:
+                    return _error(f"stack {stack!r} has no stack file or program at {args.base} nor at {args.new}", 2)
+                diffs.append(diff_plans(a, b))
         except GitPlanError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
+            return _error(str(e), 1)
     text = render_markdown(diffs, args.base, args.new)
     if args.out:
-        Path(args.out).write_text(text)
+        try:
+            Path(args.out).write_text(text)
+        except OSError as e:
+            return _error(f"cannot write {args.out}: {e.strerror or e}", 2)
     else:
         print(text)
     if args.fail_on_replace and any(d.warnings for d in diffs):

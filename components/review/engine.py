@@ -18,14 +18,14 @@ import json
 import os
 import runpy
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["ProgramRun", "RunError", "config_from_stack_file", "run_program"]
+__all__ = ["Program", "ProgramRun", "RunError", "config_from_stack_file", "run_program"]
 
 STANDIN_ENDPOINT = "203.0.113.10"
 """The cluster endpoint stand-in: an address from TEST-NET-3 (RFC 5737), never routable."""
@@ -33,11 +33,14 @@ STANDIN_ENDPOINT = "203.0.113.10"
 STANDIN_CA = base64.b64encode(
     b"-----BEGIN CERTIFICATE-----\ntpuray-plan-stand-in\n-----END CERTIFICATE-----\n"
 ).decode()
-STANDIN_PROJECT_NUMBER = "123456789012"
 
 
 class RunError(RuntimeError):
-    """The program failed under the mock engine (its exception is chained)."""
+    """The program failed under the mock engine (its exception is chained; ``run`` holds what it registered)."""
+
+    def __init__(self, message: str, run: ProgramRun) -> None:
+        super().__init__(message)
+        self.run = run
 
 
 @dataclass
@@ -49,7 +52,21 @@ class ProgramRun:
     config: dict[str, str]
     resources: list[dict[str, Any]] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    secret_outputs: list[str] = field(default_factory=list)
+    """Names of the exported outputs that are secrets."""
     invokes: list[str] = field(default_factory=list)
+
+    def of_type(self, type_: str) -> list[dict[str, Any]]:
+        return [r for r in self.resources if r["type"] == type_]
+
+    def one(self, type_: str, name: str | None = None) -> dict[str, Any]:
+        found = [r for r in self.of_type(type_) if name is None or r["name"] == name]
+        if len(found) != 1:
+            raise LookupError(f"expected one {type_} {name or ''}, got {[r['name'] for r in found]}")
+        return found[0]
+
+    def types(self) -> list[str]:
+        return sorted(r["type"] for r in self.resources)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -129,24 +146,6 @@ def computed_outputs(type_: str, name: str, inputs: Mapping[str, Any]) -> tuple[
     return rid, out
 
 
-def invoke_result(token: str, args: Mapping[str, Any]) -> dict[str, Any]:
-    """Deterministic answers to the data sources a GKE program typically calls."""
-    if token == "gcp:organizations/getClientConfig:getClientConfig":
-        return {"accessToken": "plan-access-token", "project": "plan-project", "region": "", "zone": "", "id": "plan"}
-    if token == "gcp:organizations/getProject:getProject":
-        pid = str(args.get("projectId") or "plan-project")
-        return {"projectId": pid, "number": STANDIN_PROJECT_NUMBER, "name": pid, "id": f"projects/{pid}"}
-    if token == "gcp:container/getEngineVersions:getEngineVersions":
-        v = "1.34.0-gke.2201000"
-        return {
-            "latestMasterVersion": v,
-            "latestNodeVersion": v,
-            "defaultClusterVersion": v,
-            "validMasterVersions": [v],
-        }
-    return dict(args)
-
-
 # ---- the run --------------------------------------------------------------------------------------------
 def _load_pulumi() -> Any:
     import pulumi.runtime  # imported here: importing the SDK costs most of a plan's time
@@ -163,8 +162,9 @@ def _make_monitor(pulumi: Any, run: ProgramRun) -> Any:
             return rid, {**args.inputs, **extra}
 
         def call(self, args: Any) -> tuple[dict[str, Any], None]:
+            # tpuray's program calls no data source (a test asserts it); record any call and echo its args
             run.invokes.append(args.token)
-            return invoke_result(args.token, args.args), None
+            return dict(args.args), None
 
     class CapturingMonitor(pmocks.MockMonitor):
         """Records what the engine would see: type, name, parent, provider, options and the inputs."""
@@ -212,7 +212,7 @@ def _make_monitor(pulumi: Any, run: ProgramRun) -> Any:
                 )
             return response
 
-    return CapturingMonitor(PlanMocks()), PlanMocks
+    return CapturingMonitor(PlanMocks())
 
 
 def _reset_runtime(pulumi: Any) -> None:
@@ -221,33 +221,46 @@ def _reset_runtime(pulumi: Any) -> None:
     from pulumi.runtime import settings as psettings
 
     pconfig.CONFIG.get().clear()  # the ContextVar's default is one shared dict
+    pconfig.set_all_config({}, [])
     psettings.ROOT.set(None)
     psettings.SETTINGS.rpc_manager.clear()
     psettings.SETTINGS.outputs.clear()
 
 
+Program = str | Path | Callable[[], Mapping[str, Any] | None]
+"""A ``__main__.py`` (or a directory holding one), or a function that declares resources and may return outputs."""
+
+
 def run_program(
-    program: str | Path, *, project: str, stack: str, config: Mapping[str, str], cwd: str | Path | None = None
+    program: Program,
+    *,
+    project: str,
+    stack: str,
+    config: Mapping[str, str],
+    secret_keys: tuple[str, ...] = (),
+    cwd: str | Path | None = None,
 ) -> ProgramRun:
-    """Run ``program`` (a ``__main__.py`` or a directory holding one) with ``config`` (full ``ns:key`` names,
-    string values as the CLI passes them) and return every registered resource, sorted by URN."""
+    """Run ``program`` with ``config`` (full ``ns:key`` names, string values as the CLI passes them; the keys in
+    ``secret_keys`` as secrets) and return every registered resource, sorted by URN."""
     pulumi = _load_pulumi()
     from pulumi.runtime import mocks as pmocks
     from pulumi.runtime import settings as psettings
     from pulumi.runtime.stack import run_pulumi_func
     from pulumi.runtime.sync_await import _sync_await
 
-    path = Path(program).resolve()
-    if path.is_dir():
+    path = None if callable(program) else Path(program).resolve()
+    if path is not None and path.is_dir():
         path = path / "__main__.py"
     run = ProgramRun(project=project, stack=stack, config=dict(config))
     _reset_runtime(pulumi)
-    for key, value in config.items():
-        pulumi.runtime.set_config(key, value)
-    monitor, _ = _make_monitor(pulumi, run)
+    pulumi.runtime.set_all_config(dict(config), list(secret_keys))
+    monitor = _make_monitor(pulumi, run)
     pmocks.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
 
-    def program_body() -> Any:
+    def declare() -> dict[str, Any]:
+        if callable(program):
+            return dict(program() or {})
+        assert path is not None
         old_cwd = os.getcwd()
         old_path = list(sys.path)
         try:
@@ -258,24 +271,30 @@ def run_program(
             os.chdir(old_cwd)
             sys.path[:] = old_path
         root = psettings.get_root_resource()
-        exported = dict(getattr(root, "outputs", {}) or {})
-        return pulumi.Output.from_input(exported).future()
+        return dict(getattr(root, "outputs", {}) or {})
 
-    exported: Any = None
+    async def resolve(exported: dict[str, Any]) -> tuple[Any, list[str]]:
+        secret = [k for k, v in exported.items() if isinstance(v, pulumi.Output) and await v.is_secret()]
+        return await pulumi.Output.from_input(exported).future(), sorted(secret)
+
+    resolved: tuple[Any, list[str]] = ({}, [])
 
     def body() -> None:
-        nonlocal exported
-        exported = _sync_await(program_body())
+        nonlocal resolved
+        resolved = _sync_await(resolve(declare()))
 
     psettings.SETTINGS.rpc_manager.clear()
     psettings.SETTINGS.outputs.clear()
     try:
         _sync_await(run_pulumi_func(body))
     except Exception as e:  # the program's own error, or one raised while resolving its outputs
-        raise RunError(f"{path} failed under the mock engine: {type(e).__name__}: {e}") from e
+        run.resources.sort(key=lambda r: r["urn"])
+        where = path if path is not None else getattr(program, "__name__", "program")
+        raise RunError(f"{where} failed under the mock engine: {type(e).__name__}: {e}", run) from e
     finally:
         _reset_runtime(pulumi)
-    run.outputs = plain(exported or {})
+    run.outputs = plain(resolved[0] or {})
+    run.secret_outputs = resolved[1]
     run.resources.sort(key=lambda r: r["urn"])
     return run
 

@@ -12,13 +12,12 @@ plan directory::
 
 from __future__ import annotations
 
-import json
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_stack_file
+from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, load_plan_file, mark
 from tpuray.components.review.policy_rules import Resource, Violation, check_resources
 from tpuray.components.review.pool_views import PoolView, pool_views
 from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown
@@ -85,13 +84,17 @@ def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
     )
 
 
-def write_plan(plan: Plan, out: Path) -> None:
-    """Write the plan directory, replacing generated files of an earlier plan there."""
+def write_plan(plan: Plan, out: Path, root: Path | None = None) -> None:
+    """Write the plan directory, replacing generated files of an earlier plan there (and nothing else).
+
+    Raises :class:`~tpuray.components.review.plan_dir.PlanOutError` for a place a plan must not go.
+    """
+    out = check_out_dir(out, root or find_root())
     out.mkdir(parents=True, exist_ok=True)
+    mark(out)
     manifests = out / "manifests"
-    if manifests.is_dir():
-        shutil.rmtree(manifests)
-    manifests.mkdir()
+    clear_manifests(manifests)
+    manifests.mkdir(exist_ok=True)
     (out / "plan.json").write_text(plan_json(plan.run, plan.violations, plan.warnings))
     for name, text in manifest_files(plan.resources).items():
         (manifests / name).write_text(text)
@@ -105,6 +108,4 @@ def summary(plan: Plan) -> str:
 
 def load_plan_json(path: Path) -> dict[str, Any]:
     """A written ``plan.json`` (a file, or a plan directory holding one)."""
-    p = path / "plan.json" if path.is_dir() else path
-    doc: dict[str, Any] = json.loads(p.read_text())
-    return doc
+    return load_plan_file(path)

@@ -14,14 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuray.components.config import is_production_stack
-from tpuray.components.names import GKE_ACCELERATOR_LABEL as TPU_ACCELERATOR_LABEL
 from tpuray.components.names import GKE_TOPOLOGY_LABEL as TPU_TOPOLOGY_LABEL
-from tpuray.components.names import POD_TYPE_LABEL, RAY_DASHBOARD_PORT, TPU_RESOURCE
+from tpuray.components.names import POD_TYPE_LABEL, RAY_DASHBOARD_PORT
+from tpuray.components.planning.kuberay_checks import worker_group_chips_problem
 from tpuray.components.topology import (
     Generation,
     TopologyError,
     TpuSlice,
-    generation_of_accelerator,
     generation_of_machine_type,
 )
 
@@ -208,7 +207,9 @@ def check_multi_host_placement(res: Resource, ctx: RuleContext) -> list[str]:
     gen = pool.generation
     if pool.topology is None:
         if pool.placement.get("policyName") and gen.multi_host_placement == "workload-policy":
-            return []  # the topology lives in the referenced workload policy (acceleratorTopology)
+            # the topology lives in the referenced workload policy (acceleratorTopology); COMPACT must not be set
+            kind = pool.placement.get("type")
+            return [f"placementPolicy.type {kind!r} next to a workload policy: leave type empty"] if kind else []
         labelled = _labelled_slice(pool)
         if labelled is not None and labelled.multi_host:
             found(
@@ -225,6 +226,10 @@ def check_multi_host_placement(res: Resource, ctx: RuleContext) -> list[str]:
     if gen.multi_host_placement == "workload-policy":
         if not pool.placement.get("policyName"):
             found(f"a multi-host {gen.name} slice needs {_placement_advice(gen)}; GKE rejects compact placement here")
+        elif pool.placement.get("type"):
+            # COMPACT group placement and a workload policy are mutually exclusive; GKE stores the pair
+            # policyName + tpuTopology with no type (https://github.com/vllm-project/ci-infra/pull/547).
+            found(f"placementPolicy.type {pool.placement.get('type')!r} next to a workload policy: leave type empty")
     elif pool.placement.get("type") != "COMPACT":
         found(f"multi-host {s.topology} slice: placementPolicy.type is {pool.placement.get('type')!r}, not COMPACT")
     if pool.max_nodes is not None and pool.max_nodes != s.hosts:
@@ -350,48 +355,15 @@ def check_dashboard_not_public(res: Resource, ctx: RuleContext) -> list[str]:
     return []
 
 
-def _tpu_per_pod(template: Any) -> int:
-    total = 0
-    for c in _get(template, "spec", "containers") or []:
-        for section in ("limits", "requests"):
-            n = _int(_get(c, "resources", section, TPU_RESOURCE))
-            if n is not None:
-                total += n
-                break
-    return total
-
-
 def check_worker_group_chips(res: Resource, ctx: RuleContext) -> list[str]:
     """Every TPU worker group's numOfHosts * google.com/tpu equals its slice's chips (the TPU webhook's rule)."""
     found = _Found()
     for i, group in enumerate(_get(res.props, "spec", "workerGroupSpecs") or []):
         if not isinstance(group, Mapping):
             continue
-        template = group.get("template")
-        per_pod = _tpu_per_pod(template)
-        if per_pod == 0:
-            continue
-        name = group.get("groupName") or f"workerGroupSpecs[{i}]"
-        selector = _get(template, "spec", "nodeSelector") or {}
-        accel, topo = selector.get(TPU_ACCELERATOR_LABEL), selector.get(TPU_TOPOLOGY_LABEL)
-        gen = generation_of_accelerator(accel)
-        if gen is None or not isinstance(topo, str):
-            found(
-                f"worker group {name}: requests {TPU_RESOURCE} but its nodeSelector lacks a known "
-                f"{TPU_ACCELERATOR_LABEL} and {TPU_TOPOLOGY_LABEL}"
-            )
-            continue
-        try:
-            chips = TpuSlice.parse(gen.name, topo).chips  # 2x4 is one -8t VM or two -4t VMs: 8 chips either way
-        except TopologyError as e:
-            found(f"worker group {name}: {e}")
-            continue
-        hosts = _int(group.get("numOfHosts")) or 1
-        if hosts * per_pod != chips:
-            found(
-                f"worker group {name}: numOfHosts {hosts} x {TPU_RESOURCE} {per_pod} = {hosts * per_pod}, "
-                f"but a {gen.name} {topo} slice has {chips} chips"
-            )
+        problem = worker_group_chips_problem(group)  # the renderer's own rule, written once
+        if problem:
+            found(f"worker group {group.get('groupName') or f'workerGroupSpecs[{i}]'}: {problem}")
     return found.messages
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from tpuray.components.config import SlicePoolConfig
-from tpuray.components.topology import GENERATIONS, TpuSlice, valid_topologies
+from tpuray.components.topology import GENERATIONS, TpuSlice, generation, valid_topologies
 
 
 def all_slices() -> list[TpuSlice]:
@@ -59,5 +59,12 @@ def pool(
     )
 
 
+def supported(s: TpuSlice, capacity: str) -> bool:
+    """Flex-start capacity (with or without queued provisioning) does not serve every generation (TPU v4)."""
+    return capacity not in ("flex-start", "queued") or generation(s.generation).flex_start
+
+
 slices_st = st.sampled_from(ALL_SLICES)
 capacity_st = st.sampled_from(sorted(CAPACITIES))
+slice_capacity_st = st.tuples(slices_st, capacity_st).filter(lambda sc: supported(*sc))
+"""A slice shape and a capacity type that serves it."""

@@ -1,7 +1,8 @@
 """Validate manifests against the KubeRay v1.7 CRD OpenAPI schemas with jsonschema.
 
-The CRDs are found in ``$TPURAY_SHARED_DIR/kuberay-crds`` or ``<repo>/../shared/kuberay-crds``; missing CRDs
-fail under CI (``CI=true``) and skip locally. The OpenAPI schema is tightened the way a strict API server
+The CRDs are found in ``$TPURAY_SHARED_DIR/kuberay-crds`` or ``<repo>/../shared/kuberay-crds``
+(``python tools/fetch_crds.py`` puts the pinned, checksummed files there); missing CRDs fail under CI
+(``CI=true``) and skip locally with that instruction. The OpenAPI schema is tightened the way a strict API server
 (``fieldValidation=Strict``) reads it: unknown fields are errors instead of being pruned silently.
 """
 
@@ -25,7 +26,10 @@ def crd_dir() -> Path:
     base = os.environ.get("TPURAY_SHARED_DIR")
     d = Path(base) / "kuberay-crds" if base else ROOT.parent / "shared" / "kuberay-crds"
     if not all((d / f).is_file() for f in KINDS.values()):
-        msg = f"KubeRay CRDs not found in {d} (set TPURAY_SHARED_DIR)"
+        msg = (
+            f"KubeRay v1.7.0 CRDs not found in {d}: run `python tools/fetch_crds.py` (pinned, checksummed) "
+            "or set TPURAY_SHARED_DIR to a folder holding kuberay-crds/"
+        )
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(msg)
         pytest.skip(msg)

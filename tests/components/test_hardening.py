@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import engine_run as er
 import pytest
-import tpuray_mocks as tm  # installs the mocks first
 from kuberay_schema import schema_errors
 
 from tpuray.components.config import StackConfig, load_stack_file, parse_stack_config
@@ -32,7 +32,7 @@ from tpuray.components.planning.network_policy import (
 )
 from tpuray.components.planning.pod_security import restricted_problems
 
-ROOT = tm.ROOT
+ROOT = er.ROOT
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
 
@@ -159,21 +159,26 @@ def build_cluster(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
 
 def test_cluster_and_nodes_are_hardened() -> None:
     worker = "us-docker.pkg.dev/tpuray-test-proj/images/worker@sha256:" + "b" * 64
-    rec, _ = tm.run(build_cluster(stack(ray={"workerImage": worker})))
-    c = rec.one(CLUSTER).inputs
+    rec, _ = er.run(build_cluster(stack(ray={"workerImage": worker})))
+    c = rec.one(CLUSTER)["inputs"]
     assert c["enableLegacyAbac"] is False
     assert c["masterAuth"]["clientCertificateConfig"]["issueClientCertificate"] is False
     assert c["enableShieldedNodes"] is True
     assert c["nodeConfig"]["shieldedInstanceConfig"] == {"enableSecureBoot": True, "enableIntegrityMonitoring": True}
-    system = rec.one(NODE_POOL).inputs
+    system = rec.one(NODE_POOL)["inputs"]
     assert system["nodeConfig"]["shieldedInstanceConfig"] == {
         "enableSecureBoot": True,
         "enableIntegrityMonitoring": True,
     }
-    roles = [r.inputs["role"] for r in rec.of_type("gcp:projects/iAMMember:IAMMember")]
+    roles = [r["inputs"]["role"] for r in rec.of_type("gcp:projects/iAMMember:IAMMember")]
     assert roles == ["roles/container.defaultNodeServiceAccount"]
     (read,) = rec.of_type("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember")  # the worker's repo only
-    assert (read.inputs["project"], read.inputs["location"], read.inputs["repository"], read.inputs["role"]) == (
+    assert (
+        read["inputs"]["project"],
+        read["inputs"]["location"],
+        read["inputs"]["repository"],
+        read["inputs"]["role"],
+    ) == (
         "tpuray-test-proj",
         "us",
         "images",
@@ -184,8 +189,8 @@ def test_cluster_and_nodes_are_hardened() -> None:
 
 @pytest.mark.parametrize("endpoint", ["private", "dns"])
 def test_private_and_dns_control_plane_endpoints(endpoint: str) -> None:
-    rec, _ = tm.run(build_cluster(stack(cluster={"name": "tpu", "controlPlaneEndpoint": endpoint})))
-    c = rec.one(CLUSTER).inputs
+    rec, _ = er.run(build_cluster(stack(cluster={"name": "tpu", "controlPlaneEndpoint": endpoint})))
+    c = rec.one(CLUSTER)["inputs"]
     if endpoint == "private":
         assert c["privateClusterConfig"]["enablePrivateEndpoint"] is True
     else:
@@ -207,11 +212,11 @@ def test_tpu_node_pools_are_shielded() -> None:
         )
         return {}
 
-    rec, _ = tm.run(build)
+    rec, _ = er.run(build)
     pools = rec.of_type(NODE_POOL)
     assert len(pools) == 2  # two multi-host slices: one pool each
     for p in pools:
-        assert p.inputs["nodeConfig"]["shieldedInstanceConfig"] == {
+        assert p["inputs"]["nodeConfig"]["shieldedInstanceConfig"] == {
             "enableSecureBoot": True,
             "enableIntegrityMonitoring": True,
         }
@@ -229,9 +234,9 @@ def test_which_operator_namespace_may_call_the_job_api() -> None:
         deploy(cfg, "test")
         return {}
 
-    rec, _ = tm.run(build)
+    rec, _ = er.run(build)
     head = next(
-        p.inputs for p in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy") if "head-job-api" in p.name
+        p["inputs"] for p in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy") if "head-job-api" in p["name"]
     )
     sources = head["spec"]["ingress"][0]["from"]
     assert {

@@ -3,50 +3,43 @@
 from __future__ import annotations
 
 import json
-import runpy
 from collections import Counter
 from typing import Any
 
+import engine_run as er
 import pytest
-import tpuray_mocks as tm  # installs the mocks first
 from kuberay_schema import schema_errors, tpu_chip_mismatches
 
 from tpuray.components.config import ConfigError, load_stack_file
 from tpuray.components.planning.node_pools import slice_pool_node_pools
+from tpuray.components.review.engine import ProgramRun
 from tpuray.components.topology import generation
 
-PROGRAM = tm.ROOT / "infra" / "__main__.py"
+PROGRAM = er.ROOT / "infra" / "__main__.py"
 STACKS = ("dev", "prod")
 
 
-def run_program(
-    stack: str, via: str = "set_config", config: dict[str, str] | None = None
-) -> tuple[tm.Recorder, dict[str, Any]]:
-    cfg = config if config is not None else tm.cli_config(stack)
-
-    def build() -> dict[str, Any]:
-        runpy.run_path(str(PROGRAM), run_name="__main__")
-        outputs = tm.stack_outputs()
-        return {**outputs, "kubeconfig_secret": outputs["kubeconfig"].is_secret()}
-
+def run_program(stack: str, via: str = "set_config", config: dict[str, str] | None = None) -> ProgramRun:
+    cfg = config if config is not None else er.cli_config(stack)
     if via == "env":  # PULUMI_CONFIG: the JSON bag the CLI hands a program
-        with tm.env(PULUMI_CONFIG=json.dumps(cfg)):
-            return tm.run(build, stack=stack, config={})
-    return tm.run(build, stack=stack, config=cfg)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PULUMI_CONFIG", json.dumps(cfg))
+            return er.run(PROGRAM, stack=stack, config={})[0]
+    return er.run(PROGRAM, stack=stack, config=cfg)[0]
 
 
-@pytest.fixture(
-    scope="module", params=[(s, via) for s in STACKS for via in ("set_config", "env")], ids=lambda p: f"{p[0]}-{p[1]}"
-)
-def program_run(request: pytest.FixtureRequest) -> tuple[str, tm.Recorder, dict[str, Any]]:
-    stack, via = request.param
-    rec, out = run_program(stack, via)
-    return stack, rec, out
+def snapshot(run: ProgramRun) -> list[tuple[str, str, str]]:
+    return sorted((r["type"], r["name"], json.dumps(r["inputs"], sort_keys=True)) for r in run.resources)
 
 
-def test_registers_the_expected_resources(program_run: tuple[str, tm.Recorder, dict[str, Any]]) -> None:
-    stack, rec, _ = program_run
-    cfg = load_stack_file(tm.ROOT / f"Pulumi.{stack}.yaml")
+@pytest.fixture(scope="module", params=STACKS)
+def program_run(request: pytest.FixtureRequest) -> tuple[str, ProgramRun]:
+    return request.param, run_program(request.param)
+
+
+def test_registers_the_expected_resources(program_run: tuple[str, ProgramRun]) -> None:
+    stack, rec = program_run
+    cfg = load_stack_file(er.ROOT / f"Pulumi.{stack}.yaml")
     plans = [p for pool in cfg.slice_pools for p in slice_pool_node_pools(pool, cfg.pool_zone(pool), cfg.cluster.name)]
     counts = Counter(rec.types())
     assert counts["tpuray:index:GkeCluster"] == 1
@@ -58,39 +51,37 @@ def test_registers_the_expected_resources(program_run: tuple[str, tm.Recorder, d
     assert counts["pulumi:providers:gcp"] == counts["pulumi:providers:kubernetes"] == 1
     assert counts["gcp:compute/resourcePolicy:ResourcePolicy"] == len({p.workload_policy for p in plans} - {None})
     # every GCP resource uses the explicit provider (no gcp:project needed in stack config)
-    gcp_provider = next(r for r in rec.registered if r.type == "pulumi:providers:gcp")
-    assert gcp_provider.inputs["project"] == cfg.project and gcp_provider.inputs["region"] == cfg.region
-    for r in rec.registered:
-        if r.custom and r.type.startswith("gcp:"):
-            assert "pulumi:providers:gcp::gcp" in r.provider, r
-        if r.custom and r.type.startswith("kubernetes:"):
-            assert "pulumi:providers:kubernetes" in r.provider, r
-    assert not rec.calls  # no data source look-ups: the program needs no cloud
+    gcp_provider = rec.one("pulumi:providers:gcp")
+    assert gcp_provider["inputs"]["project"] == cfg.project and gcp_provider["inputs"]["region"] == cfg.region
+    for r in rec.resources:
+        if r["custom"] and r["type"].startswith("gcp:"):
+            assert "pulumi:providers:gcp::gcp" in r["provider"], r
+        if r["custom"] and r["type"].startswith("kubernetes:"):
+            assert "pulumi:providers:kubernetes" in r["provider"], r
+    assert not rec.invokes  # no data source look-ups: the program needs no cloud
 
 
-def test_creation_order(program_run: tuple[str, tm.Recorder, dict[str, Any]]) -> None:
-    _, rec, _ = program_run
+def test_creation_order(program_run: tuple[str, ProgramRun]) -> None:
+    _, rec = program_run
     # the Workload Identity pool exists only once the cluster does
     wi = rec.one("gcp:serviceaccount/iAMMember:IAMMember")
-    assert any(d.endswith("::gke-cluster") for d in wi.dependencies), wi.dependencies
+    assert any(d.endswith("::gke-cluster") for d in er.depends_on(wi)), er.depends_on(wi)
     # the RayCluster waits for its identity, its bucket access and every TPU node pool
     rc = rec.one("kubernetes:ray.io/v1:RayCluster")
-    tpu_pools = [r.name for r in rec.of_type("gcp:container/nodePool:NodePool") if r.inputs["name"] != "system"]
+    tpu_pools = [r["name"] for r in rec.of_type("gcp:container/nodePool:NodePool") if r["inputs"]["name"] != "system"]
     for name in ("ray-ray-ksa", "ray-checkpoints-object-user", "ray-ray-workload-identity", *tpu_pools):
-        assert any(d.endswith(f"::{name}") for d in rc.dependencies), (name, rc.dependencies)
+        assert any(d.endswith(f"::{name}") for d in er.depends_on(rc)), (name, er.depends_on(rc))
     job = rec.one("kubernetes:ray.io/v1:RayJob")
-    assert any(d.endswith("::ray-raycluster") for d in job.dependencies)
+    assert any(d.endswith("::ray-raycluster") for d in er.depends_on(job))
 
 
 def test_every_tpu_worker_group_agrees_with_its_node_pools(
-    program_run: tuple[str, tm.Recorder, dict[str, Any]],
+    program_run: tuple[str, ProgramRun],
 ) -> None:
-    _, rec, _ = program_run
-    cluster = tm.wire_plain(rec.one("kubernetes:ray.io/v1:RayCluster").inputs)
+    _, rec = program_run
+    cluster = rec.one("kubernetes:ray.io/v1:RayCluster")["inputs"]
     groups = {g["groupName"]: g for g in cluster["spec"]["workerGroupSpecs"]}
-    tpu_pools = [
-        tm.wire_plain(r.inputs) for r in rec.of_type("gcp:container/nodePool:NodePool") if r.inputs["name"] != "system"
-    ]
+    tpu_pools = [r["inputs"] for r in rec.of_type("gcp:container/nodePool:NodePool") if r["inputs"]["name"] != "system"]
     by_pool: dict[str, list[dict[str, Any]]] = {}
     for np in tpu_pools:
         by_pool.setdefault(np["nodeConfig"]["labels"]["tpuray.io/pool"], []).append(np)
@@ -115,9 +106,9 @@ def test_every_tpu_worker_group_agrees_with_its_node_pools(
     assert tpu_chip_mismatches(cluster["spec"]) == []
 
 
-def test_manifests_are_schema_valid(program_run: tuple[str, tm.Recorder, dict[str, Any]]) -> None:
-    _, rec, _ = program_run
-    manifests = [tm.wire_plain(r.inputs) for r in rec.registered if r.type.startswith("kubernetes:ray.io/v1:")]
+def test_manifests_are_schema_valid(program_run: tuple[str, ProgramRun]) -> None:
+    _, rec = program_run
+    manifests = [r["inputs"] for r in rec.resources if r["type"].startswith("kubernetes:ray.io/v1:")]
     assert len(manifests) == 2
     for m in manifests:
         assert schema_errors(m) == [], m["kind"]
@@ -125,11 +116,12 @@ def test_manifests_are_schema_valid(program_run: tuple[str, tm.Recorder, dict[st
     assert job["spec"]["clusterSelector"] == {"ray.io/cluster": manifests[0]["metadata"]["name"]}
 
 
-def test_outputs(program_run: tuple[str, tm.Recorder, dict[str, Any]]) -> None:
-    stack, _, out = program_run
-    cfg = load_stack_file(tm.ROOT / f"Pulumi.{stack}.yaml")
+def test_outputs(program_run: tuple[str, ProgramRun]) -> None:
+    stack, rec = program_run
+    out = rec.outputs
+    cfg = load_stack_file(er.ROOT / f"Pulumi.{stack}.yaml")
     assert out["clusterName"] == cfg.cluster.name
-    assert out["kubeconfig_secret"] is True
+    assert "kubeconfig" in rec.secret_outputs
     assert "gke-gcloud-auth-plugin" in out["kubeconfig"]
     assert out["rayClusterName"] == cfg.cluster.name
     assert out["rayDashboardService"] == f"{cfg.ray.namespace}/{cfg.cluster.name}-head-svc"
@@ -139,14 +131,13 @@ def test_outputs(program_run: tuple[str, tm.Recorder, dict[str, Any]]) -> None:
     assert [p["pool"] for p in topo["pools"]] == [p.name for p in cfg.slice_pools]
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_runs_are_deterministic(stack: str) -> None:
-    def snapshot() -> list[tuple[str, str, str]]:
-        rec, _ = run_program(stack)
-        return sorted((r.type, r.name, json.dumps(tm.wire_plain(r.inputs), sort_keys=True)) for r in rec.registered)
-
-    first = snapshot()
-    assert first and first == snapshot()
+def test_runs_are_deterministic_and_config_may_come_from_the_environment(
+    program_run: tuple[str, ProgramRun],
+) -> None:
+    stack, first = program_run
+    again = run_program(stack, via="env" if stack == "dev" else "set_config")
+    assert first.resources and snapshot(first) == snapshot(again)
+    assert first.outputs == again.outputs
 
 
 @pytest.mark.parametrize(
@@ -162,11 +153,11 @@ def test_runs_are_deterministic(stack: str) -> None:
     ],
 )
 def test_config_errors_surface_before_any_resource(key: str, value: str, path: str) -> None:
-    cfg = {**tm.cli_config("dev"), key: value}
+    cfg = {**er.cli_config("dev"), key: value}
     with pytest.raises(ConfigError) as err:
         run_program("dev", config=cfg)
     assert any(p == path for p, _ in err.value.problems), err.value.problems
-    assert tm.current is not None and tm.current.registered == []
+    assert err.value.registered == []  # type: ignore[attr-defined]
 
 
 def test_missing_required_keys() -> None:

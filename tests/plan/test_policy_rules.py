@@ -78,7 +78,12 @@ def test_tpu7x_needs_a_workload_policy(resource_of: Pick) -> None:
     pool["inputs"]["nodeConfig"]["machineType"] = "tpu7x-standard-4t"
     pool["inputs"]["nodeConfig"]["labels"]["tpuray.io/pod-type"] = "v7x-128"
     assert any("workload policy" in m for m in violations(policy, pool))
+    # COMPACT group placement and a workload policy are mutually exclusive: GKE refuses the pair
     pool["inputs"]["placementPolicy"] = {"type": "COMPACT", "policyName": "tpuray-prod-v7x-wp"}
+    assert any("leave type empty" in m for m in violations(policy, pool))
+    pool["inputs"]["placementPolicy"]["tpuTopology"] = "4x4x4"
+    assert any("leave type empty" in m for m in violations(policy, pool))
+    pool["inputs"]["placementPolicy"]["type"] = ""  # the form GKE stores for tpu7x
     assert violations(policy, pool) == []
 
 

@@ -238,7 +238,17 @@ def test_plan_of_an_open_prod_control_plane_fails_with_a_named_violation(
     stack_file = tmp_path / "Pulumi.prod.yaml"
     stack_file.write_text(PUBLIC_PROD.format(networks=networks))
     code = main(
-        ["plan", "--stack", "prod", "--root", str(root), "--stack-file", str(stack_file), "--out", str(tmp_path)]
+        [
+            "plan",
+            "--stack",
+            "prod",
+            "--root",
+            str(root),
+            "--stack-file",
+            str(stack_file),
+            "--out",
+            str(tmp_path / "out"),
+        ]
     )
     err = capsys.readouterr().err
     assert code == 1
@@ -271,9 +281,19 @@ def test_plan_warns_about_a_mutable_prod_tag_without_failing(
     stack_file = tmp_path / "Pulumi.prod.yaml"
     stack_file.write_text(text.replace(tagged[0], "    workerImage: us-docker.pkg.dev/p/r/worker:0.1.0"))
     code = main(
-        ["plan", "--stack", "prod", "--root", str(root), "--stack-file", str(stack_file), "--out", str(tmp_path)]
+        [
+            "plan",
+            "--stack",
+            "prod",
+            "--root",
+            str(root),
+            "--stack-file",
+            str(stack_file),
+            "--out",
+            str(tmp_path / "out"),
+        ]
     )
     err = capsys.readouterr().err
     assert code == 0
     assert "warning: [images-pinned-by-digest-production]" in err and "worker:0.1.0" in err
-    assert '"warnings"' in (tmp_path / "plan.json").read_text()
+    assert '"warnings"' in (tmp_path / "out" / "plan.json").read_text()

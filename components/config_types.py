@@ -1,0 +1,411 @@
+"""Value types of the stack configuration, each validated the way the API that receives it does.
+
+Pure pydantic; imports no Pulumi. Every type is an ``Annotated[str, ...]`` whose validator raises a ``ValueError``
+naming the valid form; pydantic puts the field's path in front. Each rule cites the public page it comes from, and
+the functions that *derive* names (service accounts, the checkpoint bucket, label values) live here too, so a derived
+name is checked by the same rule as a configured one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import math
+import re
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Annotated
+
+from pydantic import AfterValidator, BeforeValidator
+
+__all__ = [
+    "BucketLocation",
+    "BucketName",
+    "Cidr",
+    "CpuQuantity",
+    "GceName",
+    "GkeVersion",
+    "ImageRef",
+    "MachineType",
+    "MemoryQuantity",
+    "MountPath",
+    "ProjectId",
+    "RangeName",
+    "SemVer",
+    "Zone",
+    "bounded_name",
+    "bucket_name_problem",
+    "derived_bucket_name",
+    "gke_version_key",
+    "label_value",
+    "parse_quantity",
+    "service_account_id",
+    "stack_name_problem",
+]
+
+
+def _checked(rule: Callable[[str], str | None]) -> Callable[[object], str]:
+    """A validator from ``rule(value) -> problem or None``; non-strings are refused before the rule runs."""
+
+    def validate(value: object) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"expected a string, got {type(value).__name__}")
+        problem = rule(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return validate
+
+
+def _show(value: str, limit: int = 80) -> str:
+    """``repr`` of a value cut to ``limit`` characters, so an error never echoes a huge input."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
+
+
+# ---- GCE resource names -----------------------------------------------------------------------------------
+# https://cloud.google.com/compute/docs/naming-resources : RFC 1035, lowercase letter first, 1-63 characters.
+_GCE_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _gce_name(value: str) -> str | None:
+    if not _GCE_NAME.match(value):
+        return (
+            f"{_show(value)} is not a valid name: 1-63 characters, lowercase letters, digits and '-', starting with a "
+            "letter and not ending with '-' (RFC 1035)"
+        )
+    return None
+
+
+GceName = Annotated[str, AfterValidator(_checked(_gce_name))]
+"""A network, subnetwork, reservation or other Compute Engine resource name."""
+RangeName = GceName
+"""A subnet secondary range name: the same RFC 1035 rule (https://cloud.google.com/vpc/docs/subnets)."""
+
+
+def bounded_name(base: str, limit: int) -> str:
+    """``base`` if it fits, else a prefix plus a short stable hash (GCE names must be unique and <= ``limit``)."""
+    if len(base) <= limit:
+        return base
+    digest = hashlib.sha256(base.encode()).hexdigest()[:8]
+    return f"{base[: limit - 9].rstrip('-_.')}-{digest}"
+
+
+# ---- project and service-account ids -----------------------------------------------------------------------
+# https://cloud.google.com/resource-manager/docs/creating-managing-projects : 6-30 characters, lowercase letters,
+# digits and hyphens, starting with a letter, not ending with a hyphen; must not contain "google".
+_PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+
+
+def _project_id(value: str) -> str | None:
+    if not _PROJECT_ID.match(value):
+        return (
+            f"{_show(value)} is not a GCP project id: 6-30 characters, lowercase letters, digits and '-', starting "
+            "with a letter and not ending with '-'"
+        )
+    if "google" in value:
+        return f"{_show(value)}: project ids cannot contain 'google'"
+    return None
+
+
+ProjectId = Annotated[str, AfterValidator(_checked(_project_id))]
+
+# https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/create : accountId "must be 6-30
+# characters long, and match the regular expression [a-z]([-a-z0-9]*[a-z0-9])".
+SERVICE_ACCOUNT_ID = re.compile(r"^[a-z](?:[-a-z0-9]{4,28}[a-z0-9])$")
+
+
+def service_account_id(cluster: str, role: str) -> str:
+    """The id of a service account tpuray derives from a (valid) cluster name, e.g. ``tpuray-prod-nodes``.
+
+    Always 6-30 characters: a short cluster name gets ``-sa`` appended, a long one is cut with a stable hash.
+    """
+    base = f"{cluster}-{role}"
+    if len(base) < 6:
+        base += "-sa"
+    return bounded_name(base, 30)
+
+
+# ---- zones and machine types -------------------------------------------------------------------------------
+# https://cloud.google.com/compute/docs/regions-zones : a zone is <region>-<letter>, e.g. us-east5-a.
+REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
+_ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
+
+
+def _zone(value: str) -> str | None:
+    if not _ZONE.match(value):
+        return f"{_show(value)} is not a zone: <region>-<letter>, e.g. us-east5-a (no spaces)"
+    return None
+
+
+Zone = Annotated[str, AfterValidator(_checked(_zone))]
+
+# https://cloud.google.com/compute/docs/machine-resource : <series>-<type>-<vCPUs> (e2-standard-8), custom types
+# <series>-custom-<vCPUs>-<MiB>.
+_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+def _machine_type(value: str) -> str | None:
+    if not _MACHINE_TYPE.match(value) or len(value) > 63:
+        return f"{_show(value)} is not a machine type like e2-standard-8 or n2-custom-8-32768"
+    return None
+
+
+MachineType = Annotated[str, AfterValidator(_checked(_machine_type))]
+
+
+# ---- GKE versions ------------------------------------------------------------------------------------------
+_GKE_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:-gke\.(\d+))?$")
+
+
+def gke_version_key(version: str) -> tuple[int, ...]:
+    """Sortable key of a GKE version, e.g. ``1.31.2-gke.1115000`` -> ``(1, 31, 2, 1115000)``.
+
+    https://cloud.google.com/kubernetes-engine/versioning : ``1.X``, ``1.X.Y`` or ``1.X.Y-gke.N``.
+    """
+    m = _GKE_VERSION.match(version) if isinstance(version, str) else None
+    if not m:
+        raise ValueError(f"{_show(str(version))} is not a GKE version like 1.31.2-gke.1115000 (or 1.31, 1.31.2)")
+    return tuple(int(x or 0) for x in m.groups())
+
+
+def _gke_version(value: str) -> str | None:
+    gke_version_key(value)
+    return None
+
+
+GkeVersion = Annotated[str, AfterValidator(_checked(_gke_version))]
+
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+SemVer = Annotated[str, AfterValidator(_checked(lambda v: None if _SEMVER.match(v) else f"{_show(v)} is not X.Y.Z"))]
+
+
+# ---- Cloud Storage -------------------------------------------------------------------------------------------
+# https://cloud.google.com/storage/docs/buckets#naming : lowercase letters, digits, '-', '_' and '.'; start and end
+# with a letter or digit; 3-63 characters (dotted names need domain verification, which a stack cannot do, so tpuray
+# does not accept dots); not an IP address; must not begin with "goog" nor contain "google" or close misspellings.
+_BUCKET = re.compile(r"^[a-z0-9][-_a-z0-9]{1,61}[a-z0-9]$")
+_GOOGLE_LIKE = re.compile(r"g[o0]{2}g[l1]e")
+
+
+def bucket_name_problem(value: str) -> str | None:
+    if not _BUCKET.match(value):
+        return (
+            f"{_show(value)} is not a bucket name: 3-63 characters, lowercase letters, digits, '-' and '_', starting "
+            "and ending with a letter or digit (https://cloud.google.com/storage/docs/buckets#naming)"
+        )
+    if value.startswith("goog") or _GOOGLE_LIKE.search(value):
+        return f"{_show(value)}: bucket names cannot begin with 'goog' or contain 'google' (or look-alikes)"
+    return None
+
+
+BucketName = Annotated[str, AfterValidator(_checked(bucket_name_problem))]
+
+
+def derived_bucket_name(project: str, cluster: str) -> str:
+    """The default checkpoint bucket, ``<project>-<cluster>-ckpt``, cut with a stable hash to 63 characters."""
+    return bounded_name(f"{project}-{cluster}-ckpt", 63)
+
+
+# https://cloud.google.com/storage/docs/locations : a region, a predefined dual-region or a multi-region
+# (case-insensitive; configurable dual-regions need a custom placement config tpuray does not declare).
+BUCKET_MULTI_REGIONS = ("ASIA", "EU", "US")
+BUCKET_DUAL_REGIONS = ("ASIA1", "EUR4", "EUR5", "EUR7", "EUR8", "NAM4")
+
+
+def _bucket_location(value: str) -> str | None:
+    if REGION.match(value.lower()) or value.upper() in (*BUCKET_MULTI_REGIONS, *BUCKET_DUAL_REGIONS):
+        return None
+    return (
+        f"{_show(value)} is not a bucket location: a region (e.g. us-east5), a multi-region "
+        f"({', '.join(BUCKET_MULTI_REGIONS)}) or a dual-region ({', '.join(BUCKET_DUAL_REGIONS)})"
+    )
+
+
+BucketLocation = Annotated[str, AfterValidator(_checked(_bucket_location))]
+
+
+# ---- IP ranges -----------------------------------------------------------------------------------------------
+def _cidr(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a CIDR block like 10.0.0.0/20, got {type(value).__name__}")
+    try:
+        net = ipaddress.ip_network(value, strict=True)
+    except ValueError as e:
+        raise ValueError(f"not a CIDR block like 10.0.0.0/20: {e}") from None
+    if net.version != 4:
+        raise ValueError(f"{_show(value)}: only IPv4 ranges are supported")
+    return str(net)
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+"""An IPv4 network in CIDR notation with no host bits set, e.g. ``10.0.0.0/20``."""
+
+# https://cloud.google.com/vpc/docs/subnets#valid-ranges : the private ranges a subnet (and its secondary ranges)
+# may use without privately-used-public-IP configuration, which tpuray does not declare.
+PRIVATE_RANGES = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "240.0.0.0/4",
+    )
+)
+
+
+def private_range_problem(cidr: str) -> str | None:
+    net = ipaddress.ip_network(cidr)
+    if not any(net.subnet_of(p) for p in PRIVATE_RANGES):  # type: ignore[arg-type]
+        return (
+            f"{cidr} is not inside a private range a VPC subnet accepts (10.0.0.0/8, 172.16.0.0/12, "
+            "192.168.0.0/16, 100.64.0.0/10, ...; https://cloud.google.com/vpc/docs/subnets#valid-ranges)"
+        )
+    return None
+
+
+def prefix_problem(cidr: str, largest: int, smallest: int, what: str, source: str) -> str | None:
+    """``cidr``'s prefix length must lie in ``[largest, smallest]`` (a /``largest`` is the biggest block)."""
+    n = ipaddress.ip_network(cidr).prefixlen
+    if not largest <= n <= smallest:
+        return f"{cidr}: a {what} must be between /{largest} and /{smallest} ({source})"
+    return None
+
+
+# ---- Kubernetes quantities -----------------------------------------------------------------------------------
+# https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/ : <number><suffix>, suffix a
+# binary SI (Ki..Ei), decimal SI (n, u, m, "", k, M, G, T, P, E) or an exponent (e3, E-2).
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
+_SUFFIX: dict[str, int | Decimal] = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}  # fmt: skip
+
+
+def parse_quantity(value: str) -> Decimal:
+    """A Kubernetes quantity as a number (``"500m"`` -> 0.5, ``"16Gi"`` -> 17179869184)."""
+    m = _QUANTITY.match(value)
+    if not m:
+        raise ValueError(f"{_show(value)} is not a Kubernetes quantity like '8', '500m', '64Gi' or '1e3'")
+    number, suffix = m.group(1), m.group(2) or ""
+    try:
+        if suffix in _SUFFIX:
+            return Decimal(number) * Decimal(_SUFFIX[suffix])
+        return Decimal(number) * Decimal(10) ** int(suffix[1:])  # a decimal exponent, e.g. 1e3
+    except (ArithmeticError, ValueError):
+        raise ValueError(f"{_show(value)} is out of range for a Kubernetes quantity") from None
+
+
+def _quantity(lo: Decimal, hi: Decimal, unit: str, shown: Callable[[Decimal], str]) -> Callable[[object], str]:
+    def rule(value: str) -> str | None:
+        amount = parse_quantity(value)
+        if not lo <= amount <= hi:
+            return f"{_show(value)} = {shown(amount)} {unit}; a Ray pod needs between {shown(lo)} and {shown(hi)}"
+        return None
+
+    return _checked(rule)
+
+
+def _as_str(value: object) -> object:
+    """YAML reads ``headCpu: 8`` as an int; Kubernetes takes it as the quantity "8"."""
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def _cores(d: Decimal) -> str:
+    return f"{float(d):.4g}"
+
+
+def _gib(d: Decimal) -> str:
+    return f"{float(d) / 2**30:.4g}"
+
+
+# Bounds: a pod must fit one node; the largest GCE VMs have a few hundred vCPUs and a few TiB of memory.
+CpuQuantity = Annotated[
+    str, BeforeValidator(_as_str), AfterValidator(_quantity(Decimal("0.1"), Decimal(1000), "cores", _cores))
+]
+MemoryQuantity = Annotated[
+    str, BeforeValidator(_as_str), AfterValidator(_quantity(Decimal(2**27), Decimal(2**44), "GiB", _gib))
+]
+
+
+# ---- container images and paths -----------------------------------------------------------------------------
+# https://github.com/distribution/reference/blob/main/reference.go : [domain[:port]/]path[:tag][@digest].
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::\d+)?)"
+_IMAGE = re.compile(
+    rf"^(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{{32,}})?$"
+)
+
+
+def _image(value: str) -> str | None:
+    name = value.split("@", 1)[0].rsplit(":", 1)[0] if ":" in value.split("/")[-1] else value.split("@", 1)[0]
+    if not _IMAGE.match(value) or len(name) > 255:
+        return (
+            f"{_show(value)} is not a container image reference like registry.example.com/team/image:1.0 "
+            "(lowercase path, optional :tag and @sha256:digest)"
+        )
+    return None
+
+
+ImageRef = Annotated[str, AfterValidator(_checked(_image))]
+
+RESERVED_MOUNTS = ("/dev/shm",)
+"""Paths every Ray pod of tpuray already mounts (shared memory for Ray's object store)."""
+
+
+def _mount_path(value: str) -> str | None:
+    parts = value.split("/")
+    if not value.startswith("/") or value == "/" or ".." in parts or ":" in value or any(c.isspace() for c in value):
+        return f"{_show(value)} is not a mount path: an absolute path like /checkpoints, without '..', ':' or spaces"
+    if len(value) > 4096:
+        return "a mount path has at most 4096 characters"
+    norm = "/" + "/".join(p for p in parts if p)
+    for reserved in RESERVED_MOUNTS:
+        if norm == reserved or norm.startswith(reserved + "/") or reserved.startswith(norm + "/"):
+            return f"{_show(value)} clashes with the pod's own mount {reserved}"
+    return None
+
+
+MountPath = Annotated[str, AfterValidator(_checked(_mount_path))]
+
+
+# ---- label values ---------------------------------------------------------------------------------------------
+# GCP labels (https://cloud.google.com/compute/docs/labeling-resources): values <= 63 characters of lowercase
+# letters, digits, '_' and '-'. Kubernetes label values
+# (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set): <= 63
+# characters, alphanumeric at both ends. A value written to both must satisfy both.
+GCP_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+K8S_LABEL_VALUE = re.compile(r"^(?:(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def label_value(text: str) -> str:
+    """``text`` as a value valid both as a GCP label and a Kubernetes label (e.g. a Pulumi stack name)."""
+    value = re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
+    return value.strip("-_")
+
+
+def is_finite(x: float) -> bool:
+    return math.isfinite(x)
+
+
+# ---- Pulumi stack names ------------------------------------------------------------------------------------
+# https://www.pulumi.com/docs/iac/concepts/stacks/ : stack names contain alphanumerics, '-', '_' and '.' (at most
+# 100 characters). The name also becomes a file name (Pulumi.<stack>.yaml) and, through label_value, labels.
+_STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+def stack_name_problem(name: str) -> str | None:
+    if not _STACK_NAME.match(name) or set(name) == {"."}:
+        return (
+            f"{_show(name)} is not a stack name: 1-100 letters, digits, '-', '_' or '.' (not only dots), as Pulumi "
+            "names stacks"
+        )
+    return None

@@ -1,0 +1,119 @@
+"""Read a YAML file the way Pulumi reads stack and project files, with bounded cost and bounded errors.
+
+Pulumi parses ``Pulumi.<stack>.yaml`` with Go's yaml.v3, which rejects duplicate mapping keys, invalid UTF-8,
+excessive aliasing and excessive nesting. PyYAML's ``safe_load`` accepts duplicates (the last one wins, so a stack
+that Pulumi refuses would pass here) and expands nothing itself, but printing or validating an alias bomb walks
+every shared node again and again. :func:`load_yaml` refuses all of these with one short :class:`YamlError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "YamlError", "load_yaml", "read_yaml_file"]
+
+MAX_BYTES = 1 << 20
+"""A stack file is a few KB; anything past 1 MiB is not one."""
+MAX_DEPTH = 64
+"""Nesting deeper than any stack needs (yaml.v3's own limit is 10000, but tpuray's model is 4 levels deep)."""
+MAX_NODES = 100_000
+"""Nodes of the document with every alias expanded (yaml.v3 refuses "excessive aliasing" the same way)."""
+
+
+class YamlError(ValueError):
+    """The file is not a YAML document Pulumi would read; the message is one short line."""
+
+
+def _mark(node: Node) -> str:
+    m = node.start_mark
+    return f"line {m.line + 1}, column {m.column + 1}"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys and counts every node as aliases expand it."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._sizes: dict[int, int] = {}
+
+    def _expanded_size(self, node: Node, depth: int = 0) -> int:
+        """Nodes under ``node`` with aliases expanded, memoised per node (an alias bomb is a DAG)."""
+        if depth > MAX_DEPTH:
+            raise YamlError(f"nested deeper than {MAX_DEPTH} levels at {_mark(node)}")
+        key = id(node)
+        if key in self._sizes:
+            return self._sizes[key]
+        size = 1
+        if isinstance(node, SequenceNode):
+            size += sum(self._expanded_size(child, depth + 1) for child in node.value)
+        elif isinstance(node, MappingNode):
+            size += sum(self._expanded_size(k, depth + 1) + self._expanded_size(v, depth + 1) for k, v in node.value)
+        if size > MAX_NODES:
+            raise YamlError(f"the document expands to more than {MAX_NODES} values (excessive aliasing?)")
+        self._sizes[key] = size
+        return size
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Node] = {}
+        for key_node, _ in node.value:
+            if isinstance(key_node, ScalarNode):
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    hash(key)
+                except TypeError:
+                    continue  # SafeLoader reports unhashable keys itself
+                if key in seen:
+                    raise YamlError(
+                        f"duplicate key {str(key)[:60]!r} at {_mark(key_node)} (first at {_mark(seen[key])}); "
+                        "Pulumi refuses duplicate keys"
+                    )
+                seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """One YAML document, or :class:`YamlError` (duplicate key, too deep, too large, not YAML)."""
+    loader = _StrictLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        loader._expanded_size(root)
+        return loader.construct_document(root)
+    except YamlError:
+        raise
+    except RecursionError:
+        raise YamlError(f"nested deeper than {MAX_DEPTH} levels") from None
+    except yaml.YAMLError as e:
+        raise YamlError(_short(f"not valid YAML: {e}")) from None
+    finally:
+        loader.dispose()
+
+
+def read_yaml_file(path: str | Path) -> Any:
+    """Read and parse ``path``; every failure (missing, too big, not UTF-8, not YAML) is a :class:`YamlError`."""
+    p = Path(path)
+    try:
+        if p.is_dir():
+            raise YamlError(f"{p} is a directory, not a YAML file")
+        with p.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise YamlError(f"cannot read {p}: {e.strerror or e}") from None
+    if len(data) > MAX_BYTES:
+        raise YamlError(f"{p} is larger than {MAX_BYTES // 1024} KiB; a stack file is a few KB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise YamlError(f"not valid UTF-8 at byte {e.start} (line {line}); Pulumi reads YAML as UTF-8") from None
+    return load_yaml(text)
+
+
+def _short(text: str, limit: int = 400) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= limit else one[: limit - 3] + "..."

@@ -1,0 +1,521 @@
+"""A property-based corpus of invalid stacks, one strategy per validation rule, checked through the CLI.
+
+Every generated stack file is run through ``tpuray config check`` in this process: it must exit 1, name the
+offending path, print no traceback and stay under 64 KB of output. The sources of the rules are cited where they
+are written (``tpuray.components.config_types`` and ``tpuray.components.config``). The derived names (service
+account ids, the default bucket, label values) are checked the other way round: every valid input derives a name
+the API accepts. ``TPURAY_CORPUS_REPORT=1`` prints the figures (stacks tried, rejected, tracebacks) at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tpuray.components.cli import main
+from tpuray.components.config_types import (
+    GCP_LABEL_VALUE,
+    K8S_LABEL_VALUE,
+    SERVICE_ACCOUNT_ID,
+    bucket_name_problem,
+    derived_bucket_name,
+    label_value,
+    service_account_id,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+STACK_TEXT = {s: (ROOT / f"Pulumi.{s}.yaml").read_text() for s in ("dev", "prod")}
+MAX_OUTPUT = 64 * 1024
+FIGURES: Counter[str] = Counter()
+# Bounded per rule so the whole corpus stays a few seconds on a shared machine.
+CORPUS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+Mutation = tuple[str, Callable[[dict[str, Any]], None]]
+"""The path the error must name, and an edit of the stack's ``config:`` values (``tpuray:`` keys stripped)."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report() -> Iterator[None]:
+    yield
+    if os.environ.get("TPURAY_CORPUS_REPORT"):
+        print(f"\nconfig corpus: {dict(sorted(FIGURES.items()))}")
+
+
+def run_check(text: str | bytes) -> tuple[int, str]:
+    """``tpuray config check`` of a stack file holding ``text``: exit code and everything printed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "Pulumi.corpus.yaml"
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(["config", "check", str(path)])
+            except SystemExit as e:  # argparse
+                code = int(e.code or 0)
+    return code, out.getvalue() + err.getvalue()
+
+
+def assert_rejected(text: str | bytes, path: str, hint: str = "") -> None:
+    code, output = run_check(text)
+    FIGURES["tried"] += 1
+    FIGURES["rejected"] += code == 1
+    FIGURES["tracebacks"] += "Traceback" in output
+    assert "Traceback" not in output, output[-2000:]
+    assert code == 1, output[-2000:]
+    assert len(output.encode()) < MAX_OUTPUT, len(output)
+    assert f"  {path}: " in output or f"  {path}." in output, (path, output[-2000:])
+    assert hint in output, (hint, output[-2000:])
+
+
+def stack_text(stack: str, edit: Callable[[dict[str, Any]], None]) -> str:
+    doc = yaml.safe_load(STACK_TEXT[stack])
+    values = {k.removeprefix("tpuray:"): v for k, v in doc["config"].items()}
+    edit(values)
+    doc["config"] = {f"tpuray:{k}": v for k, v in values.items()}
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def setter(*path: str | int, value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(values: dict[str, Any]) -> None:
+        node: Any = values
+        for part in path[:-1]:
+            node = node.setdefault(part, {}) if isinstance(part, str) and isinstance(node, dict) else node[part]
+        node[path[-1]] = value
+
+    return edit
+
+
+def check(stack: str, m: Mutation, hint: str = "") -> None:
+    path, edit = m
+    assert_rejected(stack_text(stack, edit), path, hint)
+
+
+stacks = st.sampled_from(["dev", "prod"])
+junk = st.text(alphabet=st.characters(codec="utf-8"), min_size=0, max_size=80)
+
+
+def _not(rule: Callable[[str], bool]) -> Callable[[str], bool]:
+    return lambda v: not rule(v)
+
+
+# ---- names ---------------------------------------------------------------------------------------------------
+bad_buckets = st.one_of(
+    st.sampled_from(["ab", "a" * 64, "Upper-case", "goog-ckpt", "my-google-ckpt", "my-g00gle-x", "-x-", "a..b"]),
+    st.sampled_from(["192.168.5.4", "bucket_", "dots.need.verification", "sp ace", "ünï"]),
+    junk.filter(lambda v: bucket_name_problem(v) is not None),
+)
+
+
+@CORPUS
+@given(stacks, bad_buckets)
+def test_bucket_names(stack: str, name: str) -> None:
+    check(stack, ("checkpoints.bucket", setter("checkpoints", "bucket", value=name)))
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["google", "g00gle", "goog1e"]), st.text("abcdefgh", max_size=8))
+def test_the_derived_bucket_name_is_checked_too(stack: str, word: str, suffix: str) -> None:
+    """A cluster name that is fine for GKE but puts 'google' into the default bucket name."""
+    name = f"x{word}{suffix}"[:40]
+    check(stack, ("checkpoints.bucket", setter("cluster", "name", value=name)), "default name")
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["mars", "US-EAST5-", "us east5", "europe", "nam5x", "u", "us-east5-a "]) | junk)
+def test_bucket_locations(stack: str, location: str) -> None:
+    from tpuray.components.config_types import _bucket_location
+
+    if isinstance(location, str) and _bucket_location(location) is None:
+        return  # junk that happens to be a location
+    check(stack, ("checkpoints.location", setter("checkpoints", "location", value=location)))
+
+
+pool_names = st.sampled_from(["Upper", "1abc", "a_b", "ends-", "x" * 38, "with space", "ünï"]) | junk.filter(
+    lambda v: not (v[:1].islower() and v.isascii() and v.replace("-", "").isalnum() and v.islower() and len(v) < 38)
+)
+
+
+@CORPUS
+@given(stacks, pool_names)
+def test_pool_names(stack: str, name: str) -> None:
+    def edit(values: dict[str, Any]) -> None:
+        values["slicePools"][0]["name"] = name
+        values["workload"].pop("slicePool", None)
+
+    check(stack, ("slicePools[0].name", edit))
+
+
+@CORPUS
+@given(st.integers(0, 1))
+def test_derived_node_pool_names_collide(i: int) -> None:
+    """prod's v5p pool (2 multi-host slices) derives v5p-train-0 and -1; a single-host pool of that name collides."""
+
+    def edit(values: dict[str, Any]) -> None:
+        values["slicePools"][1].update({"name": f"v5p-train-{i}", "topology": "2x2", "capacity": {"type": "spot"}})
+
+    check("prod", ("slicePools[1].name", edit), "also used by")
+
+
+@CORPUS
+@given(stacks)
+def test_a_pool_named_like_the_system_pool(stack: str) -> None:
+    def edit(values: dict[str, Any]) -> None:
+        values["slicePools"][0]["name"] = "system"  # single-host: its node pool is "system" (multi-host: system-0)
+        values["slicePools"][0]["topology"] = "2x2x1" if stack == "prod" else "2x2"
+        values["workload"]["slicePool"] = "system"
+
+    check(stack, ("slicePools[0].name", edit), "system node pool")
+
+
+network_names = st.sampled_from(["Net", "9net", "net_1", "n" * 64, "net-", ""]) | junk.filter(
+    lambda v: not (v[:1].islower() and v.isascii() and v.replace("-", "").isalnum() and v.islower())
+)
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["name", "subnetwork", "podsRangeName", "servicesRangeName"]), network_names)
+def test_network_and_range_names(stack: str, key: str, name: str) -> None:
+    def edit(values: dict[str, Any]) -> None:
+        net = values.setdefault("network", {})
+        net.update({"create": False, "name": "shared", "subnetwork": "shared-sub"})
+        net[key] = name
+
+    check(stack, (f"network.{key}", edit))
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["Res", "res_1", "r" * 64, "-r", ""]), st.sampled_from([None, "UPPER", "short"]))
+def test_reservation_names_and_projects(stack: str, name: str, project: str | None) -> None:
+    capacity = {"type": "reservation", "name": name} if project is None else {"type": "reservation", "name": "ok"}
+    if project is not None:
+        capacity["project"] = project
+    where = "slicePools[0].capacity.name" if project is None else "slicePools[0].capacity.project"
+
+    def edit(values: dict[str, Any]) -> None:
+        values["slicePools"][0]["capacity"] = capacity
+        values["slicePools"][0]["autoscaling"] = {"enabled": True, "minSlices": 0}
+
+    check(stack, (where, edit))
+
+
+# ---- zones and regions ------------------------------------------------------------------------------------------
+@CORPUS
+@given(stacks, st.sampled_from([" us-east5-a", "us-east5-a ", "us-east5", "us-east5-ab", "US-EAST5-A", "useast5a"]))
+def test_zones(stack: str, zone: str) -> None:
+    check(stack, ("zone", setter("zone", value=zone)))
+
+
+@CORPUS
+@given(st.sampled_from(["us-west4-b", "us-west4-c"]))
+def test_a_zonal_cluster_keeps_its_pools_in_its_zone(zone: str) -> None:
+    check("dev", ("slicePools[0].zone", setter("slicePools", 0, "zone", value=zone)), "zonal cluster")
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["europe-west4-a", "asia-east1-b"]))
+def test_pool_zones_in_another_region(stack: str, zone: str) -> None:
+    check(stack, ("slicePools[0].zone", setter("slicePools", 0, "zone", value=zone)), "not in region")
+
+
+# ---- ranges -----------------------------------------------------------------------------------------------------
+bad_ranges = st.sampled_from(
+    [
+        ("subnetCidr", "10.0.0.0/30", "between"),
+        ("subnetCidr", "8.8.8.0/24", "private range"),
+        ("podsCidr", "10.16.0.0/25", "between"),
+        ("podsCidr", "10.0.0.0/8", "between"),
+        ("podsCidr", "34.0.0.0/14", "private range"),
+        ("servicesCidr", "10.20.0.0/28", "between"),
+        ("servicesCidr", "10.20.0.0/15", "between"),
+        ("servicesCidr", "10.0.0.0/20", "overlaps"),
+        ("podsCidr", "10.0.0.1/14", "host bits"),
+        ("subnetCidr", "fd00::/64", "IPv4"),
+        ("podsCidr", "10.16.0.0/22", "holds"),
+    ]
+)
+
+
+@CORPUS
+@given(stacks, bad_ranges)
+def test_subnet_and_secondary_ranges(stack: str, bad: tuple[str, str, str]) -> None:
+    key, cidr, hint = bad
+    if hint == "holds" and stack == "dev":
+        cidr = "10.16.0.0/24"  # dev grows to 2 nodes: one /24 holds 1
+    check(stack, (f"network.{key}", setter("network", key, value=cidr)), hint)
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["pods", "services"]))
+def test_range_names_differ(stack: str, name: str) -> None:
+    def edit(values: dict[str, Any]) -> None:
+        values["network"] = {"podsRangeName": name, "servicesRangeName": name}
+
+    check(stack, ("network.servicesRangeName", edit))
+
+
+@CORPUS
+@given(stacks, st.integers(51, 120))
+def test_master_authorized_networks_limit(stack: str, n: int) -> None:
+    private = stack == "prod"
+    n = n if not private else n + 50
+    nets = [{"cidr": f"203.0.{i // 256}.{i % 256}/32"} for i in range(n)]
+
+    def edit(values: dict[str, Any]) -> None:
+        values["cluster"]["masterAuthorizedNetworks"] = nets
+        values["cluster"]["privateNodes"] = private
+
+    check(stack, ("cluster.masterAuthorizedNetworks", edit), "at most")
+
+
+# ---- Kubernetes values --------------------------------------------------------------------------------------------
+bad_quantities = st.sampled_from(["", "four", "4 cores", "-1", "0", "1e100", "4x", "64GB", "0.01", "1Ti0"]) | junk
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["headCpu", "workerCpu", "headMemory", "workerMemory"]), bad_quantities)
+def test_kubernetes_quantities(stack: str, key: str, value: str) -> None:
+    from decimal import Decimal
+
+    from tpuray.components.config_types import parse_quantity
+
+    try:  # skip junk that is a valid quantity in range
+        amount = parse_quantity(value)
+        if ("Cpu" in key and Decimal("0.1") <= amount <= 1000) or ("Memory" in key and 2**27 <= amount <= 2**44):
+            return
+    except ValueError:
+        pass
+    check(stack, (f"ray.{key}", setter("ray", key, value=value)))
+
+
+bad_images = st.sampled_from(
+    ["", "Ray:2.60", "rayproject/ray:", "ray project/ray", "rayproject/ray@sha256:xyz", "ray/UPPER", "ray:tag:two"]
+)
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["image", "workerImage"]), bad_images)
+def test_container_images(stack: str, key: str, image: str) -> None:
+    check(stack, (f"ray.{key}", setter("ray", key, value=image)))
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["checkpoints", "/", "/dev/shm", "/dev/shm/x", "/dev", "/a/../b", "/c:d", " /x"]))
+def test_mount_paths(stack: str, path: str) -> None:
+    check(stack, ("checkpoints.mountPath", setter("checkpoints", "mountPath", value=path)))
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["Ray", "ray_ns", "r" * 64, "-ray"]))
+def test_namespaces(stack: str, ns: str) -> None:
+    check(stack, ("ray.namespace", setter("ray", "namespace", value=ns)))
+
+
+# ---- versions and machine types ---------------------------------------------------------------------------------
+@CORPUS
+@given(stacks, st.sampled_from(["latest", "1.31.2-gke", " 1.31.2", "1.31.2-gke.1 ", "v1.31", "1", "1.31.2.4"]))
+def test_gke_version_strings(stack: str, version: str) -> None:
+    check(stack, ("cluster.minMasterVersion", setter("cluster", "minMasterVersion", value=version)))
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["1.30.0-gke.1747000", "1.32.9", "1.33"]))
+def test_gke_versions_that_cannot_serve_the_pools(stack: str, version: str) -> None:
+    if stack == "dev":
+        version = "1.29.9"  # dev's v5e needs only the Ray add-on's 1.30.0-gke.1747000
+    check(stack, ("cluster.minMasterVersion", setter("cluster", "minMasterVersion", value=version)), "older than")
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["E2-standard-8", "e2 standard", "e2_standard_8", "ct5lp-hightpu-4t", "x" * 70]))
+def test_system_machine_types(stack: str, machine: str) -> None:
+    check(stack, ("cluster.systemMachineType", setter("cluster", "systemMachineType", value=machine)))
+
+
+# ---- capacity facts -----------------------------------------------------------------------------------------------
+@CORPUS
+@given(st.sampled_from([{"type": "flex-start", "maxRunDuration": "6h"}, {"type": "queued"}]))
+def test_flex_start_does_not_serve_v4(capacity: dict[str, Any]) -> None:
+    def edit(values: dict[str, Any]) -> None:
+        pool = values["slicePools"][0]
+        pool.update({"generation": "v4", "topology": "2x2x2", "capacity": capacity})
+        pool["autoscaling"] = {"enabled": True, "minSlices": 0}
+
+    check("prod", ("slicePools[0].capacity.type", edit), "v4")
+
+
+# ---- sane bounds ------------------------------------------------------------------------------------------------
+@CORPUS
+@given(
+    stacks,
+    st.sampled_from(
+        [
+            ("learningRate", float("inf")),
+            ("learningRate", float("nan")),
+            ("learningRate", 1e6),
+            ("learningRate", -0.1),
+            ("steps", 10**12),
+            ("batchSizePerChip", 10**7),
+            ("seqLen", 10**9),
+            ("dataset", ""),
+            ("dataset", " padded "),
+        ]
+    ),
+)
+def test_values_that_deploy_but_cannot_run(stack: str, kv: tuple[str, Any]) -> None:
+    key, value = kv
+    check(stack, (f"workload.{key}", setter("workload", key, value=value)))
+
+
+@CORPUS
+@given(stacks, st.sampled_from([("vocabSize", 10**9), ("layers", 10**5), ("dModel", 10**7), ("heads", 4096)]))
+def test_model_sizes(stack: str, kv: tuple[str, int]) -> None:
+    key, value = kv
+    check(stack, (f"workload.model.{key}", setter("workload", "model", key, value=value)))
+
+
+@CORPUS
+@given(stacks, st.sampled_from([-1, 10**6]))
+def test_retention_days(stack: str, days: int) -> None:
+    check(stack, ("checkpoints.retentionDays", setter("checkpoints", "retentionDays", value=days)))
+
+
+# ---- keys ---------------------------------------------------------------------------------------------------------
+@CORPUS
+@given(
+    stacks,
+    st.sampled_from(
+        [
+            ("slice_pools", "slicePools"),
+            ("slicepools", "slicePools"),
+            ("checkpoint", "checkpoints"),
+            ("clustr", "cluster"),
+            ("workloads", "workload"),
+        ]
+    ),
+)
+def test_unknown_keys_name_the_nearest(stack: str, keys: tuple[str, str]) -> None:
+    wrong, right = keys
+
+    def edit(values: dict[str, Any]) -> None:
+        values[wrong] = values.pop(right, {})
+
+    check(stack, (wrong, edit), f"did you mean '{right}'")
+
+
+# ---- YAML as Pulumi reads it --------------------------------------------------------------------------------------
+def _bomb(levels: int) -> str:
+    lines = ["config:", "  tpuray:project: tpuray-dev-project", '  tpuray:bomb0: &a0 ["lol","lol","lol","lol"]']
+    for i in range(1, levels):
+        lines.append(f"  tpuray:bomb{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]")
+    return "\n".join(lines) + "\n"
+
+
+@CORPUS
+@given(
+    st.one_of(
+        st.integers(6, 12).map(_bomb),
+        st.integers(70, 3000).map(lambda n: "config:\n  tpuray:project: " + "[" * n + "]" * n + "\n"),
+        st.sampled_from(["dev", "prod"]).map(lambda s: STACK_TEXT[s] + "  tpuray:region: us-east1\n"),
+        st.binary(min_size=1, max_size=40).map(lambda b: STACK_TEXT["dev"].encode() + b"\n# \xff\xfe" + b),
+        st.just("config: [unclosed\n"),
+        st.just("- a list\n- not a stack\n"),
+    )
+)
+def test_yaml_pulumi_would_refuse(text: str | bytes) -> None:
+    not_a_stack = isinstance(text, str) and text.startswith("- ")
+    assert_rejected(text, "config" if not_a_stack else "(file)")
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["project", "region", "cluster", "slicePools"]))
+def test_a_key_with_and_without_its_namespace(stack: str, key: str) -> None:
+    """``cluster`` and ``tpuray:cluster`` are one Pulumi config key: giving both is ambiguous."""
+    doc = yaml.safe_load(STACK_TEXT[stack])
+    doc["config"][key] = doc["config"][f"tpuray:{key}"]
+    assert_rejected(yaml.safe_dump(doc, sort_keys=False), key, "given twice")
+
+
+# ---- any edit at any place: an answer, never a crash --------------------------------------------------------------
+def _places(node: Any, prefix: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out += _places(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += _places(v, (*prefix, i))
+    return out
+
+
+anything = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stacks, st.data())
+def test_any_value_anywhere_is_answered_without_a_traceback(stack: str, data: st.DataObject) -> None:
+    doc = yaml.safe_load(STACK_TEXT[stack])
+    place = data.draw(st.sampled_from(_places(doc["config"])))
+    node: Any = doc["config"]
+    for part in place[:-1]:
+        node = node[part]
+    node[place[-1]] = data.draw(anything)
+    code, output = run_check(yaml.safe_dump(doc))
+    FIGURES["random edits"] += 1
+    assert code in (0, 1) and "Traceback" not in output and len(output.encode()) < MAX_OUTPUT, output[-2000:]
+
+
+# ---- derived names: every valid input derives an accepted name ---------------------------------------------------
+cluster_names = st.from_regex(r"\A[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?\Z", fullmatch=True)
+project_ids = st.from_regex(r"\A[a-z][-a-z0-9]{4,28}[a-z0-9]\Z", fullmatch=True).filter(lambda p: "google" not in p)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cluster_names, st.sampled_from(["nodes", "ray"]))
+def test_service_account_ids_are_6_to_30(cluster: str, role: str) -> None:
+    assert SERVICE_ACCOUNT_ID.match(service_account_id(cluster, role))
+
+
+@settings(max_examples=200, deadline=None)
+@given(project_ids, cluster_names.filter(lambda c: "goog" not in c and "g00g" not in c and "goo" not in c))
+def test_the_default_bucket_is_a_bucket_name(project: str, cluster: str) -> None:
+    name = derived_bucket_name(project, cluster)
+    assert len(name) <= 63
+    assert bucket_name_problem(name) is None or "google" in name.replace("0", "o").replace("1", "l")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=150))
+def test_stack_names_become_valid_label_values(stack: str) -> None:
+    value = label_value(stack)
+    assert GCP_LABEL_VALUE.match(value) and K8S_LABEL_VALUE.match(value)
+
+
+def test_the_shipped_stacks_still_pass() -> None:
+    for text in STACK_TEXT.values():
+        code, output = run_check(text)
+        assert code == 0, output
+
+
+def test_the_rejected_copy_keeps_everything_else_valid() -> None:
+    """The corpus edits one thing: the unedited copy of each stack passes, so a rejection is the edit's."""
+    for stack in STACK_TEXT:
+        code, output = run_check(stack_text(stack, lambda values: None))
+        assert code == 0, output
