@@ -641,6 +641,15 @@ def stack_rules(
                     "the pool's zone or the stack's zone",
                 )
             )
+        elif (pool.zone or zone) is None and not zone_invalid:
+            # Without node locations a pool spans every zone of a regional cluster, and GKE applies the autoscaling
+            # limits per zone: up to three times the slices, in zones that may not have the TPU at all.
+            found.append(
+                _field_msg(
+                    f"{at}.zone",
+                    f"TPU {pool.tpu_slice.generation} slices are zonal: set the pool's zone or the stack's zone",
+                )
+            )
     if pools and cluster is not None and cluster.min_master_version is not None:
         need = required_gke_version(p for _, p in pools)
         if gke_version_key(cluster.min_master_version) < gke_version_key(need):
@@ -653,7 +662,10 @@ def stack_rules(
     if network is not None and network.create and cluster is not None:
         # Each node takes a /24 of the Pod range at GKE's default of 110 Pods per node
         # (https://cloud.google.com/kubernetes-engine/docs/how-to/flexible-pod-cidr).
-        nodes = cluster.system_nodes + sum(p.slices * p.tpu_slice.hosts for _, p in pools)
+        # A regional cluster's system pool has systemNodes per zone (three zones in most regions).
+        nodes = cluster.system_nodes * (3 if cluster.regional else 1) + sum(
+            p.slices * p.tpu_slice.hosts for _, p in pools
+        )
         room = ipaddress.ip_network(network.pods_cidr).num_addresses // 256
         if nodes > room:
             found.append(

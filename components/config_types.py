@@ -346,8 +346,10 @@ _IMAGE = re.compile(
 
 
 def _image(value: str) -> str | None:
-    name = value.split("@", 1)[0].rsplit(":", 1)[0] if ":" in value.split("/")[-1] else value.split("@", 1)[0]
-    if not _IMAGE.match(value) or len(name) > 255:
+    name = value.split("@", 1)[0]
+    if ":" in name.rsplit("/", 1)[-1]:  # a tag, not a registry port
+        name = name.rsplit(":", 1)[0]
+    if not _IMAGE.match(value) or len(name) > 255:  # reference.go: NameTotalLengthMax = 255
         return (
             f"{_show(value)} is not a container image reference like registry.example.com/team/image:1.0 "
             "(lowercase path, optional :tag and @sha256:digest)"

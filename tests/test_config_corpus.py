@@ -226,6 +226,18 @@ def test_a_zonal_cluster_keeps_its_pools_in_its_zone(zone: str) -> None:
 
 
 @CORPUS
+@given(st.sampled_from(["2x2", "2x4", "1x1"]))
+def test_a_single_host_pool_of_a_regional_cluster_needs_a_zone(topology: str) -> None:
+    def edit(values: dict[str, Any]) -> None:
+        values["zone"] = ""
+        pool = {k: v for k, v in values["slicePools"][1].items() if k != "zone"}
+        values["slicePools"] = [{**pool, "topology": topology}]
+        values["workload"]["slicePool"] = values["slicePools"][0]["name"]
+
+    check("prod", ("slicePools[0].zone", edit), "zonal")
+
+
+@CORPUS
 @given(stacks, st.sampled_from(["europe-west4-a", "asia-east1-b"]))
 def test_pool_zones_in_another_region(stack: str, zone: str) -> None:
     check(stack, ("slicePools[0].zone", setter("slicePools", 0, "zone", value=zone)), "not in region")

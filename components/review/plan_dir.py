@@ -1,8 +1,9 @@
 """The plan directory on disk: where ``tpuray plan`` may write, and reading a ``plan.json`` back.
 
 ``tpuray plan --out DIR`` replaces its own earlier output, and nothing else: a directory it wrote carries a marker
-file; a non-empty directory without it, the file system root, the project root (or one of its parents) and any
-symlinked path are refused, and old manifests are removed file by file, never by tree. Reading a ``plan.json``
+file; a non-empty directory without it, the file system root, the project root (or one of its parents), the home
+directory, a plan directory that is a symlink and plan files that are symlinks are refused, and old manifests are
+removed file by file, never by tree. Reading a ``plan.json``
 that is missing, not JSON or not a plan is one :class:`PlanFileError` naming the file.
 """
 
@@ -35,20 +36,13 @@ class PlanFileError(ValueError):
     """A ``plan.json`` (or plan directory) that cannot be read as a plan."""
 
 
-def _symlinked(path: Path) -> Path | None:
-    """The first existing component of ``path`` (absolute) that is a symlink, if any."""
-    for p in (path, *path.parents):
-        if p.is_symlink():
-            return p
-    return None
-
-
 def check_out_dir(out: Path, root: Path) -> Path:
     """``out`` made absolute if tpuray plan may write there; else :class:`PlanOutError` saying why."""
     absolute = Path.cwd() / out if not out.is_absolute() else out
-    link = _symlinked(absolute)
-    if link is not None:
-        raise PlanOutError(f"--out {out}: {link} is a symlink; give a real directory (plans never follow links)")
+    # The folders above are the user's path (they may be links, e.g. /tmp on macOS); the plan directory itself and
+    # the files a plan writes there must not be, or a plan would write (and delete) wherever the link points.
+    if absolute.is_symlink():
+        raise PlanOutError(f"--out {out} is a symlink; give a real directory (plans never follow links)")
     resolved = absolute.resolve()
     if resolved == Path(resolved.anchor):
         raise PlanOutError(f"--out {out}: refusing to write a plan into the file system root")

@@ -164,3 +164,12 @@ def test_config_check_of_a_directory_or_missing_file(capsys: pytest.CaptureFixtu
     for target in (tmp_path, tmp_path / "missing.yaml"):
         code, text = run(capsys, "config", "check", str(target))
         assert code == 1 and "(file)" in text
+
+
+def test_a_symlinked_parent_folder_is_the_users_path(plans: dict[str, Plan], tmp_path: Path) -> None:
+    """Only the plan directory and its own files must not be links; the folders above may be (/tmp on macOS)."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "via").symlink_to(real, target_is_directory=True)
+    write_plan(plans["dev"], tmp_path / "via" / "plan", ROOT)
+    assert (real / "plan" / "plan.json").is_file()
