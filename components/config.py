@@ -20,7 +20,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from tpuray.components.config_types import (
@@ -46,12 +56,16 @@ from tpuray.components.config_types import (
     private_range_problem,
     service_account_id,
 )
-from tpuray.components.names import SYSTEM_POOL
+from tpuray.components.names import KUBERAY_NAMESPACE, SYSTEM_POOL
 from tpuray.components.stack_yaml import YamlError, read_yaml_file
 from tpuray.components.topology import FLEX_START_MIN_GKE_VERSION, GENERATIONS, TopologyError, TpuSlice, generation
 
 __all__ = [
     "NAMESPACE",
+    "PRODUCTION_STACKS",
+    "RAY_AUTH_TOKEN_KEY",
+    "SECRET_KEYS",
+    "SYSTEM_NAMESPACES",
     "Autoscaling",
     "Capacity",
     "CheckpointConfig",
@@ -73,16 +87,26 @@ __all__ = [
     "StackConfig",
     "WorkloadConfig",
     "capacity_rules",
+    "control_plane_rules",
     "gke_version_key",
+    "is_production_stack",
     "load_stack_file",
     "parse_stack_config",
     "problems",
     "required_gke_version",
+    "stack_of_file",
     "stack_rules",
 ]
 
 NAMESPACE = "tpuray"
 """The Pulumi config namespace (the project name): keys are ``tpuray:<key>``."""
+
+RAY_AUTH_TOKEN_KEY = "rayAuthToken"
+"""Optional ``tpuray:rayAuthToken`` (set with ``pulumi config set --secret``): the Ray token to use instead of a
+generated one. Read only with ``Config.get_secret`` by the program."""
+SECRET_KEYS = frozenset({RAY_AUTH_TOKEN_KEY})
+"""Secret-bearing config keys: never part of :class:`StackConfig` (whose values are plain and may be printed),
+never read with ``Config.get``."""
 
 
 class ConfigError(ValueError):
@@ -277,8 +301,17 @@ class SlicePoolConfig(_Model):
 
 
 # ---- cluster, network, Ray, checkpoints, workload -----------------------------------------------------
+def _not_everyone(value: str) -> str:
+    if ipaddress.ip_network(value).prefixlen == 0:
+        raise ValueError(
+            f"{value} opens the control plane to every address; list your networks, or set "
+            "cluster.controlPlaneEndpoint: private or dns (GKE hardening guide, CIS GKE 5.6.3)"
+        )
+    return value
+
+
 class AuthorizedNetwork(_Model):
-    cidr: Cidr
+    cidr: Annotated[Cidr, AfterValidator(_not_everyone)]
     name: Annotated[str, Field(max_length=100)] = ""
 
 
@@ -290,6 +323,35 @@ MAX_AUTHORIZED_NETWORKS = {True: 100, False: 50}
 ReleaseChannel = Literal["RAPID", "REGULAR", "STABLE", "EXTENDED", "UNSPECIFIED"]
 """``UNSPECIFIED``: not enrolled in a release channel, the only way to turn a pool's auto-upgrade off
 (https://cloud.google.com/kubernetes-engine/docs/concepts/release-channels)."""
+ControlPlaneEndpoint = Literal["public", "private", "dns"]
+
+PRODUCTION_STACKS = ("prod", "production")
+"""Stack names (or prefixes before ``-``) held to the production rules, here and in the policy pack."""
+
+
+def is_production_stack(stack: str | None, production_stacks: Iterable[str] = PRODUCTION_STACKS) -> bool:
+    s = (stack or "").lower()
+    return any(s == p or s.startswith(p + "-") for p in production_stacks)
+
+
+def control_plane_rules(cluster: ClusterConfig, stack: str | None) -> list[str]:
+    """A production control plane is private, DNS-only, or public to a non-empty list of networks.
+
+    GKE hardening guide (https://cloud.google.com/kubernetes-engine/docs/how-to/hardening-your-cluster) and CIS GKE
+    5.6.3/5.6.4; the policy rule ``gke-control-plane-not-public`` checks the same on the declared cluster.
+    """
+    if not is_production_stack(stack) or cluster.control_plane_endpoint != "public":
+        return []
+    if cluster.master_authorized_networks:
+        return []
+    return [
+        _field_msg(
+            "cluster.masterAuthorizedNetworks",
+            f"[gke-control-plane-not-public] production stack {stack!r} has a public control plane open to every "
+            "address: list the networks allowed to reach it (never 0.0.0.0/0), or set "
+            "cluster.controlPlaneEndpoint: private or dns",
+        )
+    ]
 
 
 class ClusterConfig(_Model):
@@ -302,6 +364,11 @@ class ClusterConfig(_Model):
     min_master_version: GkeVersion | None = Field(default=None, description="defaults to what the TPU pools need")
     private_nodes: bool = True
     master_authorized_networks: list[AuthorizedNetwork] = []
+    control_plane_endpoint: ControlPlaneEndpoint = Field(
+        default="public",
+        description="public (reached from masterAuthorizedNetworks only), private (internal IP only) or dns "
+        "(the DNS-based endpoint, IAM-checked, IP endpoints off)",
+    )
     deletion_protection: bool = True
     system_machine_type: MachineType = "e2-standard-8"
     system_nodes: Annotated[int, Field(ge=1, le=10)] = 1
@@ -325,6 +392,14 @@ class ClusterConfig(_Model):
         for i, cidr in enumerate(cidrs):
             if cidr in cidrs[:i]:
                 raise ValueError(_field_msg(f"masterAuthorizedNetworks[{i}].cidr", f"{cidr} is listed twice"))
+        return self
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> ClusterConfig:
+        if self.control_plane_endpoint == "private" and not self.private_nodes:
+            raise ValueError(
+                _field_msg("controlPlaneEndpoint", "a private endpoint needs privateNodes: true (GKE private clusters)")
+            )
         return self
 
     @property
@@ -382,15 +457,51 @@ class NetworkConfig(_Model):
         return self
 
 
+MIN_RAY_TOKEN_AUTH = "2.52.0"
+MIN_KUBERAY_AUTH_OPTIONS = "1.6.0"
+"""The Ray docs name 1.5.1 in one version of the page and 1.6.0 in another; the later one is required here."""
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", KUBERAY_NAMESPACE)
+SYSTEM_NAMESPACE_PREFIXES = ("kube-", "gke-", "gmp-")
+"""Namespaces Kubernetes, GKE and the KubeRay operator own; Ray pods run code on request, so never there."""
+
+
+def _own_namespace(value: str) -> str:
+    if value in SYSTEM_NAMESPACES or value.startswith(SYSTEM_NAMESPACE_PREFIXES):
+        raise ValueError(
+            f"{value!r} is a system namespace (Kubernetes, GKE or the KubeRay operator own it); give Ray a "
+            "namespace of its own, e.g. 'ray'"
+        )
+    return value
+
+
 class RayConfig(_Model):
     """KubeRay and the Ray images."""
 
     version: SemVer = "2.60.0"
-    image: ImageRef = Field(default="rayproject/ray:2.60.0-py311", description="head image")
+    image: ImageRef = Field(
+        default="rayproject/ray:2.60.0-py311", description="head image (a tag, or @sha256:<digest>)"
+    )
     worker_image: ImageRef | None = Field(default=None, description="TPU worker image (workloads/Dockerfile)")
-    namespace: Annotated[str, Field(pattern=_NAME, max_length=63)] = "ray"
+    namespace: Annotated[str, Field(pattern=_NAME, max_length=63), AfterValidator(_own_namespace)] = "ray"
     operator: Literal["addon", "helm"] = Field(default="addon", description="GKE Ray add-on or the Helm chart")
+    auth_options: bool | None = Field(
+        default=None,
+        description="token auth through KubeRay's authOptions (KubeRay >= 1.6); default: on with the Helm operator, "
+        "off with the GKE add-on (its KubeRay version is not published), which gets RAY_AUTH_MODE=token env instead",
+    )
     helm_chart_version: SemVer = "1.7.0"
+    operator_namespace: Annotated[str, Field(pattern=_NAME, max_length=63)] | None = Field(
+        default=None,
+        description="namespace of in-cluster KubeRay operator pods allowed to call the head's job API (RayJob "
+        "status); default kuberay-system with helm, none with the add-on (GKE hosts it and does not document where "
+        "it connects from)",
+    )
     head_cpu: CpuQuantity = "4"
     head_memory: MemoryQuantity = "16Gi"
     worker_cpu: CpuQuantity = "8"
@@ -401,6 +512,41 @@ class RayConfig(_Model):
         "own cluster and Kueue admits it whole",
     )
 
+    @model_validator(mode="after")
+    def _token_auth_needs(self) -> RayConfig:
+        # Older versions ignore the setting instead of failing: the cluster would run without authentication.
+        if _version_key(self.version) < _version_key(MIN_RAY_TOKEN_AUTH):
+            raise ValueError(
+                _field_msg(
+                    "version",
+                    f"{self.version} has no token authentication (Ray >= {MIN_RAY_TOKEN_AUTH}: "
+                    "https://docs.ray.io/en/latest/ray-security/token-auth.html)",
+                )
+            )
+        old_chart = _version_key(self.helm_chart_version) < _version_key(MIN_KUBERAY_AUTH_OPTIONS)
+        if self.operator == "helm" and self.uses_auth_options and old_chart:
+            raise ValueError(
+                _field_msg(
+                    "helmChartVersion",
+                    f"KubeRay {self.helm_chart_version} has no authOptions (needs >= {MIN_KUBERAY_AUTH_OPTIONS}); its "
+                    "CRD would drop the field and leave the cluster unauthenticated: upgrade, or set "
+                    "ray.authOptions: false",
+                )
+            )
+        return self
+
+    @property
+    def job_api_namespace(self) -> str | None:
+        """The operator namespace the NetworkPolicy lets reach the head's job API."""
+        if self.operator_namespace is not None:
+            return self.operator_namespace
+        return KUBERAY_NAMESPACE if self.operator == "helm" else None
+
+    @property
+    def uses_auth_options(self) -> bool:
+        """Token auth through KubeRay's ``authOptions`` (else the variables go into every container)."""
+        return self.auth_options if self.auth_options is not None else self.operator == "helm"
+
 
 class CheckpointConfig(_Model):
     """The checkpoint bucket, mounted into every Ray pod through the GCS FUSE CSI driver."""
@@ -409,6 +555,10 @@ class CheckpointConfig(_Model):
     location: BucketLocation | None = Field(default=None, description="bucket location; defaults to the region")
     mount_path: MountPath = "/checkpoints"
     retention_days: Annotated[int, Field(ge=0, le=36500, description="0 keeps checkpoints forever")] = 30
+    soft_delete_days: Annotated[int, Field(ge=7, le=90)] = Field(
+        default=7, description="days a deleted or overwritten checkpoint stays restorable (GCS soft delete, 7-90)"
+    )
+    versioning: bool = Field(default=False, description="also keep noncurrent object versions (GCS versioning)")
 
 
 class ModelConfig(_Model):
@@ -707,7 +857,12 @@ def _valid_part(model: type[_Model], value: Any) -> Any:
         return None
 
 
-def _rules_of_valid_parts(values: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _stack_of(context: Any) -> str | None:
+    stack = context.get("stack") if isinstance(context, Mapping) else None
+    return stack if isinstance(stack, str) else None
+
+
+def _rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -> list[tuple[str, str]]:
     """The cross-section rules run over whatever parts of an invalid stack are valid on their own.
 
     pydantic skips a model's own after-validator once any field fails, so without this a type error in one
@@ -734,6 +889,9 @@ def _rules_of_valid_parts(values: Mapping[str, Any]) -> list[tuple[str, str]]:
         _valid_part(CheckpointConfig, values.get("checkpoints")),
         zone_invalid=not zone_ok,
     )
+    cluster = _valid_part(ClusterConfig, values.get("cluster"))
+    if cluster is not None:
+        found += control_plane_rules(cluster, stack)
     found += capacity_rules(
         pools,
         _valid_part(ClusterConfig, values.get("cluster")),
@@ -781,7 +939,7 @@ class StackConfig(_Model):
         return None if v == "" else v  # Pulumi.yaml cannot declare a null default, so '' means unset
 
     @model_validator(mode="after")
-    def _rules(self) -> StackConfig:
+    def _rules(self, info: ValidationInfo) -> StackConfig:
         found = stack_rules(
             self.region,
             self.zone,
@@ -793,6 +951,7 @@ class StackConfig(_Model):
             self.project,
             self.checkpoints,
         )
+        found += control_plane_rules(self.cluster, _stack_of(info.context))
         found += capacity_rules(
             list(enumerate(self.slice_pools)), self.cluster, self.ray, self.kueue, self.maintenance, self.workload
         )
@@ -920,16 +1079,17 @@ def problems(err: ValidationError, model: type[BaseModel] | None = None) -> list
     return problems
 
 
-def parse_stack_config(values: Mapping[str, Any], source: str | None = None) -> StackConfig:
-    """Validate the ``tpuray:`` config values of a stack (namespace already stripped)."""
+def parse_stack_config(values: Mapping[str, Any], source: str | None = None, stack: str | None = None) -> StackConfig:
+    """Validate the ``tpuray:`` config values of a stack (namespace already stripped); ``stack`` names the stack
+    for the production rules."""
     if not isinstance(values, Mapping):
         raise ConfigError([("(root)", f"expected a mapping of config keys, got {type(values).__name__}")], source)
     try:
         # by alias only: a snake_case key (slice_pools) is a different Pulumi config key the program never reads
-        return StackConfig.model_validate(dict(values), by_name=False)
+        return StackConfig.model_validate(dict(values), by_name=False, context={"stack": stack})
     except ValidationError as e:
         found = problems(e)
-        found += [p for p in _rules_of_valid_parts(values) if p not in found]
+        found += [p for p in _rules_of_valid_parts(values, stack) if p not in found]
         raise ConfigError(found, source) from None
 
 
@@ -943,7 +1103,7 @@ def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> di
     given_as: dict[str, str] = {}
     for key, value in raw_config.items():
         ns, _, name = str(key).rpartition(":")
-        if ns in ("", NAMESPACE):
+        if ns in ("", NAMESPACE) and name not in SECRET_KEYS:  # secret-bearing keys are read with get_secret only
             if name in given_as:  # `cluster` and `tpuray:cluster` are one Pulumi key
                 raise ConfigError([(name, f"given twice, as {given_as[name]!r} and {str(key)!r}")], source)
             given_as[name] = str(key)
@@ -951,8 +1111,15 @@ def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> di
     return values
 
 
-def load_stack_file(path: str | Path) -> StackConfig:
-    """Load a ``Pulumi.<env>.yaml`` stack file without the Pulumi CLI."""
+def stack_of_file(path: str | Path) -> str | None:
+    """``Pulumi.<stack>.yaml`` -> ``<stack>``; None for other file names."""
+    m = re.match(r"^Pulumi\.(.+)\.ya?ml$", Path(path).name)
+    return m.group(1) if m else None
+
+
+def load_stack_file(path: str | Path, stack: str | None = None) -> StackConfig:
+    """Load a ``Pulumi.<env>.yaml`` stack file without the Pulumi CLI; the stack's name (for the production
+    rules) is ``stack``, else the ``<env>`` of the file name."""
     p = Path(path)
     try:
         doc = read_yaml_file(p)
@@ -960,4 +1127,4 @@ def load_stack_file(path: str | Path) -> StackConfig:
         raise ConfigError([("(file)", str(e))], str(p)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
         raise ConfigError([("config", "a stack file needs a top-level 'config:' mapping")], str(p))
-    return parse_stack_config(stack_values(doc["config"], str(p)), str(p))
+    return parse_stack_config(stack_values(doc["config"], str(p)), str(p), stack or stack_of_file(p))

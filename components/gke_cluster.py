@@ -1,11 +1,13 @@
 """``GkeCluster``: a GKE Standard cluster for Ray on TPUs.
 
 Declares: a VPC and subnet with pod/service secondary ranges (or uses an existing network), a Cloud Router and
-Cloud NAT when nodes are private, a least-privilege node service account with its project roles, the cluster
-(Ray Operator add-on with logging and monitoring, GCS FUSE CSI driver, Workload Identity, Dataplane V2, release
-channel, private nodes, master authorized networks, default node pool removed) and a CPU system node pool for
-the Ray head and system pods. Outputs the cluster name, endpoint, location, a kubeconfig (secret, using
-``gke-gcloud-auth-plugin``) and a Kubernetes provider for the other components.
+Cloud NAT when nodes are private, a least-privilege node service account (GKE's node role, Artifact Registry
+read on the image repositories only), the cluster (Ray Operator add-on with logging and monitoring, GCS FUSE CSI
+driver, Workload Identity, Dataplane V2, release channel, private nodes, a public endpoint limited to the
+authorized networks or a private or DNS-only endpoint, shielded nodes, legacy ABAC and client certificates off,
+default node pool removed) and a CPU system node pool for the Ray head and system pods. Outputs the cluster
+name, endpoint, location, a kubeconfig (secret, using ``gke-gcloud-auth-plugin``) and a Kubernetes provider for
+the other components.
 """
 
 from __future__ import annotations
@@ -18,18 +20,15 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from tpuray.components.config import ClusterConfig, MaintenanceConfig, NetworkConfig, StackConfig
-from tpuray.components.names import SYSTEM_POOL
+from tpuray.components.images import ArtifactRepository, parse_image
+from tpuray.components.names import NODE_SERVICE_ACCOUNT_ROLE, SYSTEM_POOL
 
 __all__ = ["NODE_SA_ROLES", "SYSTEM_POOL", "GkeCluster", "GkeClusterArgs", "maintenance_policy", "render_kubeconfig"]
 
-# What GKE nodes need and nothing more (GKE hardening guide): write logs and metrics, read images.
-NODE_SA_ROLES = (
-    "roles/logging.logWriter",
-    "roles/monitoring.metricWriter",
-    "roles/monitoring.viewer",
-    "roles/stackdriver.resourceMetadata.writer",
-    "roles/artifactregistry.reader",
-)
+# The one project role GKE documents for node service accounts (logs, metrics, autoscaling metrics). Images are
+# read with roles/artifactregistry.reader on each image repository, never project-wide.
+NODE_SA_ROLES = (NODE_SERVICE_ACCOUNT_ROLE,)
+IMAGE_READER_ROLE = "roles/artifactregistry.reader"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
@@ -50,6 +49,8 @@ class GkeClusterArgs:
     resource_labels: dict[str, str] = field(default_factory=dict)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     """When GKE may upgrade the cluster and nodes (a recurring window, exclusions)."""
+    image_repositories: list[ArtifactRepository] = field(default_factory=list)
+    """Artifact Registry repositories of the stack's images: the nodes may read these and no others."""
 
     @classmethod
     def from_stack(cls, cfg: StackConfig, resource_labels: dict[str, str] | None = None) -> GkeClusterArgs:
@@ -63,6 +64,7 @@ class GkeClusterArgs:
             maintenance=cfg.maintenance,
             ray_operator_addon=cfg.ray.operator == "addon",
             resource_labels=dict(resource_labels or {}),
+            image_repositories=image_repositories([cfg.ray.image, cfg.ray.worker_image or cfg.ray.image]),
         )
 
 
@@ -94,6 +96,12 @@ def maintenance_policy(m: MaintenanceConfig) -> gcp.container.ClusterMaintenance
         ]
         or None,
     )
+
+
+def image_repositories(images: list[str]) -> list[ArtifactRepository]:
+    """The distinct Artifact Registry repositories the images come from (public images need no grant)."""
+    repos = [parse_image(i).artifact_repository for i in images]
+    return list(dict.fromkeys(r for r in repos if r is not None))
 
 
 def render_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
@@ -209,7 +217,7 @@ class GkeCluster(pulumi.ComponentResource):
             opts=child,
         )
         member = node_sa.email.apply(lambda e: f"serviceAccount:{e}")
-        role_bindings = [
+        role_bindings: list[pulumi.Resource] = [
             gcp.projects.IAMMember(
                 f"{name}-node-sa-{role.split('/')[1].replace('.', '-').lower()}",
                 project=args.project,
@@ -218,6 +226,18 @@ class GkeCluster(pulumi.ComponentResource):
                 opts=child,
             )
             for role in NODE_SA_ROLES
+        ]
+        role_bindings += [
+            gcp.artifactregistry.RepositoryIamMember(
+                f"{name}-node-sa-reads-{repo.project}-{repo.location}-{repo.repository}",
+                project=repo.project,
+                location=repo.location,
+                repository=repo.repository,
+                role=IMAGE_READER_ROLE,
+                member=member,
+                opts=child,
+            )
+            for repo in args.image_repositories
         ]
         node_metadata = gcp.container.ClusterNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")
 
@@ -239,8 +259,24 @@ class GkeCluster(pulumi.ComponentResource):
             else None,
         )
         private = (
-            gcp.container.ClusterPrivateClusterConfigArgs(enable_private_nodes=True, enable_private_endpoint=False)
+            gcp.container.ClusterPrivateClusterConfigArgs(
+                enable_private_nodes=True, enable_private_endpoint=c.control_plane_endpoint == "private"
+            )
             if c.private_nodes
+            else None
+        )
+        # DNS-only: the IP endpoints are off and the DNS endpoint checks IAM on every request
+        # (https://cloud.google.com/kubernetes-engine/docs/concepts/network-isolation).
+        endpoints = (
+            gcp.container.ClusterControlPlaneEndpointsConfigArgs(
+                dns_endpoint_config=gcp.container.ClusterControlPlaneEndpointsConfigDnsEndpointConfigArgs(
+                    allow_external_traffic=True
+                ),
+                ip_endpoints_config=gcp.container.ClusterControlPlaneEndpointsConfigIpEndpointsConfigArgs(
+                    enabled=False
+                ),
+            )
+            if c.control_plane_endpoint == "dns"
             else None
         )
         authorized = (
@@ -255,6 +291,8 @@ class GkeCluster(pulumi.ComponentResource):
             if c.master_authorized_networks
             else None
         )
+        # Shielded nodes with secure boot and integrity monitoring on every pool (CIS GKE 5.5.5-5.5.7).
+        shielded = {"enable_secure_boot": True, "enable_integrity_monitoring": True}
         self.cluster = gcp.container.Cluster(
             f"{name}-cluster",
             name=c.name,
@@ -277,6 +315,15 @@ class GkeCluster(pulumi.ComponentResource):
             datapath_provider="ADVANCED_DATAPATH",
             private_cluster_config=private,
             master_authorized_networks_config=authorized,
+            control_plane_endpoints_config=endpoints,
+            enable_shielded_nodes=True,
+            # Explicitly off, not left to defaults (GKE hardening guide; CIS GKE 5.8.1 and 5.8.4).
+            enable_legacy_abac=False,
+            master_auth=gcp.container.ClusterMasterAuthArgs(
+                client_certificate_config=gcp.container.ClusterMasterAuthClientCertificateConfigArgs(
+                    issue_client_certificate=False
+                )
+            ),
             deletion_protection=c.deletion_protection,
             # The default pool is created and deleted at once; give it the node identity anyway so the
             # default compute service account never runs a node.
@@ -286,6 +333,7 @@ class GkeCluster(pulumi.ComponentResource):
                 service_account=node_sa.email,
                 oauth_scopes=[CLOUD_PLATFORM_SCOPE],
                 workload_metadata_config=node_metadata,
+                shielded_instance_config=gcp.container.ClusterNodeConfigShieldedInstanceConfigArgs(**shielded),
             ),
             resource_labels=args.resource_labels or None,
             opts=pulumi.ResourceOptions(parent=self, depends_on=role_bindings),
@@ -308,6 +356,7 @@ class GkeCluster(pulumi.ComponentResource):
                 ),
                 labels={"tpuray.io/role": "system"},
                 resource_labels=args.resource_labels or None,
+                shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(**shielded),
             ),
             opts=child,
         )

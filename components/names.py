@@ -33,15 +33,23 @@ RAY_CLUSTER_LABEL = "ray.io/cluster"
 POOL_LABEL = "tpuray.io/pool"
 """The slice pool a node belongs to; Ray worker groups select their nodes by it."""
 SLICE_LABEL = "tpuray.io/slice"
+RAY_CLUSTER_POD_LABEL = "tpuray.io/ray-cluster"
+"""On every Ray pod tpuray renders: the Ray cluster it belongs to. KubeRay's own ``ray.io/cluster`` label holds the
+RayCluster's name, which for a RayJob's own cluster is ``<job>-<random suffix>``; NetworkPolicies select by this."""
 POD_TYPE_LABEL = "tpuray.io/pod-type"
 
 # ---- pods -------------------------------------------------------------------------------------------------
 WEBHOOK_POD_LABEL = {"app.kubernetes.io/name": "kuberay"}
 """The GKE TPU webhook only mutates pods with this label (KubeRay sets it too; set here so it is explicit)."""
+KUBERAY_NAMESPACE = "kuberay-system"
+"""Namespace of the KubeRay operator tpuray installs from the Helm chart (``ray.operator: helm``)."""
 SYSTEM_POOL = "system"
 """Name of the CPU node pool that runs the Ray head and system pods."""
 RAY_SERVICE_ACCOUNT = "ray"
 """Kubernetes service account of the Ray pods (bound to the Ray Google service account)."""
+NODE_SERVICE_ACCOUNT_ROLE = "roles/container.defaultNodeServiceAccount"
+"""The one project role GKE documents for node service accounts
+(https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts; CIS GKE 5.2.1)."""
 
 
 # ---- taints -----------------------------------------------------------------------------------------------
@@ -71,8 +79,42 @@ TPU_MEGASCALE_PORT = 8081
 TPU_RUNTIME_PORTS = (("tpu-slicebuilder", TPU_SLICEBUILDER_PORT), ("tpu-megascale", TPU_MEGASCALE_PORT))
 """Ports the TPU runtime listens on in multi-host slices (KubeRay and GKE TPU samples)."""
 RAY_DASHBOARD_PORT = 8265
-HEAD_PORTS = (("gcs-server", 6379), ("dashboard", RAY_DASHBOARD_PORT), ("client", 10001), ("metrics", 8080))
+RAY_GCS_PORT = 6379
+RAY_CLIENT_PORT = 10001
+RAY_METRICS_PORT = 8080
+HEAD_PORTS = (
+    ("gcs-server", RAY_GCS_PORT),
+    ("dashboard", RAY_DASHBOARD_PORT),
+    ("client", RAY_CLIENT_PORT),
+    ("metrics", RAY_METRICS_PORT),
+)
 """Ports of the Ray head container (KubeRay's defaults)."""
+TPU_PROCESS_BASE_PORT = 8476
+"""First per-chip PJRT process port: the chip ``r`` of a host listens on ``8476 + r`` (torch_xla
+``_internal/tpu.py``; ``TPU_PROCESS_ADDRESSES`` lists every host at these ports)."""
+
+# Ray picks most of its ports at random unless `ray start` is told otherwise
+# (https://docs.ray.io/en/latest/ray-core/configure.html#ports-configurations). tpuray pins every one, so the
+# NetworkPolicy of the Ray namespace can allow exactly these: rayStartParams and the policy both read this table.
+RAY_NODE_PORTS = (
+    ("node-manager-port", 6380),
+    ("object-manager-port", 6381),
+    ("runtime-env-agent-port", 6382),
+    ("dashboard-agent-grpc-port", 6383),
+    ("dashboard-agent-listen-port", 52365),
+    ("metrics-export-port", RAY_METRICS_PORT),
+)
+"""``ray start`` flag -> port, on every Ray node (head and workers)."""
+RAY_WORKER_PORT_RANGE = (10002, 19999)
+"""``--min-worker-port``/``--max-worker-port``: Ray's defaults, written out so the policy can allow the range."""
+
+# ---- Ray token authentication (https://docs.ray.io/en/latest/ray-security/token-auth.html) ------------------
+RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
+RAY_AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
+RAY_AUTH_TOKEN_KEY = "auth_token"
+"""The Secret data key KubeRay's ``authOptions.secretName`` reads the token from."""
+SUBMITTER_ROLE_LABEL = {"tpuray.io/role": "ray-job-submitter"}
+"""Pod label of the RayJob submitter, which the NetworkPolicy lets reach the head's dashboard port."""
 
 # ---- worker environment ---------------------------------------------------------------------------------
 MAX_RUN_ENV = "TPURAY_MAX_RUN_SECONDS"

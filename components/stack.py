@@ -14,7 +14,7 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from tpuray.components.config import StackConfig
+from tpuray.components.config import NAMESPACE, RAY_AUTH_TOKEN_KEY, StackConfig
 from tpuray.components.config_types import label_value
 from tpuray.components.gke_cluster import GkeCluster, GkeClusterArgs
 from tpuray.components.kueue import KueueQueues, KueueQueuesArgs
@@ -100,19 +100,29 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
     ]
     on_both = pulumi.ResourceOptions(providers=[provider, cluster.provider])
     node_pools = [np for p in pools for np in p.node_pools]
+    job_params = ray_job_params(cfg, k8s_labels)
+    # Ephemeral jobs bring their own cluster: the namespace, identity, token and network policies are declared
+    # for that cluster (its pods carry its name), and no long-lived RayCluster is.
+    ephemeral = cfg.ray.job_mode == "ephemeral" and job_params.cluster is not None
+    cluster_params = job_params.cluster if ephemeral and job_params.cluster else ray_cluster_params(cfg, k8s_labels)
     ray = RayTpuCluster(
         "ray",
         RayTpuClusterArgs(
             project=cfg.project,
             cluster_name=cfg.cluster.name,
-            params=ray_cluster_params(cfg, k8s_labels),
+            params=cluster_params,
             bucket_location=cfg.checkpoints.location or cfg.region,
             retention_days=cfg.checkpoints.retention_days,
+            soft_delete_days=cfg.checkpoints.soft_delete_days,
+            versioning=cfg.checkpoints.versioning,
+            # secret-bearing: read with get_secret only, never part of the (printable) StackConfig
+            auth_token=pulumi.Config(NAMESPACE).get_secret(RAY_AUTH_TOKEN_KEY),
             operator=cfg.ray.operator,
+            operator_namespace=cfg.ray.job_api_namespace,
             helm_chart_version=cfg.ray.helm_chart_version,
             resource_labels=labels,
             depends_on=[cluster.cluster, cluster.system_pool, *node_pools],
-            declare_cluster=cfg.ray.job_mode == "shared",
+            declare_cluster=not ephemeral,
         ),
         on_both,
     )
@@ -130,5 +140,9 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
             on_both,
         )
         job_after += list(kueue.objects.values())
-    job = RayTpuJob("train", RayTpuJobArgs(params=ray_job_params(cfg, k8s_labels), depends_on=job_after), on_both)
+    job = RayTpuJob(
+        "train",
+        RayTpuJobArgs(params=job_params, depends_on=[*job_after, ray.auth_secret]),
+        on_both,
+    )
     return Stack(config=cfg, gcp_provider=provider, cluster=cluster, pools=pools, ray=ray, job=job, kueue=kueue)

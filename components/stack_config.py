@@ -43,7 +43,8 @@ def from_pulumi_config(config: pulumi.Config | None = None) -> StackConfig:
     """The validated :class:`StackConfig` of the running stack; raises :class:`ConfigError`."""
     config = config or pulumi.Config(NAMESPACE)
     values, problems = raw_stack_values(config)
-    source = f"stack {pulumi.get_stack()}"
+    stack = pulumi.get_stack()
+    source = f"stack {stack}"
     if problems:
         raise ConfigError(problems, source)
-    return parse_stack_config(values, source)
+    return parse_stack_config(values, source, stack)

@@ -138,6 +138,10 @@ class TpuSlicePool(pulumi.ComponentResource):
             ],
             gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
             workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
+            # Shielded nodes with secure boot and integrity monitoring (CIS GKE 5.5.6, 5.5.7)
+            shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+                enable_secure_boot=True, enable_integrity_monitoring=True
+            ),
         )
         return gcp.container.NodePool(
             f"{name}-{p.name}",

@@ -49,6 +49,10 @@ def test_review_package_imports() -> None:
         "tpuray.components.planning.node_pools",
         "tpuray.components.planning.kuberay",
         "tpuray.components.planning.from_config",
+        "tpuray.components.planning.network_policy",
+        "tpuray.components.planning.pod_security",
+        "tpuray.components.planning.ray_auth",
+        "tpuray.components.images",
     ],
 )
 def test_facts_config_and_planners_load_no_pulumi(module: str) -> None:

@@ -26,8 +26,14 @@ from tpuray.components.planning.kuberay import (
     ray_job_manifest,
 )
 from tpuray.components.planning.kueue import priority_class_name
+from tpuray.components.planning.ray_auth import RayAuth, auth_secret_name
 
-__all__ = ["ray_cluster_params", "ray_job_params", "stack_manifests"]
+__all__ = ["ray_auth", "ray_cluster_params", "ray_job_params", "stack_manifests"]
+
+
+def ray_auth(cfg: StackConfig) -> RayAuth:
+    """The stack's Ray token: a Secret named after the RayCluster, passed by authOptions or by env."""
+    return RayAuth(secret_name=auth_secret_name(cfg.cluster.name), auth_options=cfg.ray.uses_auth_options)
 
 
 def ray_cluster_params(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> RayClusterParams:
@@ -53,6 +59,7 @@ def ray_cluster_params(cfg: StackConfig, labels: Mapping[str, str] | None = None
         checkpoint_bucket=cfg.checkpoint_bucket,
         checkpoint_mount_path=cfg.checkpoints.mount_path,
         labels=dict(labels or {}),
+        auth=ray_auth(cfg),
     )
 
 
@@ -72,6 +79,8 @@ def ray_job_params(cfg: StackConfig, labels: Mapping[str, str] | None = None) ->
         ttl_seconds_after_finished=0,
         backoff_limit=0,
         labels=dict(labels or {}),
+        submitter_image=cfg.ray.image,
+        auth=ray_auth(cfg),
     )
 
 
@@ -101,6 +110,8 @@ def _ephemeral_job_params(
         backoff_limit=0,
         labels=job_labels,
         suspend=True,
+        submitter_image=cfg.ray.image,
+        auth=ray_auth(cfg),
     )
 
 

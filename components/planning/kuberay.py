@@ -28,9 +28,13 @@ from tpuray.components.names import (
     POOL_LABEL,
     RAY_ACCELERATOR_TYPE_LABEL,
     RAY_CLUSTER_LABEL,
+    RAY_CLUSTER_POD_LABEL,
+    RAY_NODE_PORTS,
     RAY_POD_TYPE_LABEL,
     RAY_TOPOLOGY_LABEL,
     RAY_TPU_RESOURCE,
+    RAY_WORKER_PORT_RANGE,
+    SUBMITTER_ROLE_LABEL,
     TPU_RESOURCE,
     TPU_RUNTIME_PORTS,
     TPU_TAINT,
@@ -38,6 +42,8 @@ from tpuray.components.names import (
 )
 from tpuray.components.planning.drain import drain_plan, pre_stop_hook
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job, raise_problems
+from tpuray.components.planning.pod_security import RAY_GID, RAY_UID, container_security_context
+from tpuray.components.planning.ray_auth import RayAuth
 from tpuray.components.topology import TpuSlice
 
 __all__ = [
@@ -51,6 +57,8 @@ __all__ = [
     "ray_cluster_manifest",
     "ray_cluster_spec",
     "ray_job_manifest",
+    "ray_start_ports",
+    "submitter_pod_template",
 ]
 
 API_VERSION = "ray.io/v1"
@@ -59,7 +67,7 @@ API_VERSION = "ray.io/v1"
 CHECKPOINT_VOLUME = "checkpoints"
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 # Ray images run as uid 1000 (ray) in gid 100 (users); without these the FUSE mount is root-owned.
-GCSFUSE_MOUNT_OPTIONS = "implicit-dirs,uid=1000,gid=100,file-mode=664,dir-mode=775"
+GCSFUSE_MOUNT_OPTIONS = f"implicit-dirs,uid={RAY_UID},gid={RAY_GID},file-mode=664,dir-mode=775"
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,8 @@ class RayClusterParams:
     checkpoint_mount_path: str = "/checkpoints"
     idle_timeout_seconds: int = 600
     labels: Mapping[str, str] = field(default_factory=dict)
+    auth: RayAuth | None = None
+    """Ray token authentication (every container, or KubeRay's authOptions)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,10 @@ class RayJobParams:
     labels: Mapping[str, str] = field(default_factory=dict)
     suspend: bool = False
     """Created suspended: Kueue admits it (unsuspends it) when the whole cluster fits its quota."""
+    submitter_image: str | None = None
+    """Image of the K8sJobMode submitter pod (the head's); set, tpuray renders a hardened submitter template."""
+    auth: RayAuth | None = None
+    """The target cluster's token: the submitter's ``ray job submit`` sends it."""
 
 
 # ---- naming -------------------------------------------------------------------------------------------
@@ -168,7 +182,7 @@ def _volumes(p: RayClusterParams) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 
 def _pod_metadata(p: RayClusterParams, extra_labels: Mapping[str, str]) -> dict[str, Any]:
-    meta: dict[str, Any] = {"labels": {**p.labels, **WEBHOOK_POD_LABEL, **extra_labels}}
+    meta: dict[str, Any] = {"labels": {**p.labels, **WEBHOOK_POD_LABEL, RAY_CLUSTER_POD_LABEL: p.name, **extra_labels}}
     if p.checkpoint_bucket:
         meta["annotations"] = {"gke-gcsfuse/volumes": "true"}  # asks GKE to inject the GCS FUSE sidecar
     return meta
@@ -176,6 +190,16 @@ def _pod_metadata(p: RayClusterParams, extra_labels: Mapping[str, str]) -> dict[
 
 def _ports(pairs: tuple[tuple[str, int], ...]) -> list[dict[str, Any]]:
     return [{"name": n, "containerPort": port} for n, port in pairs]
+
+
+def ray_start_ports() -> dict[str, str]:
+    """``rayStartParams`` pinning every port Ray would otherwise pick at random (the NetworkPolicy allows these)."""
+    lo, hi = RAY_WORKER_PORT_RANGE
+    return {flag: str(port) for flag, port in RAY_NODE_PORTS} | {"min-worker-port": str(lo), "max-worker-port": str(hi)}
+
+
+def _auth_env(p: RayClusterParams) -> list[dict[str, Any]]:
+    return p.auth.container_env() if p.auth else []
 
 
 def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
@@ -190,6 +214,8 @@ def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
                 "ports": _ports(HEAD_PORTS),
                 "resources": {"requests": dict(resources), "limits": dict(resources)},
                 "volumeMounts": mounts,
+                "securityContext": container_security_context(),
+                **({"env": _auth_env(p)} if _auth_env(p) else {}),
             }
         ],
         "volumes": volumes,
@@ -200,7 +226,9 @@ def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
         # ClusterIP only: the dashboard and client are reached through kubectl port-forward, never exposed.
         "serviceType": "ClusterIP",
         # num-cpus 0 keeps tasks and job drivers off the head, which has no TPU and no tpuray workload image.
-        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
+        # dashboard-host 0.0.0.0 so the submitter and port-forward reach it; token auth and the namespace's
+        # NetworkPolicy decide who may (planning/network_policy.py).
+        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0", **ray_start_ports()},
         "template": {"metadata": _pod_metadata(p, {}), "spec": pod_spec},
     }
 
@@ -215,13 +243,16 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
     if g.queued:
         tolerations.append({"key": GKE_QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
     drain = drain_plan(g.capacity)
+    env = _auth_env(p)
+    if g.max_run_seconds is not None:
+        env = [*env, {"name": MAX_RUN_ENV, "value": str(g.max_run_seconds)}]
     return {
         "groupName": g.name,
         "replicas": g.replicas,
         "minReplicas": g.min_replicas,
         "maxReplicas": g.max_replicas,
         "numOfHosts": s.hosts,
-        "rayStartParams": {},
+        "rayStartParams": ray_start_ports(),
         # Ray node labels (KubeRay >= 1.5 passes them to `ray start --labels`): select a slice shape in Ray code.
         "labels": {
             RAY_TOPOLOGY_LABEL: s.topology,
@@ -246,17 +277,14 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
                         "name": "ray-worker",
                         "image": p.worker_image,
                         "ports": _ports(TPU_RUNTIME_PORTS),
+                        **({"env": env} if env else {}),
                         "resources": {
                             "requests": {"cpu": p.worker_cpu, "memory": p.worker_memory, TPU_RESOURCE: tpu},
                             "limits": {"cpu": p.worker_cpu, "memory": p.worker_memory, TPU_RESOURCE: tpu},
                         },
                         "volumeMounts": mounts,
                         "lifecycle": pre_stop_hook(drain),
-                        **(
-                            {"env": [{"name": MAX_RUN_ENV, "value": str(g.max_run_seconds)}]}
-                            if g.max_run_seconds is not None
-                            else {}
-                        ),
+                        "securityContext": container_security_context(),
                     }
                 ],
                 "volumes": volumes,
@@ -275,7 +303,15 @@ def ray_cluster_spec(p: RayClusterParams) -> dict[str, Any]:
         "workerGroupSpecs": [worker_group_spec(p, g) for g in p.groups],
     }
     if autoscale:
-        spec["autoscalerOptions"] = {"upscalingMode": "Default", "idleTimeoutSeconds": p.idle_timeout_seconds}
+        spec["autoscalerOptions"] = {
+            "upscalingMode": "Default",
+            "idleTimeoutSeconds": p.idle_timeout_seconds,
+            "securityContext": container_security_context(),  # the autoscaler sidecar of the head pod
+        }
+        if _auth_env(p):  # the autoscaler talks to the GCS, which then wants the token too
+            spec["autoscalerOptions"]["env"] = _auth_env(p)
+    if p.auth and p.auth.spec_options():
+        spec["authOptions"] = p.auth.spec_options()
     return spec
 
 
@@ -288,6 +324,24 @@ def ray_cluster_manifest(p: RayClusterParams) -> dict[str, Any]:
     }
     raise_problems("RayCluster", p.name, check_ray_cluster_spec(manifest["spec"], p.name))
     return manifest
+
+
+def submitter_pod_template(j: RayJobParams) -> dict[str, Any]:
+    """The K8sJobMode submitter pod: KubeRay fills in the ``ray job submit`` command and its own variables; the
+    template makes the pod meet ``restricted`` (KubeRay's default submitter sets no securityContext), carries the
+    token, and the label the NetworkPolicy lets reach the head's job API."""
+    container: dict[str, Any] = {
+        "name": "ray-job-submitter",
+        "image": j.submitter_image,
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        "securityContext": container_security_context(),
+    }
+    if j.auth:
+        container["env"] = j.auth.env()
+    return {
+        "metadata": {"labels": {**j.labels, **SUBMITTER_ROLE_LABEL}},
+        "spec": {"restartPolicy": "Never", "containers": [container]},
+    }
 
 
 def ray_job_manifest(j: RayJobParams) -> dict[str, Any]:
@@ -316,6 +370,8 @@ def ray_job_manifest(j: RayJobParams) -> dict[str, Any]:
         spec["activeDeadlineSeconds"] = j.active_deadline_seconds
     if j.suspend:
         spec["suspend"] = True
+    if j.submitter_image and j.submission_mode == "K8sJobMode":
+        spec["submitterPodTemplate"] = submitter_pod_template(j)
     manifest: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "RayJob",

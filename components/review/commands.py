@@ -53,6 +53,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _error(f"cannot write the plan to {out}: {e}", 2)
     print(summary(plan))
     print(f"wrote {out}/plan.json, manifests/, topology.md, topology.svg")
+    for w in plan.warnings:
+        print(f"warning: [{w.rule}] {w.urn.rsplit('::', 1)[-1]}: {w.message}", file=sys.stderr)
     if plan.violations:
         print(f"\n{len(plan.violations)} policy violation(s):", file=sys.stderr)
         for v in plan.violations:

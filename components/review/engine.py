@@ -80,13 +80,21 @@ class ProgramRun:
 
 
 # ---- wire values -> plain JSON --------------------------------------------------------------------------
+SECRET_SIG = ("4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270")
+"""How the Pulumi wire format marks a secret value (``{sig_key: sig_value, "value": ...}``)."""
+REDACTED = "[secret]"
+
+
 def plain(value: Any) -> Any:
     """A JSON-ready copy of a wire value: integral floats become ints (the wire has only floats), dict keys are
-    sorted by the JSON writer, resource references become their URN, anything else exotic its ``str``."""
+    sorted by the JSON writer, resource references become their URN, secrets become ``[secret]`` (a plan is
+    printed, committed and posted on pull requests), anything else exotic its ``str``."""
     if isinstance(value, bool) or value is None or isinstance(value, str | int):
         return value
     if isinstance(value, float):
         return int(value) if value.is_integer() else value
+    if isinstance(value, Mapping) and value.get(SECRET_SIG[0]) == SECRET_SIG[1]:
+        return REDACTED
     if isinstance(value, Mapping):
         # "__"-prefixed keys are the SDK's bookkeeping (e.g. "__defaults"), not inputs
         return {str(k): plain(v) for k, v in value.items() if not str(k).startswith("__")}

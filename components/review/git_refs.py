@@ -20,7 +20,6 @@ from typing import Any
 from tpuray.components.review import engine as plan_engine
 from tpuray.components.review.policy_rules import Resource, check_resources
 from tpuray.components.review.render import plan_json
-from tpuray.components.review.stack_rules import check_stack
 
 __all__ = ["GitPlanError", "is_git_ref", "plan_of_ref"]
 
@@ -106,5 +105,5 @@ def _plan_in_tree(tree: Path, stack: str, tmp: Path) -> dict[str, Any]:
         raise GitPlanError(f"plan of stack {stack} failed:\n{done.stderr.strip()[-4000:]}")
     run: dict[str, Any] = json.loads(done.stdout)
     resources = [Resource(r["type"], r["name"], r["inputs"], r["urn"]) for r in run["resources"]]
-    doc: dict[str, Any] = json.loads(plan_json(run, check_resources(resources) + check_stack(resources)))
+    doc: dict[str, Any] = json.loads(plan_json(run, check_resources(resources)))
     return doc

@@ -12,16 +12,15 @@ plan directory::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpuray.components.config import NAMESPACE, StackConfig, load_stack_file
+from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_stack_file
 from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, load_plan_file, mark
 from tpuray.components.review.policy_rules import Resource, Violation, check_resources
 from tpuray.components.review.pool_views import PoolView, pool_views
 from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown
-from tpuray.components.review.stack_rules import check_stack
 from tpuray.components.review.svg import render_svg
 
 __all__ = ["PICTURE", "Plan", "find_root", "render_stack", "write_plan"]
@@ -36,6 +35,8 @@ class Plan:
     run: dict[str, Any]
     violations: list[Violation]
     pools: list[PoolView]
+    warnings: list[Violation] = field(default_factory=list)
+    """Advisory rules' findings: printed, never a failure."""
 
     @property
     def resources(self) -> list[dict[str, Any]]:
@@ -57,7 +58,7 @@ def render_stack(stack: str, root: Path, program: Path | None = None, stack_file
     from tpuray.components.review import engine as plan_engine  # imports the Pulumi SDK: only when a plan is made
 
     stack_file = stack_file or root / f"Pulumi.{stack}.yaml"
-    cfg = load_stack_file(stack_file)
+    cfg = load_stack_file(stack_file, stack)
     project = plan_engine.project_name(root, NAMESPACE)
     config = plan_engine.config_from_stack_file(stack_file, project, root / "Pulumi.yaml")
     run = plan_engine.run_program(
@@ -67,13 +68,19 @@ def render_stack(stack: str, root: Path, program: Path | None = None, stack_file
 
 
 def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
+    config = run.get("config") or {}
+    for key in SECRET_KEYS:  # secret-bearing config never reaches plan.json, whatever form the stack file used
+        if f"{NAMESPACE}:{key}" in config:
+            config[f"{NAMESPACE}:{key}"] = "[secret]"
     resources = [Resource(type=r["type"], name=r["name"], props=r["inputs"], urn=r["urn"]) for r in run["resources"]]
+    found = check_resources(resources)
     return Plan(
         stack=stack,
         config=cfg,
         run=run,
-        violations=check_resources(resources) + check_stack(resources),
+        violations=[v for v in found if not v.advisory],
         pools=pool_views(cfg, run["resources"]),
+        warnings=[v for v in found if v.advisory],
     )
 
 
@@ -88,7 +95,7 @@ def write_plan(plan: Plan, out: Path, root: Path | None = None) -> None:
     manifests = out / "manifests"
     clear_manifests(manifests)
     manifests.mkdir(exist_ok=True)
-    (out / "plan.json").write_text(plan_json(plan.run, plan.violations))
+    (out / "plan.json").write_text(plan_json(plan.run, plan.violations, plan.warnings))
     for name, text in manifest_files(plan.resources).items():
         (manifests / name).write_text(text)
     (out / "topology.md").write_text(topology_markdown(plan.stack, plan.pools, PICTURE))

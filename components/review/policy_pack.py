@@ -18,8 +18,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from tpuray.components.review.policy_rules import RULES, Resource, Rule, RuleContext, stack_of_urn
-from tpuray.components.review.stack_rules import STACK_RULES, StackRule
+from tpuray.components.review.policy_rules import RULES, STACK_RULES, Resource, Rule, RuleContext, stack_of_urn
+from tpuray.components.review.security_rules import StackRule
 
 __all__ = ["CONFIG_SCHEMA_PROPERTIES", "POLICIES", "STACK_POLICIES", "policy_for", "stack_policy_for"]
 
@@ -28,7 +28,8 @@ CONFIG_SCHEMA_PROPERTIES: dict[str, Any] = {
         "type": "array",
         "items": {"type": "string"},
         "default": ["prod", "production"],
-        "description": "stack names (or prefixes before '-') whose clusters must keep deletion protection",
+        "description": "stack names (or prefixes before '-') held to the production rules (deletion protection, "
+        "a non-public control plane, images pinned by digest)",
     }
 }
 
@@ -49,31 +50,24 @@ def policy_for(rule: Rule) -> ResourceValidationPolicy:
         for message in rule.check(res, _context(args)):
             report_violation(f"{args.name}: {message}", None)
 
-    schema = None
-    if rule.name == "gke-deletion-protection-production":
-        schema = PolicyConfigSchema(properties=CONFIG_SCHEMA_PROPERTIES)
     return ResourceValidationPolicy(
         name=rule.name,
         description=rule.description,
         validate=validate,
-        enforcement_level=EnforcementLevel.MANDATORY,
-        config_schema=schema,
+        enforcement_level=EnforcementLevel.ADVISORY if rule.advisory else EnforcementLevel.MANDATORY,
+        config_schema=PolicyConfigSchema(properties=CONFIG_SCHEMA_PROPERTIES),
     )
 
 
-POLICIES: list[ResourceValidationPolicy] = [policy_for(rule) for rule in RULES]
-
-
 def stack_policy_for(rule: StackRule) -> StackValidationPolicy:
-    """One stack rule as a mandatory stack validation policy (it sees every resource of the stack)."""
+    """One stack rule as a mandatory stack validation policy."""
 
     def validate(args: StackValidationArgs, report_violation: Any) -> None:
         resources = [Resource(type=r.resource_type, name=r.name, props=r.props, urn=r.urn) for r in args.resources]
-        if not resources:
-            return
-        config = args.get_config() or {}
-        stacks = config.get("productionStacks") or ("prod", "production")
-        ctx = RuleContext(stack=stack_of_urn(resources[0].urn), production_stacks=tuple(str(s) for s in stacks))
+        stacks = (args.get_config() or {}).get("productionStacks") or ("prod", "production")
+        ctx = RuleContext(
+            stack=stack_of_urn(resources[0].urn) if resources else "", production_stacks=tuple(map(str, stacks))
+        )
         for urn, message in rule.check(resources, ctx):
             report_violation(f"{urn.rsplit('::', 1)[-1]}: {message}", urn)
 
@@ -86,4 +80,5 @@ def stack_policy_for(rule: StackRule) -> StackValidationPolicy:
     )
 
 
+POLICIES: list[ResourceValidationPolicy] = [policy_for(rule) for rule in RULES]
 STACK_POLICIES: list[StackValidationPolicy] = [stack_policy_for(rule) for rule in STACK_RULES]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuray.components.config import is_production_stack
 from tpuray.components.names import GKE_TOPOLOGY_LABEL as TPU_TOPOLOGY_LABEL
 from tpuray.components.names import POD_TYPE_LABEL, RAY_DASHBOARD_PORT
 from tpuray.components.planning.kuberay_checks import worker_group_chips_problem
@@ -29,6 +30,7 @@ __all__ = [
     "RAY_CLUSTER",
     "RULES",
     "SERVICE",
+    "STACK_RULES",
     "Resource",
     "Rule",
     "RuleContext",
@@ -62,8 +64,7 @@ class RuleContext:
 
     @property
     def production(self) -> bool:
-        s = self.stack.lower()
-        return any(s == p or s.startswith(p + "-") for p in self.production_stacks)
+        return is_production_stack(self.stack, self.production_stacks)
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,8 @@ class Rule:
     description: str
     types: tuple[str, ...]
     check: Callable[[Resource, RuleContext], list[str]]
+    advisory: bool = False
+    """A warning, not a failure (CrossGuard's advisory enforcement level)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class Violation:
     rule: str
     urn: str
     message: str
+    advisory: bool = False
 
 
 @dataclass
@@ -409,11 +413,25 @@ RULES: tuple[Rule, ...] = (
 
 
 def check_resources(resources: Iterable[Resource], ctx: RuleContext | None = None) -> list[Violation]:
-    """Every rule over every resource of a plan; the stack comes from the URNs unless ``ctx`` names it."""
+    """Every rule over every resource of a plan, then the stack rules; the stack comes from the URNs unless
+    ``ctx`` names it."""
     out: list[Violation] = []
+    resources = list(resources)
     for res in resources:
         c = ctx or RuleContext(stack=stack_of_urn(res.urn))
         for rule in RULES:
             if res.type in rule.types:
-                out.extend(Violation(rule.name, res.urn or res.name, m) for m in rule.check(res, c))
+                out.extend(Violation(rule.name, res.urn or res.name, m, rule.advisory) for m in rule.check(res, c))
+    stack_ctx = ctx or RuleContext(stack=stack_of_urn(resources[0].urn) if resources else "")
+    for stack_rule in STACK_RULES:
+        out.extend(Violation(stack_rule.name, urn, m) for urn, m in stack_rule.check(resources, stack_ctx))
     return out
+
+
+# The security rules build on the types above (security_rules.py takes Rule as an argument, so either module
+# can be imported first).
+from tpuray.components.review.maintenance_rules import maintenance_rules  # noqa: E402
+from tpuray.components.review.security_rules import security_rules, stack_rules  # noqa: E402
+
+RULES = (*RULES, *security_rules(Rule))
+STACK_RULES = (*stack_rules(), *maintenance_rules())

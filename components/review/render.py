@@ -22,13 +22,16 @@ __all__ = ["FORMAT", "manifest_files", "plan_json", "summary_table", "topology_m
 FORMAT = "tpuray-plan/1"
 
 
-def plan_json(run: Mapping[str, Any], violations: Sequence[Violation]) -> str:
-    """``plan.json``: the run (project, stack, config, resources, outputs) plus the policy result."""
+def plan_json(run: Mapping[str, Any], violations: Sequence[Violation], warnings: Sequence[Violation] = ()) -> str:
+    """``plan.json``: the run (project, stack, config, resources, outputs) plus the policy result (advisory
+    findings under ``warnings``, only when there are some)."""
     doc = {
         "format": FORMAT,
         **run,
         "violations": [{"rule": v.rule, "urn": v.urn, "message": v.message} for v in violations],
     }
+    if warnings:
+        doc["warnings"] = [{"rule": v.rule, "urn": v.urn, "message": v.message} for v in warnings]
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 

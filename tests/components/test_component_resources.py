@@ -299,7 +299,8 @@ def test_ray_cluster_and_job() -> None:
     build = build_ray(cfg)
     rec, out = er.run(build)
     ray, job = build.holder["ray"], build.holder["job"]  # type: ignore[attr-defined]
-    assert_parented(rec, "tpuray:index:RayTpuCluster", 7)
+    # namespace, bucket, GSA, bucket grant, WI binding, KSA, RayCluster, token + Secret, 6 NetworkPolicies
+    assert_parented(rec, "tpuray:index:RayTpuCluster", 15)
     assert_parented(rec, "tpuray:index:RayTpuJob", 1)
     assert not rec.of_type("kubernetes:helm.sh/v3:Release")
 
@@ -318,7 +319,14 @@ def test_ray_cluster_and_job() -> None:
     assert wi["member"] == "serviceAccount:tpuray-test-proj.svc.id.goog[ray/ray]"
     ksa = rec.one("kubernetes:core/v1:ServiceAccount")["inputs"]
     assert ksa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": out["gsa"]}
-    assert rec.one("kubernetes:core/v1:Namespace")["inputs"]["metadata"]["name"] == "ray"
+    ns = rec.one("kubernetes:core/v1:Namespace")["inputs"]["metadata"]
+    assert ns["name"] == "ray" and ns["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert bucket["softDeletePolicy"]["retentionDurationSeconds"] == 7 * 86400
+    secret = rec.one("kubernetes:core/v1:Secret")["inputs"]
+    assert secret["metadata"] == {"name": "tpu-ray-auth", "namespace": "ray", "labels": {}}
+    assert rec.one("random:index/randomPassword:RandomPassword")["inputs"]["length"] == 48
+    policies = {p["inputs"]["metadata"]["name"] for p in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")}
+    assert "default-deny-all" in policies and len(policies) == 6
 
     rc = rec.one(RAY_CLUSTER)["inputs"]
     assert rc["apiVersion"] == "ray.io/v1" and rc["kind"] == "RayCluster"

@@ -87,13 +87,13 @@ def test_topology_and_zone_changes_are_flagged(plans: dict[str, Plan], tmp_path:
 
 
 def test_a_harmless_change_warns_nothing(plans: dict[str, Plan], tmp_path: Path) -> None:
-    new = _variant(tmp_path, "image", ("worker:0.1.0", "worker:0.2.0"))
+    new = _variant(tmp_path, "image", ("worker@sha256:ba7308ec", "worker@sha256:0a7308ec"))  # a new build
     d = diff_plans(_doc(plans["prod"], tmp_path / "a"), _doc(new, tmp_path / "b"))
     assert d.changed and not d.added and not d.removed
     assert d.warnings == []
     assert not any(c.replaced for c in d.changed if c.type in (NODE_POOL, CLUSTER))
     md = render_markdown([d])
-    assert "[!WARNING]" not in md and "worker:0.2.0" in md
+    assert "[!WARNING]" not in md and "tpuray/worker@sha256:" in md  # the digest is shortened in the table
 
 
 def test_removing_a_pool_warns_about_deletion(plans: dict[str, Plan], tmp_path: Path) -> None:
@@ -172,7 +172,8 @@ def test_kueue_quota_changes_show_next_to_the_chip_delta(plans: dict[str, Plan],
     assert any(f.dotted.endswith("nominalQuota") and (f.old, f.new) == (32, 48) for f in cq.fields)
     # without Kueue on either side the table keeps its four columns
     no_kueue = diff_plans(
-        _doc(plans["prod"], tmp_path / "c"), _doc(_variant(tmp_path, "img", ("0.1.0", "0.2.0")), tmp_path / "d")
+        _doc(plans["prod"], tmp_path / "c"),
+        _doc(_variant(tmp_path, "keep", ("retentionDays: 90", "retentionDays: 60")), tmp_path / "d"),
     )
     assert no_kueue.quota_base == no_kueue.quota_new == {}
     assert "Kueue quota" not in render_markdown([no_kueue]) and "| v5p | 128 | 128 | +0 |" in render_markdown(

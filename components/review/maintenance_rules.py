@@ -1,7 +1,9 @@
 """Rules over a whole stack's resources, for what one resource cannot tell alone.
 
-Pure Python, like :mod:`~tpuray.components.review.policy_rules`: ``tpuray plan`` runs them over the collected
-resources and the policy pack turns them into CrossGuard stack validation policies.
+Pure Python. :mod:`~tpuray.components.review.policy_rules` adds :func:`maintenance_rules` to its
+``STACK_RULES``: ``tpuray plan`` runs them over the collected resources and the policy pack makes them CrossGuard
+stack validation policies. Like ``security_rules``, this module imports ``policy_rules`` only inside functions, so
+either can be imported first.
 
 A static multi-host TPU slice in production (a node pool that keeps its slice, not autoscaled from zero) must not
 be upgraded in the middle of a run: TPU VMs cannot live-migrate and a slice restarts whole when any of its hosts
@@ -12,31 +14,15 @@ cluster, not on the node pool: hence a stack rule.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from tpuray.components.review.policy_rules import (
-    CLUSTER,
-    NODE_POOL,
-    Resource,
-    RuleContext,
-    Violation,
-    _slice_of,
-    _tpu_pool,
-    stack_of_urn,
-)
-from tpuray.components.review.policy_rules import _int as as_int
+from tpuray.components.review.security_rules import StackRule
 
-__all__ = ["STACK_RULES", "StackRule", "check_stack", "maintenance_declared", "static_multi_host"]
+if TYPE_CHECKING:
+    from tpuray.components.review.policy_rules import Resource, RuleContext
 
-
-@dataclass(frozen=True)
-class StackRule:
-    name: str
-    description: str
-    check: Callable[[Sequence[Resource], RuleContext], list[tuple[str, str]]]
-    """``(urn of the offending resource, message)`` pairs."""
+__all__ = ["check_static_slices_have_maintenance", "maintenance_declared", "maintenance_rules", "static_multi_host"]
 
 
 def maintenance_declared(cluster_props: Mapping[str, Any]) -> bool:
@@ -50,6 +36,8 @@ def maintenance_declared(cluster_props: Mapping[str, Any]) -> bool:
 
 def static_multi_host(res: Resource) -> str | None:
     """The slice (``v5p-128``) a node pool keeps up, if it holds a multi-host slice that is never scaled away."""
+    from tpuray.components.review.policy_rules import _int, _slice_of, _tpu_pool
+
     pool = _tpu_pool(res)
     if pool is None:
         return None
@@ -57,21 +45,20 @@ def static_multi_host(res: Resource) -> str | None:
     if s is None or not s.multi_host:
         return None
     auto = pool.autoscaling
-    kept = as_int(auto.get("minNodeCount")) if auto else as_int(res.props.get("nodeCount"))
+    kept = _int(auto.get("minNodeCount")) if auto else _int(res.props.get("nodeCount"))
     return s.pod_type if kept is not None and kept >= s.hosts else None
 
 
 def check_static_slices_have_maintenance(resources: Sequence[Resource], ctx: RuleContext) -> list[tuple[str, str]]:
+    from tpuray.components.review.policy_rules import CLUSTER, NODE_POOL
+
     if not ctx.production:
         return []
-    clusters = [r for r in resources if r.type == CLUSTER]
-    if any(maintenance_declared(c.props) for c in clusters):
+    if any(maintenance_declared(r.props) for r in resources if r.type == CLUSTER):
         return []
     out = []
     for r in resources:
-        if r.type != NODE_POOL:
-            continue
-        kept = static_multi_host(r)
+        kept = static_multi_host(r) if r.type == NODE_POOL else None
         if kept is not None:
             out.append(
                 (
@@ -84,18 +71,11 @@ def check_static_slices_have_maintenance(resources: Sequence[Resource], ctx: Rul
     return out
 
 
-STACK_RULES: tuple[StackRule, ...] = (
-    StackRule(
-        "tpu-static-slices-maintenance-production",
-        "Production pools that keep multi-host TPU slices need a cluster maintenance window or exclusion.",
-        check_static_slices_have_maintenance,
-    ),
-)
-
-
-def check_stack(resources: Sequence[Resource], ctx: RuleContext | None = None) -> list[Violation]:
-    """Every stack rule over a plan's resources; the stack comes from the URNs unless ``ctx`` names it."""
-    if not resources:
-        return []
-    c = ctx or RuleContext(stack=stack_of_urn(resources[0].urn))
-    return [Violation(rule.name, urn, message) for rule in STACK_RULES for urn, message in rule.check(resources, c)]
+def maintenance_rules() -> tuple[StackRule, ...]:
+    return (
+        StackRule(
+            "tpu-static-slices-maintenance-production",
+            "Production pools that keep multi-host TPU slices need a cluster maintenance window or exclusion.",
+            check_static_slices_have_maintenance,
+        ),
+    )

@@ -1,0 +1,71 @@
+"""Container image references: tag or digest, and the Artifact Registry repository an image lives in.
+
+Pure Python. A reference pinned by digest (``...@sha256:<64 hex>``) names immutable content; a tag can be moved
+to other content at any time, so production policy warns on it. Artifact Registry Docker images are named
+``<location>-docker.pkg.dev/<project>/<repository>/<image>``
+(https://cloud.google.com/artifact-registry/docs/docker/names); the node service account gets read access on
+exactly those repositories.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["ArtifactRepository", "ImageRef", "parse_image"]
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_PATH_PART = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_AR_HOST = re.compile(r"^([a-z0-9-]+)-docker\.pkg\.dev$")
+
+
+@dataclass(frozen=True)
+class ArtifactRepository:
+    project: str
+    location: str
+    repository: str
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    registry: str | None
+    """The host (``us-docker.pkg.dev``), or None for Docker Hub's short names."""
+    path: str
+    tag: str | None
+    digest: str | None
+
+    @property
+    def pinned(self) -> bool:
+        """Pinned by digest: the reference names immutable content."""
+        return self.digest is not None
+
+    @property
+    def artifact_repository(self) -> ArtifactRepository | None:
+        m = _AR_HOST.match(self.registry or "")
+        parts = self.path.split("/")
+        if not m or len(parts) < 3:
+            return None
+        return ArtifactRepository(project=parts[0], location=m.group(1), repository=parts[1])
+
+
+def parse_image(ref: str) -> ImageRef:
+    """``[registry/]path[:tag][@sha256:digest]``; raises ValueError naming the valid form."""
+    form = "an image like 'us-docker.pkg.dev/<project>/<repo>/<image>:<tag>' or '<image>@sha256:<64 hex digits>'"
+    rest, at, digest_text = ref.partition("@")
+    digest = digest_text if at else None
+    if digest is not None and not _DIGEST.match(digest):
+        raise ValueError(f"{ref!r}: the digest must be sha256:<64 hex digits>; expected {form}")
+    head, _, last = rest.rpartition("/")
+    tag = None
+    if ":" in last:
+        last, tag = last.split(":", 1)
+        if not _TAG.match(tag):
+            raise ValueError(f"{ref!r}: bad tag {tag!r}; expected {form}")
+    parts = [*(head.split("/") if head else []), last]
+    registry = None
+    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        registry = parts.pop(0)
+    if not parts or not all(_PATH_PART.match(p) for p in parts):
+        raise ValueError(f"{ref!r} is not an image reference; expected {form}")
+    return ImageRef(registry=registry, path="/".join(parts), tag=tag, digest=digest)

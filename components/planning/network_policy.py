@@ -1,0 +1,209 @@
+"""The NetworkPolicies of the Ray namespace, as plain ``networking.k8s.io/v1`` dicts. Pure data; imports no Pulumi.
+
+Deny by default (ingress and egress), then allow exactly:
+
+- among the pods of one RayCluster: the Ray ports (pinned on every node by
+  :data:`~tpuray.components.names.RAY_NODE_PORTS`, the head's ports and the worker port range) and the TPU
+  runtime's ports between the hosts of a slice and across slices (slice builder 8471, megascale 8081, the
+  per-chip PJRT process ports 8476+);
+- to the head's dashboard/job port: the RayJob submitter pods and the KubeRay operator's namespace;
+- to every Ray pod's metrics port: Managed Service for Prometheus collectors (the add-on's Ray monitoring);
+- out of every Ray pod: DNS, the GKE metadata server (Workload Identity tokens, also for the GCS FUSE sidecar) and
+  HTTPS (Google APIs for GCS FUSE, the Kubernetes API for the Ray autoscaler).
+
+``kubectl port-forward`` enters the pod's network namespace through the kubelet, which NetworkPolicy does not
+filter, so the documented port-forward + ``ray job submit`` path keeps working.
+GKE Dataplane V2 enforces these without the Calico add-on:
+https://cloud.google.com/kubernetes-engine/docs/how-to/network-policy
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuray.components.names import (
+    HEAD_PORTS,
+    RAY_CLUSTER_POD_LABEL,
+    RAY_DASHBOARD_PORT,
+    RAY_METRICS_PORT,
+    RAY_NODE_PORTS,
+    RAY_WORKER_PORT_RANGE,
+    SUBMITTER_ROLE_LABEL,
+    TPU_MEGASCALE_PORT,
+    TPU_PROCESS_BASE_PORT,
+    TPU_SLICEBUILDER_PORT,
+)
+
+__all__ = [
+    "DEFAULT_DENY",
+    "DNS_PORT",
+    "METADATA_SERVER",
+    "NetworkPolicyParams",
+    "allowed_ingress_ports",
+    "network_policies",
+    "ray_peer_ports",
+]
+
+API_VERSION = "networking.k8s.io/v1"
+DEFAULT_DENY = "default-deny-all"
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+"""KubeRay's pod label: ``head`` or ``worker``."""
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+DNS_PORT = 53
+NODE_LOCAL_DNS = "169.254.20.10/32"
+"""NodeLocal DNSCache's address (https://cloud.google.com/kubernetes-engine/docs/how-to/nodelocal-dns-cache)."""
+METADATA_SERVER = (("169.254.169.254/32", 80), ("169.254.169.252/32", 988))
+"""The GKE metadata server: pods dial .254:80; on the iptables dataplane it is DNATed to .252:988 before policy
+(https://cloud.google.com/kubernetes-engine/docs/how-to/workload-identity)."""
+HTTPS_PORT = 443
+GMP_NAMESPACE = "gmp-system"
+"""Where Google Cloud Managed Service for Prometheus runs its collectors, which scrape the Ray metrics the GKE Ray
+add-on's monitoring collects (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed)."""
+
+
+@dataclass(frozen=True)
+class NetworkPolicyParams:
+    namespace: str
+    cluster: str
+    """The Ray cluster's name as tpuray labels its pods (``tpuray.io/ray-cluster``; a RayJob's own cluster gets a
+    generated ``ray.io/cluster`` name, so KubeRay's label cannot be selected in advance)."""
+    max_chips_per_host: int
+    """Most chips on one host of any slice: chip ``r`` runs its PJRT process on ``8476 + r``."""
+    operator_namespace: str | None = None
+    """Where the KubeRay operator runs, if in the cluster; it calls the head's job API for RayJob status."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def ray_peer_ports(max_chips_per_host: int) -> list[dict[str, Any]]:
+    """Every port one pod of a RayCluster may open on another, as NetworkPolicy ports (TCP)."""
+    singles = sorted(
+        {port for _, port in HEAD_PORTS}
+        | {port for _, port in RAY_NODE_PORTS}
+        | {TPU_SLICEBUILDER_PORT, TPU_MEGASCALE_PORT}
+    )
+    ports: list[dict[str, Any]] = [{"protocol": "TCP", "port": p} for p in singles]
+    lo, hi = RAY_WORKER_PORT_RANGE
+    ports.append({"protocol": "TCP", "port": lo, "endPort": hi})
+    if max_chips_per_host > 0:
+        last = TPU_PROCESS_BASE_PORT + max_chips_per_host - 1
+        ports.append({"protocol": "TCP", "port": TPU_PROCESS_BASE_PORT, "endPort": last})
+    return ports
+
+
+def _policy(p: NetworkPolicyParams, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": p.namespace, "labels": dict(p.labels)},
+        "spec": spec,
+    }
+
+
+def _ray_pods(p: NetworkPolicyParams, **extra: str) -> dict[str, Any]:
+    return {"matchLabels": {RAY_CLUSTER_POD_LABEL: p.cluster, **extra}}
+
+
+def network_policies(p: NetworkPolicyParams) -> list[dict[str, Any]]:
+    """The namespace's policies: default deny, then the allowances above."""
+    dashboard = [{"protocol": "TCP", "port": RAY_DASHBOARD_PORT}]
+    peers = ray_peer_ports(p.max_chips_per_host)
+    head_clients: list[dict[str, Any]] = [{"podSelector": {"matchLabels": dict(SUBMITTER_ROLE_LABEL)}}]
+    if p.operator_namespace:
+        head_clients.append(
+            {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: p.operator_namespace}}, "podSelector": {}}
+        )
+    dns_to = [
+        {
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        },
+        {"ipBlock": {"cidr": NODE_LOCAL_DNS}},
+    ]
+    return [
+        _policy(p, DEFAULT_DENY, {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        _policy(
+            p,
+            f"{p.cluster}-ray-metrics",
+            {
+                "podSelector": _ray_pods(p),
+                "policyTypes": ["Ingress"],
+                "ingress": [
+                    {
+                        "from": [
+                            {
+                                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: GMP_NAMESPACE}},
+                                "podSelector": {},
+                            }
+                        ],
+                        "ports": [{"protocol": "TCP", "port": RAY_METRICS_PORT}],
+                    }
+                ],
+            },
+        ),
+        _policy(
+            p,
+            f"{p.cluster}-ray-peers",
+            {
+                "podSelector": _ray_pods(p),
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": [{"podSelector": _ray_pods(p)}], "ports": peers}],
+                "egress": [{"to": [{"podSelector": _ray_pods(p)}], "ports": peers}],
+            },
+        ),
+        _policy(
+            p,
+            f"{p.cluster}-ray-head-job-api",
+            {
+                "podSelector": _ray_pods(p, **{RAY_NODE_TYPE_LABEL: "head"}),
+                "policyTypes": ["Ingress"],
+                "ingress": [{"from": head_clients, "ports": dashboard}],
+            },
+        ),
+        _policy(
+            p,
+            f"{p.cluster}-ray-job-submitter",
+            {
+                "podSelector": {"matchLabels": dict(SUBMITTER_ROLE_LABEL)},
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {"to": [{"podSelector": _ray_pods(p, **{RAY_NODE_TYPE_LABEL: "head"})}], "ports": dashboard}
+                ],
+            },
+        ),
+        _policy(
+            p,
+            "ray-platform-egress",
+            {
+                "podSelector": {},
+                "policyTypes": ["Egress"],
+                "egress": [
+                    {"to": dns_to, "ports": [{"protocol": proto, "port": DNS_PORT} for proto in ("UDP", "TCP")]},
+                    *(
+                        {"to": [{"ipBlock": {"cidr": cidr}}], "ports": [{"protocol": "TCP", "port": port}]}
+                        for cidr, port in METADATA_SERVER
+                    ),
+                    {
+                        "to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}],
+                        "ports": [{"protocol": "TCP", "port": HTTPS_PORT}],
+                    },
+                ],
+            },
+        ),
+    ]
+
+
+def allowed_ingress_ports(policies: Sequence[Mapping[str, Any]], pod_labels: Mapping[str, str]) -> set[int]:
+    """Single TCP ports some policy lets into a pod with these labels (ranges left out); for checks and tests."""
+    out: set[int] = set()
+    for pol in policies:
+        spec = pol.get("spec") or {}
+        match = (spec.get("podSelector") or {}).get("matchLabels") or {}
+        if any(pod_labels.get(k) != v for k, v in match.items()):
+            continue
+        for rule in spec.get("ingress") or []:
+            for port in rule.get("ports") or []:
+                if "endPort" not in port and isinstance(port.get("port"), int):
+                    out.add(port["port"])
+    return out

@@ -1,0 +1,395 @@
+"""tpuray's security rules: the GKE hardening guide and CIS GKE Benchmark items the stacks implement, as policy
+rules over one resource's inputs (plus one rule over the whole stack).
+
+Same shape as :mod:`tpuray.components.review.policy_rules` (``(resource, context) -> violation messages``, Pulumi
+wire values, no Pulumi import); that module adds these to its ``RULES``. Sources:
+
+- GKE hardening guide: https://cloud.google.com/kubernetes-engine/docs/how-to/hardening-your-cluster
+- CIS GKE Benchmark item numbers as in v1.x (e.g. 5.5.7 Secure Boot), node service account as in v2.0.0 5.2.1.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tpuray.components.config import SYSTEM_NAMESPACE_PREFIXES, SYSTEM_NAMESPACES
+from tpuray.components.images import parse_image
+from tpuray.components.names import (
+    NODE_SERVICE_ACCOUNT_ROLE,
+    RAY_AUTH_MODE_ENV,
+    RAY_AUTH_TOKEN_ENV,
+)
+from tpuray.components.planning.pod_security import PSA_LEVEL, restricted_problems
+
+if TYPE_CHECKING:
+    from tpuray.components.review.policy_rules import Resource, Rule, RuleContext
+
+__all__ = [
+    "BUCKET",
+    "NAMESPACE",
+    "NETWORK_POLICY",
+    "PROJECT_IAM_TYPES",
+    "RAY_JOB",
+    "StackRule",
+    "security_rules",
+    "stack_rules",
+]
+
+NAMESPACE = "kubernetes:core/v1:Namespace"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+RAY_JOB = "kubernetes:ray.io/v1:RayJob"
+RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
+CLUSTER = "gcp:container/cluster:Cluster"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+BUCKET = "gcp:storage/bucket:Bucket"
+PROJECT_IAM_TYPES = ("gcp:projects/iAMMember:IAMMember", "gcp:projects/iAMBinding:IAMBinding")
+ALLOWED_PROJECT_ROLES = frozenset({NODE_SERVICE_ACCOUNT_ROLE})
+MIN_SOFT_DELETE_SECONDS = 7 * 86400
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+# ---- control plane ------------------------------------------------------------------------------------------
+def check_control_plane(res: Resource, ctx: RuleContext) -> list[str]:
+    """No authorized network opens the control plane to every address; a production control plane is private,
+    DNS-only, or public to a non-empty list of networks (hardening guide; CIS GKE 5.6.3, 5.6.4)."""
+    cidrs = [
+        str(_get(b, "cidrBlock"))
+        for b in _list(_get(res.props, "masterAuthorizedNetworksConfig", "cidrBlocks"))
+        if _get(b, "cidrBlock")
+    ]
+    found = []
+    for cidr in cidrs:
+        try:
+            everyone = ipaddress.ip_network(cidr, strict=False).prefixlen == 0
+        except ValueError:
+            everyone = False
+        if everyone:
+            found.append(f"masterAuthorizedNetworks holds {cidr}: the control plane is open to every address")
+    private = _get(res.props, "privateClusterConfig", "enablePrivateEndpoint") is True
+    dns_only = _get(res.props, "controlPlaneEndpointsConfig", "ipEndpointsConfig", "enabled") is False
+    if ctx.production and not (private or dns_only or cidrs):
+        found.append(
+            f"production stack {ctx.stack!r}: the control plane's public endpoint has no authorized networks; "
+            "list them, or use a private or DNS-only endpoint"
+        )
+    return found
+
+
+def check_legacy_auth_off(res: Resource, ctx: RuleContext) -> list[str]:
+    """Legacy ABAC and client certificates are explicitly off (CIS GKE 5.8.4, 5.8.1)."""
+    found = []
+    if res.props.get("enableLegacyAbac") is not False:
+        found.append("enableLegacyAbac is not set to false")
+    if _get(res.props, "masterAuth", "clientCertificateConfig", "issueClientCertificate") is not False:
+        found.append("masterAuth.clientCertificateConfig.issueClientCertificate is not set to false")
+    return found
+
+
+# ---- nodes ----------------------------------------------------------------------------------------------------
+def check_shielded_nodes(res: Resource, ctx: RuleContext) -> list[str]:
+    """Shielded nodes with secure boot and integrity monitoring on every pool (CIS GKE 5.5.5, 5.5.6, 5.5.7)."""
+    found = []
+    if res.type == CLUSTER and res.props.get("enableShieldedNodes") is False:
+        found.append("enableShieldedNodes is false")
+    node_config = res.props.get("nodeConfig")
+    if res.type == CLUSTER and node_config is None:
+        return found  # no nodes of its own (the default pool is removed); the node pools are checked
+    shielded = _get(node_config, "shieldedInstanceConfig") or {}
+    if shielded.get("enableSecureBoot") is not True:
+        found.append("nodeConfig.shieldedInstanceConfig.enableSecureBoot is not true")
+    if shielded.get("enableIntegrityMonitoring") is False:
+        found.append("nodeConfig.shieldedInstanceConfig.enableIntegrityMonitoring is false")
+    return found
+
+
+def check_project_roles(res: Resource, ctx: RuleContext) -> list[str]:
+    """Project-wide grants are limited to GKE's node role; everything else is granted on the resource (the image
+    repository, the bucket) it is for (CIS GKE v2.0.0 5.2.1; hardening guide, least-privilege service account)."""
+    role = res.props.get("role")
+    if role in ALLOWED_PROJECT_ROLES:
+        return []
+    return [
+        f"project-wide role {role!r}: grant it on the resource it is for (only {NODE_SERVICE_ACCOUNT_ROLE} "
+        "is granted project-wide)"
+    ]
+
+
+# ---- Ray pods ---------------------------------------------------------------------------------------------------
+def _cluster_specs(res: Resource) -> list[tuple[str, Mapping[str, Any]]]:
+    spec = res.props.get("spec") or {}
+    if res.type == RAY_CLUSTER:
+        return [("spec", spec)]
+    inner = spec.get("rayClusterSpec")
+    return [("spec.rayClusterSpec", inner)] if isinstance(inner, Mapping) else []
+
+
+def _ray_pods(spec: Mapping[str, Any], at: str) -> list[tuple[str, Mapping[str, Any]]]:
+    pods = [(f"{at}.headGroupSpec", _get(spec, "headGroupSpec", "template", "spec") or {})]
+    for i, g in enumerate(_list(spec.get("workerGroupSpecs"))):
+        pods.append((f"{at}.workerGroupSpecs[{g.get('groupName', i)}]", _get(g, "template", "spec") or {}))
+    return pods
+
+
+def check_token_auth(res: Resource, ctx: RuleContext) -> list[str]:
+    """Every Ray cluster requires the token: KubeRay's authOptions, or RAY_AUTH_MODE=token and RAY_AUTH_TOKEN from a
+    Secret in every Ray container (https://docs.ray.io/en/latest/ray-security/token-auth.html)."""
+    found = []
+    for at, spec in _cluster_specs(res):
+        if _get(spec, "authOptions", "mode") == "token":
+            continue
+        checked = [(where, (_list(pod.get("containers")) or [{}])[0]) for where, pod in _ray_pods(spec, at)]
+        if spec.get("enableInTreeAutoscaling"):  # the autoscaler sidecar talks to the GCS too
+            checked.append((f"{at}.autoscalerOptions", spec.get("autoscalerOptions") or {}))
+        for where, container in checked:
+            env = {e.get("name"): e for e in _list(container.get("env"))}
+            if _get(env.get(RAY_AUTH_MODE_ENV), "value") != "token":
+                found.append(f"{where}: no authOptions and the Ray container lacks {RAY_AUTH_MODE_ENV}=token")
+            if not _get(env.get(RAY_AUTH_TOKEN_ENV), "valueFrom", "secretKeyRef", "name"):
+                found.append(f"{where}: the Ray container does not read {RAY_AUTH_TOKEN_ENV} from a Secret")
+    return found
+
+
+def _pod_problems(where: str, pod: Mapping[str, Any]) -> list[str]:
+    found = [f"{where}: {key} is true" for key in ("hostNetwork", "hostPID", "hostIPC") if pod.get(key) is True]
+    for kind in ("initContainers", "containers"):
+        for c in _list(pod.get(kind)):
+            found += restricted_problems(f"{where}.{kind}[{c.get('name')}]", c, pod)
+    return found
+
+
+def check_pod_security(res: Resource, ctx: RuleContext) -> list[str]:
+    """Every Ray container, the autoscaler sidecar and the job submitter meet the restricted Pod Security
+    Standard (CIS GKE 4.2, 4.6.2; https://kubernetes.io/docs/concepts/security/pod-security-standards/)."""
+    found = []
+    for at, spec in _cluster_specs(res):
+        for where, pod in _ray_pods(spec, at):
+            found += _pod_problems(where, pod)
+        if spec.get("enableInTreeAutoscaling"):
+            found += restricted_problems(f"{at}.autoscalerOptions", spec.get("autoscalerOptions") or {})
+    submitter = _get(res.props, "spec", "submitterPodTemplate", "spec")
+    if res.type == RAY_JOB and _get(res.props, "spec", "submissionMode") in (None, "K8sJobMode"):
+        if not isinstance(submitter, Mapping):
+            found.append(
+                "spec.submitterPodTemplate: unset, so KubeRay's default submitter runs without a securityContext"
+            )
+        else:
+            found += _pod_problems("spec.submitterPodTemplate", submitter)
+    return found
+
+
+def _system_namespace(name: Any) -> bool:
+    return isinstance(name, str) and (name in SYSTEM_NAMESPACES or name.startswith(SYSTEM_NAMESPACE_PREFIXES))
+
+
+def check_not_system_namespace(res: Resource, ctx: RuleContext) -> list[str]:
+    """Ray runs in a namespace of its own, never one Kubernetes, GKE or the KubeRay operator owns."""
+    key = "name" if res.type == NAMESPACE else "namespace"
+    ns = _get(res.props, "metadata", key)
+    if res.type == NAMESPACE and ns is not None and not _system_namespace(ns):
+        return []
+    if _system_namespace(ns):
+        return [f"metadata.{key} {ns!r} is a system namespace"]
+    return []
+
+
+def check_namespace_pod_security(res: Resource, ctx: RuleContext) -> list[str]:
+    """The namespace enforces the restricted Pod Security Standard through Pod Security Admission (CIS GKE 4.2)."""
+    labels = _get(res.props, "metadata", "labels") or {}
+    level = labels.get("pod-security.kubernetes.io/enforce")
+    if level != PSA_LEVEL:
+        return [f"label pod-security.kubernetes.io/enforce is {level!r}, not {PSA_LEVEL!r}"]
+    return []
+
+
+def check_network_policy_scoped(res: Resource, ctx: RuleContext) -> list[str]:
+    """No NetworkPolicy rule lets in everyone (an ingress rule without sources, or from 0.0.0.0/0), nor lets out
+    to every address on every port (CIS GKE 5.6.7; the Ray head is reachable only as the policies allow)."""
+    found = []
+    spec = res.props.get("spec") or {}
+    for i, rule in enumerate(_list(spec.get("ingress"))):
+        sources = _list(_get(rule, "from"))
+        if not sources:
+            found.append(f"spec.ingress[{i}] has no 'from': it admits every source")
+        for s in sources:
+            cidr = _get(s, "ipBlock", "cidr")
+            if isinstance(cidr, str) and cidr.endswith("/0"):
+                found.append(f"spec.ingress[{i}] admits {cidr}")
+    for i, rule in enumerate(_list(spec.get("egress"))):
+        wide = not _list(_get(rule, "to")) or any(
+            str(_get(t, "ipBlock", "cidr") or "").endswith("/0") for t in _list(_get(rule, "to"))
+        )
+        if wide and not _list(_get(rule, "ports")):
+            found.append(f"spec.egress[{i}] lets out to every address on every port")
+    return found
+
+
+# ---- data ---------------------------------------------------------------------------------------------------------
+def check_bucket_recoverable(res: Resource, ctx: RuleContext) -> list[str]:
+    """Deleted or overwritten objects stay restorable: soft delete for at least 7 days, or versioning
+    (https://cloud.google.com/storage/docs/soft-delete)."""
+    seconds = _get(res.props, "softDeletePolicy", "retentionDurationSeconds")
+    soft = isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds >= MIN_SOFT_DELETE_SECONDS
+    if soft or _get(res.props, "versioning", "enabled") is True:
+        return []
+    return [f"neither soft delete for at least {MIN_SOFT_DELETE_SECONDS // 86400} days nor versioning is on"]
+
+
+def _images(res: Resource) -> list[tuple[str, str]]:
+    out = []
+    for at, spec in _cluster_specs(res):
+        for where, pod in _ray_pods(spec, at):
+            out += [(where, str(c.get("image"))) for c in _list(pod.get("containers")) if c.get("image")]
+        image = _get(spec, "autoscalerOptions", "image")
+        if image:
+            out.append((f"{at}.autoscalerOptions", str(image)))
+    for c in _list(_get(res.props, "spec", "submitterPodTemplate", "spec", "containers")):
+        if c.get("image"):
+            out.append(("spec.submitterPodTemplate", str(c["image"])))
+    return out
+
+
+def check_images_pinned(res: Resource, ctx: RuleContext) -> list[str]:
+    """In production, images are pinned by digest: a tag can be moved to other content (advisory)."""
+    if not ctx.production:
+        return []
+    found = []
+    for where, image in _images(res):
+        try:
+            pinned = parse_image(image).pinned
+        except ValueError:
+            pinned = False
+        if not pinned:
+            found.append(f"{where}: image {image!r} is a mutable tag; pin it by digest (@sha256:...)")
+    return found
+
+
+def security_rules(rule: type[Rule]) -> tuple[Rule, ...]:
+    """The rules, built with policy_rules' ``Rule`` (passed in: that module imports this one)."""
+    return (
+        rule(
+            "gke-control-plane-not-public",
+            "No authorized network is 0.0.0.0/0; production control planes are private, DNS-only, or limited to "
+            "listed networks.",
+            (CLUSTER,),
+            check_control_plane,
+        ),
+        rule(
+            "gke-legacy-auth-off",
+            "Legacy ABAC and client certificates are explicitly off.",
+            (CLUSTER,),
+            check_legacy_auth_off,
+        ),
+        rule(
+            "gke-shielded-nodes",
+            "Every node pool runs shielded nodes with secure boot and integrity monitoring.",
+            (CLUSTER, NODE_POOL),
+            check_shielded_nodes,
+        ),
+        rule(
+            "iam-no-project-wide-grants",
+            "Project-wide IAM grants are limited to GKE's node service account role.",
+            PROJECT_IAM_TYPES,
+            check_project_roles,
+        ),
+        rule(
+            "ray-token-auth",
+            "Every Ray cluster requires Ray's auth token.",
+            (RAY_CLUSTER, RAY_JOB),
+            check_token_auth,
+        ),
+        rule(
+            "ray-pod-security-restricted",
+            "Every Ray container, the autoscaler and the job submitter meet the restricted Pod Security Standard.",
+            (RAY_CLUSTER, RAY_JOB),
+            check_pod_security,
+        ),
+        rule(
+            "ray-namespace-not-system",
+            "Ray never runs in a system namespace.",
+            (NAMESPACE, RAY_CLUSTER, RAY_JOB),
+            check_not_system_namespace,
+        ),
+        rule(
+            "k8s-namespace-pod-security",
+            "Namespaces enforce the restricted Pod Security Standard.",
+            (NAMESPACE,),
+            check_namespace_pod_security,
+        ),
+        rule(
+            "k8s-network-policy-scoped",
+            "No NetworkPolicy admits every source or lets out everywhere on every port.",
+            (NETWORK_POLICY,),
+            check_network_policy_scoped,
+        ),
+        rule(
+            "gcs-bucket-recoverable",
+            "Buckets keep deleted objects restorable (soft delete >= 7 days, or versioning).",
+            (BUCKET,),
+            check_bucket_recoverable,
+        ),
+        rule(
+            "images-pinned-by-digest-production",
+            "Production images are pinned by digest (advisory).",
+            (RAY_CLUSTER, RAY_JOB),
+            check_images_pinned,
+            True,
+        ),
+    )
+
+
+# ---- the whole stack ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StackRule:
+    """A rule over every resource of a stack: ``check`` returns ``(urn, message)`` pairs."""
+
+    name: str
+    description: str
+    check: Callable[[Sequence[Resource], RuleContext], list[tuple[str, str]]]
+
+
+def _deny_all(policy: Mapping[str, Any]) -> bool:
+    spec = policy.get("spec") or {}
+    return (
+        not (_get(spec, "podSelector", "matchLabels") or _get(spec, "podSelector", "matchExpressions"))
+        and {"Ingress", "Egress"} <= set(_list(spec.get("policyTypes")))
+        and not _list(spec.get("ingress"))
+        and not _list(spec.get("egress"))
+    )
+
+
+def check_default_deny(resources: Sequence[Resource], ctx: RuleContext) -> list[tuple[str, str]]:
+    """Every namespace that runs a Ray cluster has a deny-all NetworkPolicy (CIS GKE 4.3.2: every namespace has
+    network policies; default deny, then allow what is needed)."""
+    denied = {
+        _get(r.props, "metadata", "namespace") for r in resources if r.type == NETWORK_POLICY and _deny_all(r.props)
+    }
+    found = []
+    for r in resources:
+        ns = _get(r.props, "metadata", "namespace")
+        if r.type in (RAY_CLUSTER, RAY_JOB) and ns not in denied:
+            found.append((r.urn or r.name, f"namespace {ns!r} has no default-deny NetworkPolicy (ingress and egress)"))
+    return found
+
+
+def stack_rules() -> tuple[StackRule, ...]:
+    return (
+        StackRule(
+            "k8s-ray-namespace-default-deny",
+            "Every namespace with a Ray cluster denies all ingress and egress by default.",
+            check_default_deny,
+        ),
+    )

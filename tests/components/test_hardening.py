@@ -1,0 +1,245 @@
+"""The hardening of issue 10 at the level it is written: the pure planners (ports, securityContext, token auth,
+NetworkPolicy) and what the Pulumi components declare under the SDK mock engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import engine_run as er
+import pytest
+from kuberay_schema import schema_errors
+
+from tpuray.components.config import StackConfig, load_stack_file, parse_stack_config
+from tpuray.components.gke_cluster import GkeCluster, GkeClusterArgs
+from tpuray.components.names import (
+    HEAD_PORTS,
+    RAY_CLUSTER_POD_LABEL,
+    RAY_DASHBOARD_PORT,
+    RAY_NODE_PORTS,
+    RAY_WORKER_PORT_RANGE,
+    SUBMITTER_ROLE_LABEL,
+    TPU_PROCESS_BASE_PORT,
+    TPU_RUNTIME_PORTS,
+)
+from tpuray.components.planning.from_config import stack_manifests
+from tpuray.components.planning.kuberay import ray_start_ports
+from tpuray.components.planning.network_policy import (
+    DEFAULT_DENY,
+    NetworkPolicyParams,
+    allowed_ingress_ports,
+    network_policies,
+)
+from tpuray.components.planning.pod_security import restricted_problems
+
+ROOT = er.ROOT
+CLUSTER = "gcp:container/cluster:Cluster"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+
+
+def stack(**overrides: Any) -> StackConfig:
+    base: dict[str, Any] = {
+        "project": "tpuray-test-proj",
+        "region": "us-east5",
+        "zone": "us-east5-a",
+        "cluster": {"name": "tpu", "masterAuthorizedNetworks": [{"cidr": "198.51.100.0/24"}]},
+        "slicePools": [{"name": "v6e", "generation": "v6e", "topology": "4x4", "slices": 2}],
+    }
+    base.update(overrides)
+    return parse_stack_config(base)
+
+
+def _pods(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    spec = manifest["spec"].get("rayClusterSpec", manifest["spec"])
+    if manifest["kind"] == "RayJob" and "rayClusterSpec" not in manifest["spec"]:
+        return [("submitter", manifest["spec"]["submitterPodTemplate"]["spec"])]
+    pods = [("head", spec["headGroupSpec"]["template"]["spec"])]
+    pods += [(g["groupName"], g["template"]["spec"]) for g in spec["workerGroupSpecs"]]
+    return pods
+
+
+# ---- pure planners ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("env", ["dev", "prod"])
+@pytest.mark.parametrize("operator", ["addon", "helm"])
+def test_every_container_meets_restricted_and_the_crds(env: str, operator: str) -> None:
+    cfg = load_stack_file(ROOT / f"Pulumi.{env}.yaml")
+    cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"operator": operator})})
+    for manifest in stack_manifests(cfg):
+        assert schema_errors(manifest) == []
+        for where, pod in _pods(manifest):
+            for c in pod["containers"]:
+                assert restricted_problems(f"{where}/{c['name']}", c, pod) == []
+                assert c["securityContext"]["runAsUser"] == 1000  # a numeric user the kubelet can check
+        if manifest["kind"] == "RayCluster" and manifest["spec"]["enableInTreeAutoscaling"]:
+            assert restricted_problems("autoscaler", manifest["spec"]["autoscalerOptions"]) == []
+
+
+def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def test_token_auth_by_env_on_the_addon_and_by_auth_options_on_helm() -> None:
+    addon_cluster, addon_job = stack_manifests(stack())
+    assert "authOptions" not in addon_cluster["spec"]
+    for _, pod in _pods(addon_cluster) + _pods(addon_job):
+        env = _env(pod["containers"][0])
+        assert env["RAY_AUTH_MODE"]["value"] == "token"
+        assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "tpu-ray-auth", "key": "auth_token"}
+
+    helm_cluster, helm_job = stack_manifests(stack(ray={"operator": "helm"}))
+    assert helm_cluster["spec"]["authOptions"] == {"mode": "token", "secretName": "tpu-ray-auth"}
+    for _, pod in _pods(helm_cluster):  # KubeRay injects the variables
+        assert "RAY_AUTH_MODE" not in _env(pod["containers"][0])
+    # the submitter always carries them (KubeRay keeps variables that are already set)
+    assert "RAY_AUTH_TOKEN" in _env(_pods(helm_job)[0][1]["containers"][0])
+    # the add-on can opt in to authOptions when its KubeRay has them
+    assert "authOptions" in stack_manifests(stack(ray={"authOptions": True}))[0]["spec"]
+
+
+def test_every_ray_port_is_pinned_and_allowed_between_the_pods_of_a_cluster() -> None:
+    cluster, _job = stack_manifests(stack())
+    head = cluster["spec"]["headGroupSpec"]
+    worker = cluster["spec"]["workerGroupSpecs"][0]
+    for params in (head["rayStartParams"], worker["rayStartParams"]):
+        assert ray_start_ports().items() <= params.items()
+    policies = network_policies(
+        NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=4, operator_namespace=None)
+    )
+    peers = {RAY_CLUSTER_POD_LABEL: "tpu"}
+    opened = allowed_ingress_ports(policies, peers)
+    # every single port a Ray pod opens: what rayStartParams pins and what the containers declare
+    pinned = {int(v) for k, v in worker["rayStartParams"].items() if k.endswith("-port") and "worker" not in k}
+    declared = {p["containerPort"] for pod in (head, worker) for p in pod["template"]["spec"]["containers"][0]["ports"]}
+    assert pinned | declared <= opened
+    assert pinned == {port for _, port in RAY_NODE_PORTS}
+    assert declared == {port for _, port in HEAD_PORTS} | {port for _, port in TPU_RUNTIME_PORTS}
+    peer_rule = next(p for p in policies if p["metadata"]["name"] == "tpu-ray-peers")["spec"]["ingress"][0]
+    ranges = {(p["port"], p["endPort"]) for p in peer_rule["ports"] if "endPort" in p}
+    assert ranges == {RAY_WORKER_PORT_RANGE, (TPU_PROCESS_BASE_PORT, TPU_PROCESS_BASE_PORT + 3)}  # 4 chips/host
+    assert peer_rule["from"] == [{"podSelector": {"matchLabels": peers}}]
+
+
+def test_only_the_submitter_and_the_operator_reach_the_head_besides_its_peers() -> None:
+    params = NetworkPolicyParams(
+        namespace="ray", cluster="tpu", max_chips_per_host=8, operator_namespace="kuberay-system"
+    )
+    policies = network_policies(params)
+    assert policies[0]["metadata"]["name"] == DEFAULT_DENY
+    assert policies[0]["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    head_rules = [
+        rule
+        for p in policies
+        if p["spec"]["podSelector"].get("matchLabels", {}).get("ray.io/node-type") == "head"
+        for rule in p["spec"].get("ingress", [])
+    ]
+    assert len(head_rules) == 1 and head_rules[0]["ports"] == [{"protocol": "TCP", "port": RAY_DASHBOARD_PORT}]
+    sources = head_rules[0]["from"]
+    assert {"podSelector": {"matchLabels": SUBMITTER_ROLE_LABEL}} in sources
+    assert any(s.get("namespaceSelector") for s in sources)  # the Helm operator's namespace, for RayJob status
+    no_operator = network_policies(NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=8))
+    job_api = next(p for p in no_operator if p["metadata"]["name"] == "tpu-ray-head-job-api")
+    assert job_api["spec"]["ingress"][0]["from"] == [{"podSelector": {"matchLabels": SUBMITTER_ROLE_LABEL}}]
+    # the metrics port, to Managed Prometheus' collectors
+    metrics = next(p for p in policies if p["metadata"]["name"] == "tpu-ray-metrics")["spec"]["ingress"]
+    assert metrics[0]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    assert metrics[0]["from"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "gmp-system"}}
+    # what leaves the namespace: DNS, the metadata server, HTTPS; nothing else
+    egress = next(p for p in policies if p["metadata"]["name"] == "ray-platform-egress")["spec"]["egress"]
+    assert sorted({port["port"] for rule in egress for port in rule["ports"]}) == [53, 80, 443, 988]
+
+
+# ---- components -------------------------------------------------------------------------------------------------
+def build_cluster(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
+    def build() -> dict[str, Any]:
+        c = GkeCluster("gke", GkeClusterArgs.from_stack(cfg, {"tpuray-stack": "test"}))
+        return {"name": c.cluster_name}
+
+    return build
+
+
+def test_cluster_and_nodes_are_hardened() -> None:
+    worker = "us-docker.pkg.dev/tpuray-test-proj/images/worker@sha256:" + "b" * 64
+    rec, _ = er.run(build_cluster(stack(ray={"workerImage": worker})))
+    c = rec.one(CLUSTER)["inputs"]
+    assert c["enableLegacyAbac"] is False
+    assert c["masterAuth"]["clientCertificateConfig"]["issueClientCertificate"] is False
+    assert c["enableShieldedNodes"] is True
+    assert c["nodeConfig"]["shieldedInstanceConfig"] == {"enableSecureBoot": True, "enableIntegrityMonitoring": True}
+    system = rec.one(NODE_POOL)["inputs"]
+    assert system["nodeConfig"]["shieldedInstanceConfig"] == {
+        "enableSecureBoot": True,
+        "enableIntegrityMonitoring": True,
+    }
+    roles = [r["inputs"]["role"] for r in rec.of_type("gcp:projects/iAMMember:IAMMember")]
+    assert roles == ["roles/container.defaultNodeServiceAccount"]
+    (read,) = rec.of_type("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember")  # the worker's repo only
+    assert (
+        read["inputs"]["project"],
+        read["inputs"]["location"],
+        read["inputs"]["repository"],
+        read["inputs"]["role"],
+    ) == (
+        "tpuray-test-proj",
+        "us",
+        "images",
+        "roles/artifactregistry.reader",
+    )
+    assert "controlPlaneEndpointsConfig" not in c and c["privateClusterConfig"]["enablePrivateEndpoint"] is False
+
+
+@pytest.mark.parametrize("endpoint", ["private", "dns"])
+def test_private_and_dns_control_plane_endpoints(endpoint: str) -> None:
+    rec, _ = er.run(build_cluster(stack(cluster={"name": "tpu", "controlPlaneEndpoint": endpoint})))
+    c = rec.one(CLUSTER)["inputs"]
+    if endpoint == "private":
+        assert c["privateClusterConfig"]["enablePrivateEndpoint"] is True
+    else:
+        assert c["controlPlaneEndpointsConfig"] == {
+            "dnsEndpointConfig": {"allowExternalTraffic": True},
+            "ipEndpointsConfig": {"enabled": False},
+        }
+    assert "masterAuthorizedNetworksConfig" not in c
+
+
+def test_tpu_node_pools_are_shielded() -> None:
+    from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
+
+    cfg = stack()
+
+    def build() -> dict[str, Any]:
+        TpuSlicePool(
+            "v6e", TpuSlicePoolArgs.from_stack(cfg, cfg.slice_pools[0], "tpu", "nodes@x.iam.gserviceaccount.com")
+        )
+        return {}
+
+    rec, _ = er.run(build)
+    pools = rec.of_type(NODE_POOL)
+    assert len(pools) == 2  # two multi-host slices: one pool each
+    for p in pools:
+        assert p["inputs"]["nodeConfig"]["shieldedInstanceConfig"] == {
+            "enableSecureBoot": True,
+            "enableIntegrityMonitoring": True,
+        }
+
+
+def test_which_operator_namespace_may_call_the_job_api() -> None:
+    assert stack(ray={"operator": "helm"}).ray.job_api_namespace == "kuberay-system"
+    assert stack().ray.job_api_namespace is None  # the add-on: GKE does not say where its operator connects from
+    assert stack(ray={"operatorNamespace": "ray-operator"}).ray.job_api_namespace == "ray-operator"
+    cfg = stack(ray={"operator": "helm"})
+
+    def build() -> dict[str, Any]:
+        from tpuray.components.stack import deploy
+
+        deploy(cfg, "test")
+        return {}
+
+    rec, _ = er.run(build)
+    head = next(
+        p["inputs"] for p in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy") if "head-job-api" in p["name"]
+    )
+    sources = head["spec"]["ingress"][0]["from"]
+    assert {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}},
+        "podSelector": {},
+    } in sources
