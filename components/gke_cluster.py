@@ -19,11 +19,23 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from tpuray.components.config import ClusterConfig, MaintenanceConfig, NetworkConfig, StackConfig
-from tpuray.components.images import ArtifactRepository, parse_image
+from tpuray.components.images import ArtifactRepository
 from tpuray.components.names import NODE_SERVICE_ACCOUNT_ROLE, SYSTEM_POOL
 
-__all__ = ["NODE_SA_ROLES", "SYSTEM_POOL", "GkeCluster", "GkeClusterArgs", "maintenance_policy", "render_kubeconfig"]
+__all__ = [
+    "NODE_SA_ROLES",
+    "SYSTEM_POOL",
+    "AuthorizedNetwork",
+    "ControlPlane",
+    "GkeCluster",
+    "GkeClusterArgs",
+    "Maintenance",
+    "MaintenanceExclusion",
+    "MaintenanceWindow",
+    "Network",
+    "maintenance_policy",
+    "render_kubeconfig",
+]
 
 # The one project role GKE documents for node service accounts (logs, metrics, autoscaling metrics). Images are
 # read with roles/artifactregistry.reader on each image repository, never project-wide.
@@ -32,43 +44,92 @@ IMAGE_READER_ROLE = "roles/artifactregistry.reader"
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
+@dataclass(frozen=True)
+class AuthorizedNetwork:
+    cidr: str
+    name: str
+    """Display name ("" for none)."""
+
+
+@dataclass(frozen=True)
+class ControlPlane:
+    """The cluster itself: name, version, endpoint access and the CPU system pool."""
+
+    name: str
+    release_channel: str
+    min_master_version: str
+    """At least what the stack's TPU pools need (``StackConfig.master_version``)."""
+    private_nodes: bool
+    control_plane_endpoint: str
+    """``public`` (limited to ``master_authorized_networks``), ``private`` or ``dns``."""
+    master_authorized_networks: tuple[AuthorizedNetwork, ...]
+    deletion_protection: bool
+    node_service_account_id: str
+    system_machine_type: str
+    system_nodes: int
+
+
+@dataclass(frozen=True)
+class Network:
+    """A new VPC and subnet (``create``), or an existing ``name``/``subnetwork`` with its secondary ranges."""
+
+    create: bool
+    name: str | None
+    subnetwork: str | None
+    subnet_cidr: str
+    pods_cidr: str
+    services_cidr: str
+    pods_range_name: str
+    services_range_name: str
+
+
+@dataclass(frozen=True)
+class MaintenanceWindow:
+    start: str
+    end: str
+    recurrence: str
+    """An RFC 5545 RRULE, e.g. ``FREQ=WEEKLY;BYDAY=SA,SU``."""
+
+
+@dataclass(frozen=True)
+class MaintenanceExclusion:
+    name: str
+    start: str
+    end: str
+    scope: str
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """When GKE may upgrade the cluster and nodes; neither set leaves GKE's default (any time)."""
+
+    window: MaintenanceWindow | None
+    exclusions: tuple[MaintenanceExclusion, ...]
+
+    @property
+    def declared(self) -> bool:
+        return self.window is not None or bool(self.exclusions)
+
+
 @dataclass
 class GkeClusterArgs:
-    """Inputs of :class:`GkeCluster`; build it from a stack with :meth:`from_stack`."""
+    """Inputs of :class:`GkeCluster` (``tpuray.components.stack_args.gke_cluster_args`` builds them from a stack)."""
 
     project: str
     region: str
     location: str
     """The region (regional cluster) or a zone (zonal cluster)."""
-    cluster: ClusterConfig
-    network: NetworkConfig
-    min_master_version: str
-    """At least what the stack's TPU generations need (``StackConfig.master_version``)."""
-    ray_operator_addon: bool = True
+    cluster: ControlPlane
+    network: Network
+    maintenance: Maintenance
+    ray_operator_addon: bool
     """Enable the GKE Ray Operator add-on (KubeRay and the TPU webhook); off when KubeRay comes from Helm."""
-    resource_labels: dict[str, str] = field(default_factory=dict)
-    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
-    """When GKE may upgrade the cluster and nodes (a recurring window, exclusions)."""
-    image_repositories: list[ArtifactRepository] = field(default_factory=list)
+    image_repositories: list[ArtifactRepository]
     """Artifact Registry repositories of the stack's images: the nodes may read these and no others."""
-
-    @classmethod
-    def from_stack(cls, cfg: StackConfig, resource_labels: dict[str, str] | None = None) -> GkeClusterArgs:
-        return cls(
-            project=cfg.project,
-            region=cfg.region,
-            location=cfg.location,
-            cluster=cfg.cluster,
-            network=cfg.network,
-            min_master_version=cfg.master_version,
-            maintenance=cfg.maintenance,
-            ray_operator_addon=cfg.ray.operator == "addon",
-            resource_labels=dict(resource_labels or {}),
-            image_repositories=image_repositories([cfg.ray.image, cfg.ray.worker_image or cfg.ray.image]),
-        )
+    resource_labels: dict[str, str] = field(default_factory=dict)
 
 
-def maintenance_policy(m: MaintenanceConfig) -> gcp.container.ClusterMaintenancePolicyArgs | None:
+def maintenance_policy(m: Maintenance) -> gcp.container.ClusterMaintenancePolicyArgs | None:
     """The cluster's maintenance policy, or None to leave GKE's default (any time).
 
     TPU VMs cannot live-migrate, so an upgrade restarts whole slices; the window and exclusions confine it
@@ -96,12 +157,6 @@ def maintenance_policy(m: MaintenanceConfig) -> gcp.container.ClusterMaintenance
         ]
         or None,
     )
-
-
-def image_repositories(images: list[str]) -> list[ArtifactRepository]:
-    """The distinct Artifact Registry repositories the images come from (public images need no grant)."""
-    repos = [parse_image(i).artifact_repository for i in images]
-    return list(dict.fromkeys(r for r in repos if r is not None))
 
 
 def render_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
@@ -307,7 +362,7 @@ class GkeCluster(pulumi.ComponentResource):
             ),
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=c.release_channel),
             maintenance_policy=maintenance_policy(args.maintenance),
-            min_master_version=args.min_master_version,
+            min_master_version=c.min_master_version,
             workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
                 workload_pool=f"{args.project}.svc.id.goog"
             ),

@@ -2,7 +2,7 @@
 
 Declares the Kueue Helm release (``oci://registry.k8s.io/kueue/charts/kueue``, the version pinned in the config;
 chart docs: https://github.com/kubernetes-sigs/kueue/tree/main/charts/kueue) and, after it (the chart brings the
-CRDs and the webhooks), every object of :func:`~tpuray.components.planning.kueue.kueue_plan`: ResourceFlavors,
+CRDs and the webhooks), every object of :func:`~tpuray.components.planning.kueue.kueue_spec`: ResourceFlavors,
 WorkloadPriorityClasses, ProvisioningRequestConfigs and AdmissionChecks for queued pools, the ClusterQueue and the
 LocalQueue.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from tpuray.components.planning.kueue import KueuePlan
+from tpuray.components.planning.kueue import KueueSpec
 
 __all__ = ["KUEUE_CHART", "KubernetesObject", "KueueQueues", "KueueQueuesArgs"]
 
@@ -43,10 +43,10 @@ class KubernetesObject(pulumi.CustomResource):
 class KueueQueuesArgs:
     """Inputs of :class:`KueueQueues`."""
 
-    plan: KueuePlan
+    spec: KueueSpec
     """The queue objects, as pure data."""
-    chart_version: str = "0.19.2"
-    namespace: str = "kueue-system"
+    chart_version: str
+    namespace: str
     depends_on: list[pulumi.Resource] | None = None
     """What every child waits for: the cluster, its node pools, and the Ray namespace (the LocalQueue's)."""
 
@@ -73,7 +73,7 @@ class KueueQueues(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=after),
         )
         self.objects = {}
-        for obj in args.plan.objects:
+        for obj in args.spec.objects:
             key = f"{obj['kind']}/{obj['metadata']['name']}"
             # The release's webhooks validate every object. An AdmissionCheck names its ProvisioningRequestConfig,
             # the ClusterQueue the flavors and checks, the LocalQueue the ClusterQueue: each of those waits for
@@ -84,6 +84,6 @@ class KueueQueues(pulumi.ComponentResource):
                 obj,
                 pulumi.ResourceOptions(parent=self, depends_on=[*after, self.release, *earlier]),
             )
-        self.local_queue = args.plan.local_queue
-        self.cluster_queue = args.plan.cluster_queue
+        self.local_queue = args.spec.local_queue
+        self.cluster_queue = args.spec.cluster_queue
         self.register_outputs({"local_queue": self.local_queue, "cluster_queue": self.cluster_queue})

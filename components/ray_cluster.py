@@ -62,7 +62,7 @@ def declare_manifest(
 
 @dataclass
 class RayTpuClusterArgs:
-    """Inputs of :class:`RayTpuCluster`."""
+    """Inputs of :class:`RayTpuCluster` (``tpuray.components.stack_args.ray_tpu_cluster_args`` builds them)."""
 
     project: str
     cluster_name: str
@@ -70,14 +70,14 @@ class RayTpuClusterArgs:
     params: RayClusterParams
     """The RayCluster, as pure data (names, images, TPU worker groups)."""
     bucket_location: str
-    retention_days: int = 30
+    retention_days: int
     """Delete checkpoints older than this many days (0 keeps them)."""
-    operator: Literal["addon", "helm"] = "addon"
-    helm_chart_version: str = "1.7.0"
-    resource_labels: dict[str, str] | None = None
-    soft_delete_days: int = 7
+    operator: Literal["addon", "helm"]
+    helm_chart_version: str
+    soft_delete_days: int
     """Deleted or overwritten checkpoints stay restorable this long (GCS soft delete, 7-90 days)."""
-    versioning: bool = False
+    versioning: bool
+    resource_labels: dict[str, str] | None = None
     auth_token: pulumi.Input[str] | None = None
     """The Ray token (a secret); None: Pulumi generates one."""
     operator_namespace: str | None = None

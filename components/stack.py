@@ -14,14 +14,20 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from tpuray.components.config import NAMESPACE, RAY_AUTH_TOKEN_KEY, StackConfig
+from tpuray.components.config import StackConfig
 from tpuray.components.config_types import label_value
-from tpuray.components.gke_cluster import GkeCluster, GkeClusterArgs
-from tpuray.components.kueue import KueueQueues, KueueQueuesArgs
+from tpuray.components.gke_cluster import GkeCluster
+from tpuray.components.kueue import KueueQueues
 from tpuray.components.planning.from_config import ray_cluster_params, ray_job_params
-from tpuray.components.planning.kueue import kueue_plan
-from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
-from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
+from tpuray.components.ray_cluster import RayTpuCluster, RayTpuJob
+from tpuray.components.stack_args import (
+    gke_cluster_args,
+    kueue_queues_args,
+    ray_tpu_cluster_args,
+    ray_tpu_job_args,
+    tpu_slice_pool_args,
+)
+from tpuray.components.tpu_slice_pool import TpuSlicePool
 
 __all__ = ["Stack", "deploy", "resource_labels", "topology_summary"]
 
@@ -89,11 +95,11 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
     provider = gcp.Provider("gcp", project=cfg.project, region=cfg.region, zone=cfg.zone)
     on_gcp = pulumi.ResourceOptions(providers=[provider])
 
-    cluster = GkeCluster("gke", GkeClusterArgs.from_stack(cfg, labels), on_gcp)
+    cluster = GkeCluster("gke", gke_cluster_args(cfg, labels), on_gcp)
     pools = [
         TpuSlicePool(
             pool.name,
-            TpuSlicePoolArgs.from_stack(cfg, pool, cluster.cluster.name, cluster.node_service_account_email, labels),
+            tpu_slice_pool_args(cfg, pool, cluster.cluster.name, cluster.node_service_account_email, labels),
             on_gcp,  # the node pools' cluster input orders them after the cluster
         )
         for pool in cfg.slice_pools
@@ -107,22 +113,12 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
     cluster_params = job_params.cluster if ephemeral and job_params.cluster else ray_cluster_params(cfg, k8s_labels)
     ray = RayTpuCluster(
         "ray",
-        RayTpuClusterArgs(
-            project=cfg.project,
-            cluster_name=cfg.cluster.name,
-            params=cluster_params,
-            bucket_location=cfg.checkpoints.location or cfg.region,
-            retention_days=cfg.checkpoints.retention_days,
-            soft_delete_days=cfg.checkpoints.soft_delete_days,
-            versioning=cfg.checkpoints.versioning,
-            # secret-bearing: read with get_secret only, never part of the (printable) StackConfig
-            auth_token=pulumi.Config(NAMESPACE).get_secret(RAY_AUTH_TOKEN_KEY),
-            operator=cfg.ray.operator,
-            operator_namespace=cfg.ray.job_api_namespace,
-            helm_chart_version=cfg.ray.helm_chart_version,
-            resource_labels=labels,
-            depends_on=[cluster.cluster, cluster.system_pool, *node_pools],
+        ray_tpu_cluster_args(
+            cfg,
+            cluster_params,
             declare_cluster=not ephemeral,
+            depends_on=[cluster.cluster, cluster.system_pool, *node_pools],
+            resource_labels=labels,
         ),
         on_both,
     )
@@ -131,18 +127,13 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
     if cfg.kueue.enabled:
         kueue = KueueQueues(
             "kueue",
-            KueueQueuesArgs(
-                plan=kueue_plan(cfg, k8s_labels),
-                chart_version=cfg.kueue.chart_version,
-                namespace=cfg.kueue.namespace,
-                depends_on=[cluster.system_pool, *node_pools, ray.prerequisites[0]],
-            ),
+            kueue_queues_args(cfg, k8s_labels, depends_on=[cluster.system_pool, *node_pools, ray.prerequisites[0]]),
             on_both,
         )
         job_after += list(kueue.objects.values())
     job = RayTpuJob(
         "train",
-        RayTpuJobArgs(params=job_params, depends_on=[*job_after, ray.auth_secret]),
+        ray_tpu_job_args(job_params, depends_on=[*job_after, ray.auth_secret]),
         on_both,
     )
     return Stack(config=cfg, gcp_provider=provider, cluster=cluster, pools=pools, ray=ray, job=job, kueue=kueue)

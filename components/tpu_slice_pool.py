@@ -1,6 +1,6 @@
 """``TpuSlicePool``: the GKE node pools of one TPU slice pool.
 
-Turns :func:`~tpuray.components.planning.node_pools.slice_pool_node_pools` into resources: one
+Declares what :func:`~tpuray.components.planning.node_pools.slice_pool_node_pools` planned: one
 ``gcp.container.NodePool`` per spec (one per slice for multi-host shapes) and, for multi-host tpu7x, the
 ``gcp.compute.ResourcePolicy`` workload policy the pools reference. Outputs the node pool names and the slice's summary.
 """
@@ -13,8 +13,8 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from tpuray.components.config import SlicePoolConfig, StackConfig
-from tpuray.components.planning.node_pools import NodePoolSpec, slice_pool_node_pools
+from tpuray.components.planning.node_pools import NodePoolSpec
+from tpuray.components.topology import TpuSlice
 
 __all__ = ["TpuSlicePool", "TpuSlicePoolArgs"]
 
@@ -23,42 +23,26 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 @dataclass
 class TpuSlicePoolArgs:
-    """Inputs of :class:`TpuSlicePool`."""
+    """Inputs of :class:`TpuSlicePool` (``tpuray.components.stack_args.tpu_slice_pool_args`` builds them)."""
 
-    pool: SlicePoolConfig
-    """The slice pool: its ``tpu_slice`` is the single source of every TPU fact."""
+    name: str
+    """The slice pool's name (``tpuray.io/pool`` on its nodes)."""
+    tpu_slice: TpuSlice
+    """The slice shape: the single source of every TPU fact."""
+    slices: int
+    capacity: str
+    """The capacity type's name, for the summary (the node pool specs carry its settings)."""
+    node_pools: list[NodePoolSpec]
+    """What to declare, from :func:`~tpuray.components.planning.node_pools.slice_pool_node_pools`."""
+    auto_upgrade: bool
     project: str
-    cluster_name: str
-    """The GKE cluster's name as configured (names the workload policy)."""
     cluster: pulumi.Input[str]
     """The cluster resource's name or id (orders the pools after the cluster)."""
     location: str
     """The cluster's location (region or zone)."""
-    zone: str | None
-    """The pool's zone; multi-host shapes need one."""
     service_account: pulumi.Input[str]
     """Email of the node service account."""
     resource_labels: dict[str, str] | None = None
-
-    @classmethod
-    def from_stack(
-        cls,
-        cfg: StackConfig,
-        pool: SlicePoolConfig,
-        cluster: pulumi.Input[str],
-        service_account: pulumi.Input[str],
-        resource_labels: dict[str, str] | None = None,
-    ) -> TpuSlicePoolArgs:
-        return cls(
-            pool=pool,
-            project=cfg.project,
-            cluster_name=cfg.cluster.name,
-            cluster=cluster,
-            location=cfg.location,
-            zone=cfg.pool_zone(pool),
-            service_account=service_account,
-            resource_labels=resource_labels,
-        )
 
 
 class TpuSlicePool(pulumi.ComponentResource):
@@ -71,10 +55,10 @@ class TpuSlicePool(pulumi.ComponentResource):
     summary: dict[str, Any]
 
     def __init__(self, name: str, args: TpuSlicePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        # The config model has checked every rule (zones, DWS autoscaling, names); planning only derives.
-        self.plans = slice_pool_node_pools(args.pool, args.zone, args.cluster_name)
+        # The config model has checked every rule (zones, DWS autoscaling, names); the planner only derived.
+        self.plans = list(args.node_pools)
         super().__init__("tpuray:index:TpuSlicePool", name, None, opts)
-        s = args.pool.tpu_slice
+        s = args.tpu_slice
         self.workload_policy = None
         wp = self.plans[0].workload_policy
         if wp is not None:
@@ -91,11 +75,11 @@ class TpuSlicePool(pulumi.ComponentResource):
         self.node_pools = [self._node_pool(name, p, args) for p in self.plans]
         self.pool_names = pulumi.Output.all(*[np.name for np in self.node_pools]).apply(list)
         self.summary = {
-            "pool": args.pool.name,
-            "capacity": args.pool.capacity.type,
-            "slices": args.pool.slices,
+            "pool": args.name,
+            "capacity": args.capacity,
+            "slices": args.slices,
             "node_pools": [p.name for p in self.plans],
-            "total_chips": args.pool.slices * s.chips,
+            "total_chips": args.slices * s.chips,
             **s.summary(),
         }
         self.register_outputs({"pool_names": self.pool_names, "summary": self.summary})
@@ -157,9 +141,7 @@ class TpuSlicePool(pulumi.ComponentResource):
             queued_provisioning=(
                 gcp.container.NodePoolQueuedProvisioningArgs(enabled=True) if p.queued_provisioning else None
             ),
-            management=gcp.container.NodePoolManagementArgs(
-                auto_repair=p.auto_repair, auto_upgrade=args.pool.auto_upgrade
-            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=p.auto_repair, auto_upgrade=args.auto_upgrade),
             node_config=node_config,
             opts=pulumi.ResourceOptions(parent=self),
         )

@@ -112,14 +112,15 @@ class RayClusterParams:
     service_account: str
     """Kubernetes service account of every Ray pod (bound to a Google service account by Workload Identity)."""
     groups: tuple[TpuWorkerGroup, ...]
-    head_cpu: str = "4"
-    head_memory: str = "16Gi"
-    worker_cpu: str = "8"
-    worker_memory: str = "64Gi"
+    head_cpu: str
+    head_memory: str
+    worker_cpu: str
+    worker_memory: str
+    checkpoint_mount_path: str
+    """Where the checkpoint bucket is mounted in every Ray pod (used only with ``checkpoint_bucket``)."""
     head_node_pool: str | None = None
     """GKE node pool of the head (the CPU system pool)."""
     checkpoint_bucket: str | None = None
-    checkpoint_mount_path: str = "/checkpoints"
     idle_timeout_seconds: int = 600
     labels: Mapping[str, str] = field(default_factory=dict)
     auth: RayAuth | None = None

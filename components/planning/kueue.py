@@ -49,9 +49,9 @@ __all__ = [
     "PROVISIONING_CONTROLLER",
     "SUBMITTER_CPU",
     "SUBMITTER_MEMORY",
-    "KueuePlan",
+    "KueueSpec",
     "PoolQuota",
-    "kueue_plan",
+    "kueue_spec",
     "priority_class_name",
 ]
 
@@ -88,7 +88,7 @@ class PoolQuota:
 
 
 @dataclass(frozen=True)
-class KueuePlan:
+class KueueSpec:
     cluster_queue: str
     local_queue: str
     namespace: str
@@ -147,7 +147,7 @@ def _resources(cpu: str, memory: str, chips: int) -> list[dict[str, Any]]:
     ]
 
 
-def kueue_plan(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> KueuePlan:
+def kueue_spec(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> KueueSpec:
     """The Kueue objects of a stack (``kueue.enabled``); raises ValueError for an unparsable Ray resource size."""
     labels = dict(labels or {})
     cluster = cfg.cluster.name
@@ -232,7 +232,7 @@ def kueue_plan(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> Kue
             spec={"clusterQueue": cluster},
         )
     )
-    return KueuePlan(
+    return KueueSpec(
         cluster_queue=cluster,
         local_queue=cfg.kueue.local_queue,
         namespace=cfg.ray.namespace,

@@ -13,14 +13,15 @@ from catalog import CAPACITIES, pool
 from kuberay_schema import schema_errors, tpu_chip_mismatches
 
 from tpuray.components.config import StackConfig, parse_stack_config
-from tpuray.components.gke_cluster import NODE_SA_ROLES, GkeCluster, GkeClusterArgs
+from tpuray.components.gke_cluster import NODE_SA_ROLES, GkeCluster
 from tpuray.components.planning.from_config import ray_cluster_params
 from tpuray.components.planning.kuberay import RayJobParams
 from tpuray.components.planning.node_pools import slice_pool_node_pools
-from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
+from tpuray.components.ray_cluster import RayTpuCluster, RayTpuJob, RayTpuJobArgs
 from tpuray.components.review.engine import STANDIN_ENDPOINT, ProgramRun
+from tpuray.components.stack_args import gke_cluster_args, ray_tpu_cluster_args, tpu_slice_pool_args
 from tpuray.components.topology import TpuSlice
-from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
+from tpuray.components.tpu_slice_pool import TpuSlicePool
 
 NODE_POOL = "gcp:container/nodePool:NodePool"
 CLUSTER = "gcp:container/cluster:Cluster"
@@ -52,7 +53,7 @@ def assert_parented(rec: ProgramRun, component_type: str, expected_children: int
 # ---- GkeCluster ---------------------------------------------------------------------------------------
 def build_cluster(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:
-        c = GkeCluster("gke", GkeClusterArgs.from_stack(cfg, {"tpuray-stack": "test"}))
+        c = GkeCluster("gke", gke_cluster_args(cfg, {"tpuray-stack": "test"}))
         return {"kubeconfig": c.kubeconfig, "name": c.cluster_name}
 
     return build
@@ -147,7 +148,7 @@ def build_pool(cfg: StackConfig, index: int = 0) -> Callable[[], dict[str, Any]]
     def build() -> dict[str, Any]:
         p = cfg.slice_pools[index]
         comp = TpuSlicePool(
-            p.name, TpuSlicePoolArgs.from_stack(cfg, p, "tpu", "nodes@tpuray-test-proj.iam.gserviceaccount.com")
+            p.name, tpu_slice_pool_args(cfg, p, "tpu", "nodes@tpuray-test-proj.iam.gserviceaccount.com")
         )
         return {"names": comp.pool_names}
 
@@ -257,15 +258,7 @@ def build_ray(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:
         ray = RayTpuCluster(
             "ray",
-            RayTpuClusterArgs(
-                project=cfg.project,
-                cluster_name=cfg.cluster.name,
-                params=ray_cluster_params(cfg),
-                bucket_location=cfg.region,
-                retention_days=cfg.checkpoints.retention_days,
-                operator=cfg.ray.operator,
-                helm_chart_version=cfg.ray.helm_chart_version,
-            ),
+            ray_tpu_cluster_args(cfg, ray_cluster_params(cfg), declare_cluster=True, depends_on=[]),
         )
         job = RayTpuJob(
             "job",

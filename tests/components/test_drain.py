@@ -33,6 +33,11 @@ def _params(*groups: TpuWorkerGroup) -> RayClusterParams:
         worker_image="w",
         service_account="ray",
         groups=groups,
+        head_cpu="4",
+        head_memory="16Gi",
+        worker_cpu="8",
+        worker_memory="64Gi",
+        checkpoint_mount_path="/checkpoints",
     )
 
 

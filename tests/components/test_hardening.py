@@ -11,7 +11,7 @@ import pytest
 from kuberay_schema import schema_errors
 
 from tpuray.components.config import StackConfig, load_stack_file, parse_stack_config
-from tpuray.components.gke_cluster import GkeCluster, GkeClusterArgs
+from tpuray.components.gke_cluster import GkeCluster
 from tpuray.components.names import (
     HEAD_PORTS,
     RAY_CLUSTER_POD_LABEL,
@@ -31,6 +31,7 @@ from tpuray.components.planning.network_policy import (
     network_policies,
 )
 from tpuray.components.planning.pod_security import restricted_problems
+from tpuray.components.stack_args import gke_cluster_args, tpu_slice_pool_args
 
 ROOT = er.ROOT
 CLUSTER = "gcp:container/cluster:Cluster"
@@ -151,7 +152,7 @@ def test_only_the_submitter_and_the_operator_reach_the_head_besides_its_peers() 
 # ---- components -------------------------------------------------------------------------------------------------
 def build_cluster(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:
-        c = GkeCluster("gke", GkeClusterArgs.from_stack(cfg, {"tpuray-stack": "test"}))
+        c = GkeCluster("gke", gke_cluster_args(cfg, {"tpuray-stack": "test"}))
         return {"name": c.cluster_name}
 
     return build
@@ -202,14 +203,12 @@ def test_private_and_dns_control_plane_endpoints(endpoint: str) -> None:
 
 
 def test_tpu_node_pools_are_shielded() -> None:
-    from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
+    from tpuray.components.tpu_slice_pool import TpuSlicePool
 
     cfg = stack()
 
     def build() -> dict[str, Any]:
-        TpuSlicePool(
-            "v6e", TpuSlicePoolArgs.from_stack(cfg, cfg.slice_pools[0], "tpu", "nodes@x.iam.gserviceaccount.com")
-        )
+        TpuSlicePool("v6e", tpu_slice_pool_args(cfg, cfg.slice_pools[0], "tpu", "nodes@x.iam.gserviceaccount.com"))
         return {}
 
     rec, _ = er.run(build)

@@ -38,6 +38,11 @@ def params(*groups: TpuWorkerGroup, bucket: str | None = "ckpt-bucket") -> RayCl
         worker_image="example.test/worker:1",
         service_account="ray",
         groups=groups,
+        head_cpu="4",
+        head_memory="16Gi",
+        worker_cpu="8",
+        worker_memory="64Gi",
+        checkpoint_mount_path="/checkpoints",
         head_node_pool="system",
         checkpoint_bucket=bucket,
     )

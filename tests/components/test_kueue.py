@@ -26,7 +26,7 @@ from tpuray.components.names import (
 )
 from tpuray.components.planning.from_config import ray_cluster_params, ray_job_params, stack_manifests
 from tpuray.components.planning.kuberay import ray_job_manifest
-from tpuray.components.planning.kueue import DWS_PROVISIONING_CLASS, KueuePlan, kueue_plan
+from tpuray.components.planning.kueue import DWS_PROVISIONING_CLASS, KueueSpec, kueue_spec
 from tpuray.components.planning.kueue_checks import check_kueue_ray_job
 from tpuray.components.planning.node_pools import slice_pool_node_pools
 
@@ -61,13 +61,13 @@ def base(**overrides: Any) -> dict[str, Any]:
     return v
 
 
-def by_kind(plan: KueuePlan, kind: str) -> list[dict[str, Any]]:
+def by_kind(plan: KueueSpec, kind: str) -> list[dict[str, Any]]:
     return [o for o in plan.objects if o["kind"] == kind]
 
 
 # ---- CRD validity ----------------------------------------------------------------------------------------
 def test_every_object_of_the_dws_stack_is_crd_valid() -> None:
-    plan = kueue_plan(dws(), {"app.kubernetes.io/managed-by": "pulumi"})
+    plan = kueue_spec(dws(), {"app.kubernetes.io/managed-by": "pulumi"})
     kinds = {o["kind"] for o in plan.objects}
     assert kinds == {
         "ResourceFlavor",
@@ -85,7 +85,7 @@ def test_every_object_of_the_dws_stack_is_crd_valid() -> None:
 
 
 def test_schema_check_is_not_vacuous() -> None:
-    plan = kueue_plan(dws())
+    plan = kueue_spec(dws())
     cq = copy.deepcopy(by_kind(plan, "ClusterQueue")[0])
     cq["spec"]["admissionChecks"] = ["x"]  # v1beta1's field: gone in v1beta2
     assert schema_errors(cq)
@@ -112,7 +112,7 @@ def test_quota_equals_each_pools_chips_at_maximum_size(pools: list[Any]) -> None
             "ray": {"jobMode": "ephemeral"},
         }
     )
-    plan = kueue_plan(cfg)
+    plan = kueue_spec(cfg)
     cq = by_kind(plan, "ClusterQueue")[0]
     assert schema_errors(cq) == [] and cel_problems(cq) == []
     quota = {
@@ -149,7 +149,7 @@ def assign(pod: Mapping[str, Any], flavors: Sequence[Mapping[str, Any]], quota: 
 
 def test_head_submitter_and_each_worker_group_land_on_the_intended_flavor() -> None:
     cfg = dws()
-    plan = kueue_plan(cfg)
+    plan = kueue_spec(cfg)
     cq = by_kind(plan, "ClusterQueue")[0]["spec"]["resourceGroups"][0]["flavors"]
     quota = {f["name"]: next(r["nominalQuota"] for r in f["resources"] if r["name"] == TPU_RESOURCE) for f in cq}
     flavors = sorted(
@@ -172,7 +172,7 @@ def test_head_submitter_and_each_worker_group_land_on_the_intended_flavor() -> N
 
 def test_flavor_labels_are_the_labels_the_pools_nodes_carry() -> None:
     cfg = dws()
-    plan = kueue_plan(cfg)
+    plan = kueue_spec(cfg)
     flavors = {f["metadata"]["name"]: f["spec"] for f in by_kind(plan, "ResourceFlavor")}
     for p in cfg.slice_pools:
         spec = flavors[plan.quota_of(p.name).flavor]
@@ -187,7 +187,7 @@ def test_flavor_labels_are_the_labels_the_pools_nodes_carry() -> None:
 
 
 def test_queued_pool_gets_a_provisioning_request_check() -> None:
-    plan = kueue_plan(dws())
+    plan = kueue_spec(dws())
     [prc] = by_kind(plan, "ProvisioningRequestConfig")
     [ac] = by_kind(plan, "AdmissionCheck")
     assert prc["spec"]["provisioningClassName"] == DWS_PROVISIONING_CLASS == "queued-provisioning.gke.io"
@@ -204,7 +204,7 @@ def test_queued_pool_gets_a_provisioning_request_check() -> None:
 
 def test_quota_sums_pod_sizes_in_any_quantity_form_the_config_accepts() -> None:
     v = base(ray={"jobMode": "ephemeral", "workerCpu": "7500m", "workerMemory": "68719476736", "headCpu": "2"})
-    plan = kueue_plan(parse_stack_config(v))
+    plan = kueue_spec(parse_stack_config(v))
     # v6e 4x4 pool: 2 slices x 4 hosts = 8 worker pods of 7.5 CPU and 64Gi
     assert (plan.quota_of("dws").cpu, plan.quota_of("dws").memory) == ("60", "512Gi")
     assert plan.quota_of("res").cpu == "15"  # v5p 2x2x2: 1 slice x 2 hosts
@@ -215,7 +215,7 @@ def test_quota_sums_pod_sizes_in_any_quantity_form_the_config_accepts() -> None:
 # ---- the ephemeral RayJob ----------------------------------------------------------------------------------
 def test_ephemeral_job_is_queue_labelled_suspended_and_carries_the_training_pool() -> None:
     cfg = dws()
-    plan = kueue_plan(cfg)
+    plan = kueue_spec(cfg)
     [job] = stack_manifests(cfg)  # no shared RayCluster in ephemeral mode
     assert job["kind"] == "RayJob" and kuberay_schema_errors(job) == []
     labels = job["metadata"]["labels"]
@@ -381,10 +381,10 @@ def test_rules_run_even_when_another_section_is_invalid() -> None:
 
 # ---- the component --------------------------------------------------------------------------------------
 def test_component_declares_the_pinned_chart_and_every_object_after_it() -> None:
-    plan = kueue_plan(dws())
+    plan = kueue_spec(dws())
 
     def build() -> dict[str, Any]:
-        KueueQueues("kueue", KueueQueuesArgs(plan=plan, chart_version="0.19.2"))
+        KueueQueues("kueue", KueueQueuesArgs(spec=plan, chart_version="0.19.2", namespace="kueue-system"))
         return {}
 
     rec, _ = er.run(build)
