@@ -4,7 +4,7 @@ Public API: :class:`XlaChipConfig`, :func:`tpu_scaling_config`, :func:`optimizer
 Train backend) and :func:`emulate` (a local Ray cluster emulating TPU slices on CPU). Imports no Pulumi.
 """
 
-from tpuray.workloads.backend import ChipInfo, XlaChipConfig, chip, optimizer_step, tpu_scaling_config
+from tpuray.workloads.backend import ChipInfo, XlaChipConfig, chip, mean_over_chips, optimizer_step, tpu_scaling_config
 from tpuray.workloads.emulation import emulate
 
-__all__ = ["ChipInfo", "XlaChipConfig", "chip", "emulate", "optimizer_step", "tpu_scaling_config"]
+__all__ = ["ChipInfo", "XlaChipConfig", "chip", "emulate", "mean_over_chips", "optimizer_step", "tpu_scaling_config"]

@@ -37,7 +37,7 @@ from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS, hos
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ChipInfo", "XlaChipConfig", "chip", "optimizer_step", "tpu_scaling_config"]
+__all__ = ["ChipInfo", "XlaChipConfig", "chip", "mean_over_chips", "optimizer_step", "tpu_scaling_config"]
 
 Collective = Literal["xla", "gloo"]
 
@@ -310,3 +310,22 @@ class XlaChipConfig(TorchConfig):  # type: ignore[misc]  # Ray ships no type inf
     @property
     def backend_cls(self) -> type[Backend]:
         return _XlaChipBackend
+
+
+def mean_over_chips(values: torch.Tensor) -> torch.Tensor:
+    """The element-wise mean of ``values`` over all chips, on the CPU (for metrics such as the loss)."""
+    import torch
+
+    info = chip()
+    local = values.detach().to(torch.float64).cpu()
+    if info.world_size == 1:
+        return local
+    if info.collective == "xla":
+        import torch_xla.core.xla_model as xm
+
+        summed: torch.Tensor = xm.all_reduce(xm.REDUCE_SUM, values.detach().to(info.device))
+        return summed.cpu().to(torch.float64) / info.world_size
+    import torch.distributed as dist
+
+    dist.all_reduce(local)
+    return local / info.world_size
