@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from ray.train import ScalingConfig
+# Ray Train V2's classes (what ray.train exports in 2.60); named directly so the type checker sees the same ones
+from ray.train.v2.api.config import ScalingConfig
 from ray.train.backend import Backend
 from ray.train.torch import TorchConfig
 
@@ -286,16 +287,14 @@ class _XlaChipBackend(Backend):
         master = worker_group.execute_single(assignments[0].actor_index, _free_port)
         import ray
 
-        ray.get(
-            [worker_group.execute_single_async(a.actor_index, _join, master, cfg.timeout_s) for a in assignments]
-        )
+        ray.get([worker_group.execute_single_async(a.actor_index, _join, master, cfg.timeout_s) for a in assignments])
 
     def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:
         worker_group.execute(_leave)
 
 
 @dataclass
-class XlaChipConfig(TorchConfig):  # type: ignore[misc]  # Ray ships no type information
+class XlaChipConfig(TorchConfig):
     """Ray Train config for PyTorch/XLA with one worker per TPU chip: pass as ``TorchTrainer(torch_config=...)``
     together with :func:`tpu_scaling_config`.
 
@@ -323,7 +322,8 @@ def mean_over_chips(values: torch.Tensor) -> torch.Tensor:
     if info.collective == "xla":
         import torch_xla.core.xla_model as xm
 
-        summed: torch.Tensor = xm.all_reduce(xm.REDUCE_SUM, values.detach().to(info.device))
+        summed = xm.all_reduce(xm.REDUCE_SUM, values.detach().to(info.device))
+        assert isinstance(summed, torch.Tensor)
         return summed.cpu().to(torch.float64) / info.world_size
     import torch.distributed as dist
 

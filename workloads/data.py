@@ -72,7 +72,7 @@ class TokenFile:
             elif p.suffix == ".npy":
                 tokens = np.load(p, mmap_mode="r", allow_pickle=False)
                 if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
-                    raise ValueError(f"a .npy dataset is a 1-D integer array, this one is {tokens.dtype} {tokens.shape}")
+                    raise ValueError(f"a .npy dataset is a 1-D integer array, not {tokens.dtype} {tokens.shape}")
             else:
                 raise ValueError("the dataset must be a .bin file (uint16 token ids) or a .npy file (1-D integers)")
         except (OSError, ValueError) as e:

@@ -217,6 +217,7 @@ def train_gpt(config: dict[str, Any]) -> None:
         if job.fail_at_step == step and c.rank == job.fail_rank and job.fail_marker:
             marker = Path(job.fail_marker)
             if not marker.exists():
+                ray.train.get_all_reported_checkpoints()  # Ray Train registers reports asynchronously
                 marker.touch()
                 os.kill(os.getpid(), signal.SIGKILL)  # die like a preempted or OOM-killed process
         tokens = torch.from_numpy(data.batch(step, c.rank, c.world_size, job.batch_size_per_chip, job.model.seq_len))
@@ -246,9 +247,7 @@ def train_gpt(config: dict[str, Any]) -> None:
         metrics: dict[str, Any] = {"step": done, "loss": history[-1], "first_step_s": first_step_s}
         if step_times:
             metrics["step_time_s"] = sorted(step_times)[len(step_times) // 2]
-            t = throughput(
-                job.model, _slice(job), c.world_size, job.batch_size_per_chip, float(metrics["step_time_s"])
-            )
+            t = throughput(job.model, _slice(job), c.world_size, job.batch_size_per_chip, float(metrics["step_time_s"]))
             metrics |= {"tokens_per_s": t.tokens_per_s, "mfu": t.mfu}
         if c.rank == 0:
             print(_progress(done, job.steps, history[-1], metrics), file=sys.stderr, flush=True)

@@ -36,14 +36,14 @@ def _fill_env(slice_spec: str, environ: Mapping[str, str] | None = None) -> dict
     return missing
 
 
-class _TorchTpuBackend(_TorchBackend):  # type: ignore[misc]  # Ray ships no type information
+class _TorchTpuBackend(_TorchBackend):
     def on_start(self, worker_group: Any, backend_config: Any) -> None:
         worker_group.execute(_fill_env, backend_config.slice_spec)  # before Ray creates the tpu_dist group
         super().on_start(worker_group, backend_config)
 
 
 @dataclass
-class TorchTpuConfig(TorchConfig):  # type: ignore[misc]  # Ray ships no type information
+class TorchTpuConfig(TorchConfig):
     """A Ray Train ``TorchConfig`` (backend ``tpu_dist``) that fills in the TORCH_TPU_* env first."""
 
     backend: str = "tpu_dist"

@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _run_config(args: argparse.Namespace, storage: str) -> Any:
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig
+    from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig
 
     n = args.max_restarts
     return RunConfig(

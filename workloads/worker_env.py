@@ -163,9 +163,7 @@ def torch_tpu_topology(tpu_slice: TpuSlice) -> str:
     return dims + (f",{tpu_slice.spec.devices_per_chip}" if tpu_slice.spec.devices_per_chip > 1 else "")
 
 
-def torch_tpu_env(
-    tpu_slice: TpuSlice, hostnames: Sequence[str], port: int = TPU_SLICEBUILDER_PORT
-) -> dict[str, str]:
+def torch_tpu_env(tpu_slice: TpuSlice, hostnames: Sequence[str], port: int = TPU_SLICEBUILDER_PORT) -> dict[str, str]:
     """``TORCH_TPU_TOPOLOGY`` and ``TORCH_TPU_SLICEBUILDER_ADDRESSES``: one slice builder per host (VM), in
     worker-id order, whatever the chips or devices per host; ``localhost`` on a single host."""
     if tpu_slice.multi_host and len(hostnames) != tpu_slice.hosts:

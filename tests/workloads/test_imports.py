@@ -6,19 +6,16 @@ import subprocess
 import sys
 
 MODULES = [
-    "pjrt",
+    "worker_env",
     "placement",
     "metrics",
     "data",
-    "checkpoint",
-    "job",
-    "report",
+    "backend",
     "emulation",
+    "emulate",
     "torch_tpu",
+    "gpt_loop",
     "train",
-    "group",
-    "driver",
-    "loop",
     "model",
 ]
 
@@ -36,3 +33,10 @@ def test_workloads_import_without_pulumi() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_every_module_is_listed() -> None:
+    import tpuray.workloads as w
+
+    found = {p.stem for p in __import__("pathlib").Path(w.__file__).parent.glob("*.py")} - {"__init__"}
+    assert found == set(MODULES)
