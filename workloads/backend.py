@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-# Ray Train V2's classes (what ray.train exports in 2.60); named directly so the type checker sees the same ones
-from ray.train.v2.api.config import ScalingConfig
 from ray.train.backend import Backend
 from ray.train.torch import TorchConfig
+
+# Ray Train V2's classes (what ray.train exports in 2.60); named directly so the type checker sees the same ones
+from ray.train.v2.api.config import ScalingConfig
 
 from tpuray.components.labels import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL
 from tpuray.components.topology import TPU_MEGASCALE_PORT, TpuSlice

@@ -258,6 +258,7 @@ def test_gpt_checkpoints_by_run_name_and_corrupt_newest_falls_back(cluster: None
         return result
 
     a = gpt("a", 6)
+
     def files(d: Path) -> dict[Path, int]:
         return {p: p.stat().st_mtime_ns for p in d.rglob("*") if p.is_file()}
 
