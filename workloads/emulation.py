@@ -121,7 +121,10 @@ class EmulatedCluster:
         ray_constants.ENABLE_RAY_CLUSTER = False
 
         # Short path: Ray's unix sockets live under the temp dir and have a ~100-byte limit.
-        self._tmp = tempfile.mkdtemp(prefix="tpuray-", dir="/tmp" if os.path.isdir("/tmp") else None)
+        base = tempfile.gettempdir()
+        if len(base) > 32 and os.path.isdir("/tmp"):
+            base = "/tmp"
+        self._tmp = tempfile.mkdtemp(prefix="tpuray-", dir=base)
         # Ray also keeps its "current cluster" file under RAY_TMPDIR: keep that private too.
         os.environ["RAY_TMPDIR"] = self._tmp
         os.makedirs(os.path.join(self._tmp, "ray"))

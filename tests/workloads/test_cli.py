@@ -7,8 +7,11 @@ import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +23,19 @@ from tpuray.workloads import train
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run(module: str, *args: str, cwd: Path, timeout: float = 280) -> tuple[int, str, str]:
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short private temp dir for the commands' Ray clusters (Ray's socket paths are length-limited), so the
+    test can tell its own Ray processes from any other Ray on the machine."""
+    d = Path(tempfile.mkdtemp(prefix="t8", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def run(module: str, *args: str, cwd: Path, timeout: float = 280, tmp: Path | None = None) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
     proc = subprocess.run(
         [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -33,10 +47,16 @@ def summary(stdout: str) -> dict[str, Any] | None:
     return json.loads(lines[-1]) if lines else None
 
 
-def ray_processes() -> set[int]:
-    """Ray's daemons on this machine (raylet, GCS): a command that started a cluster must leave none behind."""
+def ray_processes(tmp: Path) -> set[int]:
+    """Ray processes (raylet, GCS, workers) of clusters under ``tmp``: a command must leave none behind."""
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return {int(ln.split()[0]) for ln in out.splitlines()[1:] if re.search(r"\b(raylet|gcs_server)\b", ln)}
+    return {int(ln.split()[0]) for ln in out.splitlines()[1:] if "ray" in ln and str(tmp) in ln}
+
+
+def leftovers(tmp: Path) -> list[str]:
+    """Ray processes or emulated-cluster dirs still under ``tmp`` (checkpoint dirs are kept on purpose)."""
+    dirs = [p.name for p in tmp.iterdir() if re.fullmatch(r"tpuray-[a-z0-9_]{8}", p.name)]
+    return [*map(str, ray_processes(tmp)), *dirs]
 
 
 # ---- flags (no cluster) --------------------------------------------------------------------------------------
@@ -65,7 +85,6 @@ def test_bad_model_flags_name_the_flag() -> None:
 
 
 def test_bad_inputs_fail_before_any_cluster(stack_file: Path, tmp_path: Path) -> None:
-    before = ray_processes()
     code, out, err = run("tpuray.workloads.train", "--local", "--topology", "v5e:3x3", cwd=tmp_path, timeout=60)
     assert code == 2 and "3x3" in err and "nearest valid shapes" in err
     code, out, err = run(
@@ -82,7 +101,6 @@ def test_bad_inputs_fail_before_any_cluster(stack_file: Path, tmp_path: Path) ->
     assert "nope.bin" in err and "does not exist" in err
     code, _, err = run("tpuray.workloads.emulate", "--topology", "v5p:2x2x3", "--", "true", cwd=tmp_path, timeout=60)
     assert code == 2 and "2x2x3" in err
-    assert ray_processes() <= before
 
 
 # ---- end to end on the emulated dev slice --------------------------------------------------------------------
@@ -90,10 +108,16 @@ def test_bad_inputs_fail_before_any_cluster(stack_file: Path, tmp_path: Path) ->
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_readme_command_trains_the_gpt_locally(stack_file: Path, tmp_path: Path) -> None:
-    before = ray_processes()
+def test_readme_command_trains_the_gpt_locally(stack_file: Path, tmp_path: Path, short_tmp: Path) -> None:
     code, out, err = run(
-        "tpuray.workloads.train", "--local", "--stack-file", str(stack_file), "--steps", "30", cwd=tmp_path
+        "tpuray.workloads.train",
+        "--local",
+        "--stack-file",
+        str(stack_file),
+        "--steps",
+        "30",
+        cwd=tmp_path,
+        tmp=short_tmp,
     )
     assert code == 0, err[-3000:]
     s = summary(out)
@@ -103,19 +127,27 @@ def test_readme_command_trains_the_gpt_locally(stack_file: Path, tmp_path: Path)
     assert s["params_identical"]  # the gradient average really happened on every chip
     assert s["tokens_per_s"] > 0 and s["time_to_first_step_s"] > 0
     assert "step 30/30" in err  # progress from the chips
-    assert ray_processes() <= before
+    assert not leftovers(short_tmp)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_more_slices_than_the_stack_has_is_refused_and_cleaned_up(stack_file: Path, tmp_path: Path) -> None:
-    before = ray_processes()
+def test_more_slices_than_the_stack_has_is_refused_and_cleaned_up(
+    stack_file: Path, tmp_path: Path, short_tmp: Path
+) -> None:
     code, out, err = run(
-        "tpuray.workloads.train", "--local", "--stack-file", str(stack_file), "--chips", "8", cwd=tmp_path
+        "tpuray.workloads.train",
+        "--local",
+        "--stack-file",
+        str(stack_file),
+        "--chips",
+        "8",
+        cwd=tmp_path,
+        tmp=short_tmp,
     )
     assert code == 2 and summary(out) is None
     assert "needs 2" in err and "has 1" in err
-    assert ray_processes() <= before
+    assert not leftovers(short_tmp)
 
 
 def _readme_example() -> str:
@@ -128,15 +160,17 @@ def _readme_example() -> str:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_emulate_runs_a_user_script_that_imports_only_the_public_api(stack_file: Path, tmp_path: Path) -> None:
+def test_emulate_runs_a_user_script_that_imports_only_the_public_api(
+    stack_file: Path, tmp_path: Path, short_tmp: Path
+) -> None:
     script = tmp_path / "your_script.py"
     script.write_text(_readme_example())
     imports = set(re.findall(r"^(?:from|import) ([\w.]+)", script.read_text(), re.M))
     assert {i.split(".")[0] for i in imports} <= {"ray", "torch", "torch_xla", "tpuray"}
     assert {i for i in imports if i.startswith("tpuray")} <= {"tpuray.workloads"}
     (tmp_path / "Pulumi.dev.yaml").write_text(stack_file.read_text())
-    before = ray_processes()
-    env_home = {"HOME": str(tmp_path)}  # Ray Train's default storage (~/ray_results) stays in the test's dir
+    # Ray Train's default storage (~/ray_results) stays in the test's dir
+    env_home = {"HOME": str(tmp_path), "TMPDIR": str(short_tmp)}
     proc = subprocess.run(
         [sys.executable, "-m", "tpuray.workloads.emulate", "--stack", "dev", "--", sys.executable, str(script)],
         cwd=tmp_path,
@@ -148,11 +182,11 @@ def test_emulate_runs_a_user_script_that_imports_only_the_public_api(stack_file:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "emulating 1 x v5e:2x2" in proc.stderr
     result = ast.literal_eval([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
-    assert result["loss"] < result["first_loss"]
-    assert ray_processes() <= before
+    assert result["loss"] < 0.1 * result["first_loss"]
+    assert not leftovers(short_tmp)
     # a failing command: its exit code comes back, and the cluster is gone all the same
     code, _, err = run(
-        "tpuray.workloads.emulate", "--stack", "dev", "--", sys.executable, "-c", "exit(7)", cwd=tmp_path
+        "tpuray.workloads.emulate", "--stack", "dev", "--", sys.executable, "-c", "exit(7)", cwd=tmp_path, tmp=short_tmp
     )
     assert code == 7, err[-2000:]
-    assert ray_processes() <= before
+    assert not leftovers(short_tmp)
