@@ -52,10 +52,13 @@ def tpu_scaling_config(topology: str | TpuSlice, *, num_slices: int = 1, **kwarg
 
     ``topology`` is a slice spec such as ``"v5p:4x4x4"`` or ``"v6e:2x4:ct6e-standard-4t"``, or a
     :class:`TpuSlice`. Every worker requests ``{"TPU": 1}``; ``use_tpu``, ``topology`` and
-    ``accelerator_type`` make Ray reserve whole slices (``ray.util.tpu.SlicePlacementGroup``). A single-host
-    slice gets the ``STRICT_PACK`` strategy: Ray pins only multi-host slices by slice name, and the chips of a
-    single-host slice must share its one VM. Other keyword arguments go to ``ScalingConfig`` (not
-    ``num_workers``, ``use_tpu``, ``topology``, ``accelerator_type`` or ``resources_per_worker``).
+    ``accelerator_type`` make Ray reserve whole slices (``ray.util.tpu.SlicePlacementGroup``). Ray pins only
+    multi-host slices (by a head reservation on the pod type, then the slice name), so a single-host slice gets
+    two smallest workarounds: the ``STRICT_PACK`` strategy (its chips share one VM) and a sliver of the
+    ``accelerator_type:TPU-<GEN>`` resource Ray puts on TPU VMs (the right generation; ``label_selector`` is
+    refused with ``use_tpu``). The backend then checks the pod type and topology the workers landed on.
+    Other keyword arguments go to ``ScalingConfig`` (not ``num_workers``, ``use_tpu``, ``topology``,
+    ``accelerator_type`` or ``resources_per_worker``).
     """
     s = TpuSlice.parse(topology) if isinstance(topology, str) else topology
     if not isinstance(num_slices, int) or num_slices < 1:
@@ -68,16 +71,22 @@ def tpu_scaling_config(topology: str | TpuSlice, *, num_slices: int = 1, **kwarg
     fixed = {"num_workers", "use_tpu", "topology", "accelerator_type", "resources_per_worker"} & kwargs.keys()
     if fixed:
         raise ValueError(f"tpu_scaling_config sets {sorted(fixed)} itself from the topology")
+    resources: dict[str, float] = {"TPU": 1}
     if not s.multi_host:
         kwargs.setdefault("placement_strategy", "STRICT_PACK")
+        resources[f"accelerator_type:{s.ray_accelerator_type}"] = GENERATION_PIN
     return ScalingConfig(
         num_workers=s.chips * num_slices,
         use_tpu=True,
         topology=s.topology,
         accelerator_type=s.ray_accelerator_type,
-        resources_per_worker={"TPU": 1},
+        resources_per_worker=resources,
         **kwargs,
     )
+
+
+GENERATION_PIN = 0.001
+"""How much of a TPU VM's ``accelerator_type:TPU-<GEN>`` resource (1 per VM) a single-host slice's worker takes."""
 
 
 @dataclass(frozen=True)
@@ -275,6 +284,14 @@ class _XlaChipBackend(Backend):
         reported = [worker_group.execute_single(i, _seat, i) for i in range(n)]
         seats = [s for s, _ in reported]
         tpu_slice = slice_of([lb for _, lb in reported], n)
+        # What the run asked for, read the way Ray's own _TorchBackend reads it (Ray 2.60 has no public accessor).
+        asked = getattr(getattr(worker_group, "_train_run_context", None), "scaling_config", None)
+        topology, accelerator = getattr(asked, "topology", None), getattr(asked, "accelerator_type", None)
+        if topology and accelerator and (topology, accelerator) != (tpu_slice.topology, tpu_slice.ray_accelerator_type):
+            raise PlacementError(
+                f"the run asked for topology {topology} of {accelerator} but Ray placed its workers on "
+                f"{tpu_slice} ({tpu_slice.pod_type})"
+            )
         names = sorted({s.slice_name for s in seats})  # slice order as Ray Train's own (TPU_NAME) sort
         seats = [
             Seat(s.actor_index, names.index(s.slice_name), s.slice_name, s.worker_id, s.chip, s.address, s.hostnames)

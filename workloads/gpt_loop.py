@@ -109,7 +109,9 @@ def _resume(job: GptJob) -> tuple[dict[str, Any] | None, list[str]]:
                 errors.append(str(e))
                 notes.append(f"skipping an unreadable checkpoint: {e}")
         if i == 0:
-            older = ray.train.get_all_reported_checkpoints(timeout_s=120)
+            # Ray 2.60 waits here until this attempt's report count matches the restored run's, which after a
+            # restart it never does; it returns every reported checkpoint once the timeout ends the wait.
+            older = ray.train.get_all_reported_checkpoints(timeout_s=1)
             older.sort(key=lambda r: int(r.metrics.get("step", 0)), reverse=True)
             candidates = [r.checkpoint for r in older if r.checkpoint.path != newest.path]
     raise CheckpointError("no readable checkpoint to resume from: " + "; ".join(errors))
@@ -217,7 +219,7 @@ def train_gpt(config: dict[str, Any]) -> None:
         if job.fail_at_step == step and c.rank == job.fail_rank and job.fail_marker:
             marker = Path(job.fail_marker)
             if not marker.exists():
-                ray.train.get_all_reported_checkpoints()  # Ray Train registers reports asynchronously
+                ray.train.get_all_reported_checkpoints(timeout_s=30)  # Ray Train registers reports asynchronously
                 marker.touch()
                 os.kill(os.getpid(), signal.SIGKILL)  # die like a preempted or OOM-killed process
         tokens = torch.from_numpy(data.batch(step, c.rank, c.world_size, job.batch_size_per_chip, job.model.seq_len))

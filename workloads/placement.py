@@ -19,20 +19,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuray.components.labels import RAY_ACCELERATOR_TYPE_LABEL as LABEL_ACCELERATOR_TYPE
-from tpuray.components.labels import RAY_POD_TYPE_LABEL as LABEL_POD_TYPE
-from tpuray.components.labels import RAY_SLICE_NAME_LABEL as LABEL_SLICE_NAME
-from tpuray.components.labels import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
-from tpuray.components.labels import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
+from tpuray.components.labels import RAY_POD_TYPE_LABEL, RAY_SLICE_NAME_LABEL, RAY_TOPOLOGY_LABEL, RAY_WORKER_ID_LABEL
 from tpuray.components.topology import TPU_MEGASCALE_PORT, TpuSlice
 from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, chip_env, megascale_env, task_id
 
 __all__ = [
-    "LABEL_ACCELERATOR_TYPE",
-    "LABEL_POD_TYPE",
-    "LABEL_SLICE_NAME",
-    "LABEL_TOPOLOGY",
-    "LABEL_WORKER_ID",
     "ChipAssignment",
     "PlacementError",
     "Seat",
@@ -42,10 +33,6 @@ __all__ = [
     "describe_slices",
     "slices_for_job",
 ]
-
-# The node labels Ray sets on TPU VMs (ray._raylet.RAY_NODE_TPU_*_KEY); spelled out so this module imports no Ray.
-
-DEFAULT_MEGASCALE_PORT = TPU_MEGASCALE_PORT
 
 
 class PlacementError(RuntimeError):
@@ -136,17 +123,17 @@ def cluster_slices(nodes: Iterable[Mapping[str, Any]]) -> list[SliceInfo]:
         if not node.get("Alive") or resources.get("TPU", 0) <= 0:
             continue
         labels = node.get("Labels") or {}
-        groups[labels.get(LABEL_SLICE_NAME) or str(node.get("NodeID"))].append(node)
+        groups[labels.get(RAY_SLICE_NAME_LABEL) or str(node.get("NodeID"))].append(node)
     out = []
     for name, members in sorted(groups.items()):
         labels = [m.get("Labels") or {} for m in members]
         out.append(
             SliceInfo(
                 name=name,
-                pod_type=str(labels[0].get(LABEL_POD_TYPE, "?")),
-                topology=str(labels[0].get(LABEL_TOPOLOGY, "?")),
+                pod_type=str(labels[0].get(RAY_POD_TYPE_LABEL, "?")),
+                topology=str(labels[0].get(RAY_TOPOLOGY_LABEL, "?")),
                 chips=int(sum((m.get("Resources") or {}).get("TPU", 0) for m in members)),
-                worker_ids=tuple(sorted(int(lb.get(LABEL_WORKER_ID, 0)) for lb in labels)),
+                worker_ids=tuple(sorted(int(lb.get(RAY_WORKER_ID_LABEL, 0)) for lb in labels)),
             )
         )
     return out
@@ -189,7 +176,7 @@ def assign_chips(
     seats: Sequence[Seat],
     *,
     base_port: int = DEFAULT_BASE_PORT,
-    megascale_port: int = DEFAULT_MEGASCALE_PORT,
+    megascale_port: int = TPU_MEGASCALE_PORT,
 ) -> list[ChipAssignment]:
     """Ranks and PJRT environments for workers that Ray placed at ``seats``, ordered by rank.
 

@@ -7,7 +7,7 @@ import pytest
 from tpuray.components.labels import RAY_POD_TYPE_LABEL, RAY_SLICE_NAME_LABEL, RAY_TOPOLOGY_LABEL, RAY_WORKER_ID_LABEL
 from tpuray.components.topology import TopologyError, TpuSlice
 from tpuray.workloads import XlaChipConfig, chip, tpu_scaling_config
-from tpuray.workloads.backend import slice_of
+from tpuray.workloads.backend import GENERATION_PIN, slice_of
 from tpuray.workloads.placement import PlacementError
 
 
@@ -20,8 +20,10 @@ def test_one_tpu_worker_per_chip_whole_slices(spec: str, n: int) -> None:
         cfg = tpu_scaling_config(arg, num_slices=n)  # Ray validates use_tpu/topology/accelerator_type here
         assert cfg.num_workers == s.chips * n
         assert (cfg.use_tpu, cfg.topology, cfg.accelerator_type) == (True, s.topology, s.ray_accelerator_type)
-        assert cfg.resources_per_worker == {"TPU": 1}
-        # Ray pins only multi-host slices by slice name: a single-host slice's chips must share its VM
+        assert cfg.resources_per_worker["TPU"] == 1
+        # Ray pins only multi-host slices: a single-host slice's chips share one VM of the right generation
+        pin = {f"accelerator_type:{s.ray_accelerator_type}": GENERATION_PIN}
+        assert cfg.resources_per_worker == ({"TPU": 1} if s.multi_host else {"TPU": 1, **pin})
         assert cfg.placement_strategy == ("PACK" if s.multi_host else "STRICT_PACK")
 
 

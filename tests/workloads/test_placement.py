@@ -52,13 +52,13 @@ def ray_like_seats(s: TpuSlice, num_slices: int, rng: random.Random, webhook: bo
 @given(st.sampled_from(SHAPES), st.integers(1, 3), st.randoms(use_true_random=False), st.booleans())
 def test_assignment_gives_each_chip_one_rank(s: TpuSlice, n: int, rng: random.Random, webhook: bool) -> None:
     seats = ray_like_seats(s, n, rng, webhook)
-    plans = assign_chips(s, n, seats)
-    assert [p.rank for p in plans] == list(range(n * s.chips))
-    assert {p.world_size for p in plans} == {n * s.chips}
-    assert len({(p.slice_index, p.worker_id, p.chip) for p in plans}) == len(plans)
-    assert sorted(p.actor_index for p in plans) == list(range(len(seats)))
+    assigned = assign_chips(s, n, seats)
+    assert [p.rank for p in assigned] == list(range(n * s.chips))
+    assert {p.world_size for p in assigned} == {n * s.chips}
+    assert len({(p.slice_index, p.worker_id, p.chip) for p in assigned}) == len(assigned)
+    assert sorted(p.actor_index for p in assigned) == list(range(len(seats)))
     by_actor = {x.actor_index: x for x in seats}
-    for p in plans:
+    for p in assigned:
         seat = by_actor[p.actor_index]
         assert (p.slice_index, p.worker_id, p.chip) == (seat.slice_index, seat.worker_id, seat.chip)
         # ranks are slice-major, then torch_xla's task id within the slice
@@ -77,7 +77,7 @@ def test_assignment_gives_each_chip_one_rank(s: TpuSlice, n: int, rng: random.Ra
         else:
             assert not any(k.startswith("MEGASCALE_") for k in p.env)
     if n > 1:
-        assert len({p.env["MEGASCALE_COORDINATOR_ADDRESS"] for p in plans}) == 1
+        assert len({p.env["MEGASCALE_COORDINATOR_ADDRESS"] for p in assigned}) == 1
 
 
 def _seats(s: TpuSlice, rng: random.Random) -> list[Seat]:
