@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import signal
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +46,6 @@ class GptJob:
     log_every: int = 10
     cpu_threads: int | None = None
     """torch intra-op threads per worker (the CPU emulation uses 1: several workers share few cores)."""
-    fail_at_step: int | None = None
-    """Fault injection for tests: XLA rank ``fail_rank`` SIGKILLs itself before this step, once (``fail_marker``)."""
-    fail_rank: int = 1
-    fail_marker: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> str:
@@ -216,12 +209,6 @@ def train_gpt(config: dict[str, Any]) -> None:
     chunk_t = time.perf_counter()
     step_times: list[float] = []
     for step in range(start, job.steps):
-        if job.fail_at_step == step and c.rank == job.fail_rank and job.fail_marker:
-            marker = Path(job.fail_marker)
-            if not marker.exists():
-                ray.train.get_all_reported_checkpoints(timeout_s=30)  # Ray Train registers reports asynchronously
-                marker.touch()
-                os.kill(os.getpid(), signal.SIGKILL)  # die like a preempted or OOM-killed process
         tokens = torch.from_numpy(data.batch(step, c.rank, c.world_size, job.batch_size_per_chip, job.model.seq_len))
         with autocast:
             loss = model.loss(tokens.to(c.device))

@@ -80,8 +80,6 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--run-name", default="train", help="the run's name: runs with other names never share checkpoints")
     ck.add_argument("--max-restarts", type=int, default=3, help="worker-group restarts allowed per job (bounded)")
     p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
-    p.add_argument("--fail-at-step", type=int, help=argparse.SUPPRESS)  # fault injection for tests
-    p.add_argument("--fail-rank", type=int, default=1, help=argparse.SUPPRESS)
     return p
 
 
@@ -123,9 +121,6 @@ def _job(args: argparse.Namespace, w: WorkloadConfig, tpu_slice: TpuSlice) -> Gp
     shape = ModelShape(
         vocab_size=m.vocab_size, layers=m.layers, d_model=m.d_model, heads=m.heads, seq_len=args.seq_len or w.seq_len
     )
-    marker = None
-    if args.fail_at_step is not None:
-        marker = os.path.join(tempfile.mkdtemp(prefix="tpuray-fault-"), "fired")
     return GptJob(
         model=shape,
         steps=args.steps or w.steps,
@@ -138,9 +133,6 @@ def _job(args: argparse.Namespace, w: WorkloadConfig, tpu_slice: TpuSlice) -> Gp
         bf16=not args.local,
         log_every=args.log_every,
         cpu_threads=1 if args.local else None,
-        fail_at_step=args.fail_at_step,
-        fail_rank=args.fail_rank,
-        fail_marker=marker,
     )
 
 

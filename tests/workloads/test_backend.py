@@ -20,7 +20,6 @@ def test_one_tpu_worker_per_chip_whole_slices(spec: str, n: int) -> None:
         cfg = tpu_scaling_config(arg, num_slices=n)  # Ray validates use_tpu/topology/accelerator_type here
         assert cfg.num_workers == s.chips * n
         assert (cfg.use_tpu, cfg.topology, cfg.accelerator_type) == (True, s.topology, s.ray_accelerator_type)
-        assert cfg.resources_per_worker["TPU"] == 1
         # Ray pins only multi-host slices: a single-host slice's chips share one VM of the right generation
         pin = {f"accelerator_type:{s.ray_accelerator_type}": GENERATION_PIN}
         assert cfg.resources_per_worker == ({"TPU": 1} if s.multi_host else {"TPU": 1, **pin})
