@@ -74,6 +74,7 @@ def tpu_scaling_config(topology: str | TpuSlice, *, num_slices: int = 1, **kwarg
     resources: dict[str, float] = {"TPU": 1}
     if not s.multi_host:
         kwargs.setdefault("placement_strategy", "STRICT_PACK")
+    if not ray_pins_slice(s):
         resources[f"accelerator_type:{s.ray_accelerator_type}"] = GENERATION_PIN
     return ScalingConfig(
         num_workers=s.chips * num_slices,
@@ -86,7 +87,18 @@ def tpu_scaling_config(topology: str | TpuSlice, *, num_slices: int = 1, **kwarg
 
 
 GENERATION_PIN = 0.001
-"""How much of a TPU VM's ``accelerator_type:TPU-<GEN>`` resource (1 per VM) a single-host slice's worker takes."""
+"""How much of a TPU VM's ``accelerator_type:TPU-<GEN>`` resource (1 per VM) a worker takes where Ray does not
+pin the slice itself."""
+
+
+def ray_pins_slice(s: TpuSlice) -> bool:
+    """Whether Ray 2.60's ``SlicePlacementGroup`` pins ``s`` to one slice of its pod type: only slices it takes
+    for multi-host. It reads the chips per VM from the topology alone (``get_chips_per_host``: 8 for a v5e/v6e
+    ``2x4``), so a ``2x4`` on two 4-chip VMs counts as single-host and is not pinned; the backend then refuses
+    workers that straddle two slices, and the generation sliver keeps them on the right TPU generation."""
+    from ray._private.accelerators.tpu import get_chips_per_host
+
+    return s.multi_host and int(get_chips_per_host(s.topology, s.spec.pod_type_prefix)) < s.chips
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,8 @@ def _check_run(s: TpuSlice, out: Path) -> list[list[list[float]]]:
     for x in seats:
         assert x["world_size"] == world and x["chip"] == x["ray_chip"]
         assert x["worker_id"] == int(x["labels"]["ray.io/tpu-worker-id"])
+        # on the slice shape asked for, although the other slice's VMs have 4 free chips too
+        assert x["labels"]["ray.io/tpu-pod-type"] == s.pod_type
         # the worker's env is chip_env for its seat, and nothing else TPU-shaped (no Ray 1-chip bounds)
         want = chip_env(s, x["worker_id"], x["chip"], hostnames_from_env(x["env"]))
         tpu_env = {k: v for k, v in x["env"].items() if k in want or k.startswith(("TPU_HOST", "TPU_CHIPS_PER_H"))}
