@@ -1,1 +1,10 @@
-"""tpuray.workloads: the PyTorch/XLA Ray entrypoint that runs one worker per TPU chip. Imports no Pulumi."""
+"""tpuray.workloads: your PyTorch/XLA training function on TPUs through Ray Train, one worker per chip.
+
+Public API: :class:`XlaChipConfig`, :func:`tpu_scaling_config`, :func:`optimizer_step`, :func:`chip` (the Ray
+Train backend) and :func:`emulate` (a local Ray cluster emulating TPU slices on CPU). Imports no Pulumi.
+"""
+
+from tpuray.workloads.backend import ChipInfo, XlaChipConfig, chip, mean_over_chips, optimizer_step, tpu_scaling_config
+from tpuray.workloads.emulation import emulate
+
+__all__ = ["ChipInfo", "XlaChipConfig", "chip", "emulate", "mean_over_chips", "optimizer_step", "tpu_scaling_config"]

@@ -52,9 +52,10 @@ class SyntheticTokens:
 
 
 class TokenFile:
-    """A tokenised text file: ``.bin`` (uint16 ids, as nanoGPT writes), ``.npy``, or whitespace-separated ids.
+    """A tokenised file, memory-mapped: ``.bin`` (uint16 ids, as nanoGPT writes) or ``.npy`` (a 1-D integer array).
 
-    Worker ``rank`` of ``world`` reads only its contiguous ``1/world`` share of the tokens.
+    Opening reads only the header; worker ``rank`` of ``world`` reads only its contiguous ``1/world`` share of
+    the tokens, and checks the ids of that share against the vocabulary the first time it uses it.
     """
 
     def __init__(self, path: str | Path, vocab_size: int, seed: int = 0) -> None:
@@ -63,23 +64,26 @@ class TokenFile:
             raise DatasetError(f"dataset {str(p)!r} does not exist (or is not a file)")
         try:
             if p.suffix == ".bin":
-                tokens: npt.NDArray[np.integer] = np.fromfile(p, dtype=np.uint16)
+                if p.stat().st_size % 2:
+                    raise ValueError("a .bin file holds uint16 ids (2 bytes each) but its size is odd")
+                tokens: npt.NDArray[np.integer] = (
+                    np.memmap(p, dtype=np.uint16, mode="r") if p.stat().st_size else np.zeros(0, np.uint16)
+                )
             elif p.suffix == ".npy":
-                tokens = np.load(p, allow_pickle=False).reshape(-1)
+                tokens = np.load(p, mmap_mode="r", allow_pickle=False)
+                if tokens.ndim != 1 or not np.issubdtype(tokens.dtype, np.integer):
+                    raise ValueError(f"a .npy dataset is a 1-D integer array, not {tokens.dtype} {tokens.shape}")
             else:
-                tokens = np.array(p.read_text().split(), dtype=np.int64)
+                raise ValueError("the dataset must be a .bin file (uint16 token ids) or a .npy file (1-D integers)")
         except (OSError, ValueError) as e:
             raise DatasetError(f"dataset {str(p)!r} is not a token file: {e}") from None
         if tokens.size == 0:
             raise DatasetError(f"dataset {str(p)!r} holds no tokens")
-        if tokens.min() < 0 or tokens.max() >= vocab_size:
-            raise DatasetError(
-                f"dataset {str(p)!r} has token ids in [{tokens.min()}, {tokens.max()}] but the model's vocabulary "
-                f"is [0, {vocab_size}); raise model.vocabSize or re-tokenise"
-            )
         self.path = p
-        self.tokens = tokens.astype(np.int64)
+        self.tokens = tokens
+        self.vocab_size = vocab_size
         self.seed = seed
+        self._checked: set[tuple[int, int]] = set()
 
     def check_fits(self, world: int, seq_len: int) -> None:
         """Raise :class:`DatasetError` if a worker's share is shorter than one training sequence."""
@@ -90,12 +94,24 @@ class TokenFile:
                 f"fewer than one sequence of {seq_len + 1}"
             )
 
+    def _check_ids(self, lo: int, hi: int, chunk: int = 1 << 22) -> None:
+        for a in range(lo, hi, chunk):
+            part = np.asarray(self.tokens[a : min(hi, a + chunk)])
+            if part.min() < 0 or part.max() >= self.vocab_size:
+                raise DatasetError(
+                    f"dataset {str(self.path)!r} has token ids in [{part.min()}, {part.max()}] at tokens {a}.. but "
+                    f"the model's vocabulary is [0, {self.vocab_size}); raise model.vocabSize or re-tokenise"
+                )
+
     def batch(self, step: int, rank: int, world: int, batch_size: int, seq_len: int) -> Batch:
         self.check_fits(world, seq_len)
         share = self.tokens.size // world
         lo = rank * share
+        if (rank, world) not in self._checked:
+            self._check_ids(lo, lo + share)
+            self._checked.add((rank, world))
         starts = _rng(self.seed, step, rank).integers(lo, lo + share - seq_len, size=batch_size)
-        return np.stack([self.tokens[s : s + seq_len + 1] for s in starts])
+        return np.stack([np.asarray(self.tokens[s : s + seq_len + 1], dtype=np.int64) for s in starts])
 
 
 def open_dataset(path: str | None, vocab_size: int, seed: int = 0) -> TokenBatches:

@@ -4,7 +4,7 @@ Each emulated host carries what Ray itself advertises on a real TPU VM (``_priva
 resources ``TPU: <chips>``, ``accelerator_type:TPU-<GEN>``, ``<slice name>: 1`` and ``TPU-<pod type>-head: 1``
 on worker 0; labels ``ray.io/tpu-slice-name``, ``ray.io/tpu-worker-id``, ``ray.io/tpu-topology``,
 ``ray.io/tpu-pod-type``, ``ray.io/accelerator-type``; and the pod env the GKE TPU webhook injects
-(``TPU_NAME``, ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES``), which Ray's slice reservation reads.
+(:func:`tpuray.workloads.worker_env.emulated_host_env`), which Ray's slice reservation reads.
 Workers run XLA on CPU. The cluster uses a private temp dir and no token auth (local only).
 """
 
@@ -13,26 +13,25 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components.topology import TpuSlice
-from tpuray.workloads.placement import (
-    LABEL_ACCELERATOR_TYPE,
-    LABEL_POD_TYPE,
-    LABEL_SLICE_NAME,
-    LABEL_TOPOLOGY,
-    LABEL_WORKER_ID,
+from tpuray.components.names import (
+    RAY_ACCELERATOR_TYPE_LABEL,
+    RAY_POD_TYPE_LABEL,
+    RAY_SLICE_NAME_LABEL,
+    RAY_TOPOLOGY_LABEL,
+    RAY_WORKER_ID_LABEL,
 )
+from tpuray.components.topology import TpuSlice
+from tpuray.workloads.worker_env import emulated_host_env
 
-__all__ = ["LOCAL_WORKER_ENV", "LOOPBACK", "EmulatedCluster", "host_node_spec"]
+__all__ = ["LOOPBACK", "EmulatedCluster", "HostNode", "emulate", "host_node_spec"]
 
-LOCAL_WORKER_ENV = {
-    "PJRT_DEVICE": "CPU",
-    # One XLA CPU thread per worker: the emulated chips share the machine's few cores.
-    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
-    "OMP_NUM_THREADS": "1",
-}
+LOOPBACK = "127.0.0.1"
+"""Every emulated node binds here: a local test cluster never listens on, or sends to, another address."""
 
 
 @dataclass(frozen=True)
@@ -55,38 +54,48 @@ def host_node_spec(tpu_slice: TpuSlice, slice_name: str, worker_id: int) -> Host
     if worker_id == 0:
         resources[f"TPU-{tpu_slice.pod_type}-head"] = 1.0
     labels = {
-        LABEL_SLICE_NAME: slice_name,
-        LABEL_WORKER_ID: str(worker_id),
-        LABEL_TOPOLOGY: tpu_slice.topology,
-        LABEL_POD_TYPE: tpu_slice.pod_type,
-        LABEL_ACCELERATOR_TYPE: tpu_slice.ray_accelerator_type,
+        RAY_SLICE_NAME_LABEL: slice_name,
+        RAY_WORKER_ID_LABEL: str(worker_id),
+        RAY_TOPOLOGY_LABEL: tpu_slice.topology,
+        RAY_POD_TYPE_LABEL: tpu_slice.pod_type,
+        RAY_ACCELERATOR_TYPE_LABEL: tpu_slice.ray_accelerator_type,
     }
-    env = {"TPU_NAME": slice_name, "TPU_WORKER_ID": str(worker_id), **LOCAL_WORKER_ENV}
-    if tpu_slice.multi_host:
-        env["TPU_WORKER_HOSTNAMES"] = ",".join(f"{slice_name}-{w}.local" for w in range(tpu_slice.hosts))
     # One logical CPU per chip so each per-chip worker (1 CPU + 1 TPU) fits, whatever the real core count.
-    return HostNode(resources=resources, labels=labels, env=env, num_cpus=tpu_slice.chips_per_host)
-
-
-LOOPBACK = "127.0.0.1"
-"""Every emulated node binds here: a local test cluster never listens on, or sends to, another address."""
+    return HostNode(
+        resources=resources,
+        labels=labels,
+        env=emulated_host_env(tpu_slice, slice_name, worker_id),
+        num_cpus=tpu_slice.chips_per_host,
+    )
 
 
 class EmulatedCluster:
-    """``slices`` emulated slices of ``tpu_slice`` plus a CPU-only head node, like a KubeRay TPU cluster.
+    """Emulated TPU slices plus a CPU-only head node, like a KubeRay TPU cluster.
 
+    ``tpu_slice`` with ``slices`` copies, or a list of ``(slice, copies)`` for a cluster of several shapes.
     Use as a context manager; ``address`` is what ``ray.init(address=...)`` takes.
     """
 
-    def __init__(self, tpu_slice: TpuSlice, slices: int = 1, name_prefix: str = "emulated") -> None:
-        self.tpu_slice = tpu_slice
-        self.slices = slices
+    def __init__(
+        self,
+        tpu_slice: TpuSlice | Sequence[tuple[TpuSlice, int]],
+        slices: int = 1,
+        name_prefix: str = "emulated",
+    ) -> None:
+        self.layout = [(tpu_slice, slices)] if isinstance(tpu_slice, TpuSlice) else list(tpu_slice)
+        for s, n in self.layout:
+            if n < 1:
+                raise ValueError(f"an emulated cluster needs at least one {s} slice, got {n}")
         self.name_prefix = name_prefix
         self._cluster: Any = None
         self._tmp: str | None = None
 
     def __enter__(self) -> EmulatedCluster:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.shutdown()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -95,6 +104,9 @@ class EmulatedCluster:
     @property
     def address(self) -> str:
         return str(self._cluster.address)
+
+    def slice_names(self) -> list[str]:
+        return [f"{self.name_prefix}-{s.pod_type}-{i}" for s, n in self.layout for i in range(n)]
 
     def start(self) -> None:
         os.environ["RAY_AUTH_MODE"] = "disabled"  # token auth off: a throw-away cluster on this machine only
@@ -109,7 +121,10 @@ class EmulatedCluster:
         ray_constants.ENABLE_RAY_CLUSTER = False
 
         # Short path: Ray's unix sockets live under the temp dir and have a ~100-byte limit.
-        self._tmp = tempfile.mkdtemp(prefix="tpuray-", dir="/tmp" if os.path.isdir("/tmp") else None)
+        base = tempfile.gettempdir()
+        if len(base) > 32 and os.path.isdir("/tmp"):
+            base = "/tmp"
+        self._tmp = tempfile.mkdtemp(prefix="tpuray-", dir=base)
         # Ray also keeps its "current cluster" file under RAY_TMPDIR: keep that private too.
         os.environ["RAY_TMPDIR"] = self._tmp
         os.makedirs(os.path.join(self._tmp, "ray"))
@@ -125,18 +140,19 @@ class EmulatedCluster:
                 "_system_config": {"worker_niceness": 0},
             },
         )
-        for i in range(self.slices):
-            name = f"{self.name_prefix}-{self.tpu_slice.pod_type}-{i}"
-            for w in range(self.tpu_slice.hosts):
-                spec = host_node_spec(self.tpu_slice, name, w)
-                self._cluster.add_node(
-                    node_ip_address=LOOPBACK,
-                    num_cpus=spec.num_cpus,
-                    resources=spec.resources,
-                    labels=spec.labels,
-                    env_vars=spec.env,
-                    wait=False,
-                )
+        for s, n in self.layout:
+            for i in range(n):
+                name = f"{self.name_prefix}-{s.pod_type}-{i}"
+                for w in range(s.hosts):
+                    spec = host_node_spec(s, name, w)
+                    self._cluster.add_node(
+                        node_ip_address=LOOPBACK,
+                        num_cpus=spec.num_cpus,
+                        resources=spec.resources,
+                        labels=spec.labels,
+                        env_vars=spec.env,
+                        wait=False,
+                    )
         self._cluster.wait_for_nodes()
 
     def shutdown(self) -> None:
@@ -152,3 +168,23 @@ class EmulatedCluster:
                 del os.environ["RAY_TMPDIR"]
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+@contextmanager
+def emulate(tpu_slice: TpuSlice | str | Sequence[tuple[TpuSlice, int]], slices: int = 1) -> Iterator[EmulatedCluster]:
+    """Run the body against a local Ray cluster emulating ``slices`` slices of ``tpu_slice``.
+
+    ``RAY_ADDRESS`` points at the cluster inside the block, so ``ray.init()`` and ``TorchTrainer.fit()`` there
+    (or in a subprocess) use it; everything is torn down on the way out, whatever the body does.
+    """
+    shape = TpuSlice.parse(tpu_slice) if isinstance(tpu_slice, str) else tpu_slice
+    before = os.environ.get("RAY_ADDRESS")
+    with EmulatedCluster(shape, slices) as cluster:
+        os.environ["RAY_ADDRESS"] = cluster.address
+        try:
+            yield cluster
+        finally:
+            if before is None:
+                os.environ.pop("RAY_ADDRESS", None)
+            else:
+                os.environ["RAY_ADDRESS"] = before

@@ -1,7 +1,8 @@
-"""Placement planning: which per-chip worker is which rank, on which slice, host and chip.
+"""Chip assignment: which per-chip worker is which XLA rank, on which slice, host and chip, with which env.
 
 Pure functions over plain data (what each worker reports about where Ray put it, and ``ray.nodes()``-shaped
-dicts), so they are tested without a cluster. The Ray side effects live in :mod:`tpuray.workloads.group`.
+dicts), so they are tested without a cluster. The Ray Train backend (:mod:`tpuray.workloads.backend`) collects
+the seats from its workers and applies the result.
 
 The rules:
 
@@ -18,34 +19,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuray.components.names import RAY_ACCELERATOR_TYPE_LABEL as LABEL_ACCELERATOR_TYPE
-from tpuray.components.names import RAY_POD_TYPE_LABEL as LABEL_POD_TYPE
-from tpuray.components.names import RAY_SLICE_NAME_LABEL as LABEL_SLICE_NAME
-from tpuray.components.names import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
-from tpuray.components.names import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
-from tpuray.components.names import TPU_MEGASCALE_PORT
+from tpuray.components.names import (
+    RAY_POD_TYPE_LABEL,
+    RAY_SLICE_NAME_LABEL,
+    RAY_TOPOLOGY_LABEL,
+    RAY_WORKER_ID_LABEL,
+    TPU_MEGASCALE_PORT,
+)
 from tpuray.components.topology import TpuSlice
-from tpuray.workloads.pjrt import DEFAULT_BASE_PORT, chip_env, task_id
+from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, chip_env, megascale_env, task_id
 
 __all__ = [
-    "LABEL_ACCELERATOR_TYPE",
-    "LABEL_POD_TYPE",
-    "LABEL_SLICE_NAME",
-    "LABEL_TOPOLOGY",
-    "LABEL_WORKER_ID",
+    "ChipAssignment",
     "PlacementError",
     "Seat",
     "SliceInfo",
-    "WorkerPlan",
+    "assign_chips",
     "cluster_slices",
     "describe_slices",
-    "plan_workers",
     "slices_for_job",
 ]
-
-# The node labels Ray sets on TPU VMs (ray._raylet.RAY_NODE_TPU_*_KEY); spelled out so this module imports no Ray.
-
-DEFAULT_MEGASCALE_PORT = TPU_MEGASCALE_PORT
 
 
 class PlacementError(RuntimeError):
@@ -57,9 +50,9 @@ class Seat:
     """Where Ray put one per-chip worker, as the worker reports it from inside its process."""
 
     actor_index: int
-    """Index of the worker in the group's actor list."""
+    """Index of the worker in Ray Train's worker group (its world rank there)."""
     slice_index: int
-    """Which reserved slice (placement group) the worker was created in."""
+    """Which reserved slice the worker was placed in (0 for the first slice)."""
     slice_name: str
     """``ray.io/tpu-slice-name`` of the worker's node (a single-host slice without one: the node id)."""
     worker_id: int
@@ -73,8 +66,8 @@ class Seat:
 
 
 @dataclass(frozen=True)
-class WorkerPlan:
-    """One worker's role in the job and the environment it applies before starting the TPU runtime."""
+class ChipAssignment:
+    """One worker's chip and XLA rank in the job, and the environment it applies before the TPU runtime starts."""
 
     actor_index: int
     rank: int
@@ -136,17 +129,17 @@ def cluster_slices(nodes: Iterable[Mapping[str, Any]]) -> list[SliceInfo]:
         if not node.get("Alive") or resources.get("TPU", 0) <= 0:
             continue
         labels = node.get("Labels") or {}
-        groups[labels.get(LABEL_SLICE_NAME) or str(node.get("NodeID"))].append(node)
+        groups[labels.get(RAY_SLICE_NAME_LABEL) or str(node.get("NodeID"))].append(node)
     out = []
     for name, members in sorted(groups.items()):
         labels = [m.get("Labels") or {} for m in members]
         out.append(
             SliceInfo(
                 name=name,
-                pod_type=str(labels[0].get(LABEL_POD_TYPE, "?")),
-                topology=str(labels[0].get(LABEL_TOPOLOGY, "?")),
+                pod_type=str(labels[0].get(RAY_POD_TYPE_LABEL, "?")),
+                topology=str(labels[0].get(RAY_TOPOLOGY_LABEL, "?")),
                 chips=int(sum((m.get("Resources") or {}).get("TPU", 0) for m in members)),
-                worker_ids=tuple(sorted(int(lb.get(LABEL_WORKER_ID, 0)) for lb in labels)),
+                worker_ids=tuple(sorted(int(lb.get(RAY_WORKER_ID_LABEL, 0)) for lb in labels)),
             )
         )
     return out
@@ -183,14 +176,14 @@ def _slice_hostnames(tpu_slice: TpuSlice, seats: Sequence[Seat]) -> list[str]:
     return [next(iter(by_worker[w])) for w in sorted(by_worker)] if tpu_slice.multi_host else []
 
 
-def plan_workers(
+def assign_chips(
     tpu_slice: TpuSlice,
     num_slices: int,
     seats: Sequence[Seat],
     *,
     base_port: int = DEFAULT_BASE_PORT,
-    megascale_port: int = DEFAULT_MEGASCALE_PORT,
-) -> list[WorkerPlan]:
+    megascale_port: int = TPU_MEGASCALE_PORT,
+) -> list[ChipAssignment]:
     """Ranks and PJRT environments for workers that Ray placed at ``seats``, ordered by rank.
 
     Checks that every reserved slice got exactly one worker per chip on hosts ``0..hosts-1`` of one Ray slice,
@@ -227,24 +220,18 @@ def plan_workers(
             )
         hostnames[i] = _slice_hostnames(tpu_slice, group)
 
-    coordinator: dict[int, dict[str, str]] = {}
-    if num_slices > 1:
-        from ray.util.tpu import get_tpu_coordinator_env_vars  # pure helper; imported lazily (Ray is heavy)
-
-        head = next(s for s in per_slice[0] if s.worker_id == 0)
-        host0 = hostnames[0][0] if hostnames[0] else head.address
-        coordinator = {
-            i: get_tpu_coordinator_env_vars(host0, num_slices, i, str(megascale_port)) for i in range(num_slices)
-        }
+    head = next(s for s in per_slice[0] if s.worker_id == 0)
+    host0 = hostnames[0][0] if hostnames[0] else head.address
+    coordinator = {i: megascale_env(host0, num_slices, i, megascale_port) for i in range(num_slices)}
 
     world = num_slices * tpu_slice.chips
-    plans = []
+    out = []
     for i, group in per_slice.items():
         for s in group:
             env = chip_env(tpu_slice, s.worker_id, s.chip, hostnames[i], base_port)
-            env.update(coordinator.get(i, {}))
-            plans.append(
-                WorkerPlan(
+            env.update(coordinator[i])
+            out.append(
+                ChipAssignment(
                     actor_index=s.actor_index,
                     rank=i * tpu_slice.chips + task_id(tpu_slice, s.worker_id, s.chip),
                     world_size=world,
@@ -256,4 +243,4 @@ def plan_workers(
                     env=env,
                 )
             )
-    return sorted(plans, key=lambda p: p.rank)
+    return sorted(out, key=lambda a: a.rank)

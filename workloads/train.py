@@ -1,8 +1,11 @@
-"""``python -m tpuray.workloads.train``: train a small GPT with one Ray worker per TPU chip.
+"""``python -m tpuray.workloads.train``: train a small GPT with one Ray worker per TPU chip, through Ray Train.
 
-On a cluster (the RayJob entrypoint) it joins the running Ray cluster and finds the TPU slices from Ray's node
-labels; with ``--local`` it first starts a local Ray cluster that emulates the stack's slice (XLA on CPU,
-gloo gradient averaging). Prints progress on stderr and one JSON summary line on stdout.
+An example of the public API: ``TorchTrainer(train_gpt, torch_config=XlaChipConfig(),
+scaling_config=tpu_scaling_config(...))``, checkpoints through ``ray.train.report`` under
+``RunConfig(storage_path, name)``, worker deaths through a bounded ``FailureConfig``. On a cluster (the RayJob
+entrypoint) it joins the running Ray cluster and finds the TPU slices from Ray's node labels; with ``--local``
+it first starts a local Ray cluster that emulates the stack's slice (XLA on CPU, gloo gradient averaging).
+Prints progress on stderr and one JSON summary line on stdout.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import os
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -27,11 +32,10 @@ from tpuray.components.config import (
     problems,
 )
 from tpuray.components.topology import TopologyError, TpuSlice
-from tpuray.workloads.checkpoint import CheckpointError
 from tpuray.workloads.data import DatasetError, TokenFile, open_dataset
-from tpuray.workloads.job import JobSpec
+from tpuray.workloads.gpt_loop import CheckpointError, GptJob
 from tpuray.workloads.metrics import ModelShape
-from tpuray.workloads.placement import PlacementError, SliceInfo
+from tpuray.workloads.placement import PlacementError, SliceInfo, cluster_slices, describe_slices, slices_for_job
 
 __all__ = ["build_parser", "main", "slice_from_cluster"]
 
@@ -65,18 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--dataset", help="tokenised file (.bin uint16, .npy, or whitespace-separated ids)")
     what.add_argument("--seed", type=int, default=0)
     what.add_argument("--backend", choices=["xla", "torch_tpu"])
-    ck = p.add_argument_group("checkpoints")
+    ck = p.add_argument_group("checkpoints (Ray Train's RunConfig(storage_path, name))")
     ck.add_argument(
         "--checkpoint-dir",
-        help="resume from / save to this directory (default: on a cluster "
-        "<checkpoints.mountPath>/<run name>; locally a fresh temp dir)",
+        help="Ray Train storage path: checkpoints go to <this>/<run name>/ and a run with the same name resumes "
+        "from its newest readable one (default: on a cluster <checkpoints.mountPath>/<run name>; locally a "
+        "fresh temp dir); a gs:// URI works too",
     )
     ck.add_argument("--checkpoint-every", type=int)
-    ck.add_argument("--run-name", default="train")
-    ck.add_argument("--max-restarts", type=int, default=3, help="worker deaths survived per job")
+    ck.add_argument("--run-name", default="train", help="the run's name: runs with other names never share checkpoints")
+    ck.add_argument("--max-restarts", type=int, default=3, help="worker-group restarts allowed per job (bounded)")
     p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
-    p.add_argument("--fail-at-step", type=int, help=argparse.SUPPRESS)  # fault injection for tests
-    p.add_argument("--fail-rank", type=int, default=1, help=argparse.SUPPRESS)
     return p
 
 
@@ -92,8 +95,6 @@ def slice_from_cluster(slices: Sequence[SliceInfo]) -> TpuSlice:
     """The slice shape of a cluster that has exactly one shape (from Ray's pod type and topology labels)."""
     shapes = {(s.pod_type, s.topology, s.chips // max(1, len(s.worker_ids))) for s in slices}
     if len(shapes) != 1:
-        from tpuray.workloads.placement import describe_slices
-
         raise PlacementError(
             f"cannot choose a slice shape: the cluster has {describe_slices(slices)}; pass --topology GEN:TOPOLOGY"
         )
@@ -115,35 +116,81 @@ def _model_size(args: argparse.Namespace, w: WorkloadConfig) -> ModelConfig:
         ) from None
 
 
-def _spec(args: argparse.Namespace, w: WorkloadConfig, tpu_slice: TpuSlice, ckpt: str | None) -> JobSpec:
-    from tpuray.workloads.emulation import LOCAL_WORKER_ENV
-
+def _job(args: argparse.Namespace, w: WorkloadConfig, tpu_slice: TpuSlice) -> GptJob:
     m = _model_size(args, w)
     shape = ModelShape(
         vocab_size=m.vocab_size, layers=m.layers, d_model=m.d_model, heads=m.heads, seq_len=args.seq_len or w.seq_len
     )
-    return JobSpec(
-        slice_spec=str(tpu_slice),
+    return GptJob(
         model=shape,
         steps=args.steps or w.steps,
         batch_size_per_chip=args.batch_size_per_chip or w.batch_size_per_chip,
         learning_rate=args.learning_rate or w.learning_rate,
         checkpoint_every=args.checkpoint_every or w.checkpoint_every,
-        checkpoint_dir=ckpt,
+        slice_spec=str(tpu_slice),
         dataset=args.dataset if args.dataset is not None else w.dataset,
         seed=args.seed,
-        backend=args.backend or w.backend,
-        collective="gloo" if args.local else "xla",
         bf16=not args.local,
         log_every=args.log_every,
-        fail_at_step=args.fail_at_step,
-        fail_rank=args.fail_rank,
         cpu_threads=1 if args.local else None,
-        extra_env=dict(LOCAL_WORKER_ENV) if args.local else {},
     )
 
 
+def _nodes() -> list[dict[str, object]]:
+    import ray
+
+    return list(ray.nodes())  # type: ignore[no-untyped-call]
+
+
+def _slices_for(tpu_slice: TpuSlice, args: argparse.Namespace) -> int:
+    """Whole slices for the job, checked against the idle slices Ray can see (before Ray Train waits for them)."""
+    from ray.util.tpu import get_num_ready_tpu_slices
+
+    available = int(get_num_ready_tpu_slices(tpu_slice.topology, tpu_slice.ray_accelerator_type))
+    if available == 0:
+        raise PlacementError(
+            f"--topology {tpu_slice}: the cluster has no idle {tpu_slice} slice ({tpu_slice.pod_type}); it has "
+            f"{describe_slices(cluster_slices(_nodes()))}"
+        )
+    return slices_for_job(tpu_slice, args.chips, args.num_slices, available)
+
+
+def _summary(
+    result: Any, job: GptJob, tpu_slice: TpuSlice, num_slices: int, backend: str, emulated: bool, wall: float
+) -> dict[str, object]:
+    if result.error is not None:
+        raise result.error
+    m = dict(result.metrics or {})
+    losses = list(m.get("losses", []))
+    return {
+        "event": "summary",
+        "backend": backend,
+        "emulated": emulated,
+        "slice": str(tpu_slice),
+        "pod_type": tpu_slice.pod_type,
+        "num_slices": num_slices,
+        "chips": num_slices * tpu_slice.chips,
+        "steps": job.steps,
+        "final_step": m.get("step"),
+        "restarts": len(m.get("resumes", [])),
+        "resumed_from_steps": m.get("resumes", []),
+        "loss_first": losses[0] if losses else None,
+        "loss_final": losses[-1] if losses else None,
+        "losses": losses,
+        "step_time_s": m.get("step_time_s"),
+        "tokens_per_s": m.get("tokens_per_s"),
+        "mfu": m.get("mfu"),
+        "peak_bf16_tflops_per_chip": tpu_slice.spec.peak_bf16_tflops_per_chip,
+        "model_params": job.model.params,
+        "time_to_first_step_s": m.get("first_step_s"),
+        "wall_s": wall,
+        "params_identical": m.get("param_spread", 1.0) < 1e-12,
+        "checkpoint": result.checkpoint.path if result.checkpoint else None,
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, object]:
+    t0 = time.perf_counter()
     stack: StackConfig | None = None
     if args.stack_file or args.stack or (args.local and not args.topology):
         stack = load_stack_file(args.stack_file or _find_stack_file(args.stack or "dev", Path.cwd()))
@@ -152,35 +199,30 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     tpu_slice = TpuSlice.parse(args.topology) if args.topology else (pool.tpu_slice if pool else None)
     if args.local and tpu_slice is None:
         raise PlacementError("--local needs a slice shape: --stack, --stack-file or --topology")
+    if args.max_restarts < 0:
+        raise ConfigError([("--max-restarts", f"must be >= 0 (restarts are bounded), got {args.max_restarts}")])
     if args.local:
-        ckpt = args.checkpoint_dir or tempfile.mkdtemp(prefix="tpuray-ckpt-")
+        storage = args.checkpoint_dir or tempfile.mkdtemp(prefix="tpuray-ckpt-")
     else:
         mount = stack.checkpoints.mount_path if stack else "/checkpoints"
-        ckpt = args.checkpoint_dir or os.path.join(mount, args.run_name)
+        storage = args.checkpoint_dir or os.path.join(mount, args.run_name)
+    if "://" not in storage:
+        storage = os.path.abspath(storage)
 
     # Fail on a bad dataset before any cluster work.
     dataset = args.dataset if args.dataset is not None else w.dataset
     data = open_dataset(dataset, _model_size(args, w).vocab_size, args.seed)
 
-    if (args.backend or w.backend) == "torch_tpu":
-        from tpuray.workloads.torch_tpu import run_torch_tpu
+    if (args.backend or w.backend) == "torch_tpu" and args.local:
+        raise PlacementError("--backend torch_tpu needs real TPUs (torch_tpu has no CPU emulation)")
 
-        if args.local:
-            raise PlacementError("the torch_tpu backend needs real TPUs (torch_tpu has no CPU emulation)")
-        from tpuray.workloads.driver import connect
+    import ray
 
-        connect(args.address)
-        assert tpu_slice is not None
-        return run_torch_tpu(_spec(args, w, tpu_slice, ckpt), num_slices=args.num_slices or 1)
+    from tpuray.workloads.emulation import EmulatedCluster
 
-    from tpuray.workloads.driver import connect, run_job
-    from tpuray.workloads.report import Progress
-
-    cluster = None
+    cluster: EmulatedCluster | None = None
     try:
         if args.local:
-            from tpuray.workloads.emulation import EmulatedCluster
-
             assert tpu_slice is not None
             # Emulate what the stack provisions (a job asking for more is refused like on the cluster);
             # without a stack, as many slices as the job asks for.
@@ -190,44 +232,90 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                 else max(args.num_slices or 1, -(-(args.chips or 0) // tpu_slice.chips))
             )
             cluster = EmulatedCluster(tpu_slice, slices=emulate).__enter__()
-            connect(cluster.address)
-        else:
-            connect(args.address)
+            ray.init(address=cluster.address, log_to_driver=True)
+        elif not ray.is_initialized():
+            ray.init(address=args.address or "auto", log_to_driver=True)
         if tpu_slice is None:
-            from tpuray.workloads.group import nodes
-            from tpuray.workloads.placement import cluster_slices
-
-            tpu_slice = slice_from_cluster(cluster_slices(nodes()))
-        spec = _spec(args, w, tpu_slice, ckpt)
+            tpu_slice = slice_from_cluster(cluster_slices(_nodes()))
+        num_slices = _slices_for(tpu_slice, args)
+        job = _job(args, w, tpu_slice)
         if isinstance(data, TokenFile):
-            n = args.chips or (args.num_slices or 1) * tpu_slice.chips
-            data.check_fits(n, spec.model.seq_len)
-        return run_job(
-            spec,
-            chips=args.chips,
-            num_slices=args.num_slices,
-            max_restarts=args.max_restarts,
-            progress=Progress(spec.steps),
-            emulated=bool(args.local),
-        )
-    finally:
-        import ray
+            data.check_fits(num_slices * tpu_slice.chips, job.model.seq_len)
+        if (args.backend or w.backend) == "torch_tpu":
+            from tpuray.workloads.torch_tpu import torch_tpu_trainer
 
+            trainer = torch_tpu_trainer(job, tpu_slice, num_slices, _run_config(args, storage))
+        else:
+            trainer = _xla_trainer(job, tpu_slice, num_slices, _run_config(args, storage))
+        result = trainer.fit()
+        backend = args.backend or w.backend
+        return _summary(result, job, tpu_slice, num_slices, backend, bool(args.local), time.perf_counter() - t0)
+    finally:
         if ray.is_initialized():
             ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
 
 
+def _run_config(args: argparse.Namespace, storage: str) -> Any:
+    from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig
+
+    n = args.max_restarts
+    return RunConfig(
+        name=args.run_name,
+        storage_path=storage,
+        checkpoint_config=CheckpointConfig(num_to_keep=3),
+        # Ray Train retries some failures forever by default (controller errors, preemptions): bound them all.
+        failure_config=FailureConfig(max_failures=n, controller_failure_limit=n, max_preemption_failures=n),
+    )
+
+
+def _xla_trainer(job: GptJob, tpu_slice: TpuSlice, num_slices: int, run_config: Any) -> Any:
+    from ray.train.torch import TorchTrainer
+
+    from tpuray.workloads import XlaChipConfig, tpu_scaling_config
+    from tpuray.workloads.gpt_loop import train_gpt
+
+    return TorchTrainer(
+        train_gpt,
+        train_loop_config={"job": job},
+        scaling_config=tpu_scaling_config(tpu_slice, num_slices=num_slices),
+        torch_config=XlaChipConfig(),
+        run_config=run_config,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         summary = run(args)
-    except (ConfigError, TopologyError, DatasetError, PlacementError, CheckpointError) as e:
+    except (ConfigError, TopologyError, DatasetError, PlacementError, CheckpointError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # Ray Train wraps a worker's error: report the user-facing cause if there is one
+        cause = _user_cause(e)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
         return 2
     print(json.dumps(summary), flush=True)
     return 0
+
+
+def _user_cause(e: BaseException) -> BaseException | None:
+    """The dataset/checkpoint/placement error inside an error Ray Train raised for a worker, if any."""
+    seen: set[int] = set()
+    stack: list[BaseException] = [e]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, DatasetError | CheckpointError | PlacementError):
+            return x
+        stack += [y for y in (x.__cause__, x.__context__, getattr(x, "cause", None)) if isinstance(y, BaseException)]
+        stack += [y for y in getattr(x, "worker_failures", {}).values() if isinstance(y, BaseException)]
+    return None
 
 
 if __name__ == "__main__":

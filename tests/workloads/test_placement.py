@@ -1,4 +1,4 @@
-"""The pure placement plan: ranks, one worker per chip, whole slices, MEGASCALE, refusals."""
+"""Chip assignment (pure): XLA ranks, one worker per chip, whole slices, MEGASCALE, refusals."""
 
 from __future__ import annotations
 
@@ -9,21 +9,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tpuray.components.names import RAY_POD_TYPE_LABEL as LABEL_POD_TYPE
+from tpuray.components.names import RAY_SLICE_NAME_LABEL as LABEL_SLICE_NAME
+from tpuray.components.names import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
+from tpuray.components.names import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
 from tpuray.components.topology import TpuSlice
-from tpuray.workloads.pjrt import chip_env
 from tpuray.workloads.placement import (
-    LABEL_POD_TYPE,
-    LABEL_SLICE_NAME,
-    LABEL_TOPOLOGY,
-    LABEL_WORKER_ID,
     PlacementError,
     Seat,
+    assign_chips,
     cluster_slices,
     describe_slices,
-    plan_workers,
     slices_for_job,
 )
 from tpuray.workloads.train import slice_from_cluster
+from tpuray.workloads.worker_env import chip_env
 
 SHAPES = [
     TpuSlice.parse("v5e", "2x2"),
@@ -50,15 +50,15 @@ def ray_like_seats(s: TpuSlice, num_slices: int, rng: random.Random, webhook: bo
 
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from(SHAPES), st.integers(1, 3), st.randoms(use_true_random=False), st.booleans())
-def test_plan_gives_each_chip_one_rank(s: TpuSlice, n: int, rng: random.Random, webhook: bool) -> None:
+def test_assignment_gives_each_chip_one_rank(s: TpuSlice, n: int, rng: random.Random, webhook: bool) -> None:
     seats = ray_like_seats(s, n, rng, webhook)
-    plans = plan_workers(s, n, seats)
-    assert [p.rank for p in plans] == list(range(n * s.chips))
-    assert {p.world_size for p in plans} == {n * s.chips}
-    assert len({(p.slice_index, p.worker_id, p.chip) for p in plans}) == len(plans)
-    assert sorted(p.actor_index for p in plans) == list(range(len(seats)))
+    assigned = assign_chips(s, n, seats)
+    assert [p.rank for p in assigned] == list(range(n * s.chips))
+    assert {p.world_size for p in assigned} == {n * s.chips}
+    assert len({(p.slice_index, p.worker_id, p.chip) for p in assigned}) == len(assigned)
+    assert sorted(p.actor_index for p in assigned) == list(range(len(seats)))
     by_actor = {x.actor_index: x for x in seats}
-    for p in plans:
+    for p in assigned:
         seat = by_actor[p.actor_index]
         assert (p.slice_index, p.worker_id, p.chip) == (seat.slice_index, seat.worker_id, seat.chip)
         # ranks are slice-major, then torch_xla's task id within the slice
@@ -77,7 +77,7 @@ def test_plan_gives_each_chip_one_rank(s: TpuSlice, n: int, rng: random.Random, 
         else:
             assert not any(k.startswith("MEGASCALE_") for k in p.env)
     if n > 1:
-        assert len({p.env["MEGASCALE_COORDINATOR_ADDRESS"] for p in plans}) == 1
+        assert len({p.env["MEGASCALE_COORDINATOR_ADDRESS"] for p in assigned}) == 1
 
 
 def _seats(s: TpuSlice, rng: random.Random) -> list[Seat]:
@@ -90,7 +90,7 @@ def test_duplicate_chip_is_refused() -> None:
     a, b = seats[0], seats[1]
     seats[1] = Seat(b.actor_index, b.slice_index, b.slice_name, a.worker_id, a.chip, a.address, a.hostnames)
     with pytest.raises(PlacementError, match="duplicates"):
-        plan_workers(s, 1, seats)
+        assign_chips(s, 1, seats)
 
 
 def test_straddling_two_ray_slices_is_refused() -> None:
@@ -99,7 +99,7 @@ def test_straddling_two_ray_slices_is_refused() -> None:
     x = seats[0]
     seats[0] = Seat(x.actor_index, x.slice_index, "another-slice", x.worker_id, x.chip, x.address, x.hostnames)
     with pytest.raises(PlacementError, match="straddles"):
-        plan_workers(s, 1, seats)
+        assign_chips(s, 1, seats)
 
 
 def test_one_ray_slice_cannot_serve_two_reservations() -> None:
@@ -107,13 +107,13 @@ def test_one_ray_slice_cannot_serve_two_reservations() -> None:
     seats = ray_like_seats(s, 2, random.Random(2))
     seats = [Seat(x.actor_index, x.slice_index, "same", x.worker_id, x.chip, x.address, x.hostnames) for x in seats]
     with pytest.raises(PlacementError, match="serves reservations"):
-        plan_workers(s, 2, seats)
+        assign_chips(s, 2, seats)
 
 
 def test_missing_chip_is_refused() -> None:
     s = SHAPES[2]
     with pytest.raises(PlacementError, match="missing"):
-        plan_workers(s, 1, _seats(s, random.Random(3))[1:])
+        assign_chips(s, 1, _seats(s, random.Random(3))[1:])
 
 
 @given(st.sampled_from(SHAPES), st.integers(1, 8), st.integers(1, 8))

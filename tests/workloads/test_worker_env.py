@@ -1,4 +1,5 @@
-"""chip_env against torch_xla's own configure_topology, run with the environment GKE + the webhook provide."""
+"""The worker env: chip_env against torch_xla's own configure_topology (run with the environment GKE + the
+webhook provide), self-consistent process counts, TORCH_TPU_*, MEGASCALE_* and the emulated webhook env."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tpuray.components.topology import GENERATIONS, TpuSlice, valid_topologies
-from tpuray.workloads.pjrt import chip_env, hostnames_from_env, task_id
+from tpuray.workloads.worker_env import (
+    bounds_size,
+    chip_env,
+    emulated_host_env,
+    hostnames_from_env,
+    megascale_env,
+    task_id,
+    torch_tpu_env,
+)
 
 tpu = pytest.importorskip("torch_xla._internal.tpu")
 
@@ -57,7 +66,13 @@ def torch_xla_env(s: TpuSlice, worker_id: int, chip: int, hostnames: list[str], 
     }
     with mock.patch.dict(os.environ, fake, clear=True):
         tpu.configure_topology(chip, s.chips_per_host, base_port)
-        return {k: os.environ[k] for k in PJRT_KEYS}
+        env = {k: os.environ[k] for k in PJRT_KEYS}
+    if s.spec.devices_per_chip == 2:
+        # torch_xla 2.9 appends ",2" on tpu7x while starting one process per chip; a per-chip worker here owns
+        # both devices of its chip and announces one process per chip (see worker_env.process_bounds)
+        assert env["TPU_PROCESS_BOUNDS"].endswith(",2")
+        env["TPU_PROCESS_BOUNDS"] = env["TPU_PROCESS_BOUNDS"].removesuffix(",2")
+    return env
 
 
 def test_catalog_covers_every_generation() -> None:
@@ -88,6 +103,8 @@ def test_task_ids_and_ports_are_unique_per_slice(s: TpuSlice) -> None:
     assert sorted(int(e["CLOUD_TPU_TASK_ID"]) for e in envs) == list(range(s.chips))
     endpoints = envs[0]["TPU_PROCESS_ADDRESSES"].split(",")
     assert len(endpoints) == len(set(endpoints)) == (s.chips if s.multi_host else s.chips_per_host)
+    # the bounds announce exactly the processes the addresses list (tpu7x included)
+    assert bounds_size(envs[0]["TPU_PROCESS_BOUNDS"]) == len(endpoints)
     for w in range(s.hosts):
         for c in range(s.chips_per_host):
             # a process's own endpoint is listed at its task id
@@ -109,3 +126,37 @@ def test_rejects_out_of_range_places() -> None:
 def test_hostnames_from_env() -> None:
     assert hostnames_from_env({"TPU_WORKER_HOSTNAMES": "a, b,c"}) == ["a", "b", "c"]
     assert hostnames_from_env({}) == []
+
+
+@pytest.mark.parametrize(
+    "spec", ["v5e:2x2", "v6e:4x4", "v4:2x2x2", "tpu7x:2x2x4", "tpu7x:2x2x1", "v5e:2x4:ct5lp-hightpu-4t"]
+)
+def test_torch_tpu_env_one_slice_builder_per_host(spec: str) -> None:
+    s = TpuSlice.parse(spec)
+    hosts = [f"h{w}" for w in range(s.hosts)] if s.multi_host else []
+    env = torch_tpu_env(s, hosts, port=1234)
+    dims = ",".join(map(str, s.dims))
+    # Ray's comma form: 2D padded to 3 dims, and a 4th dim of 2 devices per chip on tpu7x
+    assert env["TORCH_TPU_TOPOLOGY"] == (dims + ",2" if s.generation == "tpu7x" else dims)
+    addrs = env["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
+    assert len(addrs) == s.hosts
+    assert addrs == ([f"{h}:1234" for h in hosts] if s.multi_host else ["localhost:1234"])
+    if s.multi_host:
+        with pytest.raises(ValueError, match="hostnames"):
+            torch_tpu_env(s, hosts[:-1])
+
+
+def test_megascale_only_across_slices() -> None:
+    assert megascale_env("h0", 1, 0) == {}
+    env = megascale_env("h0", 3, 2, 9999)
+    assert env["MEGASCALE_NUM_SLICES"] == "3" and env["MEGASCALE_SLICE_ID"] == "2"
+    assert env["MEGASCALE_COORDINATOR_ADDRESS"].startswith("h0")
+
+
+def test_emulated_host_env_is_what_the_webhook_injects() -> None:
+    s = TpuSlice.parse("v5p:2x2x2")
+    env = emulated_host_env(s, "sl", 1)
+    assert (env["TPU_NAME"], env["TPU_WORKER_ID"]) == ("sl", "1")
+    assert hostnames_from_env(env) == ["sl-0.local", "sl-1.local"]
+    assert env["PJRT_DEVICE"] == "CPU"
+    assert "TPU_WORKER_HOSTNAMES" not in emulated_host_env(TpuSlice.parse("v5e:2x2"), "one", 0)

@@ -1,0 +1,79 @@
+"""XlaChipConfig's pieces that need no cluster: the scaling config, chip() outside a run, the slice read-back."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_SLICE_NAME_LABEL, RAY_TOPOLOGY_LABEL, RAY_WORKER_ID_LABEL
+from tpuray.components.topology import TopologyError, TpuSlice
+from tpuray.workloads import XlaChipConfig, chip, tpu_scaling_config
+from tpuray.workloads.backend import GENERATION_PIN, slice_of
+from tpuray.workloads.placement import PlacementError
+
+
+@pytest.mark.parametrize(
+    "spec,n", [("v5p:4x4x4", 1), ("v6e:2x4:ct6e-standard-4t", 2), ("v5e:2x2", 1), ("tpu7x:2x2x4", 3)]
+)
+def test_one_tpu_worker_per_chip_whole_slices(spec: str, n: int) -> None:
+    s = TpuSlice.parse(spec)
+    for arg in (spec, s):
+        cfg = tpu_scaling_config(arg, num_slices=n)  # Ray validates use_tpu/topology/accelerator_type here
+        assert cfg.num_workers == s.chips * n
+        assert (cfg.use_tpu, cfg.topology, cfg.accelerator_type) == (True, s.topology, s.ray_accelerator_type)
+        # Ray pins only what it takes for multi-host slices; the others stay on the right generation, and a
+        # single-host slice's chips on one VM. Ray takes a v6e 2x4 for one 8-chip VM even on two 4-chip VMs.
+        pin = {f"accelerator_type:{s.ray_accelerator_type}": GENERATION_PIN}
+        pinned_by_ray = s.multi_host and spec != "v6e:2x4:ct6e-standard-4t"
+        assert cfg.resources_per_worker == ({"TPU": 1} if pinned_by_ray else {"TPU": 1, **pin})
+        assert cfg.placement_strategy == ("PACK" if s.multi_host else "STRICT_PACK")
+
+
+def test_bad_scaling_inputs_are_named() -> None:
+    with pytest.raises(ValueError, match="single-host slice and GKE Multislice only joins multi-host"):
+        tpu_scaling_config("v5e:2x2", num_slices=2)
+    with pytest.raises(ValueError, match="num_slices must be a whole number"):
+        tpu_scaling_config("v5p:2x2x2", num_slices=0)
+    with pytest.raises(ValueError, match=r"sets \['num_workers'\] itself"):
+        tpu_scaling_config("v5p:2x2x2", num_workers=3)
+    with pytest.raises(TopologyError, match="3x3"):
+        tpu_scaling_config("v5e:3x3")
+
+
+def test_chip_outside_a_run_says_where_it_works() -> None:
+    with pytest.raises(RuntimeError, match="XlaChipConfig"):
+        chip()
+
+
+def test_config_names_its_own_backend() -> None:
+    """A named backend keeps TorchTrainer from switching to torch_tpu's tpu_dist, and Ray's _TorchBackend
+    (which needs torch_tpu on a TPU worker) is not used."""
+    from ray.train.backend import Backend
+    from ray.train.torch import TorchTrainer
+    from ray.train.torch.config import _TorchBackend
+
+    cfg = XlaChipConfig()
+    trainer = TorchTrainer(lambda: None, torch_config=cfg, scaling_config=tpu_scaling_config("v5e:2x2"))
+    assert trainer.backend_config.backend == "xla"  # type: ignore[attr-defined]
+    assert issubclass(cfg.backend_cls, Backend) and not issubclass(cfg.backend_cls, _TorchBackend)
+
+
+def _labels(name: str, s: TpuSlice, w: int) -> dict[str, str]:
+    return {
+        RAY_SLICE_NAME_LABEL: name,
+        RAY_WORKER_ID_LABEL: str(w),
+        RAY_POD_TYPE_LABEL: s.pod_type,
+        RAY_TOPOLOGY_LABEL: s.topology,
+    }
+
+
+@pytest.mark.parametrize("spec", ["v5e:2x4:ct5lp-hightpu-4t", "v5e:2x4", "v5p:2x2x2", "v6e:2x2"], ids=str)
+def test_slice_read_back_from_the_workers_labels(spec: str) -> None:
+    """2x4 is one 8-chip VM or two 4-chip VMs: the hosts the workers sit on decide (Ray's own reservation
+    does not pass chips_per_vm)."""
+    s = TpuSlice.parse(spec)
+    labels = [_labels(f"sl{i}", s, w) for i in range(2) for w in range(s.hosts) for _ in range(s.chips_per_host)]
+    assert slice_of(labels, 2 * s.chips) == s
+    with pytest.raises(PlacementError, match="not one per chip"):
+        slice_of(labels, 2 * s.chips + 1)
+    with pytest.raises(PlacementError, match="not on one TPU slice shape"):
+        slice_of([*labels, _labels("x", TpuSlice.parse("v4:2x2x2"), 0)], 2 * s.chips + 1)

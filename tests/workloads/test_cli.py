@@ -1,0 +1,192 @@
+"""The command lines: ``python -m tpuray.workloads.train`` (README command 1, the RayJob entrypoint) and
+``python -m tpuray.workloads.emulate -- CMD``, each in a fresh process, and what they leave behind."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tpuray.components.config import ConfigError, WorkloadConfig
+from tpuray.workloads import train
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short private temp dir for the commands' Ray clusters (Ray's socket paths are length-limited), so the
+    test can tell its own Ray processes from any other Ray on the machine."""
+    d = Path(tempfile.mkdtemp(prefix="t8", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def run(module: str, *args: str, cwd: Path, timeout: float = 280, tmp: Path | None = None) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def summary(stdout: str) -> dict[str, Any] | None:
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+def ray_processes(tmp: Path) -> set[int]:
+    """Ray processes (raylet, GCS, workers) of clusters under ``tmp``: a command must leave none behind."""
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return {int(ln.split()[0]) for ln in out.splitlines()[1:] if "ray" in ln and str(tmp) in ln}
+
+
+def leftovers(tmp: Path) -> list[str]:
+    """Ray processes or emulated-cluster dirs still under ``tmp`` (checkpoint dirs are kept on purpose)."""
+    dirs = [p.name for p in tmp.iterdir() if re.fullmatch(r"tpuray-[a-z0-9_]{8}", p.name)]
+    return [*map(str, ray_processes(tmp)), *dirs]
+
+
+# ---- flags (no cluster) --------------------------------------------------------------------------------------
+
+
+def test_model_flags_override_the_stack_model() -> None:
+    args = train.build_parser().parse_args(["--layers", "3", "--d-model", "96", "--heads", "6", "--vocab-size", "500"])
+    m = train._model_size(args, WorkloadConfig())
+    assert (m.layers, m.d_model, m.heads, m.vocab_size) == (3, 96, 6, 500)
+
+
+def test_model_defaults_come_from_the_stack() -> None:
+    w = WorkloadConfig.model_validate({"model": {"layers": 5}})
+    assert train._model_size(train.build_parser().parse_args([]), w).layers == 5
+
+
+def test_bad_model_flags_name_the_flag() -> None:
+    args = train.build_parser().parse_args(["--heads", "5"])
+    with pytest.raises(ConfigError) as err:
+        train._model_size(args, WorkloadConfig())
+    assert err.value.problems == [("--heads", "5 does not divide dModel=64")]
+    args = train.build_parser().parse_args(["--d-model", "4"])
+    with pytest.raises(ConfigError) as err:
+        train._model_size(args, WorkloadConfig())
+    assert err.value.problems[0][0] == "--d-model"
+
+
+def test_bad_inputs_fail_before_any_cluster(stack_file: Path, tmp_path: Path) -> None:
+    code, out, err = run("tpuray.workloads.train", "--local", "--topology", "v5e:3x3", cwd=tmp_path, timeout=60)
+    assert code == 2 and "3x3" in err and "nearest valid shapes" in err
+    code, out, err = run(
+        "tpuray.workloads.train",
+        "--local",
+        "--stack-file",
+        str(stack_file),
+        "--dataset",
+        str(tmp_path / "nope.bin"),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert code == 2 and summary(out) is None
+    assert "nope.bin" in err and "does not exist" in err
+    code, _, err = run("tpuray.workloads.emulate", "--topology", "v5p:2x2x3", "--", "true", cwd=tmp_path, timeout=60)
+    assert code == 2 and "2x2x3" in err
+
+
+# ---- end to end on the emulated dev slice --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_readme_command_trains_the_gpt_locally(stack_file: Path, tmp_path: Path, short_tmp: Path) -> None:
+    code, out, err = run(
+        "tpuray.workloads.train",
+        "--local",
+        "--stack-file",
+        str(stack_file),
+        "--steps",
+        "30",
+        cwd=tmp_path,
+        tmp=short_tmp,
+    )
+    assert code == 0, err[-3000:]
+    s = summary(out)
+    assert s is not None
+    assert (s["chips"], s["final_step"], s["restarts"], s["emulated"]) == (4, 30, 0, True)
+    assert s["loss_final"] < 0.7 * s["loss_first"]
+    assert s["params_identical"]  # the gradient average really happened on every chip
+    assert s["tokens_per_s"] > 0 and s["time_to_first_step_s"] > 0
+    assert "step 30/30" in err  # progress from the chips
+    assert not leftovers(short_tmp)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_more_slices_than_the_stack_has_is_refused_and_cleaned_up(
+    stack_file: Path, tmp_path: Path, short_tmp: Path
+) -> None:
+    code, out, err = run(
+        "tpuray.workloads.train",
+        "--local",
+        "--stack-file",
+        str(stack_file),
+        "--chips",
+        "8",
+        cwd=tmp_path,
+        tmp=short_tmp,
+    )
+    assert code == 2 and summary(out) is None
+    assert "needs 2" in err and "has 1" in err
+    assert not leftovers(short_tmp)
+
+
+def _readme_example() -> str:
+    """The ten-line example of the README's emulate section."""
+    text = (REPO / "README.md").read_text()
+    m = re.search(r"<!-- emulate-example -->\s*```python\n(.*?)```", text, re.S)
+    assert m, "README.md lost its emulate example"
+    return m.group(1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_emulate_runs_a_user_script_that_imports_only_the_public_api(
+    stack_file: Path, tmp_path: Path, short_tmp: Path
+) -> None:
+    script = tmp_path / "your_script.py"
+    script.write_text(_readme_example())
+    imports = set(re.findall(r"^(?:from|import) ([\w.]+)", script.read_text(), re.M))
+    assert {i.split(".")[0] for i in imports} <= {"ray", "torch", "torch_xla", "tpuray"}
+    assert {i for i in imports if i.startswith("tpuray")} <= {"tpuray.workloads"}
+    (tmp_path / "Pulumi.dev.yaml").write_text(stack_file.read_text())
+    # Ray Train's default storage (~/ray_results) stays in the test's dir
+    env_home = {"HOME": str(tmp_path), "TMPDIR": str(short_tmp)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tpuray.workloads.emulate", "--stack", "dev", "--", sys.executable, str(script)],
+        cwd=tmp_path,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")}, **env_home},
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "emulating 1 x v5e:2x2" in proc.stderr
+    result = ast.literal_eval([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
+    assert result["loss"] < 0.1 * result["first_loss"]
+    assert not leftovers(short_tmp)
+    # a failing command: its exit code comes back, and the cluster is gone all the same
+    code, _, err = run(
+        "tpuray.workloads.emulate", "--stack", "dev", "--", sys.executable, "-c", "exit(7)", cwd=tmp_path, tmp=short_tmp
+    )
+    assert code == 7, err[-2000:]
+    assert not leftovers(short_tmp)

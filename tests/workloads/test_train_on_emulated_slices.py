@@ -1,0 +1,265 @@
+"""A user's train function through TorchTrainer + XlaChipConfig + tpu_scaling_config on emulated slices.
+
+One shared local cluster: a single-host v5e 2x2 slice (4 chips, one VM) and a multi-host v5p 2x2x2 slice
+(8 chips on two VMs). Covers one worker per chip, each worker's env, identical parameters across chips that saw
+different data, SIGKILL recovery through Ray Train, the placement group after a failed backend start, and the
+GPT example's checkpoints (separate run names, corrupt newest checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tpuray.components.topology import TpuSlice
+from tpuray.workloads import XlaChipConfig, tpu_scaling_config
+from tpuray.workloads.worker_env import chip_env, hostnames_from_env
+
+ray = pytest.importorskip("ray")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+SINGLE = TpuSlice.parse("v5e:2x2")
+MULTI = TpuSlice.parse("v5p:2x2x2")
+ENV_KEYS = ("TPU_", "CLOUD_TPU_TASK_ID", "MEGASCALE_")
+
+
+def user_train(config: dict[str, Any]) -> None:
+    """What an ML team writes: a model, an optimizer, its own data per chip, checkpoints through Ray Train."""
+    import ray.train
+    import torch
+    import torch_xla
+
+    from tpuray.workloads import chip, optimizer_step
+
+    c = chip()
+    out = Path(config["out"])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to(c.device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    start = 0
+    ckpt = ray.train.get_checkpoint()
+    if ckpt is not None:
+        state = torch.load(Path(ckpt.path) / "state.pt", weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = int(state["step"])
+    ctx = ray.get_runtime_context()
+    seat = {
+        "rank": c.rank,
+        "world_size": c.world_size,
+        "ray_chip": int(ctx.get_accelerator_ids()["TPU"][0]),
+        "labels": {str(k): str(v) for k, v in ctx.get_node_labels().items()},
+        "chip": c.chip,
+        "worker_id": c.worker_id,
+        "slice_index": c.slice_index,
+        "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_KEYS)},
+        "start": start,
+    }
+    (out / f"start-{c.rank}-{start}.json").write_text(json.dumps(seat))
+    w_true = torch.arange(8.0) / 8
+    with (out / f"losses-{c.rank}.jsonl").open("a") as log:
+        for step in range(start, config["steps"]):
+            if config.get("kill_at") == step and c.rank == 1 and not (out / "killed").exists():
+                # Ray Train registers a report asynchronously: wait until it has, then die mid-run
+                ray.train.get_all_reported_checkpoints()
+                (out / "killed").touch()
+                os.kill(os.getpid(), signal.SIGKILL)
+            g = torch.Generator().manual_seed(1000 * step + c.rank)  # each chip its own data
+            x = torch.randn(32, 8, generator=g)
+            y = (x @ w_true).unsqueeze(1)
+            loss = ((model(x.to(c.device)) - y.to(c.device)) ** 2).mean()
+            loss.backward()
+            optimizer_step(opt)
+            opt.zero_grad()
+            torch_xla.sync()
+            log.write(json.dumps({"step": step, "loss": float(loss.detach()), "x0": float(x[0, 0])}) + "\n")
+            log.flush()
+            if (step + 1) % config["every"] == 0:
+                with __import__("tempfile").TemporaryDirectory() as tmp:
+                    saved = None
+                    if c.rank == 0:
+                        torch.save(
+                            {"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1},
+                            Path(tmp) / "state.pt",
+                        )
+                        saved = ray.train.Checkpoint.from_directory(tmp)
+                    ray.train.report({"step": step + 1}, checkpoint=saved)
+    params = [p.detach().cpu().reshape(-1).tolist() for p in model.parameters()]
+    (out / f"final-{c.rank}.json").write_text(json.dumps(params))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[None]:
+    from tpuray.workloads.emulation import EmulatedCluster
+
+    # test functions run in Ray workers, which cannot import this test module: send them by value
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    with EmulatedCluster([(SINGLE, 1), (MULTI, 1)]) as c:
+        ray.init(address=c.address, log_to_driver=False)
+        yield
+        ray.shutdown()
+
+
+def _fit(tpu_slice: TpuSlice, out: Path, **config: Any) -> Any:
+    from ray.train import FailureConfig, RunConfig
+    from ray.train.torch import TorchTrainer
+
+    out.mkdir(parents=True, exist_ok=True)
+    return TorchTrainer(
+        user_train,
+        train_loop_config={"out": str(out), "steps": 12, "every": 3, **config},
+        scaling_config=tpu_scaling_config(tpu_slice),
+        torch_config=XlaChipConfig(),
+        run_config=RunConfig(
+            storage_path=str(out / "storage"), name="run", failure_config=FailureConfig(max_failures=2)
+        ),
+    ).fit()
+
+
+def _losses(out: Path, rank: int) -> dict[int, list[float]]:
+    """Every loss one rank computed, per step: two values where a resumed attempt redid a step."""
+    found: dict[int, list[float]] = {}
+    for line in (out / f"losses-{rank}.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        found.setdefault(row["step"], []).append(row["loss"])
+    return found
+
+
+def _check_run(s: TpuSlice, out: Path) -> list[list[list[float]]]:
+    world = s.chips
+    seats = [json.loads(p.read_text()) for p in sorted(out.glob("start-*-0.json"))]
+    assert sorted(x["rank"] for x in seats) == list(range(world))
+    # one worker per chip: every (host, chip) of the slice exactly once, as Ray itself assigned the chips
+    assert sorted((x["worker_id"], x["ray_chip"]) for x in seats) == [
+        (w, c) for w in range(s.hosts) for c in range(s.chips_per_host)
+    ]
+    for x in seats:
+        assert x["world_size"] == world and x["chip"] == x["ray_chip"]
+        assert x["worker_id"] == int(x["labels"]["ray.io/tpu-worker-id"])
+        # on the slice shape asked for, although the other slice's VMs have 4 free chips too
+        assert x["labels"]["ray.io/tpu-pod-type"] == s.pod_type
+        # the worker's env is chip_env for its seat, and nothing else TPU-shaped (no Ray 1-chip bounds)
+        want = chip_env(s, x["worker_id"], x["chip"], hostnames_from_env(x["env"]))
+        tpu_env = {k: v for k, v in x["env"].items() if k in want or k.startswith(("TPU_HOST", "TPU_CHIPS_PER_H"))}
+        assert tpu_env == want
+        assert int(x["env"]["CLOUD_TPU_TASK_ID"]) == x["rank"]  # the XLA rank is the task id
+    finals = [json.loads((out / f"final-{r}.json").read_text()) for r in range(world)]
+    assert all(f == finals[0] for f in finals)  # identical parameters on every chip...
+    firsts = {json.dumps(_first_x(out, r)) for r in range(world)}
+    assert len(firsts) == world  # ...although every chip saw different data
+    mean = [sum(_losses(out, r)[step][-1] for r in range(world)) / world for step in (0, 11)]
+    assert mean[1] < 0.5 * mean[0]  # and the loss fell
+    return finals
+
+
+def _first_x(out: Path, rank: int) -> float:
+    return float(json.loads((out / f"losses-{rank}.jsonl").read_text().splitlines()[0])["x0"])
+
+
+def test_user_function_on_a_multi_host_slice(cluster: None, tmp_path: Path) -> None:
+    result = _fit(MULTI, tmp_path)
+    assert result.error is None
+    _check_run(MULTI, tmp_path)
+    seats = [json.loads(p.read_text()) for p in tmp_path.glob("start-*-0.json")]
+    hosts = {x["labels"]["ray.io/tpu-worker-id"]: x["env"]["TPU_PROCESS_ADDRESSES"] for x in seats}
+    assert len(hosts) == 2 and len(set(hosts.values())) == 1  # both hosts list the same 8 addresses
+
+
+def test_user_function_on_a_single_host_slice_survives_a_sigkill(cluster: None, tmp_path: Path) -> None:
+    """A worker SIGKILLs itself before step 8; Ray Train restarts the group, which resumes from the checkpoint
+    reported after step 6 and redoes steps 6 and 7 with exactly the losses they had: the same curve."""
+    result = _fit(SINGLE, tmp_path, kill_at=8)
+    assert result.error is None
+    assert (tmp_path / "killed").exists()
+    # the second attempt started from the last reported checkpoint (after step 6), on every chip
+    assert sorted(p.name for p in tmp_path.glob("start-*-6.json")) == [f"start-{r}-6.json" for r in range(4)]
+    assert not list(tmp_path.glob("start-*-3.json"))
+    _check_run(SINGLE, tmp_path)  # ends at the last step: one worker per chip, env, identical params, learning
+    for r in range(SINGLE.chips):
+        losses = _losses(tmp_path, r)
+        assert sorted(losses) == list(range(12))
+        assert [len(losses[s]) for s in range(12)] == [1] * 6 + [2, 2] + [1] * 4
+        for s in (6, 7):
+            first, redone = losses[s]
+            assert redone == pytest.approx(first, rel=1e-6)
+
+
+def test_failed_backend_start_leaves_no_reservation(cluster: None, tmp_path: Path) -> None:
+    """An error while the backend sets up the workers ends the run with that error and frees the slice."""
+    from ray.train.torch import TorchTrainer
+    from ray.train.v2.api.config import FailureConfig, RunConfig
+
+    run_config: Any = RunConfig(  # Ray Train V2's RunConfig; TorchTrainer is annotated with the V1 class
+        storage_path=str(tmp_path),
+        name="bad",
+        failure_config=FailureConfig(max_failures=0, controller_failure_limit=0),
+    )
+    trainer = TorchTrainer(
+        user_train,
+        train_loop_config={"out": str(tmp_path), "steps": 1, "every": 1},
+        scaling_config=tpu_scaling_config(SINGLE),
+        torch_config=XlaChipConfig(base_port=65534),  # leaves no room for 4 chips' ports
+        run_config=run_config,
+    )
+    with pytest.raises(Exception, match="base_port 65534 leaves no room for 4 ports"):
+        trainer.fit()
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("TPU", 0) < ray.cluster_resources()["TPU"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ray.available_resources().get("TPU", 0) == SINGLE.chips + MULTI.chips  # every chip free again
+    live = [pg for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED"]
+    assert live == []
+
+
+def test_a_slice_the_cluster_lacks_is_named(cluster: None) -> None:
+    import argparse
+
+    from tpuray.workloads import train
+    from tpuray.workloads.placement import PlacementError
+
+    args = argparse.Namespace(chips=None, num_slices=None)
+    with pytest.raises(PlacementError, match=r"--topology v6e:2x2: the cluster has no idle .*1 x v5p-16 \(2x2x2\)"):
+        train._slices_for(TpuSlice.parse("v6e:2x2"), args)
+    with pytest.raises(PlacementError, match="straddle"):
+        train._slices_for(MULTI, argparse.Namespace(chips=MULTI.chips + 4, num_slices=None))
+    with pytest.raises(PlacementError, match="needs 2"):
+        train._slices_for(MULTI, argparse.Namespace(chips=None, num_slices=2))
+
+
+def test_gpt_checkpoints_by_run_name_and_corrupt_newest_falls_back(cluster: None, tmp_path: Path) -> None:
+    from ray.train import FailureConfig, RunConfig
+
+    from tpuray.workloads import train
+    from tpuray.workloads.gpt_loop import STATE_FILE, GptJob
+    from tpuray.workloads.metrics import ModelShape
+
+    def gpt(name: str, steps: int) -> Any:
+        job = GptJob(ModelShape(64, 1, 16, 2, 8), steps, 2, 3e-3, 2, str(SINGLE), bf16=False, log_every=2)
+        rc = RunConfig(name=name, storage_path=str(tmp_path), failure_config=FailureConfig(max_failures=0))
+        result = train._xla_trainer(job, SINGLE, 1, rc).fit()
+        assert result.error is None
+        return result
+
+    a = gpt("a", 4)  # checkpoints after steps 2 and 4
+
+    def files(d: Path) -> dict[Path, int]:
+        return {p: p.stat().st_mtime_ns for p in d.rglob("*") if p.is_file()}
+
+    before = files(tmp_path / "a")
+    gpt("b", 2)
+    assert files(tmp_path / "a") == before  # another run name never touches this run's checkpoints
+    assert a.metrics["step"] == 4 and a.metrics["resumes"] == [] and a.metrics["param_spread"] < 1e-12
+    (Path(a.checkpoint.path) / STATE_FILE).write_bytes(b"\x00 not a checkpoint")
+    again = gpt("a", 6)
+    assert again.metrics["resumes"] == [2]  # the newest (step 4) was unreadable: resumed from step 2
+    assert len(again.metrics["losses"]) == 6
+    assert again.metrics["losses"][:2] == a.metrics["losses"][:2]

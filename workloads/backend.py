@@ -1,0 +1,361 @@
+"""A Ray Train backend for PyTorch/XLA with one worker per TPU chip.
+
+Ray Train (2.60) reserves whole TPU slices and restarts whole worker groups, but its TPU path drives the
+torch_tpu runtime: ``TorchTrainer`` switches to the ``tpu_dist`` process group when the config names no backend,
+and ``_TorchBackend.on_start`` calls ``get_device()``, which needs torch_tpu on a TPU worker. So
+:class:`XlaChipConfig` names its own backend, a direct :class:`ray.train.backend.Backend` subclass that, on every
+worker and before the train function runs:
+
+1. collects where Ray put the worker (slice name, host, chip) and gives it its XLA rank, the worker's
+   ``CLOUD_TPU_TASK_ID`` plus ``slice_index * chips_per_slice`` (Ray Train's own world rank may differ);
+2. sets the complete per-chip PJRT environment (:func:`tpuray.workloads.worker_env.chip_env`, ``MEGASCALE_*``
+   across slices) and drops Ray's 1-chip ``TPU_HOST_BOUNDS``/``TPU_CHIPS_PER_HOST_BOUNDS``;
+3. joins the process group: ``xla://`` on TPUs, gloo on the emulated slice (``PJRT_DEVICE=CPU``), where XLA
+   collectives across processes silently return the local value.
+
+If any of that fails, the backend shuts the worker group down itself before raising: Ray 2.60 marks the group
+started before it runs backends, and would otherwise leave the slice placement group reserved.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from ray.train.backend import Backend
+from ray.train.torch import TorchConfig
+
+# Ray Train V2's classes (what ray.train exports in 2.60); named directly so the type checker sees the same ones
+from ray.train.v2.api.config import ScalingConfig
+
+from tpuray.components.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL, TPU_MEGASCALE_PORT
+from tpuray.components.topology import TpuSlice
+from tpuray.workloads.placement import ChipAssignment, PlacementError, Seat, assign_chips
+from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS, hostnames_from_env
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ChipInfo", "XlaChipConfig", "chip", "mean_over_chips", "optimizer_step", "tpu_scaling_config"]
+
+Collective = Literal["xla", "gloo"]
+
+# Cite: single-host pools cannot join a multislice, "Multislice only supports multi-host TPU slice node pools"
+# (https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice).
+
+
+def tpu_scaling_config(topology: str | TpuSlice, *, num_slices: int = 1, **kwargs: Any) -> ScalingConfig:
+    """Ray Train's ``ScalingConfig`` for ``num_slices`` whole slices of ``topology``, one worker per chip.
+
+    ``topology`` is a slice spec such as ``"v5p:4x4x4"`` or ``"v6e:2x4:ct6e-standard-4t"``, or a
+    :class:`TpuSlice`. Every worker requests ``{"TPU": 1}``; ``use_tpu``, ``topology`` and
+    ``accelerator_type`` make Ray reserve whole slices (``ray.util.tpu.SlicePlacementGroup``). Ray pins only
+    multi-host slices (by a head reservation on the pod type, then the slice name), so a single-host slice gets
+    two smallest workarounds: the ``STRICT_PACK`` strategy (its chips share one VM) and a sliver of the
+    ``accelerator_type:TPU-<GEN>`` resource Ray puts on TPU VMs (the right generation; ``label_selector`` is
+    refused with ``use_tpu``). The backend then checks the pod type and topology the workers landed on.
+    Other keyword arguments go to ``ScalingConfig`` (not ``num_workers``, ``use_tpu``, ``topology``,
+    ``accelerator_type`` or ``resources_per_worker``).
+    """
+    s = TpuSlice.parse(topology) if isinstance(topology, str) else topology
+    if not isinstance(num_slices, int) or num_slices < 1:
+        raise ValueError(f"num_slices must be a whole number of slices >= 1, got {num_slices!r}")
+    if num_slices > 1 and not s.multi_host:
+        raise ValueError(
+            f"num_slices={num_slices}: {s} is a single-host slice and GKE Multislice only joins multi-host "
+            "slices; use one slice, or a multi-host topology"
+        )
+    fixed = {"num_workers", "use_tpu", "topology", "accelerator_type", "resources_per_worker"} & kwargs.keys()
+    if fixed:
+        raise ValueError(f"tpu_scaling_config sets {sorted(fixed)} itself from the topology")
+    resources: dict[str, float] = {"TPU": 1}
+    if not s.multi_host:
+        kwargs.setdefault("placement_strategy", "STRICT_PACK")
+    if not ray_pins_slice(s):
+        resources[f"accelerator_type:{s.ray_accelerator_type}"] = GENERATION_PIN
+    return ScalingConfig(
+        num_workers=s.chips * num_slices,
+        use_tpu=True,
+        topology=s.topology,
+        accelerator_type=s.ray_accelerator_type,
+        resources_per_worker=resources,
+        **kwargs,
+    )
+
+
+GENERATION_PIN = 0.001
+"""How much of a TPU VM's ``accelerator_type:TPU-<GEN>`` resource (1 per VM) a worker takes where Ray does not
+pin the slice itself."""
+
+
+def ray_pins_slice(s: TpuSlice) -> bool:
+    """Whether Ray 2.60's ``SlicePlacementGroup`` pins ``s`` to one slice of its pod type: only slices it takes
+    for multi-host. It reads the chips per VM from the topology alone (``get_chips_per_host``: 8 for a v5e/v6e
+    ``2x4``), so a ``2x4`` on two 4-chip VMs counts as single-host and is not pinned; the backend then refuses
+    workers that straddle two slices, and the generation sliver keeps them on the right TPU generation."""
+    from ray._private.accelerators.tpu import get_chips_per_host
+
+    return s.multi_host and int(get_chips_per_host(s.topology, s.spec.pod_type_prefix)) < s.chips
+
+
+@dataclass(frozen=True)
+class ChipInfo:
+    """Where this worker's chip sits in the job; :func:`chip` returns it inside the train function."""
+
+    rank: int
+    """The XLA rank: ``slice_index * chips_per_slice + CLOUD_TPU_TASK_ID``; also the process-group rank."""
+    world_size: int
+    """Chips in the job (all slices)."""
+    chip: int
+    """The chip's index on its host (``TPU_VISIBLE_CHIPS``)."""
+    worker_id: int
+    """The host's index within its slice (``TPU_WORKER_ID``)."""
+    slice_index: int
+    num_slices: int
+    slice_name: str
+    collective: Collective
+    """``xla`` on TPUs; ``gloo`` on the emulated slice."""
+
+    @property
+    def device(self) -> torch.device:
+        """This worker's XLA device (its chip)."""
+        import torch_xla
+
+        dev: torch.device = torch_xla.device()
+        return dev
+
+
+_CHIP: ChipInfo | None = None
+
+
+def chip() -> ChipInfo:
+    """This worker's chip, rank and slice; only inside a train function run with :class:`XlaChipConfig`."""
+    if _CHIP is None:
+        raise RuntimeError(
+            "chip() is only available inside a TorchTrainer train function run with torch_config=XlaChipConfig()"
+        )
+    return _CHIP
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
+    """Average gradients over all chips, then ``optimizer.step()`` (like ``torch_xla``'s ``xm.optimizer_step``).
+
+    On TPUs the average is an XLA all-reduce; on the emulated slice it goes through gloo with CPU copies (an XLA
+    all-reduce across CPU processes silently returns the local value, and gloo cannot read XLA tensors).
+    """
+    info = chip()
+    if info.world_size > 1:
+        if info.collective == "xla":
+            import torch_xla.core.xla_model as xm
+
+            xm.reduce_gradients(optimizer)
+        else:
+            _gloo_average(optimizer, info.world_size)
+    optimizer.step()
+
+
+def _gloo_average(optimizer: torch.optim.Optimizer, world: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+    if not params:
+        return
+    device = params[0].device
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads]).cpu()
+    dist.all_reduce(flat)
+    flat = (flat / world).to(device)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset : offset + n].view_as(p)
+        offset += n
+
+
+# ---- run on each worker (module-level so Ray pickles them by reference) -----------------------------------
+
+
+def _seat(index: int) -> tuple[Seat, dict[str, str]]:
+    import ray
+
+    ctx = ray.get_runtime_context()
+    labels = {str(k): str(v) for k, v in ctx.get_node_labels().items()}
+    chips = ctx.get_accelerator_ids().get("TPU", [])
+    if len(chips) != 1:
+        raise PlacementError(f"a per-chip worker must hold exactly one TPU chip, got {chips}")
+    seat = Seat(
+        actor_index=index,
+        slice_index=0,  # set by the driver once it knows every worker's slice
+        slice_name=str(labels.get(RAY_SLICE_NAME_LABEL) or os.environ.get("TPU_NAME") or ctx.get_node_id()),
+        worker_id=int(labels.get(RAY_WORKER_ID_LABEL, os.environ.get("TPU_WORKER_ID", "0"))),
+        chip=int(chips[0]),
+        address=str(ray.util.get_node_ip_address()),  # type: ignore[no-untyped-call]
+        hostnames=tuple(hostnames_from_env(os.environ)),
+    )
+    return seat, labels
+
+
+def _free_port() -> tuple[str, int]:
+    import ray
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return str(ray.util.get_node_ip_address()), int(s.getsockname()[1])  # type: ignore[no-untyped-call]
+
+
+def _apply(assignment: ChipAssignment) -> dict[str, str]:
+    """Set the chip's environment in this worker process (before anything starts the XLA runtime)."""
+    global _CHIP
+    for key in RAY_SUBHOST_VARS:
+        os.environ.pop(key, None)  # Ray's 1-chip defaults would describe a standalone chip
+    os.environ.update(assignment.env)
+    collective: Collective = "gloo" if os.environ.get("PJRT_DEVICE", "").upper() == "CPU" else "xla"
+    _CHIP = ChipInfo(
+        rank=assignment.rank,
+        world_size=assignment.world_size,
+        chip=assignment.chip,
+        worker_id=assignment.worker_id,
+        slice_index=assignment.slice_index,
+        num_slices=assignment.num_slices,
+        slice_name=assignment.slice_name,
+        collective=collective,
+    )
+    return dict(os.environ)
+
+
+def _join(master: tuple[str, int], timeout_s: float) -> None:
+    import torch.distributed as dist
+
+    info = chip()
+    if info.world_size == 1 or dist.is_initialized():
+        return
+    timeout = timedelta(seconds=timeout_s)
+    if info.collective == "gloo":
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://{master[0]}:{master[1]}",
+            rank=info.rank,
+            world_size=info.world_size,
+            timeout=timeout,
+        )
+    else:
+        import torch_xla.distributed.xla_backend  # noqa: F401  # registers the "xla" process group backend
+
+        dist.init_process_group("xla", init_method="xla://", timeout=timeout)
+
+
+def _leave() -> None:
+    global _CHIP
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _CHIP = None
+
+
+# ---- the driver side -------------------------------------------------------------------------------------
+
+
+def slice_of(labels: list[dict[str, str]], world: int) -> TpuSlice:
+    """The slice shape the workers were placed on, from the Ray node labels each worker reports."""
+    from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL
+
+    shapes = {(lb.get(RAY_POD_TYPE_LABEL), lb.get(RAY_TOPOLOGY_LABEL)) for lb in labels}
+    if len(shapes) != 1 or None in next(iter(shapes)):
+        raise PlacementError(f"the workers are not on one TPU slice shape (pod type, topology): {sorted(shapes)}")
+    ((pod_type, topology),) = shapes
+    assert pod_type is not None and topology is not None
+    shape = TpuSlice.parse_pod_type(pod_type, topology)
+    slices = {lb.get(RAY_SLICE_NAME_LABEL) for lb in labels}
+    hosts = {(lb.get(RAY_SLICE_NAME_LABEL), lb.get(RAY_WORKER_ID_LABEL)) for lb in labels}
+    per_host = world // max(1, len(hosts))
+    # a 2x4 slice is one 8-chip VM or two 4-chip VMs: the hosts Ray placed workers on decide
+    machine = next((m for m, c in shape.spec.machine_types.items() if c == per_host), shape.machine_type)
+    s = TpuSlice.parse(shape.generation, topology, machine)
+    if world != s.chips * len(slices):
+        raise PlacementError(f"{world} workers on {len(slices)} {s} slice(s) of {s.chips} chips: not one per chip")
+    return s
+
+
+class _XlaChipBackend(Backend):
+    def on_start(self, worker_group: Any, backend_config: Any) -> None:
+        try:
+            self._start(worker_group, backend_config)
+        except BaseException:
+            shutdown = getattr(worker_group, "shutdown", None)
+            if shutdown is not None:
+                shutdown()  # releases the slice placement group; Ray 2.60 would keep it reserved
+            raise
+
+    def _start(self, worker_group: Any, cfg: XlaChipConfig) -> None:
+        n = len(worker_group)
+        reported = [worker_group.execute_single(i, _seat, i) for i in range(n)]
+        seats = [s for s, _ in reported]
+        tpu_slice = slice_of([lb for _, lb in reported], n)
+        # What the run asked for, read the way Ray's own _TorchBackend reads it (Ray 2.60 has no public accessor).
+        asked = getattr(getattr(worker_group, "_train_run_context", None), "scaling_config", None)
+        topology, accelerator = getattr(asked, "topology", None), getattr(asked, "accelerator_type", None)
+        if topology and accelerator and (topology, accelerator) != (tpu_slice.topology, tpu_slice.ray_accelerator_type):
+            raise PlacementError(
+                f"the run asked for topology {topology} of {accelerator} but Ray placed its workers on "
+                f"{tpu_slice} ({tpu_slice.pod_type})"
+            )
+        names = sorted({s.slice_name for s in seats})  # slice order as Ray Train's own (TPU_NAME) sort
+        seats = [
+            Seat(s.actor_index, names.index(s.slice_name), s.slice_name, s.worker_id, s.chip, s.address, s.hostnames)
+            for s in seats
+        ]
+        assignments = assign_chips(
+            tpu_slice, len(names), seats, base_port=cfg.base_port, megascale_port=cfg.megascale_port
+        )
+        for a in assignments:
+            worker_group.execute_single(a.actor_index, _apply, a)
+        master = worker_group.execute_single(assignments[0].actor_index, _free_port)
+        import ray
+
+        ray.get([worker_group.execute_single_async(a.actor_index, _join, master, cfg.timeout_s) for a in assignments])
+
+    def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:
+        worker_group.execute(_leave)
+
+
+@dataclass
+class XlaChipConfig(TorchConfig):
+    """Ray Train config for PyTorch/XLA with one worker per TPU chip: pass as ``TorchTrainer(torch_config=...)``
+    together with :func:`tpu_scaling_config`.
+
+    ``base_port``: first TPU client port on each host (chip ``c`` uses ``base_port + c``);
+    ``megascale_port``: the multislice coordinator's port; ``timeout_s``: process-group timeout.
+    """
+
+    backend: str = "xla"
+    base_port: int = DEFAULT_BASE_PORT
+    megascale_port: int = TPU_MEGASCALE_PORT
+
+    @property
+    def backend_cls(self) -> type[Backend]:
+        return _XlaChipBackend
+
+
+def mean_over_chips(values: torch.Tensor) -> torch.Tensor:
+    """The element-wise mean of ``values`` over all chips, on the CPU (for metrics such as the loss)."""
+    import torch
+
+    info = chip()
+    local = values.detach().to(torch.float64).cpu()
+    if info.world_size == 1:
+        return local
+    if info.collective == "xla":
+        import torch_xla.core.xla_model as xm
+
+        summed = xm.all_reduce(xm.REDUCE_SUM, values.detach().to(info.device))
+        assert isinstance(summed, torch.Tensor)
+        return summed.cpu().to(torch.float64) / info.world_size
+    import torch.distributed as dist
+
+    dist.all_reduce(local)
+    return local / info.world_size

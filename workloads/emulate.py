@@ -1,0 +1,113 @@
+"""``python -m tpuray.workloads.emulate (--stack dev | --topology T) -- CMD ...``: run any command against a
+local Ray cluster that emulates TPU slices on CPU.
+
+Starts the cluster (one Ray node per emulated TPU host, as :class:`~tpuray.workloads.emulation.EmulatedCluster`
+builds it), runs CMD with ``RAY_ADDRESS`` pointing at it, and tears everything down whatever CMD does (exits,
+fails, or is interrupted). Exits with CMD's exit code; 2 for a bad flag or stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from tpuray.components.config import ConfigError, load_stack_file
+from tpuray.components.topology import TopologyError, TpuSlice
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m tpuray.workloads.emulate",
+        description=__doc__.split("\n\n")[0],
+        usage="%(prog)s (--stack NAME | --stack-file FILE | --topology GEN:TOPOLOGY) [--num-slices N] -- CMD ...",
+    )
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--stack", help="emulate the workload pool of Pulumi.<stack>.yaml (here or a parent dir)")
+    where.add_argument("--stack-file", type=Path, help="path of a Pulumi stack file")
+    where.add_argument("--topology", help="slice shape GEN:TOPOLOGY[:MACHINE_TYPE], e.g. v5p:2x2x2")
+    p.add_argument("--num-slices", type=int, help="emulated slices (default: the stack's pool, else 1)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
+    return p
+
+
+def _stack_file(args: argparse.Namespace) -> Path:
+    if args.stack_file:
+        return Path(args.stack_file)
+    name = f"Pulumi.{args.stack}.yaml"
+    for d in (Path.cwd(), *Path.cwd().parents):
+        if (d / name).is_file():
+            return d / name
+    raise ConfigError([("--stack", f"no {name} in {Path.cwd()} or its parents; pass --stack-file")])
+
+
+def _shape(args: argparse.Namespace) -> tuple[TpuSlice, int]:
+    if args.topology:
+        s, n = TpuSlice.parse(args.topology), 1
+    else:
+        pool = load_stack_file(_stack_file(args)).workload_pool()
+        s, n = pool.tpu_slice, pool.slices
+    n = args.num_slices if args.num_slices is not None else n
+    if n < 1:
+        raise ConfigError([("--num-slices", f"must be >= 1, got {n}")])
+    return s, n
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = build_parser()
+    args = p.parse_args(argv)
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        p.error("give the command to run after --, e.g. -- python train.py")
+    try:
+        tpu_slice, n = _shape(args)
+    except (ConfigError, TopologyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    from tpuray.workloads.emulation import emulate
+
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)  # the command decides how to stop; teardown follows when it exits
+        else:
+            raise KeyboardInterrupt
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with emulate(tpu_slice, n) as cluster:
+            print(
+                f"emulating {n} x {tpu_slice} ({tpu_slice.pod_type}, {tpu_slice.chips} chips each) at "
+                f"{cluster.address}",
+                file=sys.stderr,
+                flush=True,
+            )
+            try:
+                child = subprocess.Popen(command, env=dict(os.environ))
+            except OSError as e:
+                print(f"error: cannot run {command[0]!r}: {e}", file=sys.stderr)
+                return 127
+            return child.wait()
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

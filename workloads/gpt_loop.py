@@ -1,0 +1,275 @@
+"""The built-in GPT's train function: an example of the public API, nothing more.
+
+It runs on every worker of a ``TorchTrainer(train_gpt, torch_config=XlaChipConfig(), scaling_config=
+tpu_scaling_config(...))``: :func:`~tpuray.workloads.chip` for the rank and device,
+:func:`~tpuray.workloads.optimizer_step` for the gradient average, ``ray.train.report(..., checkpoint=...)`` to
+save, ``ray.train.get_checkpoint()`` to resume. A newest checkpoint that cannot be read falls back to the one
+before (``ray.train.get_all_reported_checkpoints()``); one from a different model is a clear error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tpuray.workloads.metrics import ModelShape, throughput
+
+__all__ = ["CheckpointError", "GptJob", "train_gpt"]
+
+STATE_FILE = "state.pt"
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint to resume from: every reported one is unreadable, or they belong to another model."""
+
+
+@dataclass(frozen=True)
+class GptJob:
+    """What every worker trains. Picklable: Ray sends it to each worker."""
+
+    model: ModelShape
+    steps: int
+    batch_size_per_chip: int
+    learning_rate: float
+    checkpoint_every: int
+    slice_spec: str
+    dataset: str | None = None
+    seed: int = 0
+    bf16: bool = True
+    """bf16 autocast on TPU; the CPU emulation trains in fp32."""
+    log_every: int = 10
+    cpu_threads: int | None = None
+    """torch intra-op threads per worker (the CPU emulation uses 1: several workers share few cores)."""
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the model a checkpoint belongs to: shape and dataset (not the step count or the LR)."""
+        key = json.dumps({"model": asdict(self.model), "dataset": self.dataset}, sort_keys=True)
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _to_cpu(obj: Any) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
+
+
+def _read_state(path: str, fingerprint: str) -> dict[str, Any]:
+    import torch
+
+    file = Path(path) / STATE_FILE
+    try:
+        state: dict[str, Any] = torch.load(file, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or not {"step", "model", "optimizer"} <= state.keys():
+            raise ValueError("it lacks the step/model/optimizer entries")
+    except Exception as e:  # torch raises a zoo of types for a damaged file
+        raise OSError(f"checkpoint {str(file)!r} is unreadable ({type(e).__name__}: {e})") from None
+    if state.get("fingerprint") != fingerprint:
+        raise CheckpointError(
+            f"checkpoint {str(file)!r} belongs to another model (fingerprint {state.get('fingerprint')!r}, this "
+            f"job {fingerprint!r}); give this run another name (--run-name) or storage path"
+        )
+    return state
+
+
+def _resume(job: GptJob) -> tuple[dict[str, Any] | None, list[str]]:
+    """The newest readable checkpoint's state (or None for a fresh run) and notes on what was skipped."""
+    import ray.train
+
+    newest = ray.train.get_checkpoint()
+    if newest is None:
+        return None, []
+    notes: list[str] = []
+    candidates = [newest]
+    errors = []
+    for i in range(2):  # the newest first; only if it is unreadable, ask Ray for every reported one
+        for ck in candidates:
+            try:
+                return _read_state(ck.path, job.fingerprint), notes
+            except OSError as e:
+                errors.append(str(e))
+                notes.append(f"skipping an unreadable checkpoint: {e}")
+        if i == 0:
+            # Ray 2.60 waits here until this attempt's report count matches the restored run's, which after a
+            # restart it never does; it returns every reported checkpoint once the timeout ends the wait.
+            older = ray.train.get_all_reported_checkpoints(timeout_s=1)
+            older.sort(key=lambda r: int(r.metrics.get("step", 0)), reverse=True)
+            candidates = [r.checkpoint for r in older if r.checkpoint.path != newest.path]
+    raise CheckpointError("no readable checkpoint to resume from: " + "; ".join(errors))
+
+
+def _digest_spread(model: Any, mean_over_chips: Any) -> float:
+    """0.0 if every chip holds the same parameters: the variance over chips of a number derived from a hash of
+    this chip's parameter bytes."""
+    import torch
+
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().cpu().numpy().tobytes())
+    x = int(h.hexdigest()[:12], 16) / float(1 << 48)
+    m = mean_over_chips(torch.tensor([x, x * x], dtype=torch.float64))
+    return max(0.0, float(m[1] - m[0] * m[0]))
+
+
+@dataclass(frozen=True)
+class _Runtime:
+    """What the loop needs from the TPU runtime: PyTorch/XLA through this package's public API, or torch_tpu."""
+
+    rank: int
+    world_size: int
+    device: Any
+    autocast_device: str
+    optimizer_step: Any
+    mean: Any
+    sync: Any
+
+
+def _xla_runtime() -> _Runtime:
+    import torch_xla
+
+    from tpuray.workloads.backend import chip, mean_over_chips, optimizer_step
+
+    c = chip()
+    return _Runtime(c.rank, c.world_size, c.device, "xla", optimizer_step, mean_over_chips, torch_xla.sync)
+
+
+def _torch_tpu_runtime() -> _Runtime:  # pragma: no cover - needs torch_tpu and TPUs
+    import torch
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+
+    def step(opt: Any) -> None:
+        for g in opt.param_groups:
+            for p in g["params"]:
+                if p.grad is not None:
+                    dist.all_reduce(p.grad)
+                    p.grad /= world
+        opt.step()
+
+    def mean(t: Any) -> Any:
+        t = t.detach().clone()
+        dist.all_reduce(t)
+        return (t / world).cpu().to(torch.float64)
+
+    return _Runtime(dist.get_rank(), world, torch.device("tpu"), "tpu", step, mean, lambda: None)
+
+
+def train_gpt(config: dict[str, Any]) -> None:
+    """Train the GPT described by ``config["job"]`` (a :class:`GptJob`) on this worker's chip.
+
+    ``config["runtime"]`` is ``xla`` (default: :class:`~tpuray.workloads.XlaChipConfig` workers) or
+    ``torch_tpu`` (Ray Train's own TorchTPU workers).
+    """
+    import ray.train
+    import torch
+
+    from tpuray.workloads.data import open_dataset
+    from tpuray.workloads.model import GPT
+
+    t_start = time.perf_counter()
+    job: GptJob = config["job"]
+    c = _torch_tpu_runtime() if config.get("runtime") == "torch_tpu" else _xla_runtime()
+    if job.cpu_threads:
+        torch.set_num_threads(job.cpu_threads)
+    data = open_dataset(job.dataset, job.model.vocab_size, job.seed)
+    torch.manual_seed(job.seed)  # identical initial weights on every chip
+    model = GPT(job.model)
+    state, notes = _resume(job)
+    if state is not None:
+        model.load_state_dict(state["model"])
+    model = model.to(c.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=job.learning_rate, weight_decay=0.01)
+    start, history, resumes = 0, [], []
+    if state is not None:
+        opt.load_state_dict(state["optimizer"])
+        start, history, resumes = int(state["step"]), list(state["losses"]), [*state["resumes"], int(state["step"])]
+    if c.rank == 0:
+        for note in notes:
+            print(note, file=sys.stderr, flush=True)
+        if state is not None:
+            print(f"resumed from step {start}", file=sys.stderr, flush=True)
+
+    autocast = torch.autocast(c.autocast_device, dtype=torch.bfloat16, enabled=job.bf16)
+    pending: list[torch.Tensor] = []
+    first_step_s: float | None = None
+    pending_start = start
+    chunk_t = time.perf_counter()
+    step_times: list[float] = []
+    for step in range(start, job.steps):
+        tokens = torch.from_numpy(data.batch(step, c.rank, c.world_size, job.batch_size_per_chip, job.model.seq_len))
+        with autocast:
+            loss = model.loss(tokens.to(c.device))
+        loss.backward()  # type: ignore[no-untyped-call]
+        c.optimizer_step(opt)
+        opt.zero_grad(set_to_none=True)
+        c.sync()
+        pending.append(loss.detach())
+        done = step + 1
+        if first_step_s is None:
+            float(pending[-1])  # wait for the device: the time covers compile and run
+            first_step_s = time.perf_counter() - t_start
+            chunk_t = time.perf_counter()
+            pending_start = done
+        save = done % job.checkpoint_every == 0 or done == job.steps
+        if done % job.log_every and not save:
+            continue
+        # one device sync and one all-chip average per chunk, not per step
+        losses = c.mean(torch.stack(pending)).tolist() if pending else []
+        n_timed = done - pending_start
+        if n_timed > 0:
+            step_times.append((time.perf_counter() - chunk_t) / n_timed)
+        history += losses
+        pending, chunk_t, pending_start = [], time.perf_counter(), done
+        metrics: dict[str, Any] = {"step": done, "loss": history[-1], "first_step_s": first_step_s}
+        if step_times:
+            metrics["step_time_s"] = sorted(step_times)[len(step_times) // 2]
+            t = throughput(job.model, _slice(job), c.world_size, job.batch_size_per_chip, float(metrics["step_time_s"]))
+            metrics |= {"tokens_per_s": t.tokens_per_s, "mfu": t.mfu}
+        if c.rank == 0:
+            print(_progress(done, job.steps, history[-1], metrics), file=sys.stderr, flush=True)
+        if done == job.steps:
+            metrics |= {"losses": history, "resumes": resumes, "param_spread": _digest_spread(model, c.mean)}
+        if not save:
+            ray.train.report(metrics)
+            continue
+        with tempfile.TemporaryDirectory(prefix="tpuray-ckpt-") as tmp:
+            checkpoint = None
+            if c.rank == 0:  # every chip holds the same weights: one writer
+                state_out = {
+                    "step": done,
+                    "model": _to_cpu(model.state_dict()),
+                    "optimizer": _to_cpu(opt.state_dict()),
+                    "fingerprint": job.fingerprint,
+                    "losses": history,
+                    "resumes": resumes,
+                }
+                torch.save(state_out, Path(tmp) / STATE_FILE)
+                checkpoint = ray.train.Checkpoint.from_directory(tmp)
+            ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def _slice(job: GptJob) -> Any:
+    from tpuray.components.topology import TpuSlice
+
+    return TpuSlice.parse(job.slice_spec)
+
+
+def _progress(step: int, total: int, loss: float, m: dict[str, Any], width: int = 20) -> str:
+    filled = round(width * step / max(1, total))
+    text = f"[{'#' * filled}{'-' * (width - filled)}] step {step}/{total} loss {loss:.3f}"
+    if "step_time_s" in m:
+        text += f" | {m['step_time_s'] * 1e3:.1f} ms/step | {m['tokens_per_s'] / 1e3:.1f}k tok/s | MFU {m['mfu']:.2%}"
+    return text

@@ -1,0 +1,194 @@
+"""Every environment variable a per-chip TPU worker gets, in one place. Pure functions, no torch, no Pulumi.
+
+- PJRT (PyTorch/XLA, one process per chip): the variables torch_xla's own
+  ``torch_xla._internal.tpu.configure_topology(local_rank, local_world_size, base_port)`` would set, computed
+  from a :class:`~tpuray.components.topology.TpuSlice` instead of the GCE metadata server (GKE pods have
+  none). Ray sets none of ``TPU_PROCESS_BOUNDS``, ``TPU_CHIPS_PER_PROCESS_BOUNDS``, ``TPU_PROCESS_ADDRESSES``,
+  ``TPU_PROCESS_PORT`` and ``CLOUD_TPU_TASK_ID``.
+- ``MEGASCALE_*`` across slices, from Ray's own ``ray.util.tpu.get_tpu_coordinator_env_vars``.
+- ``TORCH_TPU_*`` for the torch_tpu runtime, which Ray 2.60 leaves unset.
+- What the GKE TPU webhook injects into a TPU pod (``TPU_NAME``, ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES``),
+  for the local emulation, plus the emulation's CPU settings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from tpuray.components.names import TPU_MEGASCALE_PORT, TPU_PROCESS_BASE_PORT, TPU_SLICEBUILDER_PORT
+from tpuray.components.topology import TpuSlice
+
+__all__ = [
+    "DEFAULT_BASE_PORT",
+    "LOCAL_WORKER_ENV",
+    "RAY_SUBHOST_VARS",
+    "bounds_size",
+    "chip_env",
+    "emulated_host_env",
+    "hostnames_from_env",
+    "megascale_env",
+    "process_addresses",
+    "process_bounds",
+    "task_id",
+    "torch_tpu_env",
+    "torch_tpu_topology",
+]
+
+DEFAULT_BASE_PORT = TPU_PROCESS_BASE_PORT
+"""torch_xla's default first TPU client port on each host; chip ``c`` listens on ``base_port + c``."""
+
+RAY_SUBHOST_VARS = ("TPU_HOST_BOUNDS", "TPU_CHIPS_PER_HOST_BOUNDS")
+"""Variables Ray sets for a 1-chip actor (``1,1,1`` each: a standalone chip). They contradict the slice-wide
+process bounds, so a per-chip worker removes them before the TPU runtime starts."""
+
+LOCAL_WORKER_ENV = {
+    "PJRT_DEVICE": "CPU",
+    # One XLA CPU thread per worker: the emulated chips share the machine's few cores.
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    "OMP_NUM_THREADS": "1",
+}
+"""What every emulated TPU host gives its processes: XLA on CPU, one thread each."""
+
+
+# ---- PJRT: one PyTorch/XLA process per chip ----------------------------------------------------------------
+
+
+def process_bounds(tpu_slice: TpuSlice) -> str:
+    """``TPU_PROCESS_BOUNDS`` for one process per chip: host bounds x chips-per-host bounds, element-wise.
+
+    That product is the slice's chip grid, so the bounds announce exactly one process per chip, the number of
+    addresses :func:`process_addresses` lists. On tpu7x a chip holds two TensorCores, each its own PJRT device
+    (https://docs.cloud.google.com/tpu/docs/tpu7x); torch_xla 2.9's ``configure_topology`` still starts one
+    process per chip (``num_local_processes`` counts PCI chips, ``TPU_VISIBLE_CHIPS`` masks whole chips) but
+    appends ``,2`` to these bounds, which announces twice the processes it lists addresses for. A per-chip
+    worker here owns both devices of its chip, so the bounds stay the chip grid. Not verified on tpu7x
+    hardware (none here).
+    """
+    hb, cb = tpu_slice.host_bounds, tpu_slice.chips_per_host_bounds
+    return ",".join(str(h * c) for h, c in zip(hb, cb, strict=True))
+
+
+def _worker_addresses(hostnames: Sequence[str]) -> list[str]:
+    # torch_xla's get_worker_ips(): a single (or empty) host list means "this host" -> 'localhost'.
+    return list(hostnames) if len(hostnames) > 1 else ["localhost"]
+
+
+def process_addresses(tpu_slice: TpuSlice, hostnames: Sequence[str], base_port: int = DEFAULT_BASE_PORT) -> str:
+    """``TPU_PROCESS_ADDRESSES``: every ``host:port`` of the slice, hosts in worker-id order, chips in order."""
+    ports = range(base_port, base_port + tpu_slice.chips_per_host)
+    return ",".join(",".join(f"{ip}:{port}" for port in ports) for ip in _worker_addresses(hostnames))
+
+
+def task_id(tpu_slice: TpuSlice, worker_id: int, chip: int) -> int:
+    """``CLOUD_TPU_TASK_ID``: the process index in the slice, ``worker_id * chips_per_host + chip``."""
+    return worker_id * tpu_slice.chips_per_host + chip
+
+
+def chip_env(
+    tpu_slice: TpuSlice,
+    worker_id: int,
+    chip: int,
+    hostnames: Sequence[str],
+    base_port: int = DEFAULT_BASE_PORT,
+) -> dict[str, str]:
+    """The PJRT variables of the process that drives ``chip`` on host ``worker_id`` of ``tpu_slice``.
+
+    ``hostnames`` are the slice's hosts in worker-id order (``TPU_WORKER_HOSTNAMES`` from the GKE TPU webhook,
+    or the hosts' addresses); for a single-host slice they may be empty. Ports are TCP ports.
+    Raises ``ValueError`` for a host or chip outside the slice, or a host list of the wrong length.
+    """
+    if not 0 <= worker_id < tpu_slice.hosts:
+        raise ValueError(f"worker_id {worker_id} is outside {tpu_slice} (hosts 0..{tpu_slice.hosts - 1})")
+    if not 0 <= chip < tpu_slice.chips_per_host:
+        raise ValueError(f"chip {chip} is outside a {tpu_slice.chips_per_host}-chip host of {tpu_slice}")
+    if tpu_slice.multi_host and len(hostnames) != tpu_slice.hosts:
+        raise ValueError(
+            f"{tpu_slice} has {tpu_slice.hosts} hosts but {len(hostnames)} hostnames were given: {list(hostnames)}"
+        )
+    if not tpu_slice.multi_host and len(hostnames) > 1:
+        raise ValueError(f"{tpu_slice} is single-host but {len(hostnames)} hostnames were given")
+    if not 0 < base_port <= 65535 - tpu_slice.chips_per_host:
+        raise ValueError(f"base_port {base_port} leaves no room for {tpu_slice.chips_per_host} ports")
+    return {
+        "TPU_VISIBLE_CHIPS": str(chip),
+        "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
+        "TPU_PROCESS_BOUNDS": process_bounds(tpu_slice),
+        "TPU_PROCESS_ADDRESSES": process_addresses(tpu_slice, hostnames, base_port),
+        "TPU_PROCESS_PORT": str(base_port + chip),
+        "CLOUD_TPU_TASK_ID": str(task_id(tpu_slice, worker_id, chip)),
+    }
+
+
+def hostnames_from_env(env: Mapping[str, str]) -> list[str]:
+    """``TPU_WORKER_HOSTNAMES`` (set by the GKE TPU webhook on multi-host pods) as a list; empty if unset."""
+    raw = env.get("TPU_WORKER_HOSTNAMES", "").strip()
+    return [h.strip() for h in raw.split(",") if h.strip()] if raw else []
+
+
+# ---- Multislice ---------------------------------------------------------------------------------------------
+
+
+def megascale_env(
+    coordinator_host: str, num_slices: int, slice_index: int, port: int = TPU_MEGASCALE_PORT
+) -> dict[str, str]:
+    """``MEGASCALE_*`` of a worker on slice ``slice_index`` of ``num_slices`` (Ray's own helper); empty for one
+    slice. ``coordinator_host`` is host 0 of slice 0."""
+    if num_slices <= 1:
+        return {}
+    from ray.util.tpu import get_tpu_coordinator_env_vars  # pure helper; imported lazily (Ray is heavy)
+
+    env = get_tpu_coordinator_env_vars(coordinator_host, num_slices, slice_index, str(port))
+    return {str(k): str(v) for k, v in env.items()}
+
+
+# ---- torch_tpu ----------------------------------------------------------------------------------------------
+
+
+def torch_tpu_topology(tpu_slice: TpuSlice) -> str:
+    """``TORCH_TPU_TOPOLOGY`` in the comma form Ray uses for torch_tpu: the chip grid padded to three dims
+    (``4x4`` -> ``4,4,1``), with ``,2`` appended on tpu7x, whose chips are two devices each.
+
+    Ray releases after 2.60 ship this as ``ray._private.accelerators.tpu.normalize_torchtpu_topology``; it is
+    called when present, and this same form is written otherwise (Ray 2.60 has no such helper).
+    """
+    try:
+        from ray._private.accelerators import tpu as ray_tpu
+
+        normalize = getattr(ray_tpu, "normalize_torchtpu_topology", None)
+    except ImportError:  # pragma: no cover - ray is in the workload extra
+        normalize = None
+    if normalize is not None:  # pragma: no cover - not in Ray 2.60
+        return str(normalize(tpu_slice.topology, accelerator_type=tpu_slice.pod_type))
+    dims = ",".join(map(str, tpu_slice.dims))
+    return dims + (f",{tpu_slice.spec.devices_per_chip}" if tpu_slice.spec.devices_per_chip > 1 else "")
+
+
+def torch_tpu_env(tpu_slice: TpuSlice, hostnames: Sequence[str], port: int = TPU_SLICEBUILDER_PORT) -> dict[str, str]:
+    """``TORCH_TPU_TOPOLOGY`` and ``TORCH_TPU_SLICEBUILDER_ADDRESSES``: one slice builder per host (VM), in
+    worker-id order, whatever the chips or devices per host; ``localhost`` on a single host."""
+    if tpu_slice.multi_host and len(hostnames) != tpu_slice.hosts:
+        raise ValueError(f"{tpu_slice} has {tpu_slice.hosts} hosts but {len(hostnames)} hostnames were given")
+    hosts = list(hostnames) if tpu_slice.multi_host else ["localhost"]
+    return {
+        "TORCH_TPU_TOPOLOGY": torch_tpu_topology(tpu_slice),
+        "TORCH_TPU_SLICEBUILDER_ADDRESSES": ",".join(f"{h}:{port}" for h in hosts),
+    }
+
+
+# ---- the emulated GKE TPU pod --------------------------------------------------------------------------------
+
+
+def emulated_host_env(tpu_slice: TpuSlice, slice_name: str, worker_id: int) -> dict[str, str]:
+    """What a process on host ``worker_id`` of an emulated slice sees: the GKE TPU webhook's pod variables
+    (``TPU_NAME``, ``TPU_WORKER_ID``, and ``TPU_WORKER_HOSTNAMES`` on multi-host slices, named like the
+    webhook's ``<slice>-<host>`` headless-service names) and :data:`LOCAL_WORKER_ENV`."""
+    env = {"TPU_NAME": slice_name, "TPU_WORKER_ID": str(worker_id), **LOCAL_WORKER_ENV}
+    if tpu_slice.multi_host:
+        env["TPU_WORKER_HOSTNAMES"] = ",".join(f"{slice_name}-{w}.local" for w in range(tpu_slice.hosts))
+    return env
+
+
+def bounds_size(bounds: str) -> int:
+    """How many processes a ``TPU_PROCESS_BOUNDS`` value announces."""
+    return math.prod(int(b) for b in bounds.split(","))
