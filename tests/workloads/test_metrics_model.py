@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpuray.components.topology import GENERATIONS, TpuSlice, generation
@@ -23,12 +23,14 @@ shapes = st.builds(
 )
 
 
+@settings(deadline=None)  # no wall-clock bound in a unit test: CI machines are shared
 @given(shapes)
 def test_parameter_count_matches_the_torch_model(shape: ModelShape) -> None:
     model = GPT(shape)
     assert sum(p.numel() for p in model.parameters()) == shape.params
 
 
+@settings(deadline=None)  # no wall-clock bound in a unit test: CI machines are shared
 @given(shapes)
 def test_matmul_params_match_the_linear_layers_and_tied_head(shape: ModelShape) -> None:
     model = GPT(shape)
@@ -46,6 +48,7 @@ def test_forward_shapes_and_initial_loss_near_uniform() -> None:
     assert model.loss(tokens).item() == pytest.approx(math.log(shape.vocab_size), rel=0.05)
 
 
+@settings(deadline=None)  # no wall-clock bound in a unit test: CI machines are shared
 @given(st.sampled_from([g.name for g in GENERATIONS]), st.integers(1, 64), st.floats(1e-4, 10.0))
 def test_mfu_uses_the_catalog_peak(gen: str, chips: int, seconds: float) -> None:
     s = TpuSlice.parse(gen, "2x2" if generation(gen).ndims == 2 else "2x2x1")

@@ -116,6 +116,7 @@ def test_missing_chip_is_refused() -> None:
         assign_chips(s, 1, _seats(s, random.Random(3))[1:])
 
 
+@settings(deadline=None)  # no wall-clock bound in a unit test: CI machines are shared
 @given(st.sampled_from(SHAPES), st.integers(1, 8), st.integers(1, 8))
 def test_jobs_take_whole_slices(s: TpuSlice, k: int, available: int) -> None:
     if k <= available:

@@ -7,7 +7,7 @@ import os
 from unittest import mock
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpuray.components.topology import GENERATIONS, TpuSlice, valid_topologies
@@ -88,6 +88,7 @@ def test_matches_torch_xla_at_the_corners(s: TpuSlice) -> None:
             assert chip_env(s, worker_id, chip, hostnames) == torch_xla_env(s, worker_id, chip, hostnames, 8476)
 
 
+@settings(deadline=None)  # no wall-clock bound in a unit test: CI machines are shared
 @given(st.sampled_from(SLICES), st.data(), st.integers(1024, 60000))
 def test_matches_torch_xla_anywhere(s: TpuSlice, data: st.DataObject, base_port: int) -> None:
     worker_id = data.draw(st.integers(0, s.hosts - 1))
@@ -96,6 +97,7 @@ def test_matches_torch_xla_anywhere(s: TpuSlice, data: st.DataObject, base_port:
     assert chip_env(s, worker_id, chip, hostnames, base_port) == torch_xla_env(s, worker_id, chip, hostnames, base_port)
 
 
+@settings(deadline=None)  # no wall-clock bound in a unit test: CI machines are shared
 @given(st.sampled_from([s for s in SLICES if s.chips <= 256]))
 def test_task_ids_and_ports_are_unique_per_slice(s: TpuSlice) -> None:
     hostnames = _hostnames(s)
