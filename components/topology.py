@@ -118,7 +118,8 @@ GENERATIONS: tuple[Generation, ...] = (
         peak_bf16_tflops_per_chip=275.0,
         hbm_gib_per_chip=32,
         max_cubes=64,
-        # xpk does not require ordered dims for v4; cluster-toolkit does. We follow xpk (tpu-facts.md §2).
+        # xpk does not require ordered dims for v4; cluster-toolkit does. We follow xpk (AI-Hypercomputer/xpk,
+        # src/xpk/core/system_characteristics.py).
         ordered_dims=False,
         single_host_topologies={"2x2x1": "ct4p-hightpu-4t"},
         multi_host_base_topologies=_3D_BASE,
@@ -202,7 +203,8 @@ GENERATIONS: tuple[Generation, ...] = (
     ),
 )
 
-# Lowest GKE version with the Ray Operator add-on (tpu-facts.md §4).
+# Lowest GKE version with the Ray Operator add-on
+# (https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/enable-ray-on-gke).
 RAY_ADDON_MIN_GKE_VERSION = "1.30.0-gke.1747000"
 
 FLEX_START_MIN_GKE_VERSION = "1.33.0-gke.1712000"

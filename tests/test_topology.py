@@ -1,4 +1,4 @@
-"""The topology catalog against the facts in tpu-facts.md, encoded here as data."""
+"""The topology catalog against the public facts (GKE TPU and Cloud TPU docs, xpk, Ray), encoded here as data."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice, generation, valid_topologies
 
-# tpu-facts.md §1: generation -> (GKE accelerator label, {machine type: chips}, cores per chip, dims, Ray type)
+# https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus
+# generation -> (GKE accelerator label, {machine type: chips}, cores per chip, dims, Ray type)
 GENERATION_FACTS = {
     "v4": ("tpu-v4-podslice", {"ct4p-hightpu-4t": 4}, 2, 3, "TPU-V4"),
     "v5e": (
@@ -33,7 +34,8 @@ GENERATION_FACTS = {
     "tpu7x": ("tpu7x", {"tpu7x-standard-4t": 4}, 2, 3, "TPU-V7X"),
 }
 
-# tpu-facts.md §2: (generation, topology, machine type or None) -> (chips, hosts, chips per host, placement)
+# https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus#topology
+# (generation, topology, machine type or None) -> (chips, hosts, chips per host, placement)
 SHAPES_2D = [
     ("1x1", None, 1, 1, 1, "none"),
     ("2x2", None, 4, 1, 4, "none"),
