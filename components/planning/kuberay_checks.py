@@ -21,6 +21,7 @@ from tpuray.components.names import (
 )
 from tpuray.components.planning.kueue_checks import check_kueue_ray_job
 from tpuray.components.topology import TopologyError, TpuSlice, generation_of_accelerator
+from tpuray.components.wire import as_int, get_path
 
 __all__ = [
     "MAX_RAY_CLUSTER_NAME",
@@ -98,21 +99,6 @@ def check_ray_cluster_spec(spec: Mapping[str, Any], name: str) -> list[str]:
     return problems
 
 
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, Mapping) else None
-    return obj
-
-
 def worker_group_chips_problem(group: Mapping[str, Any]) -> str | None:
     """The TPU webhook's slice rule for one worker group, or None when it holds (or the group has no TPUs).
 
@@ -122,15 +108,15 @@ def worker_group_chips_problem(group: Mapping[str, Any]) -> str | None:
     """
     template = group.get("template")
     per_pod = 0
-    for c in _get(template, "spec", "containers") or []:
+    for c in get_path(template, "spec", "containers") or []:
         for section in ("limits", "requests"):
-            n = _int(_get(c, "resources", section, TPU_RESOURCE))
+            n = as_int(get_path(c, "resources", section, TPU_RESOURCE))
             if n is not None:
                 per_pod += n
                 break
     if per_pod == 0:
         return None
-    selector = _get(template, "spec", "nodeSelector") or {}
+    selector = get_path(template, "spec", "nodeSelector") or {}
     accel, topo = selector.get(GKE_ACCELERATOR_LABEL), selector.get(GKE_TOPOLOGY_LABEL)
     gen = generation_of_accelerator(accel)
     if gen is None or not isinstance(topo, str):
@@ -142,7 +128,7 @@ def worker_group_chips_problem(group: Mapping[str, Any]) -> str | None:
         chips = TpuSlice.parse(gen.name, topo).chips  # 2x4 is one -8t VM or two -4t VMs: 8 chips either way
     except TopologyError as e:
         return str(e)
-    hosts = _int(group.get("numOfHosts")) or 1
+    hosts = as_int(group.get("numOfHosts")) or 1
     if hosts * per_pod != chips:
         return (
             f"numOfHosts {hosts} x {TPU_RESOURCE} {per_pod} = {hosts * per_pod}, but a {gen.name} {topo} slice has "

@@ -13,7 +13,8 @@ from typing import Any
 
 from tpuray.components.review.kueue_view import tpu_quota_by_generation
 from tpuray.components.review.pool_views import tpu_chips_by_generation
-from tpuray.components.review.replacement_fields import CLUSTER, NODE_POOL, RESOURCE_POLICY, replacement_reason
+from tpuray.components.review.replacement_fields import replacement_reason
+from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RESOURCE_POLICY
 
 __all__ = ["Change", "FieldChange", "PlanDiff", "diff_plans", "render_markdown"]
 

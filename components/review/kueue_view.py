@@ -11,12 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuray.components.names import GKE_ACCELERATOR_LABEL, POOL_LABEL, TPU_RESOURCE
+from tpuray.components.review.resource_types import CLUSTER_QUEUE, RESOURCE_FLAVOR
 from tpuray.components.topology import GENERATIONS
 
 __all__ = ["CLUSTER_QUEUE", "RESOURCE_FLAVOR", "KueueAdmission", "kueue_admissions", "tpu_quota_by_generation"]
-
-RESOURCE_FLAVOR = "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor"
-CLUSTER_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tpuray.components.review.security_rules import StackRule
+from tpuray.components.wire import as_int
 
 if TYPE_CHECKING:
     from tpuray.components.review.policy_rules import Resource, RuleContext
@@ -36,7 +37,7 @@ def maintenance_declared(cluster_props: Mapping[str, Any]) -> bool:
 
 def static_multi_host(res: Resource) -> str | None:
     """The slice (``v5p-128``) a node pool keeps up, if it holds a multi-host slice that is never scaled away."""
-    from tpuray.components.review.policy_rules import _int, _slice_of, _tpu_pool
+    from tpuray.components.review.policy_rules import _slice_of, _tpu_pool
 
     pool = _tpu_pool(res)
     if pool is None:
@@ -45,12 +46,12 @@ def static_multi_host(res: Resource) -> str | None:
     if s is None or not s.multi_host:
         return None
     auto = pool.autoscaling
-    kept = _int(auto.get("minNodeCount")) if auto else _int(res.props.get("nodeCount"))
+    kept = as_int(auto.get("minNodeCount")) if auto else as_int(res.props.get("nodeCount"))
     return s.pod_type if kept is not None and kept >= s.hosts else None
 
 
 def check_static_slices_have_maintenance(resources: Sequence[Resource], ctx: RuleContext) -> list[tuple[str, str]]:
-    from tpuray.components.review.policy_rules import CLUSTER, NODE_POOL
+    from tpuray.components.review.resource_types import CLUSTER, NODE_POOL
 
     if not ctx.production:
         return []

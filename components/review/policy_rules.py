@@ -17,12 +17,14 @@ from tpuray.components.config import is_production_stack
 from tpuray.components.names import GKE_TOPOLOGY_LABEL as TPU_TOPOLOGY_LABEL
 from tpuray.components.names import POD_TYPE_LABEL, RAY_DASHBOARD_PORT
 from tpuray.components.planning.kuberay_checks import worker_group_chips_problem
+from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, SERVICE
 from tpuray.components.topology import (
     Generation,
     TopologyError,
     TpuSlice,
     generation_of_machine_type,
 )
+from tpuray.components.wire import as_int, get_path
 
 __all__ = [
     "CLUSTER",
@@ -38,11 +40,6 @@ __all__ = [
     "check_resources",
     "stack_of_urn",
 ]
-
-NODE_POOL = "gcp:container/nodePool:NodePool"
-CLUSTER = "gcp:container/cluster:Cluster"
-RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
-SERVICE = "kubernetes:core/v1:Service"
 
 
 @dataclass(frozen=True)
@@ -99,23 +96,6 @@ def stack_of_urn(urn: str) -> str:
     return head.removeprefix("urn:pulumi:") if head.startswith("urn:pulumi:") else ""
 
 
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 # ---- node pools -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _TpuPool:
@@ -130,21 +110,21 @@ class _TpuPool:
 
 
 def _tpu_pool(res: Resource) -> _TpuPool | None:
-    machine = _get(res.props, "nodeConfig", "machineType")
+    machine = get_path(res.props, "nodeConfig", "machineType")
     gen = generation_of_machine_type(machine)
     if gen is None:
         return None
-    placement = _get(res.props, "placementPolicy")
+    placement = get_path(res.props, "placementPolicy")
     placement = placement if isinstance(placement, Mapping) else {}
     topo = placement.get("tpuTopology")
-    auto = _get(res.props, "autoscaling")
+    auto = get_path(res.props, "autoscaling")
     auto = auto if isinstance(auto, Mapping) else None
-    max_nodes = _int(auto.get("maxNodeCount")) if auto else None
+    max_nodes = as_int(auto.get("maxNodeCount")) if auto else None
     if max_nodes is None:
-        max_nodes = _int(res.props.get("nodeCount"))
+        max_nodes = as_int(res.props.get("nodeCount"))
     if max_nodes is None:
-        max_nodes = _int(res.props.get("initialNodeCount"))
-    labels = _get(res.props, "nodeConfig", "labels")
+        max_nodes = as_int(res.props.get("initialNodeCount"))
+    labels = get_path(res.props, "nodeConfig", "labels")
     return _TpuPool(
         generation=gen,
         machine_type=str(machine),
@@ -255,7 +235,7 @@ def check_multi_host_autoscaling(res: Resource, ctx: RuleContext) -> list[str]:
     if s is None or not s.multi_host:
         return []
     found = _Found()
-    initial = _int(res.props.get("initialNodeCount"))
+    initial = as_int(res.props.get("initialNodeCount"))
     if initial is not None and initial not in (0, s.hosts):
         found(f"initialNodeCount {initial}: a {s.topology} slice is 0 or all {s.hosts} hosts")
     auto = pool.autoscaling
@@ -263,7 +243,7 @@ def check_multi_host_autoscaling(res: Resource, ctx: RuleContext) -> list[str]:
         return found.messages
     if auto.get("totalMinNodeCount") is not None or auto.get("totalMaxNodeCount") is not None:
         found("totalMinNodeCount/totalMaxNodeCount fail for TPU slices: use per-zone minNodeCount/maxNodeCount")
-    lo, hi = _int(auto.get("minNodeCount")) or 0, _int(auto.get("maxNodeCount"))
+    lo, hi = as_int(auto.get("minNodeCount")) or 0, as_int(auto.get("maxNodeCount"))
     if lo not in (0, s.hosts):
         found(f"autoscaling.minNodeCount {lo}: a {s.topology} slice is 0 or all {s.hosts} hosts")
     if hi != s.hosts:
@@ -275,11 +255,11 @@ def check_multi_host_autoscaling(res: Resource, ctx: RuleContext) -> list[str]:
 def check_private_nodes(res: Resource, ctx: RuleContext) -> list[str]:
     """Nodes have internal IP addresses only (cluster-wide, and not switched off per node pool)."""
     if res.type == NODE_POOL:
-        if _get(res.props, "networkConfig", "enablePrivateNodes") is False:
+        if get_path(res.props, "networkConfig", "enablePrivateNodes") is False:
             return ["networkConfig.enablePrivateNodes is false: nodes would get public IP addresses"]
         return []
-    private = _get(res.props, "privateClusterConfig", "enablePrivateNodes")
-    default = _get(res.props, "networkConfig", "defaultEnablePrivateNodes")
+    private = get_path(res.props, "privateClusterConfig", "enablePrivateNodes")
+    default = get_path(res.props, "networkConfig", "defaultEnablePrivateNodes")
     if private is True or default is True:
         return []
     return ["privateClusterConfig.enablePrivateNodes is not true: nodes would get public IP addresses"]
@@ -287,12 +267,12 @@ def check_private_nodes(res: Resource, ctx: RuleContext) -> list[str]:
 
 def check_workload_identity(res: Resource, ctx: RuleContext) -> list[str]:
     """Workload Identity on the cluster; node pools do not fall back to the node's metadata server."""
-    mode = _get(res.props, "nodeConfig", "workloadMetadataConfig", "mode")
+    mode = get_path(res.props, "nodeConfig", "workloadMetadataConfig", "mode")
     found = _Found()
     if mode not in (None, "GKE_METADATA"):
         found(f"nodeConfig.workloadMetadataConfig.mode is {mode!r}: pods would see the node's credentials")
     if res.type == CLUSTER:
-        pool = _get(res.props, "workloadIdentityConfig", "workloadPool")
+        pool = get_path(res.props, "workloadIdentityConfig", "workloadPool")
         if not isinstance(pool, str) or not pool.endswith(".svc.id.goog"):
             found("workloadIdentityConfig.workloadPool is not set to <project>.svc.id.goog")
     return found.messages
@@ -308,7 +288,7 @@ def check_no_default_service_account(res: Resource, ctx: RuleContext) -> list[st
     """Nodes run as a dedicated service account, never the project's default compute account."""
     if res.type == CLUSTER and res.props.get("removeDefaultNodePool") is True and "nodeConfig" not in res.props:
         return []  # the cluster keeps no nodes of its own
-    sa = _get(res.props, "nodeConfig", "serviceAccount")
+    sa = get_path(res.props, "nodeConfig", "serviceAccount")
     if _default_compute_sa(sa):
         return [f"nodeConfig.serviceAccount is {sa!r}: the nodes would run as the default compute service account"]
     return []
@@ -329,7 +309,7 @@ def _ports(service_spec: Mapping[str, Any]) -> set[int]:
     for p in service_spec.get("ports") or []:
         if isinstance(p, Mapping):
             for key in ("port", "targetPort"):
-                n = _int(p.get(key))
+                n = as_int(p.get(key))
                 if n is not None:
                     out.add(n)
     return out
@@ -338,11 +318,11 @@ def _ports(service_spec: Mapping[str, Any]) -> set[int]:
 def check_dashboard_not_public(res: Resource, ctx: RuleContext) -> list[str]:
     """The Ray dashboard (and job API, port 8265) is never exposed through a LoadBalancer."""
     if res.type == RAY_CLUSTER:
-        head = _get(res.props, "spec", "headGroupSpec")
+        head = get_path(res.props, "spec", "headGroupSpec")
         if isinstance(head, Mapping):
             if head.get("serviceType") == "LoadBalancer":
                 return ["headGroupSpec.serviceType is LoadBalancer: the Ray dashboard would be reachable from outside"]
-            if _get(head, "headService", "spec", "type") == "LoadBalancer":
+            if get_path(head, "headService", "spec", "type") == "LoadBalancer":
                 return ["headGroupSpec.headService is a LoadBalancer: the Ray dashboard would be reachable"]
         return []
     spec = res.props.get("spec")
@@ -358,7 +338,7 @@ def check_dashboard_not_public(res: Resource, ctx: RuleContext) -> list[str]:
 def check_worker_group_chips(res: Resource, ctx: RuleContext) -> list[str]:
     """Every TPU worker group's numOfHosts * google.com/tpu equals its slice's chips (the TPU webhook's rule)."""
     found = _Found()
-    for i, group in enumerate(_get(res.props, "spec", "workerGroupSpecs") or []):
+    for i, group in enumerate(get_path(res.props, "spec", "workerGroupSpecs") or []):
         if not isinstance(group, Mapping):
             continue
         problem = worker_group_chips_problem(group)  # the renderer's own rule, written once

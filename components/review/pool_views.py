@@ -18,7 +18,7 @@ from typing import Any
 from tpuray.components.config import StackConfig
 from tpuray.components.names import POOL_LABEL, TPU_RESOURCE
 from tpuray.components.review.kueue_view import KueueAdmission, kueue_admissions
-from tpuray.components.review.policy_rules import NODE_POOL, RAY_CLUSTER
+from tpuray.components.review.resource_types import NODE_POOL, RAY_CLUSTER, RAY_JOB
 from tpuray.components.topology import TpuSlice, generation_of_machine_type
 
 __all__ = ["PoolView", "RayGroup", "pool_views", "ray_groups", "ray_workers_text", "tpu_chips_by_generation"]
@@ -121,9 +121,6 @@ def _int(v: Any, default: int = 0) -> int:
         return int(v)
     except (TypeError, ValueError):
         return default
-
-
-RAY_JOB = "kubernetes:ray.io/v1:RayJob"
 
 
 def ray_groups(resources: Iterable[Mapping[str, Any]]) -> list[RayGroup]:

@@ -15,9 +15,7 @@ from collections.abc import Sequence
 
 __all__ = ["RECREATES_NODES", "REPLACES", "replacement_reason"]
 
-NODE_POOL = "gcp:container/nodePool:NodePool"
-CLUSTER = "gcp:container/cluster:Cluster"
-RESOURCE_POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"
+from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RESOURCE_POLICY
 
 # node_config fields the provider updates in place; every other node_config field forces a new pool/cluster.
 _NODE_CONFIG_IN_PLACE = frozenset(

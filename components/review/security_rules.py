@@ -23,6 +23,16 @@ from tpuray.components.names import (
     RAY_AUTH_TOKEN_ENV,
 )
 from tpuray.components.planning.pod_security import PSA_LEVEL, restricted_problems
+from tpuray.components.review.resource_types import (
+    BUCKET,
+    CLUSTER,
+    NAMESPACE,
+    NETWORK_POLICY,
+    NODE_POOL,
+    RAY_CLUSTER,
+    RAY_JOB,
+)
+from tpuray.components.wire import get_path
 
 if TYPE_CHECKING:
     from tpuray.components.review.policy_rules import Resource, Rule, RuleContext
@@ -38,24 +48,9 @@ __all__ = [
     "stack_rules",
 ]
 
-NAMESPACE = "kubernetes:core/v1:Namespace"
-NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
-RAY_JOB = "kubernetes:ray.io/v1:RayJob"
-RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
-CLUSTER = "gcp:container/cluster:Cluster"
-NODE_POOL = "gcp:container/nodePool:NodePool"
-BUCKET = "gcp:storage/bucket:Bucket"
 PROJECT_IAM_TYPES = ("gcp:projects/iAMMember:IAMMember", "gcp:projects/iAMBinding:IAMBinding")
 ALLOWED_PROJECT_ROLES = frozenset({NODE_SERVICE_ACCOUNT_ROLE})
 MIN_SOFT_DELETE_SECONDS = 7 * 86400
-
-
-def _get(obj: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def _list(value: Any) -> list[Any]:
@@ -67,9 +62,9 @@ def check_control_plane(res: Resource, ctx: RuleContext) -> list[str]:
     """No authorized network opens the control plane to every address; a production control plane is private,
     DNS-only, or public to a non-empty list of networks (hardening guide; CIS GKE 5.6.3, 5.6.4)."""
     cidrs = [
-        str(_get(b, "cidrBlock"))
-        for b in _list(_get(res.props, "masterAuthorizedNetworksConfig", "cidrBlocks"))
-        if _get(b, "cidrBlock")
+        str(get_path(b, "cidrBlock"))
+        for b in _list(get_path(res.props, "masterAuthorizedNetworksConfig", "cidrBlocks"))
+        if get_path(b, "cidrBlock")
     ]
     found = []
     for cidr in cidrs:
@@ -79,8 +74,8 @@ def check_control_plane(res: Resource, ctx: RuleContext) -> list[str]:
             everyone = False
         if everyone:
             found.append(f"masterAuthorizedNetworks holds {cidr}: the control plane is open to every address")
-    private = _get(res.props, "privateClusterConfig", "enablePrivateEndpoint") is True
-    dns_only = _get(res.props, "controlPlaneEndpointsConfig", "ipEndpointsConfig", "enabled") is False
+    private = get_path(res.props, "privateClusterConfig", "enablePrivateEndpoint") is True
+    dns_only = get_path(res.props, "controlPlaneEndpointsConfig", "ipEndpointsConfig", "enabled") is False
     if ctx.production and not (private or dns_only or cidrs):
         found.append(
             f"production stack {ctx.stack!r}: the control plane's public endpoint has no authorized networks; "
@@ -94,7 +89,7 @@ def check_legacy_auth_off(res: Resource, ctx: RuleContext) -> list[str]:
     found = []
     if res.props.get("enableLegacyAbac") is not False:
         found.append("enableLegacyAbac is not set to false")
-    if _get(res.props, "masterAuth", "clientCertificateConfig", "issueClientCertificate") is not False:
+    if get_path(res.props, "masterAuth", "clientCertificateConfig", "issueClientCertificate") is not False:
         found.append("masterAuth.clientCertificateConfig.issueClientCertificate is not set to false")
     return found
 
@@ -108,7 +103,7 @@ def check_shielded_nodes(res: Resource, ctx: RuleContext) -> list[str]:
     node_config = res.props.get("nodeConfig")
     if res.type == CLUSTER and node_config is None:
         return found  # no nodes of its own (the default pool is removed); the node pools are checked
-    shielded = _get(node_config, "shieldedInstanceConfig") or {}
+    shielded = get_path(node_config, "shieldedInstanceConfig") or {}
     if shielded.get("enableSecureBoot") is not True:
         found.append("nodeConfig.shieldedInstanceConfig.enableSecureBoot is not true")
     if shielded.get("enableIntegrityMonitoring") is False:
@@ -138,9 +133,9 @@ def _cluster_specs(res: Resource) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def _ray_pods(spec: Mapping[str, Any], at: str) -> list[tuple[str, Mapping[str, Any]]]:
-    pods = [(f"{at}.headGroupSpec", _get(spec, "headGroupSpec", "template", "spec") or {})]
+    pods = [(f"{at}.headGroupSpec", get_path(spec, "headGroupSpec", "template", "spec") or {})]
     for i, g in enumerate(_list(spec.get("workerGroupSpecs"))):
-        pods.append((f"{at}.workerGroupSpecs[{g.get('groupName', i)}]", _get(g, "template", "spec") or {}))
+        pods.append((f"{at}.workerGroupSpecs[{g.get('groupName', i)}]", get_path(g, "template", "spec") or {}))
     return pods
 
 
@@ -149,16 +144,16 @@ def check_token_auth(res: Resource, ctx: RuleContext) -> list[str]:
     Secret in every Ray container (https://docs.ray.io/en/latest/ray-security/token-auth.html)."""
     found = []
     for at, spec in _cluster_specs(res):
-        if _get(spec, "authOptions", "mode") == "token":
+        if get_path(spec, "authOptions", "mode") == "token":
             continue
         checked = [(where, (_list(pod.get("containers")) or [{}])[0]) for where, pod in _ray_pods(spec, at)]
         if spec.get("enableInTreeAutoscaling"):  # the autoscaler sidecar talks to the GCS too
             checked.append((f"{at}.autoscalerOptions", spec.get("autoscalerOptions") or {}))
         for where, container in checked:
             env = {e.get("name"): e for e in _list(container.get("env"))}
-            if _get(env.get(RAY_AUTH_MODE_ENV), "value") != "token":
+            if get_path(env.get(RAY_AUTH_MODE_ENV), "value") != "token":
                 found.append(f"{where}: no authOptions and the Ray container lacks {RAY_AUTH_MODE_ENV}=token")
-            if not _get(env.get(RAY_AUTH_TOKEN_ENV), "valueFrom", "secretKeyRef", "name"):
+            if not get_path(env.get(RAY_AUTH_TOKEN_ENV), "valueFrom", "secretKeyRef", "name"):
                 found.append(f"{where}: the Ray container does not read {RAY_AUTH_TOKEN_ENV} from a Secret")
     return found
 
@@ -180,8 +175,8 @@ def check_pod_security(res: Resource, ctx: RuleContext) -> list[str]:
             found += _pod_problems(where, pod)
         if spec.get("enableInTreeAutoscaling"):
             found += restricted_problems(f"{at}.autoscalerOptions", spec.get("autoscalerOptions") or {})
-    submitter = _get(res.props, "spec", "submitterPodTemplate", "spec")
-    if res.type == RAY_JOB and _get(res.props, "spec", "submissionMode") in (None, "K8sJobMode"):
+    submitter = get_path(res.props, "spec", "submitterPodTemplate", "spec")
+    if res.type == RAY_JOB and get_path(res.props, "spec", "submissionMode") in (None, "K8sJobMode"):
         if not isinstance(submitter, Mapping):
             found.append(
                 "spec.submitterPodTemplate: unset, so KubeRay's default submitter runs without a securityContext"
@@ -198,7 +193,7 @@ def _system_namespace(name: Any) -> bool:
 def check_not_system_namespace(res: Resource, ctx: RuleContext) -> list[str]:
     """Ray runs in a namespace of its own, never one Kubernetes, GKE or the KubeRay operator owns."""
     key = "name" if res.type == NAMESPACE else "namespace"
-    ns = _get(res.props, "metadata", key)
+    ns = get_path(res.props, "metadata", key)
     if res.type == NAMESPACE and ns is not None and not _system_namespace(ns):
         return []
     if _system_namespace(ns):
@@ -208,7 +203,7 @@ def check_not_system_namespace(res: Resource, ctx: RuleContext) -> list[str]:
 
 def check_namespace_pod_security(res: Resource, ctx: RuleContext) -> list[str]:
     """The namespace enforces the restricted Pod Security Standard through Pod Security Admission (CIS GKE 4.2)."""
-    labels = _get(res.props, "metadata", "labels") or {}
+    labels = get_path(res.props, "metadata", "labels") or {}
     level = labels.get("pod-security.kubernetes.io/enforce")
     if level != PSA_LEVEL:
         return [f"label pod-security.kubernetes.io/enforce is {level!r}, not {PSA_LEVEL!r}"]
@@ -221,18 +216,18 @@ def check_network_policy_scoped(res: Resource, ctx: RuleContext) -> list[str]:
     found = []
     spec = res.props.get("spec") or {}
     for i, rule in enumerate(_list(spec.get("ingress"))):
-        sources = _list(_get(rule, "from"))
+        sources = _list(get_path(rule, "from"))
         if not sources:
             found.append(f"spec.ingress[{i}] has no 'from': it admits every source")
         for s in sources:
-            cidr = _get(s, "ipBlock", "cidr")
+            cidr = get_path(s, "ipBlock", "cidr")
             if isinstance(cidr, str) and cidr.endswith("/0"):
                 found.append(f"spec.ingress[{i}] admits {cidr}")
     for i, rule in enumerate(_list(spec.get("egress"))):
-        wide = not _list(_get(rule, "to")) or any(
-            str(_get(t, "ipBlock", "cidr") or "").endswith("/0") for t in _list(_get(rule, "to"))
+        wide = not _list(get_path(rule, "to")) or any(
+            str(get_path(t, "ipBlock", "cidr") or "").endswith("/0") for t in _list(get_path(rule, "to"))
         )
-        if wide and not _list(_get(rule, "ports")):
+        if wide and not _list(get_path(rule, "ports")):
             found.append(f"spec.egress[{i}] lets out to every address on every port")
     return found
 
@@ -241,9 +236,9 @@ def check_network_policy_scoped(res: Resource, ctx: RuleContext) -> list[str]:
 def check_bucket_recoverable(res: Resource, ctx: RuleContext) -> list[str]:
     """Deleted or overwritten objects stay restorable: soft delete for at least 7 days, or versioning
     (https://cloud.google.com/storage/docs/soft-delete)."""
-    seconds = _get(res.props, "softDeletePolicy", "retentionDurationSeconds")
+    seconds = get_path(res.props, "softDeletePolicy", "retentionDurationSeconds")
     soft = isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds >= MIN_SOFT_DELETE_SECONDS
-    if soft or _get(res.props, "versioning", "enabled") is True:
+    if soft or get_path(res.props, "versioning", "enabled") is True:
         return []
     return [f"neither soft delete for at least {MIN_SOFT_DELETE_SECONDS // 86400} days nor versioning is on"]
 
@@ -253,10 +248,10 @@ def _images(res: Resource) -> list[tuple[str, str]]:
     for at, spec in _cluster_specs(res):
         for where, pod in _ray_pods(spec, at):
             out += [(where, str(c.get("image"))) for c in _list(pod.get("containers")) if c.get("image")]
-        image = _get(spec, "autoscalerOptions", "image")
+        image = get_path(spec, "autoscalerOptions", "image")
         if image:
             out.append((f"{at}.autoscalerOptions", str(image)))
-    for c in _list(_get(res.props, "spec", "submitterPodTemplate", "spec", "containers")):
+    for c in _list(get_path(res.props, "spec", "submitterPodTemplate", "spec", "containers")):
         if c.get("image"):
             out.append(("spec.submitterPodTemplate", str(c["image"])))
     return out
@@ -364,7 +359,7 @@ class StackRule:
 def _deny_all(policy: Mapping[str, Any]) -> bool:
     spec = policy.get("spec") or {}
     return (
-        not (_get(spec, "podSelector", "matchLabels") or _get(spec, "podSelector", "matchExpressions"))
+        not (get_path(spec, "podSelector", "matchLabels") or get_path(spec, "podSelector", "matchExpressions"))
         and {"Ingress", "Egress"} <= set(_list(spec.get("policyTypes")))
         and not _list(spec.get("ingress"))
         and not _list(spec.get("egress"))
@@ -375,11 +370,11 @@ def check_default_deny(resources: Sequence[Resource], ctx: RuleContext) -> list[
     """Every namespace that runs a Ray cluster has a deny-all NetworkPolicy (CIS GKE 4.3.2: every namespace has
     network policies; default deny, then allow what is needed)."""
     denied = {
-        _get(r.props, "metadata", "namespace") for r in resources if r.type == NETWORK_POLICY and _deny_all(r.props)
+        get_path(r.props, "metadata", "namespace") for r in resources if r.type == NETWORK_POLICY and _deny_all(r.props)
     }
     found = []
     for r in resources:
-        ns = _get(r.props, "metadata", "namespace")
+        ns = get_path(r.props, "metadata", "namespace")
         if r.type in (RAY_CLUSTER, RAY_JOB) and ns not in denied:
             found.append((r.urn or r.name, f"namespace {ns!r} has no default-deny NetworkPolicy (ingress and egress)"))
     return found

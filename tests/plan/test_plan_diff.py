@@ -13,7 +13,8 @@ from conftest import ROOT
 
 from tpuray.components.review.diff import diff_plans, render_markdown
 from tpuray.components.review.plan import Plan, render_stack, write_plan
-from tpuray.components.review.replacement_fields import CLUSTER, NODE_POOL, replacement_reason
+from tpuray.components.review.replacement_fields import replacement_reason
+from tpuray.components.review.resource_types import CLUSTER, NODE_POOL
 
 
 @pytest.mark.parametrize(

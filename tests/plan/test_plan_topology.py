@@ -16,9 +16,9 @@ from conftest import STACKS
 
 from tpuray.components.names import TPU_RESOURCE
 from tpuray.components.review.plan import Plan
-from tpuray.components.review.policy_rules import RAY_CLUSTER
 from tpuray.components.review.pool_views import PoolView, RayGroup
 from tpuray.components.review.render import summary_table, topology_markdown
+from tpuray.components.review.resource_types import RAY_CLUSTER
 from tpuray.components.review.svg import MAX_SLICES_DRAWN, render_svg
 from tpuray.components.topology import TpuSlice
 

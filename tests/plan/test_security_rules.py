@@ -16,8 +16,17 @@ from test_policy_rules import BY_NAME, violations
 
 from tpuray.components.review.plan import Plan, render_stack
 from tpuray.components.review.policy_pack import STACK_POLICIES
-from tpuray.components.review.policy_rules import CLUSTER, NODE_POOL, RAY_CLUSTER, RULES, STACK_RULES
-from tpuray.components.review.security_rules import BUCKET, NAMESPACE, NETWORK_POLICY, PROJECT_IAM_TYPES, RAY_JOB
+from tpuray.components.review.policy_rules import RULES, STACK_RULES
+from tpuray.components.review.resource_types import (
+    BUCKET,
+    CLUSTER,
+    NAMESPACE,
+    NETWORK_POLICY,
+    NODE_POOL,
+    RAY_CLUSTER,
+    RAY_JOB,
+)
+from tpuray.components.review.security_rules import PROJECT_IAM_TYPES
 
 Pick = Callable[[str, str, str | None], dict[str, Any]]
 STACK_BY_NAME = {p.name: p for p in STACK_POLICIES}
