@@ -18,6 +18,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
 
+from tpuray.components.images import parse_image
+
 __all__ = [
     "BucketLocation",
     "BucketName",
@@ -337,23 +339,11 @@ MemoryQuantity = Annotated[
 
 
 # ---- container images and paths -----------------------------------------------------------------------------
-# https://github.com/distribution/reference/blob/main/reference.go : [domain[:port]/]path[:tag][@digest].
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::\d+)?)"
-_IMAGE = re.compile(
-    rf"^(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{{32,}})?$"
-)
-
-
 def _image(value: str) -> str | None:
-    name = value.split("@", 1)[0]
-    if ":" in name.rsplit("/", 1)[-1]:  # a tag, not a registry port
-        name = name.rsplit(":", 1)[0]
-    if not _IMAGE.match(value) or len(name) > 255:  # reference.go: NameTotalLengthMax = 255
-        return (
-            f"{_show(value)} is not a container image reference like registry.example.com/team/image:1.0 "
-            "(lowercase path, optional :tag and @sha256:digest)"
-        )
+    try:
+        parse_image(value)  # the one image-reference parser (images.py), which the policy rules use too
+    except ValueError as e:
+        return str(e).replace(repr(value), _show(value))  # never echo a huge input
     return None
 
 

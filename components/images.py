@@ -18,6 +18,11 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _PATH_PART = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _AR_HOST = re.compile(r"^([a-z0-9-]+)-docker\.pkg\.dev$")
+# https://github.com/distribution/reference/blob/main/reference.go : domain[:port], and NameTotalLengthMax = 255
+_DOMAIN = re.compile(
+    r"^[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::\d+)?$"
+)
+_NAME_MAX = 255
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,12 @@ def parse_image(ref: str) -> ImageRef:
     registry = None
     if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
         registry = parts.pop(0)
-    if not parts or not all(_PATH_PART.match(p) for p in parts):
+    if (
+        (registry is not None and not _DOMAIN.match(registry))
+        or not parts
+        or not all(_PATH_PART.match(p) for p in parts)
+    ):
         raise ValueError(f"{ref!r} is not an image reference; expected {form}")
+    if len(rest.rsplit(":", 1)[0] if tag else rest) > _NAME_MAX:
+        raise ValueError(f"the image name is longer than {_NAME_MAX} characters; expected {form}")
     return ImageRef(registry=registry, path="/".join(parts), tag=tag, digest=digest)
