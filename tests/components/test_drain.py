@@ -123,11 +123,8 @@ def ray_node() -> Iterator[tuple[str, dict[str, str]]]:
         _wait_for_nodes(address, alive=1)
         yield address, env
     finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
+        os.killpg(head.pid, signal.SIGKILL)  # the whole session: head, GCS and raylet (nothing to flush)
+        head.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

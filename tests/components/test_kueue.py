@@ -10,7 +10,7 @@ from typing import Any
 import engine_run as er
 import pytest
 from catalog import pool, slice_capacity_st
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from kuberay_schema import schema_errors as kuberay_schema_errors
 from kueue_schema import cel_problems, schema_errors, scope_of
@@ -100,6 +100,8 @@ def test_schema_check_is_not_vacuous() -> None:
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(slice_capacity_st, st.integers(1, 4)), min_size=1, max_size=5))
 def test_quota_equals_each_pools_chips_at_maximum_size(pools: list[Any]) -> None:
+    # a stack whose nodes at full scale overflow the largest Pod range is refused by the config model (its own test)
+    assume(sum(n * s.hosts for (s, _), n in pools) < 16000)
     configs = [pool(s, cap, n, name=f"p{i}") for i, ((s, cap), n) in enumerate(pools)]
     cfg = StackConfig.model_validate(
         {
