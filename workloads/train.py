@@ -73,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument(
         "--checkpoint-dir",
         help="Ray Train storage path: checkpoints go to <this>/<run name>/ and a run with the same name resumes "
-        "from its newest readable one (default: on a cluster <checkpoints.mountPath>/<run name>; locally a "
-        "fresh temp dir); a gs:// URI works too",
+        "from its newest readable one (default: on a cluster <checkpoints.mountPath>; locally a fresh temp "
+        "dir); a gs:// URI works too",
     )
     ck.add_argument("--checkpoint-every", type=int)
     ck.add_argument("--run-name", default="train", help="the run's name: runs with other names never share checkpoints")
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         storage = args.checkpoint_dir or tempfile.mkdtemp(prefix="tpuray-ckpt-")
     else:
         mount = stack.checkpoints.mount_path if stack else "/checkpoints"
-        storage = args.checkpoint_dir or os.path.join(mount, args.run_name)
+        storage = args.checkpoint_dir or mount  # Ray Train adds the run name: <mount>/<run name>/
     if "://" not in storage:
         storage = os.path.abspath(storage)
 

@@ -67,7 +67,7 @@ def ray_job_params(cfg: StackConfig, labels: Mapping[str, str] | None = None) ->
     """The stack's training job: on the stack's running RayCluster (``ray.jobMode: shared``), or with a cluster
     of its own that Kueue admits whole (``ephemeral``)."""
     name = f"{cfg.cluster.name}-train"
-    checkpoint_dir = f"{cfg.checkpoints.mount_path.rstrip('/')}/{name}"
+    checkpoint_dir = cfg.checkpoints.mount_path  # Ray Train's storage path: the run's checkpoints go to <it>/<name>/
     if cfg.ray.job_mode == "ephemeral":
         return _ephemeral_job_params(cfg, name, checkpoint_dir, labels)
     return RayJobParams(
