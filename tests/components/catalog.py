@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from tpuray.components.config import SlicePoolConfig
+from tpuray.components.planning.kuberay import RayClusterParams, TpuWorkerGroup
 from tpuray.components.topology import GENERATIONS, TpuSlice, generation, valid_topologies
 
 
@@ -68,3 +69,21 @@ slices_st = st.sampled_from(ALL_SLICES)
 capacity_st = st.sampled_from(sorted(CAPACITIES))
 slice_capacity_st = st.tuples(slices_st, capacity_st).filter(lambda sc: supported(*sc))
 """A slice shape and a capacity type that serves it."""
+
+
+def ray_params(*groups: TpuWorkerGroup, **overrides: Any) -> RayClusterParams:
+    """A RayCluster's parameters as a test writes them: the given worker groups, everything else fixed."""
+    fields: dict[str, Any] = {
+        "name": "tpu-cluster",
+        "namespace": "ray",
+        "ray_version": "2.60.0",
+        "head_image": "rayproject/ray:2.60.0-py311",
+        "worker_image": "example.test/worker:1",
+        "service_account": "ray",
+        "head_cpu": "4",
+        "head_memory": "16Gi",
+        "worker_cpu": "8",
+        "worker_memory": "64Gi",
+        "checkpoint_mount_path": "/checkpoints",
+    }
+    return RayClusterParams(groups=groups, **{**fields, **overrides})

@@ -17,34 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from catalog import CAPACITIES, pool
+from catalog import CAPACITIES, pool, ray_params
 
 from tpuray.components.planning.drain import DRAIN_REASON, DrainPlan, drain_plan, pre_stop_command
-from tpuray.components.planning.kuberay import RayClusterParams, TpuWorkerGroup, ray_cluster_spec
+from tpuray.components.planning.kuberay import TpuWorkerGroup, ray_cluster_spec
 from tpuray.components.topology import TpuSlice
-
-
-def _params(*groups: TpuWorkerGroup) -> RayClusterParams:
-    return RayClusterParams(
-        name="c",
-        namespace="ray",
-        ray_version="2.60.0",
-        head_image="h",
-        worker_image="w",
-        service_account="ray",
-        groups=groups,
-        head_cpu="4",
-        head_memory="16Gi",
-        worker_cpu="8",
-        worker_memory="64Gi",
-        checkpoint_mount_path="/checkpoints",
-    )
 
 
 @pytest.mark.parametrize("capacity", sorted(CAPACITIES))
 def test_every_tpu_worker_drains_within_its_capacity_types_grace_period(capacity: str) -> None:
     cfg = pool(TpuSlice.parse("v5p", "2x2x4"), capacity, 2)
-    spec = ray_cluster_spec(_params(TpuWorkerGroup.from_pool(cfg)))
+    spec = ray_cluster_spec(ray_params(TpuWorkerGroup.from_pool(cfg)))
     [group] = spec["workerGroupSpecs"]
     pod = group["template"]["spec"]
     plan = drain_plan(cfg.capacity.type)
@@ -183,7 +166,7 @@ def test_workers_of_time_limited_vms_are_told_their_lifetime(capacity: str) -> N
     from tpuray.components.names import MAX_RUN_ENV
 
     cfg = pool(TpuSlice.parse("v6e", "4x4"), capacity, 1)
-    [group] = ray_cluster_spec(_params(TpuWorkerGroup.from_pool(cfg)))["workerGroupSpecs"]
+    [group] = ray_cluster_spec(ray_params(TpuWorkerGroup.from_pool(cfg)))["workerGroupSpecs"]
     env = {e["name"]: e["value"] for c in group["template"]["spec"]["containers"] for e in c.get("env", [])}
     limit = getattr(cfg.capacity, "max_run_duration", None)
     assert env.get(MAX_RUN_ENV) == (None if limit is None else str(limit))

@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 import pytest
-from catalog import ALL_SLICES, pool, slice_capacity_st
+from catalog import ALL_SLICES, pool, ray_params, slice_capacity_st
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kuberay_schema import schema_errors, tpu_chip_mismatches
@@ -30,22 +30,7 @@ ROOT_STACKS = ("dev", "prod")
 
 
 def params(*groups: TpuWorkerGroup, bucket: str | None = "ckpt-bucket") -> RayClusterParams:
-    return RayClusterParams(
-        name="tpu-cluster",
-        namespace="ray",
-        ray_version="2.60.0",
-        head_image="rayproject/ray:2.60.0-py311",
-        worker_image="example.test/worker:1",
-        service_account="ray",
-        groups=groups,
-        head_cpu="4",
-        head_memory="16Gi",
-        worker_cpu="8",
-        worker_memory="64Gi",
-        checkpoint_mount_path="/checkpoints",
-        head_node_pool="system",
-        checkpoint_bucket=bucket,
-    )
+    return ray_params(*groups, head_node_pool="system", checkpoint_bucket=bucket)
 
 
 def group(s: TpuSlice, slices: int = 1, capacity: str = "on-demand") -> TpuWorkerGroup:

@@ -239,27 +239,21 @@ config:
 """
 
 
+def plan_prod(root: Path, stack_file: Path, out: Path) -> int:
+    """``tpuray plan`` of the prod stack from ``stack_file``, as a user runs it."""
+    from tpuray.components.cli import main
+
+    return main(["plan", "--stack", "prod", "--root", str(root), "--stack-file", str(stack_file), "--out", str(out)])
+
+
 @pytest.mark.parametrize("networks", ["[]", "[{cidr: 0.0.0.0/0}]"])
 def test_plan_of_an_open_prod_control_plane_fails_with_a_named_violation(
     root: Path, tmp_path: Path, networks: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tpuray.components.cli import main
 
     stack_file = tmp_path / "Pulumi.prod.yaml"
     stack_file.write_text(PUBLIC_PROD.format(networks=networks))
-    code = main(
-        [
-            "plan",
-            "--stack",
-            "prod",
-            "--root",
-            str(root),
-            "--stack-file",
-            str(stack_file),
-            "--out",
-            str(tmp_path / "out"),
-        ]
-    )
+    code = plan_prod(root, stack_file, tmp_path / "out")
     err = capsys.readouterr().err
     assert code == 1
     assert "cluster.masterAuthorizedNetworks" in err
@@ -283,26 +277,13 @@ def test_plan_never_prints_a_secret(root: Path, tmp_path: Path) -> None:
 def test_plan_warns_about_a_mutable_prod_tag_without_failing(
     root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tpuray.components.cli import main
 
     text = (root / "Pulumi.prod.yaml").read_text()
     tagged = [line for line in text.splitlines() if "workerImage:" in line]
     assert len(tagged) == 1
     stack_file = tmp_path / "Pulumi.prod.yaml"
     stack_file.write_text(text.replace(tagged[0], "    workerImage: us-docker.pkg.dev/p/r/worker:0.1.0"))
-    code = main(
-        [
-            "plan",
-            "--stack",
-            "prod",
-            "--root",
-            str(root),
-            "--stack-file",
-            str(stack_file),
-            "--out",
-            str(tmp_path / "out"),
-        ]
-    )
+    code = plan_prod(root, stack_file, tmp_path / "out")
     err = capsys.readouterr().err
     assert code == 0
     assert "warning: [images-pinned-by-digest-production]" in err and "worker:0.1.0" in err
