@@ -154,7 +154,7 @@ def _draining_nodes() -> dict[str, int]:
     """``{node_id_hex: deadline_ms}`` of Ray's draining nodes (0: no deadline), from the GCS."""
     import ray._private.state
 
-    return dict(ray._private.state.state.get_draining_nodes())  # type: ignore[no-untyped-call]
+    return dict(ray._private.state.state.get_draining_nodes())
 
 
 def agree(local: Sequence[bool], mean_over_ranks: Callable[[Sequence[float]], Sequence[float]]) -> list[bool]:
@@ -196,9 +196,9 @@ class CheckpointSignal:
         self._draining = draining
         self._poll_s = poll_s
         self._watch: DrainWatch | None = None
-        self.deadline = RunDeadline.from_env() if deadline == "env" else deadline
-        if isinstance(self.deadline, str):
+        if isinstance(deadline, str) and deadline != "env":
             raise ValueError(f"deadline: a RunDeadline, None or 'env', got {deadline!r}")
+        self.deadline: RunDeadline | None = RunDeadline.from_env() if isinstance(deadline, str) else deadline
         self.every = every
         self._mean = mean_over_ranks or _mean_over_chips
         self.fired: dict[str, int] = {}
@@ -213,8 +213,8 @@ class CheckpointSignal:
         return [self._draining(), self.deadline is not None and self.deadline.near()]
 
     def __call__(self, step: int) -> bool:
-        if len(self.fired) == len(CAUSES) or step % self.every:
-            return False  # every rank skips the collective on the same steps
+        if len(self.fired) == (2 if self.deadline else 1) or step % self.every:
+            return False  # every rank skips the collective on the same steps (and once nothing is left to fire)
         raised = agree(self.local_flags(), self._mean)
         new = [c for c, r in zip(CAUSES, raised, strict=True) if r and c not in self.fired]
         for c in new:

@@ -3,8 +3,8 @@
 Like GKE taking a TPU VM away: the test drains host 1 of a v5p 2x2x2 slice with the real ``ray drain-node`` CLI
 (the command of the pods' ``preStop`` hook), waits for the out-of-turn checkpoint and the drain deadline, SIGKILLs
 that host's Ray worker processes and replaces the host with a new one. Ray Train restarts the worker group, and the
-run resumes at the drain step: no step the run had reached when the drain came is lost, against ``drain_step % checkpoint_every``
-(up to ``checkpoint_every - 1``) from the last periodic checkpoint without the signal.
+run resumes at the drain step: no step the run had reached when the drain came is lost, against
+``drain_step % checkpoint_every`` (up to ``checkpoint_every - 1``) from the last periodic checkpoint without it.
 """
 
 from __future__ import annotations
