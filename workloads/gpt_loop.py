@@ -253,7 +253,7 @@ def train_gpt(config: dict[str, Any]) -> None:
             print(_progress(done, job.steps, history[-1], metrics), file=sys.stderr, flush=True)
         if done == job.steps:
             metrics |= {"losses": history, "resumes": resumes, "param_spread": _digest_spread(model, c.mean)}
-        metrics["drains"] = drains
+        metrics["drains"] = list(drains)  # a copy: Ray Train may serialise the metrics after later appends
         if not save:
             ray.train.report(metrics)
             continue
@@ -267,7 +267,7 @@ def train_gpt(config: dict[str, Any]) -> None:
                     "fingerprint": job.fingerprint,
                     "losses": history,
                     "resumes": resumes,
-                    "drains": drains,
+                    "drains": list(drains),
                 }
                 torch.save(state_out, Path(tmp) / STATE_FILE)
                 checkpoint = ray.train.Checkpoint.from_directory(tmp)
