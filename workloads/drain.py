@@ -177,7 +177,9 @@ class CheckpointSignal:
     """Decides, identically on every rank, at which step boundaries to checkpoint out of turn.
 
     ``draining``: this rank's drain flag (default: a :class:`DrainWatch` on this worker's Ray node, started on
-    first use); ``deadline``: the VM's run time (default: from ``TPURAY_MAX_RUN_SECONDS``, None without it);
+    first use); ``watch_node``: False leaves the watching to other ranks (one rank per host is enough: the
+    agreement spreads its flag; it spares the GCS one poll per chip); ``deadline``: the VM's run time (default:
+    from ``TPURAY_MAX_RUN_SECONDS``, None without it);
     ``every``: steps between agreements (the collective runs only on steps divisible by it);
     ``mean_over_ranks``: the collective (default: :func:`tpuray.workloads.mean_over_chips`).
     """
@@ -186,6 +188,7 @@ class CheckpointSignal:
         self,
         *,
         draining: Callable[[], bool] | None = None,
+        watch_node: bool = True,
         deadline: RunDeadline | str | None = "env",
         every: int = 1,
         poll_s: float = 1.0,
@@ -193,7 +196,7 @@ class CheckpointSignal:
     ) -> None:
         if every < 1:
             raise ValueError(f"every: must be a whole number of steps >= 1, got {every}")
-        self._draining = draining
+        self._draining = draining if watch_node else (lambda: False)
         self._poll_s = poll_s
         self._watch: DrainWatch | None = None
         if isinstance(deadline, str) and deadline != "env":
@@ -237,5 +240,7 @@ def should_checkpoint_now(step: int) -> bool:
     collective. For other settings build a :class:`CheckpointSignal` and call it the same way."""
     global _SIGNAL
     if _SIGNAL is None:
-        _SIGNAL = CheckpointSignal()
+        from tpuray.workloads.backend import chip
+
+        _SIGNAL = CheckpointSignal(watch_node=chip().chip == 0)  # one watcher per host
     return _SIGNAL(step)

@@ -14,7 +14,7 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,8 @@ class _Runtime:
     optimizer_step: Any
     mean: Any
     sync: Any
+    first_on_host: bool = True
+    """The host's first chip: the one worker per host that watches its Ray node's drain state."""
 
 
 def _xla_runtime() -> _Runtime:
@@ -145,7 +147,8 @@ def _xla_runtime() -> _Runtime:
     from tpuray.workloads.backend import chip, mean_over_chips, optimizer_step
 
     c = chip()
-    return _Runtime(c.rank, c.world_size, c.device, "xla", optimizer_step, mean_over_chips, torch_xla.sync)
+    xla = _Runtime(c.rank, c.world_size, c.device, "xla", optimizer_step, mean_over_chips, torch_xla.sync)
+    return replace(xla, first_on_host=c.chip == 0)
 
 
 def _torch_tpu_runtime() -> _Runtime:  # pragma: no cover - needs torch_tpu and TPUs
@@ -213,7 +216,9 @@ def train_gpt(config: dict[str, Any]) -> None:
     chunk_t = time.perf_counter()
     step_times: list[float] = []
     # a draining node or the end of the VMs' run time makes every rank checkpoint at the same step boundary
-    signal = CheckpointSignal(every=job.drain_check_every, mean_over_ranks=_over_ranks(c))
+    signal = CheckpointSignal(
+        watch_node=c.first_on_host, every=job.drain_check_every, mean_over_ranks=_over_ranks(c)
+    )  # one drain watcher per host: the agreement spreads its flag
     for step in range(start, job.steps):
         tokens = torch.from_numpy(data.batch(step, c.rank, c.world_size, job.batch_size_per_chip, job.model.seq_len))
         with autocast:

@@ -201,3 +201,25 @@ def test_drain_watch_sees_its_own_node_only() -> None:
         watch.stop()
     with pytest.raises(ValueError, match="poll_s"):
         DrainWatch("n", poll_s=0, draining_nodes=dict)
+
+
+def test_a_rank_that_does_not_watch_follows_the_watchers() -> None:
+    """One worker per host watches its node (``watch_node``); the others raise nothing themselves and still fire
+    with it, at the same step."""
+    world = World(2)
+    signals = [
+        CheckpointSignal(draining=lambda: True, watch_node=r == 0, deadline=None, mean_over_ranks=world.mean_for(r))
+        for r in range(2)
+    ]
+    assert signals[1].local_flags() == [False, False]
+    fired: list[bool] = [False, False]
+
+    def call(rank: int) -> None:
+        fired[rank] = signals[rank](7)
+
+    threads = [threading.Thread(target=call, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert fired == [True, True] and signals[1].fired == {"drain": 7}
