@@ -1,10 +1,22 @@
 """tpuray.workloads: your PyTorch/XLA training function on TPUs through Ray Train, one worker per chip.
 
 Public API: :class:`XlaChipConfig`, :func:`tpu_scaling_config`, :func:`optimizer_step`, :func:`chip` (the Ray
-Train backend) and :func:`emulate` (a local Ray cluster emulating TPU slices on CPU). Imports no Pulumi.
+Train backend), :func:`should_checkpoint_now` (checkpoint when a node drains or the VMs' run time ends) and
+:func:`emulate` (a local Ray cluster emulating TPU slices on CPU). Imports no Pulumi.
 """
 
 from tpuray.workloads.backend import ChipInfo, XlaChipConfig, chip, mean_over_chips, optimizer_step, tpu_scaling_config
+from tpuray.workloads.drain import CheckpointSignal, should_checkpoint_now
 from tpuray.workloads.emulation import emulate
 
-__all__ = ["ChipInfo", "XlaChipConfig", "chip", "emulate", "mean_over_chips", "optimizer_step", "tpu_scaling_config"]
+__all__ = [
+    "CheckpointSignal",
+    "ChipInfo",
+    "XlaChipConfig",
+    "chip",
+    "emulate",
+    "mean_over_chips",
+    "optimizer_step",
+    "should_checkpoint_now",
+    "tpu_scaling_config",
+]

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tpuray.components.names import (
@@ -89,6 +90,7 @@ class EmulatedCluster:
         self.name_prefix = name_prefix
         self._cluster: Any = None
         self._tmp: str | None = None
+        self._hosts: dict[str, tuple[Any, HostNode]] = {}
 
     def __enter__(self) -> EmulatedCluster:
         try:
@@ -144,16 +146,53 @@ class EmulatedCluster:
             for i in range(n):
                 name = f"{self.name_prefix}-{s.pod_type}-{i}"
                 for w in range(s.hosts):
-                    spec = host_node_spec(s, name, w)
-                    self._cluster.add_node(
-                        node_ip_address=LOOPBACK,
-                        num_cpus=spec.num_cpus,
-                        resources=spec.resources,
-                        labels=spec.labels,
-                        env_vars=spec.env,
-                        wait=False,
-                    )
+                    self._add_host(host_node_spec(s, name, w))
         self._cluster.wait_for_nodes()
+
+    def _add_host(self, spec: HostNode) -> str:
+        node = self._cluster.add_node(
+            node_ip_address=LOOPBACK,
+            num_cpus=spec.num_cpus,
+            resources=spec.resources,
+            labels=spec.labels,
+            env_vars=spec.env,
+            wait=False,
+        )
+        self._hosts[str(node.node_id)] = (node, spec)
+        return str(node.node_id)
+
+    def host_node_id(self, slice_name: str, worker_id: int) -> str:
+        """The Ray node id (hex) of host ``worker_id`` of the slice named ``slice_name``."""
+        for node_id, (_, spec) in self._hosts.items():
+            if spec.labels[RAY_SLICE_NAME_LABEL] == slice_name and spec.labels[RAY_WORKER_ID_LABEL] == str(worker_id):
+                return node_id
+        raise KeyError(f"no host {worker_id} of slice {slice_name!r}; slices: {self.slice_names()}")
+
+    def worker_pids(self, node_id: str) -> list[int]:
+        """The Ray worker processes (``ray::...``) the host's raylet started, from ``/proc`` (Linux)."""
+        import ray._private.ray_constants as ray_constants
+
+        node, _ = self._hosts[node_id]
+        raylet = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+        pids = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                cmd = (stat.parent / "cmdline").read_bytes()
+            except (OSError, ValueError, IndexError):
+                continue  # the process ended while we looked
+            if ppid == raylet and cmd.startswith(b"ray::"):
+                pids.append(int(stat.parent.name))
+        return sorted(pids)
+
+    def replace_host(self, node_id: str) -> str:
+        """Take a host away (its raylet and workers are killed) and bring up a new one with the same slice name,
+        worker id and resources, like GKE recreating a preempted TPU VM; returns the new node id."""
+        node, spec = self._hosts.pop(node_id)
+        self._cluster.remove_node(node, allow_graceful=False)
+        new = self._add_host(spec)
+        self._cluster.wait_for_nodes()
+        return new
 
     def shutdown(self) -> None:
         if self._cluster is not None:
@@ -163,6 +202,7 @@ class EmulatedCluster:
                 ray.shutdown()
             self._cluster.shutdown()
             self._cluster = None
+            self._hosts = {}
         if self._tmp:
             if os.environ.get("RAY_TMPDIR") == self._tmp:
                 del os.environ["RAY_TMPDIR"]

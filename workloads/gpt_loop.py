@@ -14,10 +14,11 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tpuray.workloads.drain import CheckpointSignal
 from tpuray.workloads.metrics import ModelShape, throughput
 
 __all__ = ["CheckpointError", "GptJob", "train_gpt"]
@@ -44,6 +45,8 @@ class GptJob:
     bf16: bool = True
     """bf16 autocast on TPU; the CPU emulation trains in fp32."""
     log_every: int = 10
+    drain_check_every: int = 1
+    """Steps between the ranks' agreement on whether to checkpoint out of turn (:mod:`tpuray.workloads.drain`)."""
     cpu_threads: int | None = None
     """torch intra-op threads per worker (the CPU emulation uses 1: several workers share few cores)."""
 
@@ -134,6 +137,8 @@ class _Runtime:
     optimizer_step: Any
     mean: Any
     sync: Any
+    first_on_host: bool = True
+    """The host's first chip: the one worker per host that watches its Ray node's drain state."""
 
 
 def _xla_runtime() -> _Runtime:
@@ -142,7 +147,8 @@ def _xla_runtime() -> _Runtime:
     from tpuray.workloads.backend import chip, mean_over_chips, optimizer_step
 
     c = chip()
-    return _Runtime(c.rank, c.world_size, c.device, "xla", optimizer_step, mean_over_chips, torch_xla.sync)
+    xla = _Runtime(c.rank, c.world_size, c.device, "xla", optimizer_step, mean_over_chips, torch_xla.sync)
+    return replace(xla, first_on_host=c.chip == 0)
 
 
 def _torch_tpu_runtime() -> _Runtime:  # pragma: no cover - needs torch_tpu and TPUs
@@ -192,10 +198,11 @@ def train_gpt(config: dict[str, Any]) -> None:
         model.load_state_dict(state["model"])
     model = model.to(c.device)
     opt = torch.optim.AdamW(model.parameters(), lr=job.learning_rate, weight_decay=0.01)
-    start, history, resumes = 0, [], []
+    start, history, resumes, drains = 0, [], [], []
     if state is not None:
         opt.load_state_dict(state["optimizer"])
         start, history, resumes = int(state["step"]), list(state["losses"]), [*state["resumes"], int(state["step"])]
+        drains = list(state.get("drains", []))
     if c.rank == 0:
         for note in notes:
             print(note, file=sys.stderr, flush=True)
@@ -208,6 +215,10 @@ def train_gpt(config: dict[str, Any]) -> None:
     pending_start = start
     chunk_t = time.perf_counter()
     step_times: list[float] = []
+    # a draining node or the end of the VMs' run time makes every rank checkpoint at the same step boundary
+    signal = CheckpointSignal(
+        watch_node=c.first_on_host, every=job.drain_check_every, mean_over_ranks=_over_ranks(c)
+    )  # one drain watcher per host: the agreement spreads its flag
     for step in range(start, job.steps):
         tokens = torch.from_numpy(data.batch(step, c.rank, c.world_size, job.batch_size_per_chip, job.model.seq_len))
         with autocast:
@@ -223,7 +234,12 @@ def train_gpt(config: dict[str, Any]) -> None:
             first_step_s = time.perf_counter() - t_start
             chunk_t = time.perf_counter()
             pending_start = done
-        save = done % job.checkpoint_every == 0 or done == job.steps
+        out_of_turn = signal(done)  # a collective on every rank, at every boundary the signal checks
+        if out_of_turn:
+            drains.append(done)
+            if c.rank == 0:
+                print(f"checkpointing at step {done}: {signal.reason}", file=sys.stderr, flush=True)
+        save = done % job.checkpoint_every == 0 or done == job.steps or out_of_turn
         if done % job.log_every and not save:
             continue
         # one device sync and one all-chip average per chunk, not per step
@@ -242,6 +258,7 @@ def train_gpt(config: dict[str, Any]) -> None:
             print(_progress(done, job.steps, history[-1], metrics), file=sys.stderr, flush=True)
         if done == job.steps:
             metrics |= {"losses": history, "resumes": resumes, "param_spread": _digest_spread(model, c.mean)}
+        metrics["drains"] = list(drains)  # a copy: Ray Train may serialise the metrics after later appends
         if not save:
             ray.train.report(metrics)
             continue
@@ -255,10 +272,24 @@ def train_gpt(config: dict[str, Any]) -> None:
                     "fingerprint": job.fingerprint,
                     "losses": history,
                     "resumes": resumes,
+                    "drains": list(drains),
                 }
                 torch.save(state_out, Path(tmp) / STATE_FILE)
                 checkpoint = ray.train.Checkpoint.from_directory(tmp)
             ray.train.report(metrics, checkpoint=checkpoint)
+    signal.close()
+
+
+def _over_ranks(c: _Runtime) -> Any:
+    import torch
+
+    device = c.device if c.autocast_device == "tpu" else "cpu"  # torch_tpu's mean reduces in place on its device
+
+    def mean(values: list[float]) -> list[float]:
+        out: list[float] = c.mean(torch.tensor(values, dtype=torch.float32, device=device)).tolist()
+        return out
+
+    return mean
 
 
 def _slice(job: GptJob) -> Any:

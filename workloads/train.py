@@ -174,6 +174,7 @@ def _summary(
         "final_step": m.get("step"),
         "restarts": len(m.get("resumes", [])),
         "resumed_from_steps": m.get("resumes", []),
+        "drain_checkpoint_steps": m.get("drains", []),
         "loss_first": losses[0] if losses else None,
         "loss_final": losses[-1] if losses else None,
         "losses": losses,

@@ -17,6 +17,7 @@ MODULES = [
     "gpt_loop",
     "train",
     "model",
+    "drain",
 ]
 
 

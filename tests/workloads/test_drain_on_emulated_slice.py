@@ -1,0 +1,141 @@
+"""A drained host of an emulated multi-host slice: the GPT trainer checkpoints at the drain step and resumes there.
+
+Like GKE taking a TPU VM away: the test drains host 1 of a v5p 2x2x2 slice with the real ``ray drain-node`` CLI
+(the command of the pods' ``preStop`` hook), waits for the out-of-turn checkpoint and the drain deadline, SIGKILLs
+that host's Ray worker processes and replaces the host with a new one. Ray Train restarts the worker group, and the
+run resumes at the drain step: no step the run had reached when the drain came is lost, against
+``drain_step % checkpoint_every`` (up to ``checkpoint_every - 1``) from the last periodic checkpoint without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tpuray.components.planning.drain import DRAIN_REASON
+from tpuray.components.topology import TpuSlice
+from tpuray.workloads.emulation import EmulatedCluster
+
+ray = pytest.importorskip("ray")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+MULTI = TpuSlice.parse("v5p:2x2x2")
+EVERY = 50  # the first periodic checkpoint (step 50) triggers the drain; the next one is far off
+STEPS = 120
+DRAIN_DEADLINE_S = 5
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[EmulatedCluster]:
+    with EmulatedCluster(MULTI) as c:
+        ray.init(address=c.address, log_to_driver=False)
+        yield c
+        ray.shutdown()
+
+
+def _checkpoints(run_dir: Path) -> list[dict[str, Any]]:
+    """What every checkpoint of the run holds: step and drain steps (read like the trainer reads them)."""
+    import torch
+
+    found = []
+    for d in sorted(run_dir.glob("checkpoint_*")):
+        try:
+            state = torch.load(d / "state.pt", map_location="cpu", weights_only=True)
+        except Exception:
+            continue
+        found.append({"step": int(state["step"]), "drains": list(state.get("drains", []))})
+    return found
+
+
+def _registered(run_dir: Path) -> list[int]:
+    """The steps of the checkpoints Ray Train has registered (what a restart resumes from)."""
+    try:
+        snapshot = json.loads((run_dir / "checkpoint_manager_snapshot.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [int(r["metrics"]["step"]) for r in snapshot["checkpoint_results"]]
+
+
+def _wait(what: str, cond: Any, timeout_s: float = 240) -> Any:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, tmp_path: Path) -> None:
+    from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig
+
+    from tpuray.workloads import train
+    from tpuray.workloads.gpt_loop import GptJob
+    from tpuray.workloads.metrics import ModelShape
+
+    job = GptJob(
+        ModelShape(64, 1, 16, 2, 8), STEPS, 2, 3e-3, EVERY, str(MULTI), bf16=False, log_every=1000, cpu_threads=1
+    )
+    rc = RunConfig(
+        name="drain",
+        storage_path=str(tmp_path),
+        checkpoint_config=CheckpointConfig(num_to_keep=None),
+        failure_config=FailureConfig(max_failures=1, controller_failure_limit=1, max_preemption_failures=1),
+    )
+    results: list[Any] = []
+    fit = threading.Thread(target=lambda: results.append(train._xla_trainer(job, MULTI, 1, rc).fit()))
+    fit.start()
+    run_dir = tmp_path / "drain"
+    _wait("the first periodic checkpoint", lambda: _checkpoints(run_dir))
+
+    host = cluster.host_node_id(cluster.slice_names()[0], 1)
+    gcs = ray.get_runtime_context().gcs_address
+    # the `ray` CLI (its console script runs ray.scripts.scripts:main)
+    drain = [sys.executable, "-m", "ray.scripts.scripts", "drain-node", "--address", gcs, "--node-id", host]
+    drain += ["--reason", DRAIN_REASON, "--reason-message", "test: host 1 is going away"]
+    drain += ["--deadline-remaining-seconds", str(DRAIN_DEADLINE_S)]
+    done = subprocess.run(drain, capture_output=True, text=True, env=os.environ.copy())
+    assert done.returncode == 0, done.stderr
+
+    drained = _wait("the drain checkpoint", lambda: [c for c in _checkpoints(run_dir) if c["drains"]])
+    drain_step = drained[0]["drains"][0]
+    assert drained[0]["step"] == drain_step  # the checkpoint holds the drain step itself
+    # Ray Train counts a checkpoint once the controller has every rank's report; the preStop hook keeps the node up
+    # for the deadline, which covers that (on a loaded machine it took seconds). The VM goes as soon as it has.
+    _wait("Ray Train to register the drain checkpoint", lambda: drain_step in _registered(run_dir))
+    pids = cluster.worker_pids(host)
+    assert pids  # the 4 chips' workers of host 1 (and any idle Ray workers there)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    cluster.replace_host(host)  # GKE's replacement VM
+
+    fit.join(timeout=400)
+    assert not fit.is_alive() and results
+    result = results[0]
+    assert result.error is None
+    m = result.metrics
+    assert m["step"] == STEPS and m["param_spread"] < 1e-12  # finished, identical parameters on every chip
+    assert m["drains"] == [drain_step] and len(m["losses"]) == STEPS
+    (resumed,) = m["resumes"]
+    # the resumed run's first step is the drain step, or a periodic checkpoint the run reached before the VM went
+    assert resumed == drain_step or (resumed > drain_step and resumed % EVERY == 0)
+    periodic = max(c["step"] for c in _checkpoints(run_dir) if c["step"] % EVERY == 0 and c["step"] <= drain_step)
+    lost = max(0, drain_step - resumed)
+    lost_without = drain_step - periodic  # where Ray Train resumes from without the out-of-turn checkpoint
+    assert lost == 0 and lost_without == drain_step % EVERY <= EVERY - 1
+    print(
+        json.dumps(
+            {"drain_step": drain_step, "resumed_at": resumed, "steps_lost": lost, "steps_lost_without": lost_without}
+        )
+    )
