@@ -19,14 +19,10 @@ from tpuray.components.planning.kuberay import RayJobParams
 from tpuray.components.planning.node_pools import slice_pool_node_pools
 from tpuray.components.ray_cluster import RayTpuCluster, RayTpuJob, RayTpuJobArgs
 from tpuray.components.review.engine import STANDIN_ENDPOINT, ProgramRun
+from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, RAY_JOB
 from tpuray.components.stack_args import gke_cluster_args, ray_tpu_cluster_args, tpu_slice_pool_args
 from tpuray.components.topology import TpuSlice
 from tpuray.components.tpu_slice_pool import TpuSlicePool
-
-NODE_POOL = "gcp:container/nodePool:NodePool"
-CLUSTER = "gcp:container/cluster:Cluster"
-RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
-RAY_JOB = "kubernetes:ray.io/v1:RayJob"
 
 
 def stack(**overrides: Any) -> StackConfig:

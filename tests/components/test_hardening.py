@@ -31,11 +31,10 @@ from tpuray.components.planning.network_policy import (
     network_policies,
 )
 from tpuray.components.planning.pod_security import restricted_problems
+from tpuray.components.review.resource_types import CLUSTER, NODE_POOL
 from tpuray.components.stack_args import gke_cluster_args, tpu_slice_pool_args
 
 ROOT = er.ROOT
-CLUSTER = "gcp:container/cluster:Cluster"
-NODE_POOL = "gcp:container/nodePool:NodePool"
 
 
 def stack(**overrides: Any) -> StackConfig:

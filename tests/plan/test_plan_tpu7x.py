@@ -12,9 +12,7 @@ from conftest import ROOT
 
 from tpuray.components.config import gke_version_key
 from tpuray.components.review.plan import Plan, render_stack
-
-NODE_POOL = "gcp:container/nodePool:NodePool"
-RESOURCE_POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"
+from tpuray.components.review.resource_types import NODE_POOL, RESOURCE_POLICY
 
 
 @pytest.fixture(scope="module")
