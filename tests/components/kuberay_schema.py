@@ -8,7 +8,6 @@ The CRDs are found in ``$TPURAY_SHARED_DIR/kuberay-crds`` or ``<repo>/../shared/
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 from pathlib import Path
@@ -42,9 +41,16 @@ def _strict(node: Any) -> Any:
         return [_strict(n) for n in node]
     if not isinstance(node, dict):
         return node
-    out = {k: _strict(v) for k, v in node.items() if k not in ("description", "x-kubernetes-validations")}
-    if isinstance(node.get("properties"), dict):  # property names are data: a field may be called "description"
-        out["properties"] = {name: _strict(v) for name, v in node["properties"].items()}
+    props = node.get("properties")
+    # property names are data (a field may be called "description"): each property's schema is converted once
+    skip = (
+        ("description", "x-kubernetes-validations", "properties")
+        if isinstance(props, dict)
+        else ("description", "x-kubernetes-validations")
+    )
+    out = {k: _strict(v) for k, v in node.items() if k not in skip}
+    if isinstance(props, dict):
+        out["properties"] = {name: _strict(v) for name, v in props.items()}
     if out.get("x-kubernetes-int-or-string") and "anyOf" not in out:
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
     if out.get("nullable") and isinstance(out.get("type"), str):
@@ -59,12 +65,18 @@ def _strict(node: Any) -> Any:
     return out
 
 
+def load_crd(path: Path) -> Any:
+    """A CRD file, parsed with libyaml's safe loader where PyYAML has it (the KubeRay CRDs are megabytes)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(path.read_text(), Loader=loader)  # a safe loader
+
+
 @functools.cache
 def _validator(kind: str, directory: str) -> Any:
-    doc = yaml.safe_load((Path(directory) / KINDS[kind]).read_text())
+    doc = load_crd(Path(directory) / KINDS[kind])
     assert doc["spec"]["names"]["kind"] == kind
     version = next(v for v in doc["spec"]["versions"] if v["name"] == "v1")
-    schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+    schema = _strict(version["schema"]["openAPIV3Schema"])  # builds new nodes: the parsed CRD is not changed
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
     cls.check_schema(schema)
     return cls(schema)

@@ -7,7 +7,6 @@ version named by each object's apiVersion. jsonschema cannot run the CRDs' CEL r
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 from pathlib import Path
@@ -15,8 +14,7 @@ from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import pytest
-import yaml
-from kuberay_schema import ROOT, _strict
+from kuberay_schema import ROOT, _strict, load_crd
 
 KINDS = {
     "ResourceFlavor": "kueue.x-k8s.io_resourceflavors.yaml",
@@ -41,11 +39,11 @@ def crd_dir() -> Path:
 
 @functools.cache
 def _validator(kind: str, version: str, directory: str) -> Any:
-    doc = yaml.safe_load((Path(directory) / KINDS[kind]).read_text())
+    doc = load_crd(Path(directory) / KINDS[kind])
     assert doc["spec"]["names"]["kind"] == kind
     found = [v for v in doc["spec"]["versions"] if v["name"] == version and v.get("served")]
     assert found, f"{kind} {version} is not served by the CRD"
-    schema = _python_patterns(_strict(copy.deepcopy(found[0]["schema"]["openAPIV3Schema"])))
+    schema = _python_patterns(_strict(found[0]["schema"]["openAPIV3Schema"]))
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
     cls.check_schema(schema)
     return cls(schema)
@@ -64,7 +62,7 @@ def _python_patterns(node: Any) -> Any:
 
 
 def scope_of(kind: str) -> str:
-    doc = yaml.safe_load((crd_dir() / KINDS[kind]).read_text())
+    doc = load_crd(crd_dir() / KINDS[kind])
     return str(doc["spec"]["scope"])
 
 
