@@ -109,7 +109,10 @@ def chip_env(
     if not tpu_slice.multi_host and len(hostnames) > 1:
         raise ValueError(f"{tpu_slice} is single-host but {len(hostnames)} hostnames were given")
     if not 0 < base_port <= 65535 - tpu_slice.chips_per_host:
-        raise ValueError(f"base_port {base_port} leaves no room for {tpu_slice.chips_per_host} ports")
+        raise ValueError(
+            f"base_port {base_port}: must be 1..{65535 - tpu_slice.chips_per_host}, so that the ports of a "
+            f"{tpu_slice.chips_per_host}-chip host fit below 65536"
+        )
     return {
         "TPU_VISIBLE_CHIPS": str(chip),
         "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
