@@ -112,6 +112,9 @@ class EmulatedCluster:
 
     def start(self) -> None:
         os.environ["RAY_AUTH_MODE"] = "disabled"  # token auth off: a throw-away cluster on this machine only
+        # Ray Train's controller polls its workers every 2 s by default, and a run waits up to one poll to start
+        # and to end; a loopback cluster answers in milliseconds, so poll faster (a user's own setting wins).
+        os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
         # Bind every node, and this driver, to the loopback: Ray otherwise advertises the machine's outward
         # address, and a local test cluster has no business listening there. Ray reads this switch (named
         # for Windows/macOS, where it is the default) through ray_constants: the env var reaches the child
