@@ -222,16 +222,20 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     from tpuray.workloads.emulation import EmulatedCluster
 
     cluster: EmulatedCluster | None = None
+    emulate = 0
+    if args.local:
+        assert tpu_slice is not None
+        # Emulate what the stack provisions (a job asking for more is refused like on the cluster, and before
+        # the emulated cluster starts); without a stack, as many slices as the job asks for.
+        emulate = (
+            pool.slices
+            if pool and not args.topology
+            else max(args.num_slices or 1, -(-(args.chips or 0) // tpu_slice.chips))
+        )
+        slices_for_job(tpu_slice, args.chips, args.num_slices, emulate)
     try:
         if args.local:
             assert tpu_slice is not None
-            # Emulate what the stack provisions (a job asking for more is refused like on the cluster);
-            # without a stack, as many slices as the job asks for.
-            emulate = (
-                pool.slices
-                if pool and not args.topology
-                else max(args.num_slices or 1, -(-(args.chips or 0) // tpu_slice.chips))
-            )
             cluster = EmulatedCluster(tpu_slice, slices=emulate).__enter__()
             ray.init(address=cluster.address, log_to_driver=True)
         elif not ray.is_initialized():

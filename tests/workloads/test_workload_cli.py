@@ -84,23 +84,38 @@ def test_bad_model_flags_name_the_flag() -> None:
     assert err.value.problems[0][0] == "--d-model"
 
 
-def test_bad_inputs_fail_before_any_cluster(stack_file: Path, tmp_path: Path) -> None:
-    code, out, err = run("tpuray.workloads.train", "--local", "--topology", "v5e:3x3", cwd=tmp_path, timeout=60)
-    assert code == 2 and "3x3" in err and "nearest valid shapes" in err
-    code, out, err = run(
-        "tpuray.workloads.train",
-        "--local",
-        "--stack-file",
-        str(stack_file),
-        "--dataset",
-        str(tmp_path / "nope.bin"),
-        cwd=tmp_path,
-        timeout=60,
-    )
-    assert code == 2 and summary(out) is None
-    assert "nope.bin" in err and "does not exist" in err
-    code, _, err = run("tpuray.workloads.emulate", "--topology", "v5p:2x2x3", "--", "true", cwd=tmp_path, timeout=60)
-    assert code == 2 and "2x2x3" in err
+@pytest.fixture
+def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if anything starts an emulated cluster or connects to Ray."""
+    import ray
+
+    from tpuray.workloads.emulation import EmulatedCluster
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("a cluster was started for an input that is refused before any cluster work")
+
+    monkeypatch.setattr(EmulatedCluster, "start", refuse)
+    monkeypatch.setattr(ray, "init", refuse)
+
+
+def test_bad_inputs_fail_before_any_cluster(
+    stack_file: Path, tmp_path: Path, no_cluster: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+
+    emulate = importlib.import_module("tpuray.workloads.emulate")  # the module (the package exports a function)
+    assert train.main(["--local", "--topology", "v5e:3x3"]) == 2
+    err = capsys.readouterr().err
+    assert "3x3" in err and "nearest valid shapes" in err
+    assert train.main(["--local", "--stack-file", str(stack_file), "--dataset", str(tmp_path / "nope.bin")]) == 2
+    out, err = capsys.readouterr()
+    assert summary(out) is None and "nope.bin" in err and "does not exist" in err
+    # the dev stack has one slice: emulating it could only end in the refusal the cluster would give
+    assert train.main(["--local", "--stack-file", str(stack_file), "--chips", "8"]) == 2
+    out, err = capsys.readouterr()
+    assert summary(out) is None and "needs 2" in err and "has 1" in err
+    assert emulate.main(["--topology", "v5p:2x2x3", "--", "true"]) == 2
+    assert "2x2x3" in capsys.readouterr().err
 
 
 # ---- end to end on the emulated dev slice --------------------------------------------------------------------
@@ -127,26 +142,6 @@ def test_readme_command_trains_the_gpt_locally(stack_file: Path, tmp_path: Path,
     assert s["params_identical"]  # the gradient average really happened on every chip
     assert s["tokens_per_s"] > 0 and s["time_to_first_step_s"] > 0
     assert "step 30/30" in err  # progress from the chips
-    assert not leftovers(short_tmp)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_more_slices_than_the_stack_has_is_refused_and_cleaned_up(
-    stack_file: Path, tmp_path: Path, short_tmp: Path
-) -> None:
-    code, out, err = run(
-        "tpuray.workloads.train",
-        "--local",
-        "--stack-file",
-        str(stack_file),
-        "--chips",
-        "8",
-        cwd=tmp_path,
-        tmp=short_tmp,
-    )
-    assert code == 2 and summary(out) is None
-    assert "needs 2" in err and "has 1" in err
     assert not leftovers(short_tmp)
 
 
