@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -188,13 +189,19 @@ class EmulatedCluster:
                 pids.append(int(stat.parent.name))
         return sorted(pids)
 
-    def replace_host(self, node_id: str) -> str:
+    def replace_host(self, node_id: str, timeout_s: float = 60) -> str:
         """Take a host away (its raylet and workers are killed) and bring up a new one with the same slice name,
         worker id and resources, like GKE recreating a preempted TPU VM; returns the new node id."""
         node, spec = self._hosts.pop(node_id)
-        self._cluster.remove_node(node, allow_graceful=False)
+        # SIGTERM, as the kubelet stops a pod: the raylet unregisters from Ray's GCS on the way out, so the GCS
+        # drops the host at once instead of after its health checks fail (about 15 s of a dead node looking idle).
+        self._cluster.remove_node(node, allow_graceful=True)
         new = self._add_host(spec)
-        self._cluster.wait_for_nodes()
+        deadline = time.monotonic() + timeout_s
+        while new not in self._cluster.global_state._live_node_ids():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the replacement for host {spec.labels[RAY_WORKER_ID_LABEL]} did not register")
+            time.sleep(0.1)
         return new
 
     def shutdown(self) -> None:
