@@ -46,8 +46,12 @@ class HostNode:
     num_cpus: int
 
 
-def host_node_spec(tpu_slice: TpuSlice, slice_name: str, worker_id: int) -> HostNode:
-    """What Ray would advertise for host ``worker_id`` of a slice named ``slice_name`` (pure)."""
+def host_node_spec(tpu_slice: TpuSlice, slice_name: str, worker_id: int, user_xla_flags: str = "") -> HostNode:
+    """What Ray would advertise for host ``worker_id`` of a slice named ``slice_name`` (pure).
+
+    ``user_xla_flags`` (the caller's ``XLA_FLAGS``) go after the emulation's own: XLA reads the flags in order, so
+    the user's win.
+    """
     resources: dict[str, float] = {
         "TPU": float(tpu_slice.chips_per_host),
         f"accelerator_type:{tpu_slice.ray_accelerator_type}": 1.0,
@@ -62,13 +66,11 @@ def host_node_spec(tpu_slice: TpuSlice, slice_name: str, worker_id: int) -> Host
         RAY_POD_TYPE_LABEL: tpu_slice.pod_type,
         RAY_ACCELERATOR_TYPE_LABEL: tpu_slice.ray_accelerator_type,
     }
+    env = emulated_host_env(tpu_slice, slice_name, worker_id)
+    if user_xla_flags.strip() and user_xla_flags.strip() != env["XLA_FLAGS"]:
+        env["XLA_FLAGS"] = f"{env['XLA_FLAGS']} {user_xla_flags.strip()}"
     # One logical CPU per chip so each per-chip worker (1 CPU + 1 TPU) fits, whatever the real core count.
-    return HostNode(
-        resources=resources,
-        labels=labels,
-        env=emulated_host_env(tpu_slice, slice_name, worker_id),
-        num_cpus=tpu_slice.chips_per_host,
-    )
+    return HostNode(resources=resources, labels=labels, env=env, num_cpus=tpu_slice.chips_per_host)
 
 
 class EmulatedCluster:
@@ -150,7 +152,7 @@ class EmulatedCluster:
             for i in range(n):
                 name = f"{self.name_prefix}-{s.pod_type}-{i}"
                 for w in range(s.hosts):
-                    self._add_host(host_node_spec(s, name, w))
+                    self._add_host(host_node_spec(s, name, w, os.environ.get("XLA_FLAGS", "")))
         self._cluster.wait_for_nodes()
 
     def _add_host(self, spec: HostNode) -> str:

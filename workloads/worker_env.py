@@ -21,6 +21,7 @@ from tpuray.components.topology import TpuSlice
 
 __all__ = [
     "DEFAULT_BASE_PORT",
+    "EMULATED_XLA_FLAGS",
     "LOCAL_WORKER_ENV",
     "RAY_SUBHOST_VARS",
     "bounds_size",
@@ -42,13 +43,15 @@ RAY_SUBHOST_VARS = ("TPU_HOST_BOUNDS", "TPU_CHIPS_PER_HOST_BOUNDS")
 """Variables Ray sets for a 1-chip actor (``1,1,1`` each: a standalone chip). They contradict the slice-wide
 process bounds, so a per-chip worker removes them before the TPU runtime starts."""
 
-LOCAL_WORKER_ENV = {
-    "PJRT_DEVICE": "CPU",
-    # One XLA CPU thread per worker: the emulated chips share the machine's few cores.
-    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
-    "OMP_NUM_THREADS": "1",
-}
-"""What every emulated TPU host gives its processes: XLA on CPU, one thread each."""
+EMULATED_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false --xla_backend_optimization_level=0"
+"""XLA flags of an emulated chip (https://github.com/openxla/xla/blob/main/xla/debug_options_flags.cc): one XLA
+CPU thread per worker, as the emulated chips share the machine's few cores; and no LLVM optimisation, as an
+emulated chip is there to show that the program runs and agrees across chips, not how fast. With torch_xla 2.9 on
+a 2-core x86 machine, compiling the dev GPT's two step graphs took 8.8 CPU-s per worker at XLA's default (-O3)
+and 2.4 s at -O0, while its steps went from 20 to 31 ms."""
+
+LOCAL_WORKER_ENV = {"PJRT_DEVICE": "CPU", "XLA_FLAGS": EMULATED_XLA_FLAGS, "OMP_NUM_THREADS": "1"}
+"""What every emulated TPU host gives its processes: XLA on CPU, one thread each, unoptimised code."""
 
 
 # ---- PJRT: one PyTorch/XLA process per chip ----------------------------------------------------------------

@@ -162,3 +162,23 @@ def test_emulated_host_env_is_what_the_webhook_injects() -> None:
     assert hostnames_from_env(env) == ["sl-0.local", "sl-1.local"]
     assert env["PJRT_DEVICE"] == "CPU"
     assert "TPU_WORKER_HOSTNAMES" not in emulated_host_env(TpuSlice.parse("v5e:2x2"), "one", 0)
+
+
+def test_emulated_chips_get_xla_flags_xla_reads_and_the_users_come_last() -> None:
+    from tpuray.workloads.emulation import host_node_spec
+    from tpuray.workloads.worker_env import EMULATED_XLA_FLAGS
+
+    # XLA ignores what follows a token that is not a flag: every token must be one of its --xla_ flags
+    assert all(t.startswith("--xla_") and "=" in t for t in EMULATED_XLA_FLAGS.split())
+    s = TpuSlice.parse("v5e:2x2")
+    assert host_node_spec(s, "sl", 0).env["XLA_FLAGS"] == EMULATED_XLA_FLAGS
+    mine = "--xla_backend_optimization_level=3 --xla_dump_to=/tmp/hlo"
+    assert host_node_spec(s, "sl", 0, mine).env["XLA_FLAGS"] == f"{EMULATED_XLA_FLAGS} {mine}"
+    assert host_node_spec(s, "sl", 0, EMULATED_XLA_FLAGS).env["XLA_FLAGS"] == EMULATED_XLA_FLAGS  # not twice
+
+
+def test_base_port_names_its_valid_range() -> None:
+    s = TpuSlice.parse("v5e:2x2")
+    with pytest.raises(ValueError, match=r"base_port 65532: must be 1\.\.65531"):
+        chip_env(s, 0, 0, [], base_port=65532)
+    assert chip_env(s, 0, 3, [], base_port=65531)["TPU_PROCESS_PORT"] == "65534"
