@@ -84,6 +84,14 @@ def test_bad_model_flags_name_the_flag() -> None:
     assert err.value.problems[0][0] == "--d-model"
 
 
+def test_run_names_are_checkpoint_folders() -> None:
+    """Ray Train keeps a run's checkpoints in ``<storage_path>/<name>``: the CLI passes --checkpoint-dir as the
+    storage path and --run-name as the name, so two run names never share checkpoints (the GPT test on the
+    emulated slice checks where Ray Train puts them)."""
+    configs = [train._run_config(train.build_parser().parse_args(["--run-name", n]), "/ckpt") for n in ("a", "b")]
+    assert [(c.storage_path, c.name) for c in configs] == [("/ckpt", "a"), ("/ckpt", "b")]
+
+
 @pytest.fixture
 def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if anything starts an emulated cluster or connects to Ray."""
