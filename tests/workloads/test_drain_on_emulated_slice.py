@@ -76,7 +76,7 @@ def _wait(what: str, cond: Any, timeout_s: float = 240) -> Any:
         got = cond()
         if got:
             return got
-        time.sleep(0.1)
+        time.sleep(0.3)  # each look reads every checkpoint: leave the two cores to the chips
     raise AssertionError(f"timed out waiting for {what}")
 
 
