@@ -67,8 +67,9 @@ def host_node_spec(tpu_slice: TpuSlice, slice_name: str, worker_id: int, user_xl
         RAY_ACCELERATOR_TYPE_LABEL: tpu_slice.ray_accelerator_type,
     }
     env = emulated_host_env(tpu_slice, slice_name, worker_id)
-    if user_xla_flags.strip() and user_xla_flags.strip() != env["XLA_FLAGS"]:
-        env["XLA_FLAGS"] = f"{env['XLA_FLAGS']} {user_xla_flags.strip()}"
+    mine = user_xla_flags.strip()
+    if mine and mine != env["XLA_FLAGS"]:
+        env["XLA_FLAGS"] = f"{env['XLA_FLAGS']} {mine}"
     # One logical CPU per chip so each per-chip worker (1 CPU + 1 TPU) fits, whatever the real core count.
     return HostNode(resources=resources, labels=labels, env=env, num_cpus=tpu_slice.chips_per_host)
 
