@@ -13,8 +13,8 @@ directory and does the same arithmetic:
 * ``data_loading_sync``: blocking data loading inside the steps that count;
 * ``program_startup``: an attempt's first step beyond the attempt's mean step time (XLA compilation), as
   the library's ``first step time - average step time``;
-* ``wasted_progress_from_disruption``: steps an attempt ran that the next attempt redid (it resumed from an
-  earlier checkpoint), plus the attempt's time after its last step until it was cut off;
+* ``wasted_progress_from_disruption``: from the start of the first step an attempt ran that the next attempt
+  redid (it resumed from an earlier checkpoint) until the attempt's last event, less saves in between;
 * ``infrastructure_recovery_from_disruption``: from an attempt's last event until the next attempt starts;
 * ``other``: the rest of elapsed time that is not productive (reports, logging, the driver's own set-up).
 
@@ -101,6 +101,7 @@ class _Attempt:
     restored_step: int = 0
     restore_s: float = 0.0
     save_s: float = 0.0
+    saves: list[tuple[float, float]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     last: float = 0.0
 
@@ -126,6 +127,7 @@ def compute_goodput(events: Sequence[dict[str, Any]], now: float | None = None) 
             a.restore_s += e["t1"] - e["t"]
         elif kind == SAVE:
             a.save_s += e["t1"] - e["t"]
+            a.saves.append((e["t"], e["t1"]))
         elif kind == STEP:
             a.steps.append(e)
     starts = [e["t"] for e in events]
@@ -157,10 +159,11 @@ def compute_goodput(events: Sequence[dict[str, Any]], now: float | None = None) 
             bad[mn.BADPUT_PROGRAM_STARTUP] += startup
             bad[mn.BADPUT_DATA_LOADING_SYNC] += data
             productive += sum(durations) - startup - data
-        if redo_from is not None:  # the attempt was cut off: what it ran after its last kept step is lost
-            after = max((s["t1"] for s in kept), default=prep_end)
-            wasted = sum(s["t1"] - s["t"] for s in lost) + max(0.0, a.last - max([after, *(s["t1"] for s in lost)]))
-            bad[mn.BADPUT_WASTED_PROGRESS] += wasted
+        if redo_from is not None:  # the attempt was cut off
+            if lost:  # from the first step the next attempt redid until the attempt's last sign of life
+                lost_from = lost[0]["t"]
+                saves_after = sum(t1 - t0 for t0, t1 in a.saves if t0 >= lost_from)
+                bad[mn.BADPUT_WASTED_PROGRESS] += max(0.0, a.last - lost_from - saves_after)
             bad[mn.BADPUT_INFRASTRUCTURE_RECOVERY] += max(0.0, attempts[i + 1].start - a.last)
     elapsed = max(0.0, end - begin)
     bad[mn.BADPUT_OTHER] = max(0.0, elapsed - productive - sum(v for k, v in bad.items() if k != mn.BADPUT_OTHER))

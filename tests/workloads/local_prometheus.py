@@ -66,7 +66,7 @@ class LocalPrometheus:
         }
         (Path(self._dir) / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.port = _free_port()
-        log = open(Path(self._dir) / "prometheus.log", "wb")  # noqa: SIM115 - open for the process's lifetime
+        log = open(Path(self._dir) / "prometheus.log", "wb")
         self._proc = subprocess.Popen(
             [
                 binary,
