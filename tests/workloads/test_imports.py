@@ -18,6 +18,9 @@ MODULES = [
     "train",
     "model",
     "drain",
+    "goodput",
+    "training_metrics",
+    "device_plugin",
 ]
 
 
