@@ -72,11 +72,13 @@ __all__ = [
     "ClusterConfig",
     "ConfigError",
     "FlexStart",
+    "IdleAlert",
     "KueueConfig",
     "MaintenanceConfig",
     "MaintenanceExclusion",
     "MaintenanceWindow",
     "ModelConfig",
+    "MonitoringConfig",
     "NetworkConfig",
     "OnDemand",
     "Queued",
@@ -91,6 +93,7 @@ __all__ = [
     "gke_version_key",
     "is_production_stack",
     "load_stack_file",
+    "monitoring_rules",
     "parse_stack_config",
     "problems",
     "required_gke_version",
@@ -608,6 +611,53 @@ class KueueConfig(_Model):
     )
 
 
+# ---- monitoring ---------------------------------------------------------------------------------------
+IdleMetric = Literal["dutyCycle", "tensorcoreUtilization"]
+"""The per-chip TPU figures the idle-slice alert may watch (each is a dashboard panel)."""
+IDLE_ALERT_METRICS: tuple[str, ...] = typing.get_args(IdleMetric)
+# https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.notificationChannels : the resource name form.
+_NOTIFICATION_CHANNEL = r"^projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/notificationChannels/[0-9]+$"
+
+
+class IdleAlert(_Model):
+    """An alert for a slice that is held but idle: every chip's figure below ``belowPercent`` for ``window``
+    while the slice's Ray worker pods run."""
+
+    enabled: bool = True
+    window: Annotated[int, Field(gt=0, le=7 * 86400, description="seconds, or '30m', '2h'")] = 1800
+    metric: IdleMetric = "dutyCycle"
+    below_percent: Annotated[float, Field(gt=0, lt=100)] = 1.0
+    exclude_pools: Annotated[list[str], Field(max_length=64)] = []
+    """Slice pools the alert does not watch (e.g. a pool kept warm on purpose); the dashboard still shows them."""
+    notification_channels: Annotated[
+        list[Annotated[str, Field(pattern=_NOTIFICATION_CHANNEL)]], Field(max_length=16)
+    ] = []
+    """``projects/<project>/notificationChannels/<id>``; none: the incident shows in Cloud Monitoring only."""
+
+    _parse = field_validator("window", mode="before")(lambda v: _seconds(v))
+
+
+class MonitoringConfig(_Model):
+    """A Cloud Monitoring dashboard of the stack (one row per slice pool) and the idle-slice alert."""
+
+    enabled: bool = False
+    idle_alert: IdleAlert = IdleAlert()
+
+
+def monitoring_rules(monitoring: MonitoringConfig, pool_names: list[str]) -> list[str]:
+    """The monitoring settings that name slice pools must name pools of this stack."""
+    found: list[str] = []
+    for i, name in enumerate(monitoring.idle_alert.exclude_pools):
+        if pool_names and name not in pool_names:
+            found.append(
+                _field_msg(
+                    f"monitoring.idleAlert.excludePools[{i}]",
+                    f"{name!r} is not a slice pool; valid choices: {', '.join(dict.fromkeys(pool_names))}",
+                )
+            )
+    return found
+
+
 _RFC3339_UTC = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
 UtcTime = Annotated[str, Field(pattern=_RFC3339_UTC, description="RFC 3339 UTC time, e.g. 2026-01-03T02:00:00Z")]
 # GKE: a window needs >= 4 contiguous hours, an exclusion without a release channel (NO_UPGRADES) lasts <= 30 days
@@ -900,6 +950,9 @@ def _rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -
         _valid_part(MaintenanceConfig, values.get("maintenance")),
         workload,
     )
+    monitoring = _valid_part(MonitoringConfig, values.get("monitoring"))
+    if monitoring is not None:
+        found += monitoring_rules(monitoring, names)
     return [(path, text) for path, text in (line.split(_SEP, 1) for line in found)]
 
 
@@ -932,6 +985,7 @@ class StackConfig(_Model):
     workload: WorkloadConfig = WorkloadConfig()
     kueue: KueueConfig = KueueConfig()
     maintenance: MaintenanceConfig = MaintenanceConfig()
+    monitoring: MonitoringConfig = MonitoringConfig()
 
     @field_validator("zone", mode="before")
     @classmethod
@@ -955,6 +1009,7 @@ class StackConfig(_Model):
         found += capacity_rules(
             list(enumerate(self.slice_pools)), self.cluster, self.ray, self.kueue, self.maintenance, self.workload
         )
+        found += monitoring_rules(self.monitoring, [p.name for p in self.slice_pools])
         if found:
             raise ValueError("\n".join(found))
         return self
