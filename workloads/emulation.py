@@ -4,8 +4,10 @@ Each emulated host carries what Ray itself advertises on a real TPU VM (``_priva
 resources ``TPU: <chips>``, ``accelerator_type:TPU-<GEN>``, ``<slice name>: 1`` and ``TPU-<pod type>-head: 1``
 on worker 0; labels ``ray.io/tpu-slice-name``, ``ray.io/tpu-worker-id``, ``ray.io/tpu-topology``,
 ``ray.io/tpu-pod-type``, ``ray.io/accelerator-type``; and the pod env the GKE TPU webhook injects
-(:func:`tpuray.workloads.worker_env.emulated_host_env`), which Ray's slice reservation reads.
-Workers run XLA on CPU. The cluster uses a private temp dir and no token auth (local only).
+(:func:`tpuray.workloads.worker_env.emulated_host_env`), which Ray's slice reservation reads; and, like a GKE
+TPU node, a device plugin metrics endpoint (:mod:`tpuray.workloads.device_plugin`, on the loopback) that Ray's
+reporter agent reads through ``TPU_DEVICE_PLUGIN_ADDR``. Workers run XLA on CPU. The cluster uses a private temp
+dir and no token auth (local only).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpuray.components.metric_names import TPU_DEVICE_PLUGIN_ADDR_ENV
 from tpuray.components.names import (
     RAY_ACCELERATOR_TYPE_LABEL,
     RAY_POD_TYPE_LABEL,
@@ -28,6 +31,7 @@ from tpuray.components.names import (
     RAY_WORKER_ID_LABEL,
 )
 from tpuray.components.topology import TpuSlice
+from tpuray.workloads.device_plugin import EmulatedDevicePlugin, process_usage
 from tpuray.workloads.worker_env import emulated_host_env
 
 __all__ = ["LOOPBACK", "EmulatedCluster", "HostNode", "emulate", "host_node_spec"]
@@ -95,6 +99,7 @@ class EmulatedCluster:
         self._cluster: Any = None
         self._tmp: str | None = None
         self._hosts: dict[str, tuple[Any, HostNode]] = {}
+        self._plugins: dict[tuple[str, int], EmulatedDevicePlugin] = {}
 
     def __enter__(self) -> EmulatedCluster:
         try:
@@ -143,7 +148,10 @@ class EmulatedCluster:
                 "num_cpus": 1,
                 "node_ip_address": LOOPBACK,
                 "temp_dir": os.path.join(self._tmp, "ray"),
-                "include_dashboard": False,
+                # The dashboard, as on a KubeRay head: Ray's state API lives there, and Ray Train's placement
+                # group cleaner polls it (without it every run logs "Failed to query ... actor state").
+                "include_dashboard": True,
+                "dashboard_host": LOOPBACK,
                 # Ray starts workers at nice 15; emulated chips share the machine's cores with everything
                 # else, and a deprioritised trainer measures the neighbours, not the code.
                 "_system_config": {"worker_niceness": 0},
@@ -153,16 +161,22 @@ class EmulatedCluster:
             for i in range(n):
                 name = f"{self.name_prefix}-{s.pod_type}-{i}"
                 for w in range(s.hosts):
-                    self._add_host(host_node_spec(s, name, w, os.environ.get("XLA_FLAGS", "")))
+                    self._add_host(host_node_spec(s, name, w, os.environ.get("XLA_FLAGS", "")), s)
         self._cluster.wait_for_nodes()
 
-    def _add_host(self, spec: HostNode) -> str:
+    def _add_host(self, spec: HostNode, tpu_slice: TpuSlice) -> str:
+        key = (spec.labels[RAY_SLICE_NAME_LABEL], int(spec.labels[RAY_WORKER_ID_LABEL]))
+        plugin = self._plugins.get(key)
+        if plugin is None:  # up before the node: Ray's reporter agent stops asking after one failed read
+            plugin = EmulatedDevicePlugin(tpu_slice, *key, host=LOOPBACK)
+            plugin.usage = process_usage(tpu_slice.chips_per_host, lambda: self._train_worker_pids(*key))
+            self._plugins[key] = plugin
         node = self._cluster.add_node(
             node_ip_address=LOOPBACK,
             num_cpus=spec.num_cpus,
             resources=spec.resources,
             labels=spec.labels,
-            env_vars=spec.env,
+            env_vars={**spec.env, TPU_DEVICE_PLUGIN_ADDR_ENV: plugin.address},
             wait=False,
         )
         self._hosts[str(node.node_id)] = (node, spec)
@@ -174,6 +188,24 @@ class EmulatedCluster:
             if spec.labels[RAY_SLICE_NAME_LABEL] == slice_name and spec.labels[RAY_WORKER_ID_LABEL] == str(worker_id):
                 return node_id
         raise KeyError(f"no host {worker_id} of slice {slice_name!r}; slices: {self.slice_names()}")
+
+    def device_plugin_addresses(self) -> list[str]:
+        """``host:port`` of every emulated host's device plugin metrics endpoint."""
+        return [p.address for p in self._plugins.values()]
+
+    def metrics_export_addresses(self) -> list[str]:
+        """``host:port`` of every Ray node's metrics export port (Ray's and ``ray.util.metrics`` series)."""
+        nodes = [self._cluster.head_node, *(node for node, _ in self._hosts.values())]
+        return [f"{LOOPBACK}:{node.metrics_export_port}" for node in nodes]
+
+    def _train_worker_pids(self, slice_name: str, worker_id: int) -> list[int]:
+        """The Ray Train workers on a host, one per chip in start order (an emulated chip's "driver")."""
+        try:
+            node_id = self.host_node_id(slice_name, worker_id)
+            pids = self.worker_pids(node_id)
+        except (KeyError, IndexError):
+            return []
+        return [p for p in pids if b"RayTrainWorker" in _cmdline(p)]
 
     def worker_pids(self, node_id: str) -> list[int]:
         """The Ray worker processes (``ray::...``) the host's raylet started, from ``/proc`` (Linux)."""
@@ -199,7 +231,7 @@ class EmulatedCluster:
         # SIGTERM, as the kubelet stops a pod: the raylet unregisters from Ray's GCS on the way out, so the GCS
         # drops the host at once instead of after its health checks fail (about 15 s of a dead node looking idle).
         self._cluster.remove_node(node, allow_graceful=True)
-        new = self._add_host(spec)
+        new = self._add_host(spec, next(s for s, _ in self.layout if s.pod_type == spec.labels[RAY_POD_TYPE_LABEL]))
         deadline = time.monotonic() + timeout_s
         while new not in self._cluster.global_state._live_node_ids():
             if time.monotonic() > deadline:
@@ -216,11 +248,21 @@ class EmulatedCluster:
             self._cluster.shutdown()
             self._cluster = None
             self._hosts = {}
+        for plugin in self._plugins.values():
+            plugin.close()
+        self._plugins = {}
         if self._tmp:
             if os.environ.get("RAY_TMPDIR") == self._tmp:
                 del os.environ["RAY_TMPDIR"]
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 @contextmanager
