@@ -97,6 +97,7 @@ __all__ = [
     "parse_stack_config",
     "problems",
     "required_gke_version",
+    "slice_shape",
     "stack_of_file",
     "stack_rules",
 ]
@@ -644,15 +645,37 @@ class MonitoringConfig(_Model):
     idle_alert: IdleAlert = IdleAlert()
 
 
-def monitoring_rules(monitoring: MonitoringConfig, pool_names: list[str]) -> list[str]:
-    """The monitoring settings that name slice pools must name pools of this stack."""
+def slice_shape(s: TpuSlice) -> tuple[str, str]:
+    """What a chip's TPU metrics say of its slice: GKE's accelerator label value and the topology (the device
+    plugin's ``model`` and ``tpu_topology`` labels). Pools of one shape cannot be told apart by them."""
+    return (s.gke_accelerator, s.topology)
+
+
+def monitoring_rules(
+    monitoring: MonitoringConfig, pools: list[tuple[int, SlicePoolConfig]], pool_names: list[str] | None = None
+) -> list[str]:
+    """Settings that name slice pools name pools of this stack, and an excluded pool can be told from a watched one.
+
+    ``pool_names``: every pool's name, valid or not (default: the names of ``pools``)."""
     found: list[str] = []
-    for i, name in enumerate(monitoring.idle_alert.exclude_pools):
-        if pool_names and name not in pool_names:
+    names = list(dict.fromkeys(pool_names if pool_names is not None else [p.name for _, p in pools]))
+    excluded = monitoring.idle_alert.exclude_pools
+    watched = {slice_shape(p.tpu_slice): p.name for _, p in pools if p.name not in excluded}
+    for i, name in enumerate(excluded):
+        at = f"monitoring.idleAlert.excludePools[{i}]"
+        pool = next((p for _, p in pools if p.name == name), None)
+        if pool is None:
+            if names and name not in names:
+                found.append(_field_msg(at, f"{name!r} is not a slice pool; valid choices: {', '.join(names)}"))
+            continue
+        other = watched.get(slice_shape(pool.tpu_slice))
+        if other is not None:
             found.append(
                 _field_msg(
-                    f"monitoring.idleAlert.excludePools[{i}]",
-                    f"{name!r} is not a slice pool; valid choices: {', '.join(dict.fromkeys(pool_names))}",
+                    at,
+                    f"{name!r} has the slice shape of watched pool {other!r} ({pool.tpu_slice.generation} "
+                    f"{pool.tpu_slice.topology}); TPU metrics carry the shape, not the pool, so the alert cannot "
+                    f"leave one out: exclude both or neither",
                 )
             )
     return found
@@ -952,7 +975,7 @@ def _rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -
     )
     monitoring = _valid_part(MonitoringConfig, values.get("monitoring"))
     if monitoring is not None:
-        found += monitoring_rules(monitoring, names)
+        found += monitoring_rules(monitoring, pools, names)
     return [(path, text) for path, text in (line.split(_SEP, 1) for line in found)]
 
 
@@ -1009,7 +1032,7 @@ class StackConfig(_Model):
         found += capacity_rules(
             list(enumerate(self.slice_pools)), self.cluster, self.ray, self.kueue, self.maintenance, self.workload
         )
-        found += monitoring_rules(self.monitoring, [p.name for p in self.slice_pools])
+        found += monitoring_rules(self.monitoring, list(enumerate(self.slice_pools)))
         if found:
             raise ValueError("\n".join(found))
         return self

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components.config import Queued, SlicePoolConfig, StackConfig
-from tpuray.components.planning import dashboard_metrics as m
+from tpuray.components import metric_names as m
+from tpuray.components.config import Queued, SlicePoolConfig, StackConfig, slice_shape
 from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.topology import TpuSlice
 
@@ -40,7 +40,7 @@ __all__ = [
     "PoolRow",
     "dashboard_plan",
     "idle_alert_plan",
-    "pool_selector",
+    "shape_selector",
 ]
 
 COLUMNS = 48
@@ -78,9 +78,17 @@ class Panel:
 
 @dataclass(frozen=True)
 class PoolRow:
-    pool: str
+    """The row of one slice shape: its pools (usually one) and their charts."""
+
+    pools: tuple[str, ...]
     tpu_slice: TpuSlice
     panels: tuple[Panel, ...]
+
+    @property
+    def title(self) -> str:
+        s = self.tpu_slice
+        shared = " (one slice shape: Ray's TPU metrics carry the shape, not the pool)" if len(self.pools) > 1 else ""
+        return f"{' + '.join(self.pools)}: {s.generation} {s.topology} ({s.pod_type}), {s.chips} chips a slice{shared}"
 
 
 @dataclass(frozen=True)
@@ -88,9 +96,11 @@ class DashboardPlan:
     display_name: str
     rows: tuple[PoolRow, ...]
 
+    def row(self, pool: str) -> PoolRow:
+        return next(r for r in self.rows if pool in r.pools)
+
     def panel(self, pool: str, key: str) -> Panel:
-        row = next(r for r in self.rows if r.pool == pool)
-        return next(p for p in row.panels if p.key == key)
+        return next(p for p in self.row(pool).panels if p.key == key)
 
     @property
     def queries(self) -> list[str]:
@@ -103,7 +113,6 @@ class DashboardPlan:
         per_line = COLUMNS // PANEL_W
         for row in self.rows:
             lines = -(-len(row.panels) // per_line)
-            s = row.tpu_slice
             tiles.append(
                 {
                     "xPos": 0,
@@ -111,7 +120,7 @@ class DashboardPlan:
                     "width": COLUMNS,
                     "height": HEADER_H + lines * PANEL_H,
                     "widget": {
-                        "title": f"{row.pool}: {s.generation} {s.topology} ({s.pod_type}), {s.chips} chips a slice",
+                        "title": row.title,
                         "collapsibleGroup": {"collapsed": False},
                     },
                 }
@@ -160,192 +169,166 @@ class AlertPlan:
 
 
 # ---- queries ----------------------------------------------------------------------------------------------
-def pool_selector(pool: str) -> str:
-    """The label matcher of one pool's series: Managed Prometheus copies the pod's pool label onto every sample
-    it scrapes from the pool's Ray pods (see :mod:`.dashboard_metrics`)."""
-    return f'{m.POOL_METRIC_LABEL}="{pool}"'
+RAY_DUTY_CYCLE = m.ray_exported(m.RAY_TPU_DUTY_CYCLE)
+RAY_TENSORCORE = m.ray_exported(m.RAY_TPU_TENSORCORE_UTILIZATION)
+RAY_MEMORY_USED = m.ray_exported(m.RAY_TPU_MEMORY_USED)
+STEP_TIME = m.ray_exported(m.TRAIN_STEP_TIME)
+TOKENS_PER_CHIP = m.ray_exported(m.TRAIN_TOKENS_PER_CHIP)
+MFU = m.ray_exported(m.TRAIN_MFU)
+GOODPUT = m.ray_exported(m.TRAIN_GOODPUT)
+BADPUT = m.ray_exported(m.TRAIN_BADPUT)
+IDLE_METRICS = {"dutyCycle": RAY_DUTY_CYCLE, "tensorcoreUtilization": RAY_TENSORCORE}
+"""The config's ``idleAlert.metric`` -> the per-chip gauge it watches."""
+TRAINING_KEYS = frozenset({"stepTime", "tokensPerChip", "mfu", "goodput", "badput"})
 
 
-def _tpu_panels(pool: str, s: TpuSlice) -> list[Panel]:
-    sel = pool_selector(pool)
-    chip_legend = "${" + m.HOST_LABEL + "} chip ${" + m.CHIP_INDEX_LABEL + "}"
+def shape_selector(s: TpuSlice) -> str:
+    """The label matchers of one slice shape's per-chip TPU series.
+
+    Ray's reporter agent tags each chip's gauges with the device plugin's ``model`` (GKE's accelerator label value)
+    and ``tpu_topology``; the pool is not among its tags, so pools of one shape share a row.
+    """
+    return f'{m.RAY_TPU_TYPE_LABEL}="{s.gke_accelerator}",{m.RAY_TPU_TOPOLOGY_LABEL}="{s.topology}"'
+
+
+def training_selector(slices: Sequence[TpuSlice]) -> str:
+    """The label matcher of the training metrics of runs on these slice shapes (their ``tpu_slice`` tag)."""
+    specs = sorted({str(s) for s in slices})
+    if len(specs) == 1:
+        return f'{m.TRAIN_SLICE_TAG}="{specs[0]}"'
+    return f'{m.TRAIN_SLICE_TAG}=~"{"|".join(specs)}"'
+
+
+def _tpu_panels(s: TpuSlice) -> list[Panel]:
+    sel = shape_selector(s)
+    chip_legend = "${" + m.RAY_NODE_IP_LABEL + "} chip ${" + m.RAY_TPU_INDEX_LABEL + "}"
     hbm = s.spec.hbm_gib_per_chip
     return [
-        Panel(
-            "dutyCycle",
-            "TPU duty cycle per chip (%)",
-            f"{m.TPU_DUTY_CYCLE}{{{sel}}}",
-            "%",
-            True,
-            (m.TPU_DUTY_CYCLE,),
-            chip_legend,
-        ),
-        Panel(
-            "tensorcoreUtilization",
-            "TensorCore utilisation per chip (%)",
-            f"{m.TPU_TENSORCORE_UTILIZATION}{{{sel}}}",
-            "%",
-            True,
-            (m.TPU_TENSORCORE_UTILIZATION,),
-            chip_legend,
-        ),
-        Panel(
-            "hbmUsed",
-            f"HBM used per chip (% of {s.generation}'s {hbm} GiB)",
-            f"100 * {m.TPU_MEMORY_USED}{{{sel}}} / {s.hbm_bytes_per_chip}",
-            "%",
-            True,
-            (m.TPU_MEMORY_USED,),
-            chip_legend,
-            threshold=100.0,
-        ),
-    ]
+        Panel("dutyCycle", "TPU duty cycle per chip (%)", f"{RAY_DUTY_CYCLE}{{{sel}}}", "%", True, (RAY_DUTY_CYCLE,),
+              chip_legend),
+        Panel("tensorcoreUtilization", "TensorCore utilisation per chip (%)", f"{RAY_TENSORCORE}{{{sel}}}", "%",
+              True, (RAY_TENSORCORE,), chip_legend),
+        # The catalog's HBM per chip, not the plugin's memory_total: a chip that reports less than the generation
+        # has shows up as never reaching 100 %.
+        Panel("hbmUsed", f"HBM used per chip (% of {s.generation}'s {hbm} GiB)",
+              f"100 * {RAY_MEMORY_USED}{{{sel}}} / {s.hbm_bytes_per_chip}", "%", True, (RAY_MEMORY_USED,),
+              chip_legend, threshold=100.0),
+    ]  # fmt: skip
 
 
-def _training_panels(pool: str, s: TpuSlice) -> list[Panel]:
-    sel = pool_selector(pool)
+def _training_panels(slices: Sequence[TpuSlice]) -> list[Panel]:
+    sel = training_selector(slices)
+    s = slices[0]
     peak = s.spec.peak_bf16_tflops_per_chip
-    w = RATE_WINDOW
+    run = m.TRAIN_RUN_TAG
+    bucket = m.TRAIN_BUCKET_TAG
     return [
-        Panel(
-            "stepTime",
-            "Step time (s)",
-            f"sum by ({m.RUN_LABEL}) (rate({m.STEP_SECONDS}_sum{{{sel}}}[{w}])) / "
-            f"sum by ({m.RUN_LABEL}) (rate({m.STEP_SECONDS}_count{{{sel}}}[{w}]))",
-            "s",
-            False,
-            (m.STEP_SECONDS,),
-        ),
-        Panel(
-            "tokensPerChip",
-            "Tokens/s per chip",
-            f"avg by ({m.RUN_LABEL}) ({m.TOKENS_PER_SECOND_PER_CHIP}{{{sel}}})",
-            "1/s",
-            False,
-            (m.TOKENS_PER_SECOND_PER_CHIP,),
-        ),
-        Panel(
-            "mfu",
-            f"MFU (% of {peak:g} bf16 TFLOP/s per {s.generation} chip)",
-            f"100 * avg by ({m.RUN_LABEL}) ({m.MODEL_TFLOPS_PER_CHIP}{{{sel}}}) / {peak:g}",
-            "%",
-            False,
-            (m.MODEL_TFLOPS_PER_CHIP,),
-            threshold=100.0,
-        ),
-        Panel(
-            "goodput",
-            "Goodput (% of chip-time that made progress)",
-            f"100 * max by ({m.RUN_LABEL}) ({m.GOODPUT_RATIO}{{{sel}}})",
-            "%",
-            False,
-            (m.GOODPUT_RATIO,),
-        ),
-        Panel(
-            "badput",
-            "Badput by cause (s)",
-            f"max by ({m.RUN_LABEL}, {m.BADPUT_CAUSE_LABEL}) ({m.BADPUT_SECONDS}{{{sel}}})",
-            "s",
-            False,
-            (m.BADPUT_SECONDS,),
-            "${" + m.BADPUT_CAUSE_LABEL + "}",
-        ),
-    ]
+        Panel("stepTime", "Step time, median so far (s)", f"max by ({run}) ({STEP_TIME}{{{sel}}})", "s", False,
+              (STEP_TIME,), "${" + run + "}"),
+        Panel("tokensPerChip", "Tokens/s per chip", f"avg by ({run}) ({TOKENS_PER_CHIP}{{{sel}}})", "1/s", False,
+              (TOKENS_PER_CHIP,), "${" + run + "}"),
+        # The trainer computes MFU against the catalog's peak (metric_names.TRAIN_MFU); the title says which peak.
+        Panel("mfu", f"MFU (% of {peak:g} bf16 TFLOP/s per {s.generation} chip)",
+              f"100 * avg by ({run}) ({MFU}{{{sel}}})", "%", False, (MFU,), "${" + run + "}", threshold=100.0),
+        Panel("goodput", "Goodput (% of the run's time that made progress)",
+              f"100 * max by ({run}) ({GOODPUT}{{{sel}}})", "%", False, (GOODPUT,), "${" + run + "}"),
+        Panel("badput", "Badput by cause (s)", f"max by ({run}, {bucket}) ({BADPUT}{{{sel}}})", "s", False,
+              (BADPUT,), "${" + run + "} ${" + bucket + "}"),
+    ]  # fmt: skip
 
 
-def _kueue_panels(pool: SlicePoolConfig, cluster_queue: str) -> list[Panel]:
-    """Kueue's histograms are per ClusterQueue (kueue pkg/metrics/metrics.go); the stack has one."""
+def _kueue_panels(pools: Sequence[SlicePoolConfig], cluster_queue: str) -> list[Panel]:
+    """Kueue's histograms are per ClusterQueue (one per stack), so these charts are the queue's, shown in each
+    pool's row for reading beside its chips."""
     cq = f'{m.KUEUE_CLUSTER_QUEUE_LABEL}="{cluster_queue}"'
-    w = "30m"
 
     def p90(name: str) -> str:
-        return f"histogram_quantile(0.9, sum by (le) (rate({name}_bucket{{{cq}}}[{w}])))"
+        return f"histogram_quantile(0.9, sum by (le) (rate({name}_bucket{{{cq}}}[30m])))"
 
     panels = [
-        Panel(
-            "admissionWait",
-            "Kueue admission wait, p90 (s)",
-            p90(m.KUEUE_ADMISSION_WAIT),
-            "s",
-            False,
-            (m.KUEUE_ADMISSION_WAIT,),
-        )
-    ]
-    if isinstance(pool.capacity, Queued):
-        # A queued pool's admission check is its ProvisioningRequest: the time from quota reservation to admission
-        # is the time GKE took to provision the slice.
+        Panel("admissionWait", "Kueue admission wait, p90 (s)", p90(m.KUEUE_ADMISSION_WAIT), "s", False,
+              (m.KUEUE_ADMISSION_WAIT,))
+    ]  # fmt: skip
+    if any(isinstance(p.capacity, Queued) for p in pools):
+        # A queued pool's admission check is its ProvisioningRequest: quota reservation -> admission is the time
+        # GKE took to provision the slice.
         panels.append(
-            Panel(
-                "sliceProvisioning",
-                "Slice provisioning (admission checks), p90 (s)",
-                p90(m.KUEUE_ADMISSION_CHECKS_WAIT),
-                "s",
-                False,
-                (m.KUEUE_ADMISSION_CHECKS_WAIT,),
-            )
-        )
+            Panel("sliceProvisioning", "Slice provisioning (ProvisioningRequest check), p90 (s)",
+                  p90(m.KUEUE_ADMISSION_CHECKS_WAIT), "s", False, (m.KUEUE_ADMISSION_CHECKS_WAIT,))
+        )  # fmt: skip
     return panels
 
 
 # ---- plans ------------------------------------------------------------------------------------------------
+def _shape_groups(cfg: StackConfig) -> list[list[SlicePoolConfig]]:
+    groups: dict[tuple[str, str], list[SlicePoolConfig]] = {}
+    for pool in cfg.slice_pools:
+        groups.setdefault(slice_shape(pool.tpu_slice), []).append(pool)
+    return list(groups.values())
+
+
 def dashboard_plan(cfg: StackConfig, stack: str) -> DashboardPlan:
-    """The dashboard of a stack: one row per slice pool."""
+    """The dashboard of a stack: one row per slice pool (pools of one slice shape share theirs)."""
     cluster_queue = kueue_spec(cfg).cluster_queue if cfg.kueue.enabled else None
     rows = []
-    for pool in cfg.slice_pools:
-        panels = _tpu_panels(pool.name, pool.tpu_slice) + _training_panels(pool.name, pool.tpu_slice)
+    for group in _shape_groups(cfg):
+        slices = [p.tpu_slice for p in group]
+        panels = _tpu_panels(slices[0]) + _training_panels(slices)
         if cluster_queue is not None:
-            panels += _kueue_panels(pool, cluster_queue)
-        rows.append(PoolRow(pool.name, pool.tpu_slice, tuple(panels)))
+            panels += _kueue_panels(group, cluster_queue)
+        rows.append(PoolRow(tuple(p.name for p in group), slices[0], tuple(panels)))
     plan = DashboardPlan(display_name=f"tpuray {stack}: TPU slices", rows=tuple(rows))
-    check_coverage(plan, [p.name for p in cfg.slice_pools])
+    check_coverage(plan, cfg.slice_pools)
     return plan
 
 
-def check_coverage(plan: DashboardPlan, pools: Sequence[str]) -> None:
-    """Every slice pool has its row, and every TPU panel of a row selects that pool's series and no other's."""
-    rows = {r.pool: r for r in plan.rows}
-    missing = [p for p in pools if p not in rows or not rows[p].panels]
-    if missing:
-        raise DashboardError(f"no dashboard panel covers slice pool(s) {', '.join(missing)}")
-    for r in plan.rows:
-        per_chip = [p for p in r.panels if p.per_chip]
-        if not per_chip:
-            raise DashboardError(f"slice pool {r.pool}: no per-chip TPU panel")
-        for p in r.panels:
-            if (p.per_chip or p.key in TRAINING_KEYS) and pool_selector(r.pool) not in p.query:
-                raise DashboardError(f"slice pool {r.pool}: panel {p.title!r} does not select the pool's series")
-
-
-TRAINING_KEYS = frozenset({"stepTime", "tokensPerChip", "mfu", "goodput", "badput"})
+def check_coverage(plan: DashboardPlan, pools: Sequence[SlicePoolConfig]) -> None:
+    """Every slice pool is in a row whose per-chip panels select its slice shape and whose training panels select
+    its runs; a pool no panel covers is a :class:`DashboardError` naming it."""
+    uncovered: list[str] = []
+    for pool in pools:
+        rows = [r for r in plan.rows if pool.name in r.pools]
+        tpu = [p for r in rows for p in r.panels if p.per_chip and shape_selector(pool.tpu_slice) in p.query]
+        spec = str(pool.tpu_slice)
+        training = {p.key for r in rows for p in r.panels if p.key in TRAINING_KEYS and spec in p.query}
+        if len(rows) != 1 or not tpu or training != TRAINING_KEYS:
+            uncovered.append(pool.name)
+    if uncovered:
+        raise DashboardError(f"no dashboard row covers slice pool(s) {', '.join(uncovered)}")
 
 
 def idle_alert_plan(cfg: StackConfig, stack: str) -> AlertPlan | None:
-    """The held-but-idle alert: a pool's chips all under ``belowPercent`` for ``window`` while its pods run.
+    """The held-but-idle alert: every chip of a host of a watched slice shape under ``belowPercent`` for
+    ``window``, while its Ray worker pod runs.
 
-    "While its pods run": the TPU series exist only while a Ray worker pod of the pool runs on the slice (the
-    device plugin serves them for containers that hold chips), so ``max`` over a pool's chips is absent, not 0,
-    when nothing runs, and a pool without pods never fires.
+    "While its pods run": Ray's TPU gauges exist only while a Ray worker pod runs on the host (its reporter agent
+    exports them), so a host without a pod has no series and never fires; one with a pod whose chips sit idle
+    does. One series per host (``ip``): an idle multi-host slice opens an incident per host.
     """
     alert = cfg.monitoring.idle_alert
     if not alert.enabled:
         return None
-    pools = tuple(p.name for p in cfg.slice_pools if p.name not in alert.exclude_pools)
-    if not pools:
+    watched = [p for p in cfg.slice_pools if p.name not in alert.exclude_pools]
+    if not watched:
         return None
-    metric = {"dutyCycle": m.TPU_DUTY_CYCLE, "tensorcoreUtilization": m.TPU_TENSORCORE_UTILIZATION}[alert.metric]
-    pool_re = "|".join(pools)
-    query = f'max by ({m.POOL_METRIC_LABEL}) ({metric}{{{m.POOL_METRIC_LABEL}=~"{pool_re}"}}) < {alert.below_percent:g}'
+    metric = IDLE_METRICS[alert.metric]
+    shapes = sorted({(p.tpu_slice.gke_accelerator, p.tpu_slice.topology) for p in watched})
+    matchers = " or ".join(
+        f'{metric}{{{m.RAY_TPU_TYPE_LABEL}="{acc}",{m.RAY_TPU_TOPOLOGY_LABEL}="{topo}"}}' for acc, topo in shapes
+    )
+    by = f"{m.RAY_NODE_IP_LABEL}, {m.RAY_TPU_TYPE_LABEL}, {m.RAY_TPU_TOPOLOGY_LABEL}"
+    query = f"max by ({by}) ({matchers}) < {alert.below_percent:g}"
     doc = (
-        f"Every chip of slice pool {{{{$labels.{m.POOL_METRIC_LABEL}}}}} has had {alert.metric} below "
-        f"{alert.below_percent:g}% for {alert.window // 60} min while its Ray worker pods run: the slice is held "
-        "(and paid for) but idle. Check the training job, or scale the pool down."
+        f"Every chip of TPU host {{{{$labels.{m.RAY_NODE_IP_LABEL}}}}} ({{{{$labels.{m.RAY_TPU_TYPE_LABEL}}}}} "
+        f"{{{{$labels.{m.RAY_TPU_TOPOLOGY_LABEL}}}}}) has had {alert.metric} below {alert.below_percent:g}% for "
+        f"{alert.window // 60} min while its Ray worker pod runs: the slice is held (and paid for) but idle. "
+        f"Watched pools: {', '.join(p.name for p in watched)}. Check the training job, or scale the pool down."
     )
     return AlertPlan(
         display_name=f"tpuray {stack}: TPU slice held but idle",
         query=query,
         duration_seconds=alert.window,
         notification_channels=tuple(alert.notification_channels),
-        pools=pools,
+        pools=tuple(p.name for p in watched),
         documentation=doc,
     )
