@@ -57,8 +57,8 @@ def render_dashboard_svg(dashboard: Mapping[str, Any]) -> str:
         w, h = int(t.get("width", 1)) * CELL_W, int(t.get("height", 1)) * CELL_H
         title = str((t.get("widget") or {}).get("title") or "")
         body.append(
-            f'<g class="pool-row"><rect x="{x}" y="{y - 14}" width="{w}" height="{h + 14}" fill="#eef3f8" '
-            f'stroke="#4e79a7"/><text x="{x + 6}" y="{y - 3}" font-size="12" font-weight="bold">'
+            f'<g class="pool-row"><rect x="{x}" y="{y}" width="{w}" height="{h}" fill="#eef3f8" '
+            f'stroke="#4e79a7"/><text x="{x + 6}" y="{y + CELL_H - 2}" font-size="11" font-weight="bold">'
             f"{escape(_clip(title, w - 12))}</text></g>"
         )
     for t in charts:
