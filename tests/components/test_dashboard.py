@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,31 @@ def test_dashboard_json_is_a_mosaic_of_pool_groups(name: str) -> None:
         inside = [t for t in charts if _cells(t) <= _cells(g)]
         assert [t["widget"]["title"] for t in inside] == [p.title for p in row.panels]
     assert plan.json_text() == dashboard_plan(stack(name), name).json_text()
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_dashboard_json_parses_as_the_apis_dashboard_message(name: str) -> None:
+    """The Dashboard API's own message types (google-cloud-monitoring-dashboards) read the JSON with unknown fields
+    refused, and keep every query and unit."""
+    with warnings.catch_warnings():  # google.api_core's notice about Python 3.11's end of life
+        warnings.simplefilter("ignore", FutureWarning)
+        from google.cloud.monitoring_dashboard_v1 import types as api
+
+    plan = dashboard_plan(stack(name), name)
+    board = api.Dashboard.from_json(plan.json_text(), ignore_unknown_fields=False)
+    queries = [
+        ds.time_series_query.prometheus_query
+        for tile in board.mosaic_layout.tiles
+        for ds in tile.widget.xy_chart.data_sets
+    ]
+    assert queries == plan.queries
+    assert board.mosaic_layout.columns == COLUMNS
+    groups = [t for t in board.mosaic_layout.tiles if "collapsible_group" in t.widget]
+    assert len(groups) == len(plan.rows)
+    with pytest.raises(Exception, match="prometheusQery"):
+        api.Dashboard.from_json(
+            plan.json_text().replace('"prometheusQuery"', '"prometheusQery"'), ignore_unknown_fields=False
+        )
 
 
 def test_dashboard_picture_has_a_band_per_row_and_a_box_per_chart() -> None:
