@@ -333,6 +333,8 @@ def test_component_declares_the_dashboard_and_the_alert_under_itself() -> None:
 
     run, _ = er.run(build)
     children = er.children_of(run, "StackMonitoring")
+    top = [r["type"] for r in run.resources if not r["parent"] or "::pulumi:pulumi:Stack::" in r["parent"]]
+    assert top == ["tpuray:index:StackMonitoring"]  # parent=self on every child
     types = sorted(r["type"] for r in children)
     assert types == ["gcp:monitoring/alertPolicy:AlertPolicy", "gcp:monitoring/dashboard:Dashboard"]
     board = next(r for r in children if r["type"].endswith("Dashboard"))
