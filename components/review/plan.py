@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_stack_file
+from tpuray.components.review import resource_types
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
 from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, load_plan_file, mark
 from tpuray.components.review.policy_rules import Resource, Violation, check_resources
@@ -27,12 +28,20 @@ from tpuray.components.review.pool_views import PoolView, pool_views
 from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown
 from tpuray.components.review.svg import render_svg
 
-__all__ = ["DASHBOARD", "DASHBOARD_PICTURE", "PICTURE", "Plan", "dashboards", "find_root", "render_stack", "write_plan"]
+__all__ = [
+    "DASHBOARD_FILE",
+    "DASHBOARD_PICTURE",
+    "PICTURE",
+    "Plan",
+    "dashboards",
+    "find_root",
+    "render_stack",
+    "write_plan",
+]
 
 PICTURE = "topology.svg"
-DASHBOARD = "dashboard.json"
+DASHBOARD_FILE = "dashboard.json"
 DASHBOARD_PICTURE = "dashboard.svg"
-DASHBOARD_TYPE = "gcp:monitoring/dashboard:Dashboard"
 
 
 @dataclass(frozen=True)
@@ -108,18 +117,18 @@ def write_plan(plan: Plan, out: Path, root: Path | None = None) -> None:
     (out / "topology.md").write_text(topology_markdown(plan.stack, plan.pools, PICTURE))
     (out / PICTURE).write_text(render_svg(plan.stack, plan.pools))
     boards = dashboards(plan.resources)
-    for name in (DASHBOARD, DASHBOARD_PICTURE):  # a plan without a dashboard leaves no earlier one behind
+    for name in (DASHBOARD_FILE, DASHBOARD_PICTURE):  # a plan without a dashboard leaves no earlier one behind
         if (out / name).is_file():
             (out / name).unlink()
     if boards:
         board = boards[0]  # one per stack (StackMonitoring)
-        (out / DASHBOARD).write_text(json.dumps(board, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        (out / DASHBOARD_FILE).write_text(json.dumps(board, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
         (out / DASHBOARD_PICTURE).write_text(render_dashboard_svg(board))
 
 
 def dashboards(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The ``Dashboard`` objects the program declared (each resource's ``dashboardJson``, parsed)."""
-    return [json.loads(r["inputs"]["dashboardJson"]) for r in resources if r["type"] == DASHBOARD_TYPE]
+    return [json.loads(r["inputs"]["dashboardJson"]) for r in resources if r["type"] == resource_types.DASHBOARD]
 
 
 def summary(plan: Plan) -> str:

@@ -27,6 +27,7 @@ from tpuray.components.planning.dashboard import (
 )
 from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
+from tpuray.components.review.resource_types import ALERT_POLICY, DASHBOARD
 from tpuray.components.stack_monitoring import StackMonitoring, StackMonitoringArgs
 from tpuray.components.topology import GENERATIONS, TpuSlice
 
@@ -336,7 +337,7 @@ def test_component_declares_the_dashboard_and_the_alert_under_itself() -> None:
     top = [r["type"] for r in run.resources if not r["parent"] or "::pulumi:pulumi:Stack::" in r["parent"]]
     assert top == ["tpuray:index:StackMonitoring"]  # parent=self on every child
     types = sorted(r["type"] for r in children)
-    assert types == ["gcp:monitoring/alertPolicy:AlertPolicy", "gcp:monitoring/dashboard:Dashboard"]
+    assert types == [ALERT_POLICY, DASHBOARD]
     board = next(r for r in children if r["type"].endswith("Dashboard"))
     assert json.loads(board["inputs"]["dashboardJson"]) == plan.to_json()
     policy = next(r for r in children if r["type"].endswith("AlertPolicy"))
@@ -354,13 +355,13 @@ def test_component_without_alert_declares_only_the_dashboard() -> None:
         StackMonitoring("mon", StackMonitoringArgs(project=cfg.project, dashboard=dashboard_plan(cfg, "dev")))
 
     run, _ = er.run(build)
-    assert [r["type"] for r in er.children_of(run, "StackMonitoring")] == ["gcp:monitoring/dashboard:Dashboard"]
+    assert [r["type"] for r in er.children_of(run, "StackMonitoring")] == [DASHBOARD]
 
 
 @pytest.mark.parametrize(("name", "on"), [("dev", False), ("prod", True), ("prod-dws", True)])
 def test_the_stacks_declare_monitoring_where_it_is_on(name: str, on: bool) -> None:
     run, _ = er.run(er.ROOT / "infra", stack=name, config=er.cli_config(name))
     types = [r["type"] for r in run.resources]
-    assert types.count("gcp:monitoring/dashboard:Dashboard") == int(on)
-    assert types.count("gcp:monitoring/alertPolicy:AlertPolicy") == int(on)
+    assert types.count(DASHBOARD) == int(on)
+    assert types.count(ALERT_POLICY) == int(on)
     assert types.count("tpuray:index:StackMonitoring") == int(on)
