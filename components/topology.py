@@ -566,4 +566,5 @@ class TpuSlice:
             "placement": self.placement,
             "min_gke_version": self.min_gke_version,
             "peak_bf16_tflops": self.peak_bf16_tflops,
+            "hbm_gib_per_chip": self.spec.hbm_gib_per_chip,
         }
