@@ -230,7 +230,7 @@ def _training_panels(slices: Sequence[TpuSlice]) -> list[Panel]:
         # The trainer computes MFU against the catalog's peak (metric_names.TRAIN_MFU); the title says which peak.
         Panel("mfu", f"MFU (% of {peak:g} bf16 TFLOP/s per {s.generation} chip)",
               f"100 * avg by ({run}) ({MFU}{{{sel}}})", "%", False, (MFU,), "${" + run + "}", threshold=100.0),
-        Panel("goodput", "Goodput (% of the run's time that made progress)",
+        Panel("goodput", "Goodput (% of run time making progress)",
               f"100 * max by ({run}) ({GOODPUT}{{{sel}}})", "%", False, (GOODPUT,), "${" + run + "}"),
         Panel("badput", "Badput by cause (s)", f"max by ({run}, {bucket}) ({BADPUT}{{{sel}}})", "s", False,
               (BADPUT,), "${" + run + "} ${" + bucket + "}"),
@@ -253,7 +253,7 @@ def _kueue_panels(pools: Sequence[SlicePoolConfig], cluster_queue: str) -> list[
         # A queued pool's admission check is its ProvisioningRequest: quota reservation -> admission is the time
         # GKE took to provision the slice.
         panels.append(
-            Panel("sliceProvisioning", "Slice provisioning (ProvisioningRequest check), p90 (s)",
+            Panel("sliceProvisioning", "Slice provisioning (DWS), p90 (s)",
                   p90(m.KUEUE_ADMISSION_CHECKS_WAIT), "s", False, (m.KUEUE_ADMISSION_CHECKS_WAIT,))
         )  # fmt: skip
     return panels
