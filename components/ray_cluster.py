@@ -82,6 +82,8 @@ class RayTpuClusterArgs:
     """The Ray token (a secret); None: Pulumi generates one."""
     operator_namespace: str | None = None
     """Where the KubeRay operator runs in the cluster; its pods may call the head's job API (RayJob status)."""
+    node_cidr: str | None = None
+    """The nodes' subnet range: Ray pods may reach the TPU device plugin's metrics port there."""
     depends_on: list[pulumi.Resource] | None = None
     """What every child waits for: the cluster (its Workload Identity pool must exist before the binding) and the
     node pools. A component's own ``depends_on`` does not reach its children, hence this field."""
@@ -156,6 +158,7 @@ class RayTpuCluster(pulumi.ComponentResource):
                 max_chips_per_host=max(g.tpu_slice.chips_per_host for g in p.groups),
                 operator_namespace=args.operator_namespace,
                 labels=p.labels,
+                node_cidr=args.node_cidr,
             )
         )
         for pol in policies:

@@ -130,6 +130,7 @@ def ray_tpu_cluster_args(
         # secret-bearing: read with get_secret only, never part of the (printable) StackConfig
         auth_token=pulumi.Config(NAMESPACE).get_secret(RAY_AUTH_TOKEN_KEY),
         operator_namespace=cfg.ray.job_api_namespace,
+        node_cidr=cfg.network.subnet_cidr,
         depends_on=depends_on,
         declare_cluster=declare_cluster,
     )

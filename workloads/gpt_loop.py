@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
+import logging
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
@@ -19,11 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from tpuray.workloads.drain import CheckpointSignal
+from tpuray.workloads.goodput import GoodputRecorder
 from tpuray.workloads.metrics import ModelShape, throughput
+from tpuray.workloads.training_metrics import report_step_metrics, xla_compiles
 
 __all__ = ["CheckpointError", "GptJob", "train_gpt"]
 
 STATE_FILE = "state.pt"
+
+# Progress goes through logging, not print: Ray Train patches print in its workers to log each call and, when
+# Ray has redirected the stream, also print it, so a printed line reaches the driver twice.
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(RuntimeError):
@@ -49,6 +55,10 @@ class GptJob:
     """Steps between the ranks' agreement on whether to checkpoint out of turn (:mod:`tpuray.workloads.drain`)."""
     cpu_threads: int | None = None
     """torch intra-op threads per worker (the CPU emulation uses 1: several workers share few cores)."""
+    run_dir: str | None = None
+    """The run's directory (``<storage path>/<run name>``) on a file system: its goodput log goes there."""
+    run_name: str = "train"
+    """The ``run`` tag of the exported metrics."""
 
     @property
     def fingerprint(self) -> str:
@@ -185,17 +195,22 @@ def train_gpt(config: dict[str, Any]) -> None:
     from tpuray.workloads.data import open_dataset
     from tpuray.workloads.model import GPT
 
-    t_start = time.perf_counter()
+    t_start, wall_start = time.perf_counter(), time.time()
+    _quiet_report_log()
     job: GptJob = config["job"]
     c = _torch_tpu_runtime() if config.get("runtime") == "torch_tpu" else _xla_runtime()
+    rec = GoodputRecorder(job.run_dir, enabled=c.rank == 0, started=wall_start)
+    rec.tpu_ready()
+    real_chips = config.get("runtime") == "torch_tpu" or _xla_on_tpu()  # MFU means something only there
     if job.cpu_threads:
         torch.set_num_threads(job.cpu_threads)
     data = open_dataset(job.dataset, job.model.vocab_size, job.seed)
     torch.manual_seed(job.seed)  # identical initial weights on every chip
     model = GPT(job.model)
-    state, notes = _resume(job)
-    if state is not None:
-        model.load_state_dict(state["model"])
+    with rec.restoring():
+        state, notes = _resume(job)
+        if state is not None:
+            model.load_state_dict(state["model"])
     model = model.to(c.device)
     opt = torch.optim.AdamW(model.parameters(), lr=job.learning_rate, weight_decay=0.01)
     start, history, resumes, drains = 0, [], [], []
@@ -205,9 +220,9 @@ def train_gpt(config: dict[str, Any]) -> None:
         drains = list(state.get("drains", []))
     if c.rank == 0:
         for note in notes:
-            print(note, file=sys.stderr, flush=True)
+            log.warning(note)
         if state is not None:
-            print(f"resumed from step {start}", file=sys.stderr, flush=True)
+            log.info(f"resumed from step {start}")
 
     autocast = torch.autocast(c.autocast_device, dtype=torch.bfloat16, enabled=job.bf16)
     pending: list[torch.Tensor] = []
@@ -219,18 +234,23 @@ def train_gpt(config: dict[str, Any]) -> None:
     signal = CheckpointSignal(
         watch_node=c.first_on_host, every=job.drain_check_every, mean_over_ranks=_over_ranks(c)
     )  # one drain watcher per host: the agreement spreads its flag
+    rec.prep_done(start)
     for step in range(start, job.steps):
-        tokens = torch.from_numpy(data.batch(step, c.rank, c.world_size, job.batch_size_per_chip, job.model.seq_len))
-        with autocast:
-            loss = model.loss(tokens.to(c.device))
-        loss.backward()  # type: ignore[no-untyped-call]
-        c.optimizer_step(opt)
-        opt.zero_grad(set_to_none=True)
-        c.sync()
-        pending.append(loss.detach())
+        with rec.step(step) as timer:
+            with timer.loading():
+                batch = data.batch(step, c.rank, c.world_size, job.batch_size_per_chip, job.model.seq_len)
+                tokens = torch.from_numpy(batch)
+            with autocast:
+                loss = model.loss(tokens.to(c.device))
+            loss.backward()  # type: ignore[no-untyped-call]
+            c.optimizer_step(opt)
+            opt.zero_grad(set_to_none=True)
+            c.sync()
+            pending.append(loss.detach())
+            if first_step_s is None:
+                float(pending[-1])  # wait for the device: the time covers compile and run
         done = step + 1
         if first_step_s is None:
-            float(pending[-1])  # wait for the device: the time covers compile and run
             first_step_s = time.perf_counter() - t_start
             chunk_t = time.perf_counter()
             pending_start = done
@@ -238,7 +258,7 @@ def train_gpt(config: dict[str, Any]) -> None:
         if out_of_turn:
             drains.append(done)
             if c.rank == 0:
-                print(f"checkpointing at step {done}: {signal.reason}", file=sys.stderr, flush=True)
+                log.info(f"checkpointing at step {done}: {signal.reason}")
         save = done % job.checkpoint_every == 0 or done == job.steps or out_of_turn
         if done % job.log_every and not save:
             continue
@@ -253,16 +273,29 @@ def train_gpt(config: dict[str, Any]) -> None:
         if step_times:
             metrics["step_time_s"] = sorted(step_times)[len(step_times) // 2]
             t = throughput(job.model, _slice(job), c.world_size, job.batch_size_per_chip, float(metrics["step_time_s"]))
-            metrics |= {"tokens_per_s": t.tokens_per_s, "mfu": t.mfu}
+            metrics["tokens_per_s"] = t.tokens_per_s
+            if real_chips:
+                metrics["mfu"] = t.mfu
         if c.rank == 0:
-            print(_progress(done, job.steps, history[-1], metrics), file=sys.stderr, flush=True)
+            log.info(_progress(done, job.steps, history[-1], metrics))
+            gp = rec.goodput()
+            metrics |= {"goodput": gp.goodput}
+            report_step_metrics(
+                job.run_name,
+                job.slice_spec,
+                step_time_s=metrics.get("step_time_s"),
+                tokens_per_s_per_chip=metrics["tokens_per_s"] / c.world_size if "tokens_per_s" in metrics else None,
+                mfu=metrics.get("mfu"),
+                compiles=xla_compiles() if c.autocast_device == "xla" else None,
+                goodput=gp,
+            )
         if done == job.steps:
             metrics |= {"losses": history, "resumes": resumes, "param_spread": _digest_spread(model, c.mean)}
         metrics["drains"] = list(drains)  # a copy: Ray Train may serialise the metrics after later appends
         if not save:
             ray.train.report(metrics)
             continue
-        with tempfile.TemporaryDirectory(prefix="tpuray-ckpt-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="tpuray-ckpt-") as tmp, rec.saving():
             checkpoint = None
             if c.rank == 0:  # every chip holds the same weights: one writer
                 state_out = {
@@ -298,9 +331,26 @@ def _slice(job: GptJob) -> Any:
     return TpuSlice.parse(job.slice_spec)
 
 
+def _quiet_report_log() -> None:
+    """Ray 2.60 logs every ``ray.train.report`` with its whole metrics dict at INFO, from a logger named by its
+    file's path (``logging.getLogger(__file__)`` in ``train/v2/_internal/execution/context.py``), which
+    ``LoggingConfig(log_level=...)`` does not reach: the progress lines say what those would."""
+    import ray.train.v2._internal.execution.context as train_context
+
+    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
+
+
+def _xla_on_tpu() -> bool:
+    import torch_xla.runtime as xr
+
+    return bool(xr.device_type() == "TPU")
+
+
 def _progress(step: int, total: int, loss: float, m: dict[str, Any], width: int = 20) -> str:
+    """One progress line; MFU only where it was measured on real chips (an emulated chip says n/a)."""
     filled = round(width * step / max(1, total))
     text = f"[{'#' * filled}{'-' * (width - filled)}] step {step}/{total} loss {loss:.3f}"
     if "step_time_s" in m:
-        text += f" | {m['step_time_s'] * 1e3:.1f} ms/step | {m['tokens_per_s'] / 1e3:.1f}k tok/s | MFU {m['mfu']:.2%}"
+        mfu = f"{m['mfu']:.2%}" if m.get("mfu") is not None else "n/a (emulated chips)"
+        text += f" | {m['step_time_s'] * 1e3:.1f} ms/step | {m['tokens_per_s'] / 1e3:.1f}k tok/s | MFU {mfu}"
     return text

@@ -33,6 +33,7 @@ from tpuray.components.config import (
 )
 from tpuray.components.topology import TopologyError, TpuSlice
 from tpuray.workloads.data import DatasetError, TokenFile, open_dataset
+from tpuray.workloads.goodput import EVENTS_FILE, JOB_END, JOB_START, compute_goodput, read_events, record_job_event
 from tpuray.workloads.gpt_loop import CheckpointError, GptJob
 from tpuray.workloads.metrics import ModelShape
 from tpuray.workloads.placement import PlacementError, SliceInfo, cluster_slices, describe_slices, slices_for_job
@@ -116,7 +117,7 @@ def _model_size(args: argparse.Namespace, w: WorkloadConfig) -> ModelConfig:
         ) from None
 
 
-def _job(args: argparse.Namespace, w: WorkloadConfig, tpu_slice: TpuSlice) -> GptJob:
+def _job(args: argparse.Namespace, w: WorkloadConfig, tpu_slice: TpuSlice, run_dir: str | None = None) -> GptJob:
     m = _model_size(args, w)
     shape = ModelShape(
         vocab_size=m.vocab_size, layers=m.layers, d_model=m.d_model, heads=m.heads, seq_len=args.seq_len or w.seq_len
@@ -133,6 +134,8 @@ def _job(args: argparse.Namespace, w: WorkloadConfig, tpu_slice: TpuSlice) -> Gp
         bf16=not args.local,
         log_every=args.log_every,
         cpu_threads=1 if args.local else None,
+        run_dir=run_dir,
+        run_name=args.run_name,
     )
 
 
@@ -162,6 +165,8 @@ def _summary(
         raise result.error
     m = dict(result.metrics or {})
     losses = list(m.get("losses", []))
+    # goodput over the run's whole log (every attempt, and earlier invocations of the same run name)
+    goodput = compute_goodput(read_events(Path(job.run_dir) / EVENTS_FILE)).as_dict() if job.run_dir else None
     return {
         "event": "summary",
         "backend": backend,
@@ -187,11 +192,12 @@ def _summary(
         "wall_s": wall,
         "params_identical": m.get("param_spread", 1.0) < 1e-12,
         "checkpoint": result.checkpoint.path if result.checkpoint else None,
+        "goodput": goodput,
     }
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
-    t0 = time.perf_counter()
+    t0, wall0 = time.perf_counter(), time.time()
     stack: StackConfig | None = None
     if args.stack_file or args.stack or (args.local and not args.topology):
         stack = load_stack_file(args.stack_file or _find_stack_file(args.stack or "dev", Path.cwd()))
@@ -209,6 +215,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         storage = args.checkpoint_dir or mount  # Ray Train adds the run name: <mount>/<run name>/
     if "://" not in storage:
         storage = os.path.abspath(storage)
+    # the goodput log lives in the run's directory, on a file system (a gs:// storage path has no appends)
+    run_dir = os.path.join(storage, args.run_name) if "://" not in storage else None
 
     # Fail on a bad dataset before any cluster work.
     dataset = args.dataset if args.dataset is not None else w.dataset
@@ -233,6 +241,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             else max(args.num_slices or 1, -(-(args.chips or 0) // tpu_slice.chips))
         )
         slices_for_job(tpu_slice, args.chips, args.num_slices, emulate)
+    if run_dir is not None:
+        record_job_event(run_dir, JOB_START, t=wall0)
     try:
         if args.local:
             assert tpu_slice is not None
@@ -243,7 +253,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         if tpu_slice is None:
             tpu_slice = slice_from_cluster(cluster_slices(_nodes()))
         num_slices = _slices_for(tpu_slice, args)
-        job = _job(args, w, tpu_slice)
+        job = _job(args, w, tpu_slice, run_dir)
         if isinstance(data, TokenFile):
             data.check_fits(num_slices * tpu_slice.chips, job.model.seq_len)
         if (args.backend or w.backend) == "torch_tpu":
@@ -253,6 +263,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         else:
             trainer = _xla_trainer(job, tpu_slice, num_slices, _run_config(args, storage))
         result = trainer.fit()
+        if run_dir is not None:
+            record_job_event(run_dir, JOB_END)
         backend = args.backend or w.backend
         return _summary(result, job, tpu_slice, num_slices, backend, bool(args.local), time.perf_counter() - t0)
     finally:
@@ -263,7 +275,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _run_config(args: argparse.Namespace, storage: str) -> Any:
-    from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig
+    from ray.train.v2.api.config import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig
 
     n = args.max_restarts
     return RunConfig(
@@ -272,6 +284,9 @@ def _run_config(args: argparse.Namespace, storage: str) -> Any:
         checkpoint_config=CheckpointConfig(num_to_keep=3),
         # Ray Train retries some failures forever by default (controller errors, preemptions): bound them all.
         failure_config=FailureConfig(max_failures=n, controller_failure_limit=n, max_preemption_failures=n),
+        # Ray Train's own INFO lines (each report's full metrics, each checkpoint's path) drown the progress
+        # lines; its warnings still show, and its log files keep everything.
+        logging_config=LoggingConfig(log_level="WARNING"),
     )
 
 

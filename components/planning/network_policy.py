@@ -9,7 +9,18 @@ Deny by default (ingress and egress), then allow exactly:
 - to the head's dashboard/job port: the RayJob submitter pods and the KubeRay operator's namespace;
 - to every Ray pod's metrics port: Managed Service for Prometheus collectors (the add-on's Ray monitoring);
 - out of every Ray pod: DNS, the GKE metadata server (Workload Identity tokens, also for the GCS FUSE sidecar) and
-  HTTPS (Google APIs for GCS FUSE, the Kubernetes API for the Ray autoscaler).
+  HTTPS (Google APIs for GCS FUSE, the Kubernetes API for the Ray autoscaler);
+- out of the cluster's Ray pods to the GKE TPU device plugin's metrics port (2112) on the nodes, and only there:
+  Ray's reporter agent reads each host's chip metrics at ``TPU_DEVICE_PLUGIN_ADDR`` (``<node IP>:2112``, which
+  the GKE TPU webhook injects; ray-project/ray#57829) to export its ``ray_tpu_*`` gauges. The plugin serves on
+  the node's own address (a host-network DaemonSet), which no pod selector matches: the rule names the nodes'
+  subnet range.
+
+What the collectors need needs nothing else here: Managed Service for Prometheus collectors run in ``gmp-system``
+on the host network and scrape pods (the ingress rule above) and the plugin on its node
+(https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed); the add-on's Ray monitoring is a
+PodMonitoring those collectors apply (https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/
+collect-view-logs-metrics); their egress to Cloud Monitoring is theirs, outside this namespace.
 
 ``kubectl port-forward`` enters the pod's network namespace through the kubelet, which NetworkPolicy does not
 filter, so the documented port-forward + ``ray job submit`` path keeps working.
@@ -23,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuray.components.metric_names import TPU_DEVICE_PLUGIN_METRICS_PORT
 from tpuray.components.names import (
     HEAD_PORTS,
     RAY_CLUSTER_POD_LABEL,
@@ -74,6 +86,8 @@ class NetworkPolicyParams:
     operator_namespace: str | None = None
     """Where the KubeRay operator runs, if in the cluster; it calls the head's job API for RayJob status."""
     labels: Mapping[str, str] = field(default_factory=dict)
+    node_cidr: str | None = None
+    """The nodes' subnet range: the TPU device plugin's metrics port is reachable there only. None: no such rule."""
 
 
 def ray_peer_ports(max_chips_per_host: int) -> list[dict[str, Any]]:
@@ -171,6 +185,26 @@ def network_policies(p: NetworkPolicyParams) -> list[dict[str, Any]]:
                     {"to": [{"podSelector": _ray_pods(p, **{RAY_NODE_TYPE_LABEL: "head"})}], "ports": dashboard}
                 ],
             },
+        ),
+        *(
+            [
+                _policy(
+                    p,
+                    f"{p.cluster}-ray-tpu-device-plugin",
+                    {
+                        "podSelector": _ray_pods(p),
+                        "policyTypes": ["Egress"],
+                        "egress": [
+                            {
+                                "to": [{"ipBlock": {"cidr": p.node_cidr}}],
+                                "ports": [{"protocol": "TCP", "port": TPU_DEVICE_PLUGIN_METRICS_PORT}],
+                            }
+                        ],
+                    },
+                )
+            ]
+            if p.node_cidr and p.max_chips_per_host > 0
+            else []
         ),
         _policy(
             p,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tpuray.components.config import SYSTEM_NAMESPACE_PREFIXES, SYSTEM_NAMESPACES
 from tpuray.components.images import parse_image
+from tpuray.components.metric_names import TPU_DEVICE_PLUGIN_METRICS_PORT
 from tpuray.components.names import (
     NODE_SERVICE_ACCOUNT_ROLE,
     RAY_AUTH_MODE_ENV,
@@ -380,11 +381,69 @@ def check_default_deny(resources: Sequence[Resource], ctx: RuleContext) -> list[
     return found
 
 
+def _monitoring_on(resources: Sequence[Resource]) -> bool:
+    """Some GKE cluster of the stack has the Ray add-on's cluster monitoring on."""
+    for r in resources:
+        if r.type != CLUSTER:
+            continue
+        for cfg in _list(get_path(r.props, "addonsConfig", "rayOperatorConfigs")):
+            if get_path(cfg, "rayClusterMonitoringConfig", "enabled") is True:
+                return True
+    return False
+
+
+def _lets_out_to_device_plugin(policy: Mapping[str, Any]) -> bool:
+    """An egress rule to an address range (the plugin serves on the node's own address) on TCP 2112."""
+    for rule in _list(get_path(policy, "spec", "egress")):
+        to_nodes = any(get_path(t, "ipBlock", "cidr") for t in _list(rule.get("to")))
+        ports = _list(rule.get("ports"))
+        on_port = any(
+            pt.get("protocol", "TCP") == "TCP"
+            and isinstance(pt.get("port"), int)
+            and pt["port"] <= TPU_DEVICE_PLUGIN_METRICS_PORT <= int(pt.get("endPort", pt["port"]))
+            for pt in ports
+        )
+        if to_nodes and on_port:
+            return True
+    return False
+
+
+def check_tpu_metrics_egress(resources: Sequence[Resource], ctx: RuleContext) -> list[tuple[str, str]]:
+    """With monitoring on, Ray pods in a namespace whose NetworkPolicies deny egress by default may reach the GKE
+    TPU device plugin's metrics port (2112) on the nodes: Ray's reporter agent reads every chip's metrics there
+    (``TPU_DEVICE_PLUGIN_ADDR``), and without it the TPU panels stay empty."""
+    if not _monitoring_on(resources):
+        return []
+    policies: dict[Any, list[Mapping[str, Any]]] = {}
+    for r in resources:
+        if r.type == NETWORK_POLICY:
+            policies.setdefault(get_path(r.props, "metadata", "namespace"), []).append(r.props)
+    found = []
+    for r in resources:
+        ns = get_path(r.props, "metadata", "namespace")
+        if r.type not in (RAY_CLUSTER, RAY_JOB) or not policies.get(ns):
+            continue
+        if not any(_lets_out_to_device_plugin(p) for p in policies[ns]):
+            found.append(
+                (
+                    r.urn or r.name,
+                    f"namespace {ns!r}: no NetworkPolicy lets Ray pods out to the TPU device plugin's metrics port "
+                    f"{TPU_DEVICE_PLUGIN_METRICS_PORT} on the nodes, so Ray's TPU metrics stay empty",
+                )
+            )
+    return found
+
+
 def stack_rules() -> tuple[StackRule, ...]:
     return (
         StackRule(
             "k8s-ray-namespace-default-deny",
             "Every namespace with a Ray cluster denies all ingress and egress by default.",
             check_default_deny,
+        ),
+        StackRule(
+            "ray-tpu-metrics-egress",
+            "With monitoring on, Ray pods may reach the TPU device plugin's metrics port (2112) on the nodes.",
+            check_tpu_metrics_egress,
         ),
     )

@@ -66,7 +66,11 @@ def test_security_rules_are_in_the_pack() -> None:
     assert BY_NAME["images-pinned-by-digest-production"].enforcement_level == EnforcementLevel.ADVISORY
     assert BY_NAME["ray-token-auth"].enforcement_level == EnforcementLevel.MANDATORY
     assert sorted(STACK_BY_NAME) == sorted(r.name for r in STACK_RULES)
-    assert sorted(STACK_BY_NAME) == ["k8s-ray-namespace-default-deny", "tpu-static-slices-maintenance-production"]
+    assert sorted(STACK_BY_NAME) == [
+        "k8s-ray-namespace-default-deny",
+        "ray-tpu-metrics-egress",
+        "tpu-static-slices-maintenance-production",
+    ]
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -188,7 +192,13 @@ def test_namespace_pod_security_rule(resource_of: Pick) -> None:
 
 def test_network_policy_rule(resource_of: Pick) -> None:
     policy = BY_NAME["k8s-network-policy-scoped"]
-    for name in ("tpuray-prod-ray-peers", "tpuray-prod-ray-head-job-api", "ray-platform-egress", "default-deny-all"):
+    for name in (
+        "tpuray-prod-ray-peers",
+        "tpuray-prod-ray-head-job-api",
+        "tpuray-prod-ray-tpu-device-plugin",
+        "ray-platform-egress",
+        "default-deny-all",
+    ):
         assert violations(policy, resource_of("prod", NETWORK_POLICY, f"ray-netpol-{name}")) == [], name
     head = resource_of("prod", NETWORK_POLICY, "ray-netpol-tpuray-prod-ray-head-job-api")
     head["inputs"]["spec"]["ingress"][0].pop("from")
@@ -205,6 +215,30 @@ def test_default_deny_stack_rule(plans: dict[str, Plan]) -> None:
     assert len(resources) == len(plans["prod"].resources) - 1
     found = stack_violations("k8s-ray-namespace-default-deny", resources)
     assert len(found) == 2 and all("default-deny" in m for m in found)  # the RayCluster and the RayJob
+
+
+@pytest.mark.parametrize("stack", ["prod", "prod-dws"])
+def test_tpu_metrics_egress_stack_rule(plans: dict[str, Plan], stack: str) -> None:
+    """A plan with monitoring on whose Ray pods cannot reach the device plugin's port 2112 fails; the port moved
+    elsewhere fails too; the plan as rendered, or without monitoring, passes."""
+    rule = "ray-tpu-metrics-egress"
+    resources = plans[stack].resources
+    (plugin,) = [r["name"] for r in resources if r["name"].endswith("-ray-tpu-device-plugin")]
+    assert any(r["name"] == plugin for r in resources)
+    assert stack_violations(rule, resources) == []
+    blocked = [r for r in resources if r["name"] != plugin]
+    found = stack_violations(rule, blocked)
+    assert found and all("2112" in m for m in found)  # the RayCluster and the RayJob
+    moved = copy.deepcopy(resources)
+    (pol,) = [r for r in moved if r["name"] == plugin]
+    pol["inputs"]["spec"]["egress"][0]["ports"][0]["port"] = 2113
+    assert stack_violations(rule, moved)
+    off = copy.deepcopy(blocked)
+    for r in off:
+        if r["type"] == CLUSTER:
+            for cfg in r["inputs"]["addonsConfig"]["rayOperatorConfigs"]:
+                cfg["rayClusterMonitoringConfig"]["enabled"] = False
+    assert stack_violations(rule, off) == []
 
 
 def test_bucket_rule(resource_of: Pick) -> None:

@@ -24,7 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from goodput_by_hand import check_goodput_by_hand
+from local_prometheus import LocalPrometheus
 
+from tpuray.components import metric_names as mn
 from tpuray.components.planning.drain import DRAIN_REASON
 from tpuray.components.topology import TpuSlice
 from tpuray.workloads.emulation import EmulatedCluster
@@ -45,6 +48,16 @@ def cluster() -> Iterator[EmulatedCluster]:
         ray.init(address=c.address, log_to_driver=False)
         yield c
         ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def prom(cluster: EmulatedCluster) -> Iterator[LocalPrometheus]:
+    """A real Prometheus scraping the emulated cluster: every Ray node's metrics export port (Ray's series and
+    the trainer's ``ray.util.metrics`` gauges) and every emulated host's device plugin endpoint. It keeps what
+    the drain run exported for the module's later tests (query with ``last_over_time(...[10m])``)."""
+    jobs = {"ray": cluster.metrics_export_addresses(), "tpu-device-plugin": cluster.device_plugin_addresses()}
+    with LocalPrometheus(jobs) as p:
+        yield p
 
 
 def _checkpoints(run_dir: Path) -> list[dict[str, Any]]:
@@ -80,15 +93,27 @@ def _wait(what: str, cond: Any, timeout_s: float = 240) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, tmp_path: Path) -> None:
+def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalPrometheus, tmp_path: Path) -> None:
     from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig
 
     from tpuray.workloads import train
+    from tpuray.workloads.goodput import JOB_END, JOB_START, record_job_event
     from tpuray.workloads.gpt_loop import GptJob
     from tpuray.workloads.metrics import ModelShape
 
+    run_dir = tmp_path / "drain"
     job = GptJob(
-        ModelShape(64, 1, 16, 2, 8), STEPS, 2, 3e-3, EVERY, str(SLICE), bf16=False, log_every=1000, cpu_threads=1
+        ModelShape(64, 1, 16, 2, 8),
+        STEPS,
+        2,
+        3e-3,
+        EVERY,
+        str(SLICE),
+        bf16=False,
+        log_every=1000,
+        cpu_threads=1,
+        run_dir=str(run_dir),
+        run_name="drain",
     )
     rc = RunConfig(
         name="drain",
@@ -97,9 +122,9 @@ def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, tmp_path: Path)
         failure_config=FailureConfig(max_failures=1, controller_failure_limit=1, max_preemption_failures=1),
     )
     results: list[Any] = []
+    record_job_event(run_dir, JOB_START)
     fit = threading.Thread(target=lambda: results.append(train._xla_trainer(job, SLICE, 1, rc).fit()))
     fit.start()
-    run_dir = tmp_path / "drain"
     _wait("the first periodic checkpoint", lambda: _checkpoints(run_dir))
 
     host = cluster.host_node_id(cluster.slice_names()[0], 0)
@@ -124,6 +149,7 @@ def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, tmp_path: Path)
     cluster.replace_host(host)  # GKE's replacement VM
 
     fit.join(timeout=400)
+    record_job_event(run_dir, JOB_END)
     assert not fit.is_alive() and results
     result = results[0]
     assert result.error is None
@@ -137,8 +163,39 @@ def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, tmp_path: Path)
     lost = max(0, drain_step - resumed)
     lost_without = drain_step - periodic  # where Ray Train resumes from without the out-of-turn checkpoint
     assert lost == 0 and lost_without == drain_step % EVERY <= EVERY - 1
+    # goodput: the module's split of the run's event log against one by hand; the drain lost no step
+    hand = check_goodput_by_hand(run_dir, resumed_at=resumed, lost_steps=[])
+    assert hand[mn.BADPUT_WASTED_PROGRESS] == 0
+    _check_prometheus(prom)
     print(
         json.dumps(
             {"drain_step": drain_step, "resumed_at": resumed, "steps_lost": lost, "steps_lost_without": lost_without}
         )
     )
+
+
+def _check_prometheus(prom: LocalPrometheus) -> None:
+    """The TPU, Ray and training series of the drain run reached a real Prometheus, one series per chip where
+    the series is per chip."""
+
+    def over_run(name: str) -> str:
+        return f"last_over_time({name}[10m])"
+
+    chips = SLICE.chips
+    # the device plugin, per chip bound to a worker and per chip of the node
+    for name in (mn.DP_DUTY_CYCLE, mn.DP_MEMORY_USED, mn.DP_TENSORCORE_UTILIZATION):
+        ids = {x[mn.DP_ACCELERATOR_ID_LABEL] for x in prom.series(over_run(name))}
+        assert len(ids) == chips, (name, ids)
+    assert len(prom.series(mn.DP_DUTY_CYCLE_NODE)) == chips
+    # Ray's reporter agent read the plugin (TPU_DEVICE_PLUGIN_ADDR): one series per chip
+    for name in mn.RAY_TPU_METRICS:
+        got = prom.wait_for(f"count by ({mn.RAY_TPU_INDEX_LABEL}) ({over_run(mn.ray_exported(name))})", 60)
+        assert len(got) == chips, (name, got)
+    assert prom.query(over_run(mn.ray_exported("node_cpu_utilization")))  # Ray's own node series
+    # the trainer's gauges (report_step_metrics), tagged with the run and its slice
+    train = f'{{{mn.TRAIN_RUN_TAG}="drain",{mn.TRAIN_SLICE_TAG}="{SLICE}"}}'
+    for name in (mn.TRAIN_STEP_TIME, mn.TRAIN_TOKENS_PER_CHIP, mn.TRAIN_GOODPUT, mn.TRAIN_COMPILES):
+        assert prom.query(over_run(mn.ray_exported(name) + train)), name
+    buckets = {x[mn.TRAIN_BUCKET_TAG] for x in prom.series(over_run(mn.ray_exported(mn.TRAIN_BADPUT) + train))}
+    assert buckets == set(mn.BADPUT_BUCKETS)
+    assert not prom.query(over_run(mn.ray_exported(mn.TRAIN_MFU)))  # emulated chips: no MFU

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from goodput_by_hand import check_goodput_by_hand
 
 from tpuray.components.topology import TpuSlice
 from tpuray.workloads import XlaChipConfig, tpu_scaling_config
@@ -42,8 +43,12 @@ def user_train(config: dict[str, Any]) -> None:
     import torch_xla
 
     from tpuray.workloads import chip, optimizer_step
+    from tpuray.workloads.goodput import GoodputRecorder
 
+    entered = time.time()
     c = chip()
+    rec = GoodputRecorder(config.get("run_dir"), enabled=c.rank == 0, started=entered)  # the goodput log
+    rec.tpu_ready()
     out = Path(config["out"])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to(c.device)
@@ -51,10 +56,11 @@ def user_train(config: dict[str, Any]) -> None:
     start = 0
     ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
-        state = torch.load(Path(ckpt.path) / "state.pt", weights_only=True)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        start = int(state["step"])
+        with rec.restoring():
+            state = torch.load(Path(ckpt.path) / "state.pt", weights_only=True)
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["opt"])
+            start = int(state["step"])
     ctx = ray.get_runtime_context()
     seat = {
         "rank": c.rank,
@@ -69,6 +75,7 @@ def user_train(config: dict[str, Any]) -> None:
     }
     (out / f"start-{c.rank}-{start}.json").write_text(json.dumps(seat))
     w_true = torch.arange(8.0) / 8
+    rec.prep_done(start)
     with (out / f"losses-{c.rank}.jsonl").open("a") as log:
         for step in range(start, config["steps"]):
             if config.get("kill_at") == step and c.rank == 1 and not (out / "killed").exists():
@@ -76,18 +83,20 @@ def user_train(config: dict[str, Any]) -> None:
                 ray.train.get_all_reported_checkpoints()
                 (out / "killed").touch()
                 os.kill(os.getpid(), signal.SIGKILL)
-            g = torch.Generator().manual_seed(1000 * step + c.rank)  # each chip its own data
-            x = torch.randn(32, 8, generator=g)
-            y = (x @ w_true).unsqueeze(1)
-            loss = ((model(x.to(c.device)) - y.to(c.device)) ** 2).mean()
-            loss.backward()
-            optimizer_step(opt)
-            opt.zero_grad()
-            torch_xla.sync()
-            log.write(json.dumps({"step": step, "loss": float(loss.detach()), "x0": float(x[0, 0])}) + "\n")
-            log.flush()
+            with rec.step(step) as timer:
+                with timer.loading():
+                    g = torch.Generator().manual_seed(1000 * step + c.rank)  # each chip its own data
+                    x = torch.randn(32, 8, generator=g)
+                    y = (x @ w_true).unsqueeze(1)
+                loss = ((model(x.to(c.device)) - y.to(c.device)) ** 2).mean()
+                loss.backward()
+                optimizer_step(opt)
+                opt.zero_grad()
+                torch_xla.sync()
+                log.write(json.dumps({"step": step, "loss": float(loss.detach()), "x0": float(x[0, 0])}) + "\n")
+                log.flush()
             if (step + 1) % config["every"] == 0:
-                with __import__("tempfile").TemporaryDirectory() as tmp:
+                with __import__("tempfile").TemporaryDirectory() as tmp, rec.saving():
                     saved = None
                     if c.rank == 0:
                         torch.save(
@@ -119,7 +128,7 @@ def _fit(tpu_slice: TpuSlice, out: Path, **config: Any) -> Any:
     out.mkdir(parents=True, exist_ok=True)
     return TorchTrainer(
         user_train,
-        train_loop_config={"out": str(out), "steps": 12, "every": 3, **config},
+        train_loop_config={"out": str(out), "steps": 12, "every": 3, "run_dir": str(out / "storage" / "run"), **config},
         scaling_config=tpu_scaling_config(tpu_slice),
         torch_config=XlaChipConfig(),
         run_config=RunConfig(
@@ -180,7 +189,12 @@ def test_user_function_on_a_multi_host_slice(cluster: None, tmp_path: Path) -> N
 def test_user_function_on_a_single_host_slice_survives_a_sigkill(cluster: None, tmp_path: Path) -> None:
     """A worker SIGKILLs itself before step 8; Ray Train restarts the group, which resumes from the checkpoint
     reported after step 6 and redoes steps 6 and 7 with exactly the losses they had: the same curve."""
+    from tpuray.workloads.goodput import JOB_END, JOB_START, record_job_event
+
+    run_dir = tmp_path / "storage" / "run"
+    record_job_event(run_dir, JOB_START)
     result = _fit(SINGLE, tmp_path, kill_at=8)
+    record_job_event(run_dir, JOB_END)
     assert result.error is None
     assert (tmp_path / "killed").exists()
     # the second attempt started from the last reported checkpoint (after step 6), on every chip
@@ -194,6 +208,7 @@ def test_user_function_on_a_single_host_slice_survives_a_sigkill(cluster: None, 
         for s in (6, 7):
             first, redone = losses[s]
             assert redone == pytest.approx(first, rel=1e-6)
+    check_goodput_by_hand(run_dir, resumed_at=6, lost_steps=[6, 7])
 
 
 def test_failed_backend_start_leaves_no_reservation(cluster: None, tmp_path: Path) -> None:

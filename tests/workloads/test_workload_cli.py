@@ -149,6 +149,18 @@ def test_readme_command_trains_the_gpt_locally(stack_file: Path, tmp_path: Path,
     assert s["params_identical"]  # the gradient average really happened on every chip
     assert s["tokens_per_s"] > 0 and s["time_to_first_step_s"] > 0
     assert "step 30/30" in err  # progress from the chips
+    # the first impression (README command 1): one line per progress interval, no MFU on emulated chips,
+    # nothing that looks like an error
+    progress = [ln.split(")", 1)[-1].strip() for ln in err.splitlines() if re.search(r"\] step \d+/30", ln)]
+    assert progress and len(progress) == len(set(progress)), progress
+    assert all("MFU n/a" in ln for ln in progress) and "0.00%" not in err
+    assert s["mfu"] is None
+    assert not [ln for ln in err.splitlines() if "Failed to" in ln or "Error" in ln]
+    # goodput over the run's event log: every second of the wall time in one bucket
+    g = s["goodput"]
+    assert g is not None and 0 < g["goodput_pct"] < 100
+    assert g["productive_s"] + sum(g["badput_s"].values()) == pytest.approx(g["elapsed_s"], abs=0.05)
+    assert g["elapsed_s"] == pytest.approx(s["wall_s"], rel=0.02)
     assert not leftovers(short_tmp)
 
 
