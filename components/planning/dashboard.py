@@ -1,6 +1,7 @@
 """The stack's Cloud Monitoring dashboard and its idle-slice alert, derived from the topology, as plain data.
 
-Pure Python; imports no Pulumi. One row per slice pool, each row a collapsible group of PromQL charts:
+Pure Python; imports no Pulumi. One row per slice pool (pools of one slice shape share theirs: the metrics carry the
+shape, not the pool), each row a collapsible group of PromQL charts:
 
 - per chip: duty cycle, TensorCore utilisation, HBM used against the generation's HBM per chip (the catalog's);
 - training: step time, tokens/s per chip, MFU against the catalog's peak bf16 TFLOP/s per chip;
@@ -41,6 +42,7 @@ __all__ = [
     "dashboard_plan",
     "idle_alert_plan",
     "shape_selector",
+    "training_selector",
 ]
 
 COLUMNS = 48
@@ -48,8 +50,7 @@ COLUMNS = 48
 PANEL_W = 12
 PANEL_H = 16
 HEADER_H = 1
-"""A collapsible group's own header takes no room of its own: it spans the tiles below its top edge."""
-RATE_WINDOW = "5m"
+"""One grid row for a collapsible group's title, above the charts it spans."""
 
 
 class DashboardError(ValueError):
@@ -64,7 +65,8 @@ class Panel:
     """What it shows, e.g. ``dutyCycle`` (the idle alert's ``metric`` names one of these)."""
     title: str
     query: str
-    """PromQL; every query selects the pool's series with :func:`pool_selector` (or its ClusterQueue's)."""
+    """PromQL; TPU charts select the row's shape (:func:`shape_selector`), training charts its runs
+    (:func:`training_selector`), Kueue charts the stack's ClusterQueue."""
     unit: str
     """``unitOverride``: a UCUM unit as Cloud Monitoring writes it (``%``, ``s``, ``1/s``, ``By``)."""
     per_chip: bool

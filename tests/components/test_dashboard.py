@@ -302,6 +302,8 @@ def test_every_query_parses_and_finds_its_series_on_a_real_prometheus(tmp_path: 
             for row in plan.rows:
                 pool = next(p for p in cfg.slice_pools if p.name == row.pools[0])
                 for panel in row.panels:
+                    for source in panel.sources:  # every metric a chart names is served
+                        assert prom.series(f'count({{__name__=~"{source}(_bucket)?"}})'), source
                     found = prom.series(panel.query)
                     assert found, f"{row.pools} {panel.title}: {panel.query} finds nothing"
                     if panel.per_chip:  # one series per chip of the slice
