@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -49,6 +49,9 @@ class KueueQueuesArgs:
     namespace: str
     depends_on: list[pulumi.Resource] | None = None
     """What every child waits for: the cluster, its node pools, and the Ray namespace (the LocalQueue's)."""
+    monitoring: list[dict[str, Any]] = field(default_factory=list)
+    """Managed Prometheus collection of Kueue's controller metrics (:func:`tpuray.components.planning.gmp.
+    kueue_monitoring`), declared after the release (its chart ships the metrics-reader ClusterRole)."""
 
 
 class KueueQueues(pulumi.ComponentResource):
@@ -84,6 +87,14 @@ class KueueQueues(pulumi.ComponentResource):
                 obj,
                 pulumi.ResourceOptions(parent=self, depends_on=[*after, self.release, *earlier]),
             )
+        self.monitoring = [
+            KubernetesObject(
+                f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}",
+                obj,
+                pulumi.ResourceOptions(parent=self, depends_on=[*after, self.release]),
+            )
+            for obj in args.monitoring
+        ]
         self.local_queue = args.spec.local_queue
         self.cluster_queue = args.spec.cluster_queue
         self.register_outputs({"local_queue": self.local_queue, "cluster_queue": self.cluster_queue})

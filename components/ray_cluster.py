@@ -22,6 +22,7 @@ import pulumi_kubernetes as k8s
 import pulumi_random as random
 
 from tpuray.components.config_types import service_account_id
+from tpuray.components.kueue import KubernetesObject
 from tpuray.components.names import KUBERAY_NAMESPACE, RAY_AUTH_TOKEN_KEY
 from tpuray.components.planning.kuberay import (
     RayClusterParams,
@@ -84,6 +85,8 @@ class RayTpuClusterArgs:
     """Where the KubeRay operator runs in the cluster; its pods may call the head's job API (RayJob status)."""
     node_cidr: str | None = None
     """The nodes' subnet range: Ray pods may reach the TPU device plugin's metrics port there."""
+    monitoring: list[dict[str, Any]] | None = None
+    """Managed Prometheus objects for the cluster's training metrics (:mod:`tpuray.components.planning.gmp`)."""
     depends_on: list[pulumi.Resource] | None = None
     """What every child waits for: the cluster (its Workload Identity pool must exist before the binding) and the
     node pools. A component's own ``depends_on`` does not reach its children, hence this field."""
@@ -168,6 +171,8 @@ class RayTpuCluster(pulumi.ComponentResource):
                 spec=cast(Any, pol["spec"]),
                 opts=in_ns,
             )
+        for obj in args.monitoring or []:
+            KubernetesObject(f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}", obj, in_ns)
         token: pulumi.Input[str]
         if args.auth_token is not None:
             token = pulumi.Output.secret(args.auth_token)

@@ -24,6 +24,7 @@ from tpuray.components.gke_cluster import (
 from tpuray.components.images import ArtifactRepository, parse_image
 from tpuray.components.kueue import KueueQueuesArgs
 from tpuray.components.planning.dashboard import dashboard_plan, idle_alert_plan
+from tpuray.components.planning.gmp import kueue_monitoring, ray_training_monitoring
 from tpuray.components.planning.kuberay import RayClusterParams, RayJobParams
 from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.planning.node_pools import slice_pool_node_pools
@@ -131,6 +132,11 @@ def ray_tpu_cluster_args(
         auth_token=pulumi.Config(NAMESPACE).get_secret(RAY_AUTH_TOKEN_KEY),
         operator_namespace=cfg.ray.job_api_namespace,
         node_cidr=cfg.network.subnet_cidr,
+        monitoring=[
+            ray_training_monitoring(
+                params.name, params.namespace, params.labels, addon_monitoring=cfg.ray.operator == "addon"
+            )
+        ],
         depends_on=depends_on,
         declare_cluster=declare_cluster,
     )
@@ -144,6 +150,7 @@ def kueue_queues_args(
         chart_version=cfg.kueue.chart_version,
         namespace=cfg.kueue.namespace,
         depends_on=depends_on,
+        monitoring=kueue_monitoring(cfg.kueue.namespace, labels),
     )
 
 

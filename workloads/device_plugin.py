@@ -81,7 +81,7 @@ def exposition(
 
     def series(name: str, help_text: str, rows: list[tuple[dict[str, str], float]]) -> list[str]:
         out = [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        out += [f"{name}{_labels(labels)} {value:g}" for labels, value in rows]
+        out += [f"{name}{_labels(labels)} {value!r}" for labels, value in rows]  # repr: exact bytes
         return out
 
     def acc(i: int, runtime: bool) -> dict[str, str]:

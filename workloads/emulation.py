@@ -100,6 +100,7 @@ class EmulatedCluster:
         self._tmp: str | None = None
         self._hosts: dict[str, tuple[Any, HostNode]] = {}
         self._plugins: dict[tuple[str, int], EmulatedDevicePlugin] = {}
+        self._metrics_ports: dict[tuple[str, int], int] = {}
 
     def __enter__(self) -> EmulatedCluster:
         try:
@@ -152,9 +153,12 @@ class EmulatedCluster:
                 # group cleaner polls it (without it every run logs "Failed to query ... actor state").
                 "include_dashboard": True,
                 "dashboard_host": LOOPBACK,
+                "dashboard_port": _free_port(),  # not 8265: other clusters on this machine may hold it
                 # Ray starts workers at nice 15; emulated chips share the machine's cores with everything
                 # else, and a deprioritised trainer measures the neighbours, not the code.
-                "_system_config": {"worker_niceness": 0},
+                # Metrics reach the node's metrics agent every second, not every 10 s: a short emulated run's
+                # gauges are scrapeable before its workers end.
+                "_system_config": {"worker_niceness": 0, "metrics_report_interval_ms": 1000},
             },
         )
         for s, n in self.layout:
@@ -171,8 +175,12 @@ class EmulatedCluster:
             plugin = EmulatedDevicePlugin(tpu_slice, *key, host=LOOPBACK)
             plugin.usage = process_usage(tpu_slice.chips_per_host, lambda: self._train_worker_pids(*key))
             self._plugins[key] = plugin
+        # A replacement host keeps its metrics export port, as a replacement pod keeps its own: a scraper
+        # configured once still finds the host's series.
+        port = self._metrics_ports.setdefault(key, _free_port())
         node = self._cluster.add_node(
             node_ip_address=LOOPBACK,
+            metrics_export_port=port,
             num_cpus=spec.num_cpus,
             resources=spec.resources,
             labels=spec.labels,
@@ -256,6 +264,14 @@ class EmulatedCluster:
                 del os.environ["RAY_TMPDIR"]
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
 
 
 def _cmdline(pid: int) -> bytes:

@@ -241,3 +241,20 @@ def test_which_operator_namespace_may_call_the_job_api() -> None:
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}},
         "podSelector": {},
     } in sources
+
+
+def test_ray_pods_reach_the_tpu_device_plugin_on_the_nodes_only() -> None:
+    """Ray's reporter agent reads each host's chip metrics at ``<node IP>:2112``: one egress rule, from this
+    cluster's pods, to the nodes' range on that port; none without a node range or without TPU workers."""
+    params = NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=4, node_cidr="10.0.0.0/20")
+    (plugin,) = [p for p in network_policies(params) if p["metadata"]["name"] == "tpu-ray-tpu-device-plugin"]
+    assert plugin["spec"]["podSelector"] == {"matchLabels": {RAY_CLUSTER_POD_LABEL: "tpu"}}
+    assert plugin["spec"]["policyTypes"] == ["Egress"]
+    assert plugin["spec"]["egress"] == [
+        {"to": [{"ipBlock": {"cidr": "10.0.0.0/20"}}], "ports": [{"protocol": "TCP", "port": 2112}]}
+    ]
+    for other in (
+        NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=4),
+        NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=0, node_cidr="10.0.0.0/20"),
+    ):
+        assert not [p for p in network_policies(other) if "device-plugin" in p["metadata"]["name"]]

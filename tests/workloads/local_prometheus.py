@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ def _free_port() -> int:
 class LocalPrometheus:
     """``with LocalPrometheus({"ray": [...], "tpu-device-plugin": [...]}) as prom: prom.query("up")``."""
 
-    def __init__(self, jobs: dict[str, Sequence[str]]) -> None:
+    def __init__(self, jobs: Mapping[str, Sequence[str]]) -> None:
         self.jobs = {name: list(targets) for name, targets in jobs.items()}
         self._dir: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None

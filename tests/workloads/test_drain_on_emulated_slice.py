@@ -163,9 +163,9 @@ def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalProm
     lost = max(0, drain_step - resumed)
     lost_without = drain_step - periodic  # where Ray Train resumes from without the out-of-turn checkpoint
     assert lost == 0 and lost_without == drain_step % EVERY <= EVERY - 1
-    # goodput: the module's split of the run's event log against one by hand; the drain lost no step
-    hand = check_goodput_by_hand(run_dir, resumed_at=resumed, lost_steps=[])
-    assert hand[mn.BADPUT_WASTED_PROGRESS] == 0
+    # goodput: the module's split of the run's event log against one by hand. The steps the first attempt ran
+    # after the drain checkpoint, until its VM went, were redone: wasted progress, not lost steps of the drain.
+    check_goodput_by_hand(run_dir, resumed_at=resumed)
     _check_prometheus(prom)
     print(
         json.dumps(

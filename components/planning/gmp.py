@@ -1,0 +1,134 @@
+"""Managed Service for Prometheus objects for what the GKE Ray add-on's monitoring does not scrape. Pure data.
+
+The add-on's Ray cluster monitoring collects Ray's own series from the Ray pods' metrics port
+(https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/collect-view-logs-metrics). tpuray adds,
+as ``monitoring.googleapis.com/v1`` objects (GMP v0.17 CRDs; https://cloud.google.com/stackdriver/docs/
+managed-prometheus/setup-managed#gmp-pod-monitoring):
+
+- a PodMonitoring of the Ray cluster's pods that keeps only the training job's own gauges (``ray_tpuray_*``,
+  exported through ``ray.util.metrics`` on the same port), so nothing the add-on collects is ingested twice;
+  without the add-on's monitoring it keeps every Ray series;
+- with Kueue, a PodMonitoring of Kueue's controller manager: its metrics endpoint is HTTPS with authentication
+  and authorization (https://kueue.sigs.k8s.io/docs/tasks/manage/observability/setup_prometheus/), so a service
+  account bound to the chart's metrics-reader ClusterRole holds the token, and GMP's collectors may read that
+  token's Secret (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed#authorization).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tpuray.components import metric_names as mn
+from tpuray.components.names import RAY_CLUSTER_POD_LABEL, RAY_METRICS_PORT
+
+__all__ = [
+    "GMP_API_VERSION",
+    "GMP_COLLECTOR",
+    "KUEUE_METRICS_READER_ROLE",
+    "kueue_monitoring",
+    "ray_training_monitoring",
+]
+
+GMP_API_VERSION = "monitoring.googleapis.com/v1"
+SCRAPE_INTERVAL = "30s"
+GMP_COLLECTOR = ("gmp-system", "collector")
+"""Namespace and service account of GMP's managed collectors (they read the scrape credentials' Secrets)."""
+KUEUE_CONTROLLER_LABELS = {"control-plane": "controller-manager"}
+"""Pod labels of Kueue's controller manager (Kueue's config/manager and Helm chart)."""
+KUEUE_METRICS_READER_ROLE = "kueue-metrics-reader"
+"""ClusterRole the Kueue chart ships for scraping its metrics (``nonResourceURLs: [/metrics]``, verb get)."""
+KUEUE_SCRAPER = "kueue-metrics-scraper"
+TOKEN_KEY = "token"
+
+
+def _meta(name: str, namespace: str | None, labels: Mapping[str, str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": dict(labels)}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def ray_training_monitoring(
+    cluster: str, namespace: str, labels: Mapping[str, str], addon_monitoring: bool
+) -> dict[str, Any]:
+    """The PodMonitoring of a Ray cluster's pods for the training job's gauges (every Ray series without the
+    add-on's monitoring)."""
+    endpoint: dict[str, Any] = {"port": RAY_METRICS_PORT, "interval": SCRAPE_INTERVAL}
+    if addon_monitoring:
+        prefix = mn.ray_exported(mn.TRAIN_STEP_TIME.split("_train_")[0])  # ray_tpuray
+        endpoint["metricRelabeling"] = [{"action": "keep", "sourceLabels": ["__name__"], "regex": f"{prefix}_.+"}]
+    return {
+        "apiVersion": GMP_API_VERSION,
+        "kind": "PodMonitoring",
+        "metadata": _meta(f"{cluster}-training-metrics", namespace, labels),
+        "spec": {"selector": {"matchLabels": {RAY_CLUSTER_POD_LABEL: cluster}}, "endpoints": [endpoint]},
+    }
+
+
+def kueue_monitoring(namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Kueue's controller metrics: the scraper's identity and token, the collectors' right to read it, and the
+    PodMonitoring."""
+    collector_ns, collector_sa = GMP_COLLECTOR
+    secret = f"{KUEUE_SCRAPER}-token"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(KUEUE_SCRAPER, namespace, labels)},
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/service-account-token",
+            "metadata": {
+                **_meta(secret, namespace, labels),
+                "annotations": {"kubernetes.io/service-account.name": KUEUE_SCRAPER},
+            },
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": _meta(KUEUE_SCRAPER, None, labels),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": KUEUE_METRICS_READER_ROLE,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": KUEUE_SCRAPER, "namespace": namespace}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(f"{KUEUE_SCRAPER}-secret-reader", namespace, labels),
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret], "verbs": ["get"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(f"{KUEUE_SCRAPER}-secret-reader", namespace, labels),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": f"{KUEUE_SCRAPER}-secret-reader",
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": collector_sa, "namespace": collector_ns}],
+        },
+        {
+            "apiVersion": GMP_API_VERSION,
+            "kind": "PodMonitoring",
+            "metadata": _meta("kueue-controller-metrics", namespace, labels),
+            "spec": {
+                "selector": {"matchLabels": dict(KUEUE_CONTROLLER_LABELS)},
+                "endpoints": [
+                    {
+                        "port": mn.KUEUE_METRICS_PORT,
+                        "scheme": "https",
+                        "interval": SCRAPE_INTERVAL,
+                        # Kueue serves its metrics with a self-signed certificate unless cert-manager is set up
+                        "tls": {"insecureSkipVerify": True},
+                        "authorization": {
+                            "type": "Bearer",
+                            "credentials": {"secret": {"name": secret, "key": TOKEN_KEY, "namespace": namespace}},
+                        },
+                    }
+                ],
+            },
+        },
+    ]

@@ -1,0 +1,86 @@
+"""The goodput split of a hand-made event log: each bucket of ml-goodput-measurement's definitions, on a run with
+one disruption, and the recorder's log as the train function writes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tpuray.components import metric_names as mn
+from tpuray.workloads.goodput import EVENTS_FILE, GoodputRecorder, compute_goodput, read_events, record_job_event
+
+
+def _steps(first: int, start: float, durations: list[float], data: float = 0.0) -> list[dict[str, Any]]:
+    out, t = [], start
+    for i, d in enumerate(durations):
+        out.append({"e": "step", "n": first + i, "t": t, "t1": t + d, "data_s": data})
+        t += d
+    return out
+
+
+def test_a_disrupted_run_splits_into_the_libraries_buckets() -> None:
+    # attempt 1: job start 0, chips ready 10, prep to 12, steps 0-5 (first 3 s, then 1 s; 0.1 s data each),
+    # a save 18-19, then steps 4 and 5, which the next attempt redoes (it restores step 4); last sign of life 21.
+    # attempt 2 starts 30, chips ready 33, restore 33-35, prep to 36, steps 4-7 (first 2 s, then 1 s), end 41.
+    events = [
+        {"e": "job_start", "t": 0.0},
+        {"e": "attempt_start", "t": 1.0},
+        {"e": "tpu_ready", "t": 10.0},
+        {"e": "prep_end", "t": 12.0, "step": 0},
+        *_steps(0, 12.0, [3.0, 1.0, 1.0, 1.0], data=0.1),
+        {"e": "save", "t": 18.0, "t1": 19.0},
+        *_steps(4, 19.0, [1.0, 1.0]),
+        {"e": "attempt_start", "t": 30.0},
+        {"e": "tpu_ready", "t": 33.0},
+        {"e": "restore", "t": 33.0, "t1": 35.0},
+        {"e": "prep_end", "t": 36.0, "step": 4},
+        *_steps(4, 36.0, [2.0, 1.0, 1.0, 1.0]),
+        {"e": "job_end", "t": 41.0},
+    ]
+    g = compute_goodput(events)
+    b = g.badput_s
+    assert g.elapsed_s == 41.0 and g.restarts == 1
+    assert b[mn.BADPUT_TPU_INITIALIZATION] == pytest.approx(10.0 + 3.0)
+    assert b[mn.BADPUT_TRAINING_PREP] == pytest.approx(2.0 + (36.0 - 33.0 - 2.0))
+    assert b[mn.BADPUT_CHECKPOINT_RESTORE] == pytest.approx(2.0)
+    assert b[mn.BADPUT_CHECKPOINT_SAVE] == pytest.approx(1.0)
+    assert b[mn.BADPUT_PROGRAM_STARTUP] == pytest.approx((3.0 - 1.0) + (2.0 - 1.0))
+    assert b[mn.BADPUT_DATA_LOADING_SYNC] == pytest.approx(0.4)
+    assert b[mn.BADPUT_WASTED_PROGRESS] == pytest.approx(21.0 - 19.0)  # steps 4 and 5 of attempt 1
+    assert b[mn.BADPUT_INFRASTRUCTURE_RECOVERY] == pytest.approx(30.0 - 21.0)
+    assert g.productive_s == pytest.approx((6.0 - 0.4 - 2.0) + (5.0 - 1.0))
+    assert g.productive_s + sum(b.values()) == pytest.approx(41.0)
+    assert b[mn.BADPUT_OTHER] == pytest.approx(41.0 - g.productive_s - sum(v for k, v in b.items() if k != "other"))
+    assert set(b) == set(mn.BADPUT_BUCKETS)
+
+
+def test_the_recorder_writes_what_the_split_reads(tmp_path: Path) -> None:
+    record_job_event(tmp_path, "job_start")
+    rec = GoodputRecorder(tmp_path, enabled=True)
+    rec.tpu_ready()
+    with rec.restoring():
+        pass
+    rec.prep_done(0)
+    for n in range(3):
+        with rec.step(n) as s, s.loading():
+            pass
+    with rec.saving():
+        pass
+    record_job_event(tmp_path, "job_end")
+    events = read_events(tmp_path / EVENTS_FILE)
+    assert [e["e"] for e in events] == ["job_start", "attempt_start", "tpu_ready", "restore", "prep_end"] + [
+        "step"
+    ] * 3 + ["save", "job_end"]
+    g = rec.goodput()
+    assert g.productive_s + sum(g.badput_s.values()) == pytest.approx(g.elapsed_s)
+    silent = GoodputRecorder(tmp_path / "other", enabled=False)  # the other ranks write nothing
+    assert silent.path is None and not (tmp_path / "other").exists()
+    with pytest.raises(ValueError, match="job_start"):
+        record_job_event(tmp_path, "step")
+
+
+def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / EVENTS_FILE).write_text('{"e": "job_start", "t": 1.0}\n{"e": "attempt_st')
+    assert read_events(tmp_path / EVENTS_FILE) == [{"e": "job_start", "t": 1.0}]
