@@ -72,11 +72,13 @@ __all__ = [
     "ClusterConfig",
     "ConfigError",
     "FlexStart",
+    "IdleAlert",
     "KueueConfig",
     "MaintenanceConfig",
     "MaintenanceExclusion",
     "MaintenanceWindow",
     "ModelConfig",
+    "MonitoringConfig",
     "NetworkConfig",
     "OnDemand",
     "Queued",
@@ -91,9 +93,11 @@ __all__ = [
     "gke_version_key",
     "is_production_stack",
     "load_stack_file",
+    "monitoring_rules",
     "parse_stack_config",
     "problems",
     "required_gke_version",
+    "slice_shape",
     "stack_of_file",
     "stack_rules",
 ]
@@ -608,6 +612,75 @@ class KueueConfig(_Model):
     )
 
 
+# ---- monitoring ---------------------------------------------------------------------------------------
+IdleMetric = Literal["dutyCycle", "tensorcoreUtilization"]
+"""The per-chip TPU figures the idle-slice alert may watch (each is a dashboard panel)."""
+IDLE_ALERT_METRICS: tuple[str, ...] = typing.get_args(IdleMetric)
+# https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.notificationChannels : the resource name form.
+_NOTIFICATION_CHANNEL = r"^projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/notificationChannels/[0-9]+$"
+
+
+class IdleAlert(_Model):
+    """An alert for a slice that is held but idle: every chip's figure below ``belowPercent`` for ``window``
+    while the slice's Ray worker pods run."""
+
+    enabled: bool = True
+    window: Annotated[int, Field(gt=0, le=7 * 86400, description="seconds, or '30m', '2h'")] = 1800
+    metric: IdleMetric = "dutyCycle"
+    below_percent: Annotated[float, Field(gt=0, lt=100)] = 1.0
+    exclude_pools: Annotated[list[str], Field(max_length=64)] = []
+    """Slice pools the alert does not watch (e.g. a pool kept warm on purpose); the dashboard still shows them."""
+    notification_channels: Annotated[
+        list[Annotated[str, Field(pattern=_NOTIFICATION_CHANNEL)]], Field(max_length=16)
+    ] = []
+    """``projects/<project>/notificationChannels/<id>``; none: the incident shows in Cloud Monitoring only."""
+
+    _parse = field_validator("window", mode="before")(lambda v: _seconds(v))
+
+
+class MonitoringConfig(_Model):
+    """A Cloud Monitoring dashboard of the stack (one row per slice pool) and the idle-slice alert."""
+
+    enabled: bool = False
+    idle_alert: IdleAlert = IdleAlert()
+
+
+def slice_shape(s: TpuSlice) -> tuple[str, str]:
+    """What a chip's TPU metrics say of its slice: GKE's accelerator label value and the topology (the device
+    plugin's ``model`` and ``tpu_topology`` labels). Pools of one shape cannot be told apart by them."""
+    return (s.gke_accelerator, s.topology)
+
+
+def monitoring_rules(
+    monitoring: MonitoringConfig, pools: list[tuple[int, SlicePoolConfig]], pool_names: list[str] | None = None
+) -> list[str]:
+    """Settings that name slice pools name pools of this stack, and an excluded pool can be told from a watched one.
+
+    ``pool_names``: every pool's name, valid or not (default: the names of ``pools``)."""
+    found: list[str] = []
+    names = list(dict.fromkeys(pool_names if pool_names is not None else [p.name for _, p in pools]))
+    excluded = monitoring.idle_alert.exclude_pools
+    watched = {slice_shape(p.tpu_slice): p.name for _, p in pools if p.name not in excluded}
+    for i, name in enumerate(excluded):
+        at = f"monitoring.idleAlert.excludePools[{i}]"
+        pool = next((p for _, p in pools if p.name == name), None)
+        if pool is None:
+            if names and name not in names:
+                found.append(_field_msg(at, f"{name!r} is not a slice pool; valid choices: {', '.join(names)}"))
+            continue
+        other = watched.get(slice_shape(pool.tpu_slice))
+        if other is not None:
+            found.append(
+                _field_msg(
+                    at,
+                    f"{name!r} has the slice shape of watched pool {other!r} ({pool.tpu_slice.generation} "
+                    f"{pool.tpu_slice.topology}); TPU metrics carry the shape, not the pool, so the alert cannot "
+                    f"leave one out: exclude both or neither",
+                )
+            )
+    return found
+
+
 _RFC3339_UTC = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
 UtcTime = Annotated[str, Field(pattern=_RFC3339_UTC, description="RFC 3339 UTC time, e.g. 2026-01-03T02:00:00Z")]
 # GKE: a window needs >= 4 contiguous hours, an exclusion without a release channel (NO_UPGRADES) lasts <= 30 days
@@ -900,6 +973,9 @@ def _rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -
         _valid_part(MaintenanceConfig, values.get("maintenance")),
         workload,
     )
+    monitoring = _valid_part(MonitoringConfig, values.get("monitoring"))
+    if monitoring is not None:
+        found += monitoring_rules(monitoring, pools, names)
     return [(path, text) for path, text in (line.split(_SEP, 1) for line in found)]
 
 
@@ -932,6 +1008,7 @@ class StackConfig(_Model):
     workload: WorkloadConfig = WorkloadConfig()
     kueue: KueueConfig = KueueConfig()
     maintenance: MaintenanceConfig = MaintenanceConfig()
+    monitoring: MonitoringConfig = MonitoringConfig()
 
     @field_validator("zone", mode="before")
     @classmethod
@@ -955,6 +1032,7 @@ class StackConfig(_Model):
         found += capacity_rules(
             list(enumerate(self.slice_pools)), self.cluster, self.ray, self.kueue, self.maintenance, self.workload
         )
+        found += monitoring_rules(self.monitoring, list(enumerate(self.slice_pools)))
         if found:
             raise ValueError("\n".join(found))
         return self

@@ -2,7 +2,8 @@
 
 :func:`deploy` declares an explicit GCP provider (project and region from the typed config, so the stack needs no
 ``gcp:project``), the :class:`GkeCluster`, one :class:`TpuSlicePool` per slice pool, the :class:`RayTpuCluster`,
-a :class:`KueueQueues` (when ``kueue.enabled``) and a :class:`RayTpuJob` for the training entrypoint. Names and
+a :class:`KueueQueues` (when ``kueue.enabled``), a :class:`RayTpuJob` for the training entrypoint and a
+:class:`StackMonitoring` (dashboard and idle-slice alert, when ``monitoring.enabled``). Names and
 inputs depend only on the config and the stack name.
 """
 
@@ -25,8 +26,10 @@ from tpuray.components.stack_args import (
     kueue_queues_args,
     ray_tpu_cluster_args,
     ray_tpu_job_args,
+    stack_monitoring_args,
     tpu_slice_pool_args,
 )
+from tpuray.components.stack_monitoring import StackMonitoring
 from tpuray.components.tpu_slice_pool import TpuSlicePool
 
 __all__ = ["Stack", "deploy", "resource_labels", "topology_summary"]
@@ -43,6 +46,7 @@ class Stack:
     ray: RayTpuCluster
     job: RayTpuJob
     kueue: KueueQueues | None = None
+    monitoring: StackMonitoring | None = None
 
     @property
     def manifests(self) -> list[dict[str, Any]]:
@@ -136,4 +140,16 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
         ray_tpu_job_args(job_params, depends_on=[*job_after, ray.auth_secret]),
         on_both,
     )
-    return Stack(config=cfg, gcp_provider=provider, cluster=cluster, pools=pools, ray=ray, job=job, kueue=kueue)
+    monitoring = None
+    if cfg.monitoring.enabled:
+        monitoring = StackMonitoring("monitoring", stack_monitoring_args(cfg, stack_name, labels), on_gcp)
+    return Stack(
+        config=cfg,
+        gcp_provider=provider,
+        cluster=cluster,
+        pools=pools,
+        ray=ray,
+        job=job,
+        kueue=kueue,
+        monitoring=monitoring,
+    )

@@ -23,11 +23,13 @@ from tpuray.components.gke_cluster import (
 )
 from tpuray.components.images import ArtifactRepository, parse_image
 from tpuray.components.kueue import KueueQueuesArgs
+from tpuray.components.planning.dashboard import dashboard_plan, idle_alert_plan
 from tpuray.components.planning.gmp import kueue_monitoring, ray_training_monitoring
 from tpuray.components.planning.kuberay import RayClusterParams, RayJobParams
 from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.planning.node_pools import slice_pool_node_pools
 from tpuray.components.ray_cluster import RayTpuClusterArgs, RayTpuJobArgs
+from tpuray.components.stack_monitoring import StackMonitoringArgs
 from tpuray.components.tpu_slice_pool import TpuSlicePoolArgs
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "kueue_queues_args",
     "ray_tpu_cluster_args",
     "ray_tpu_job_args",
+    "stack_monitoring_args",
     "tpu_slice_pool_args",
 ]
 
@@ -153,3 +156,14 @@ def kueue_queues_args(
 
 def ray_tpu_job_args(params: RayJobParams, depends_on: list[pulumi.Resource]) -> RayTpuJobArgs:
     return RayTpuJobArgs(params=params, depends_on=depends_on)
+
+
+def stack_monitoring_args(
+    cfg: StackConfig, stack_name: str, resource_labels: Mapping[str, str] | None = None
+) -> StackMonitoringArgs:
+    return StackMonitoringArgs(
+        project=cfg.project,
+        dashboard=dashboard_plan(cfg, stack_name),
+        idle_alert=idle_alert_plan(cfg, stack_name),
+        user_labels=dict(resource_labels or {}),
+    )

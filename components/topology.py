@@ -77,6 +77,8 @@ class Generation:
     peak_bf16_tflops_per_chip: float
     """Peak dense bf16 TFLOP/s per chip (Cloud TPU system architecture pages); used for MFU."""
     hbm_gib_per_chip: int
+    """HBM per chip in GiB (the Cloud TPU system architecture page of each generation, cited on its row); the
+    dashboard draws each chip's HBM use against it."""
     max_cubes: int | None = None
     """3D only: the most 4x4x4 cubes a slice may have."""
     ordered_dims: bool = False
@@ -116,6 +118,7 @@ GENERATIONS: tuple[Generation, ...] = (
         pod_type_prefix="v4",
         pod_type_counts_cores=True,
         peak_bf16_tflops_per_chip=275.0,
+        # https://cloud.google.com/tpu/docs/v4 : "HBM2 capacity and bandwidth: 32 GiB, 1200 GBps".
         hbm_gib_per_chip=32,
         max_cubes=64,
         # xpk does not require ordered dims for v4; cluster-toolkit does. We follow xpk (AI-Hypercomputer/xpk,
@@ -138,6 +141,8 @@ GENERATIONS: tuple[Generation, ...] = (
         pod_type_prefix="v5litepod",
         pod_type_counts_cores=False,
         peak_bf16_tflops_per_chip=197.0,
+        # https://cloud.google.com/tpu/docs/v5e : "HBM capacity per chip: 16 GB" (the page writes GB; the v5p,
+        # v6e and tpu7x figures below are GiB on the tpu7x page's comparison table, so 16 is kept as GiB too).
         hbm_gib_per_chip=16,
         single_host_topologies={"1x1": "ct5lp-hightpu-1t", "2x2": "ct5lp-hightpu-4t", "2x4": "ct5lp-hightpu-8t"},
         multi_host_base_topologies=_2D_MULTI_HOST,
@@ -154,6 +159,8 @@ GENERATIONS: tuple[Generation, ...] = (
         pod_type_prefix="v5p",
         pod_type_counts_cores=True,
         peak_bf16_tflops_per_chip=459.0,
+        # https://cloud.google.com/tpu/docs/tpu7x (comparison table): "HBM capacity per chip (GiB): 95" for v5p
+        # (https://cloud.google.com/tpu/docs/v5p writes "95GB").
         hbm_gib_per_chip=95,
         max_cubes=140,
         ordered_dims=True,
@@ -172,6 +179,8 @@ GENERATIONS: tuple[Generation, ...] = (
         pod_type_prefix="v6e",
         pod_type_counts_cores=False,
         peak_bf16_tflops_per_chip=918.0,
+        # https://cloud.google.com/tpu/docs/tpu7x (comparison table): "HBM capacity per chip (GiB): 32" for v6e
+        # (https://cloud.google.com/tpu/docs/v6e writes "32 GB").
         hbm_gib_per_chip=32,
         min_gke_version="1.31.2-gke.1115000",
         single_host_topologies={"1x1": "ct6e-standard-1t", "2x2": "ct6e-standard-4t", "2x4": "ct6e-standard-8t"},
@@ -192,6 +201,7 @@ GENERATIONS: tuple[Generation, ...] = (
         pod_type_prefix="v7x",
         pod_type_counts_cores=True,
         peak_bf16_tflops_per_chip=2307.0,
+        # https://cloud.google.com/tpu/docs/tpu7x : "HBM capacity per chip (GiB): 192".
         hbm_gib_per_chip=192,
         max_cubes=144,
         ordered_dims=True,
@@ -528,6 +538,11 @@ class TpuSlice:
         return self.chips * self.spec.peak_bf16_tflops_per_chip
 
     @property
+    def hbm_bytes_per_chip(self) -> int:
+        """HBM of one chip in bytes (the catalog's GiB figure)."""
+        return self.spec.hbm_gib_per_chip * 2**30
+
+    @property
     def min_gke_version(self) -> str:
         """Lowest GKE version that runs this slice with the Ray Operator add-on."""
         return self.spec.min_gke_version or RAY_ADDON_MIN_GKE_VERSION
@@ -551,4 +566,5 @@ class TpuSlice:
             "placement": self.placement,
             "min_gke_version": self.min_gke_version,
             "peak_bf16_tflops": self.peak_bf16_tflops,
+            "hbm_gib_per_chip": self.spec.hbm_gib_per_chip,
         }

@@ -8,24 +8,40 @@ plan directory::
     manifests/       the Kubernetes objects as YAML, as they would be applied
     topology.md      per pool: slices, hosts, chips, Ray worker pods and Ray workers (one per chip), chip-hours a day
     topology.svg     the picture: slices as boxes of hosts, hosts as grids of chips, a dot per Ray worker (per chip)
+    dashboard.json   the Cloud Monitoring dashboard the stack declares (when monitoring is on), as the API takes it
+    dashboard.svg    its layout: one band per slice pool, a box per chart with the metrics it reads
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_stack_file
+from tpuray.components.review import resource_types
+from tpuray.components.review.dashboard_svg import render_dashboard_svg
 from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, load_plan_file, mark
 from tpuray.components.review.policy_rules import Resource, Violation, check_resources
 from tpuray.components.review.pool_views import PoolView, pool_views
 from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown
 from tpuray.components.review.svg import render_svg
 
-__all__ = ["PICTURE", "Plan", "find_root", "render_stack", "write_plan"]
+__all__ = [
+    "DASHBOARD_FILE",
+    "DASHBOARD_PICTURE",
+    "PICTURE",
+    "Plan",
+    "dashboards",
+    "find_root",
+    "render_stack",
+    "write_plan",
+]
 
 PICTURE = "topology.svg"
+DASHBOARD_FILE = "dashboard.json"
+DASHBOARD_PICTURE = "dashboard.svg"
 
 
 @dataclass(frozen=True)
@@ -100,6 +116,19 @@ def write_plan(plan: Plan, out: Path, root: Path | None = None) -> None:
         (manifests / name).write_text(text)
     (out / "topology.md").write_text(topology_markdown(plan.stack, plan.pools, PICTURE))
     (out / PICTURE).write_text(render_svg(plan.stack, plan.pools))
+    boards = dashboards(plan.resources)
+    for name in (DASHBOARD_FILE, DASHBOARD_PICTURE):  # a plan without a dashboard leaves no earlier one behind
+        if (out / name).is_file():
+            (out / name).unlink()
+    if boards:
+        board = boards[0]  # one per stack (StackMonitoring)
+        (out / DASHBOARD_FILE).write_text(json.dumps(board, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        (out / DASHBOARD_PICTURE).write_text(render_dashboard_svg(board))
+
+
+def dashboards(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``Dashboard`` objects the program declared (each resource's ``dashboardJson``, parsed)."""
+    return [json.loads(r["inputs"]["dashboardJson"]) for r in resources if r["type"] == resource_types.DASHBOARD]
 
 
 def summary(plan: Plan) -> str:

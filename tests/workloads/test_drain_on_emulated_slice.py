@@ -199,3 +199,39 @@ def _check_prometheus(prom: LocalPrometheus) -> None:
     buckets = {x[mn.TRAIN_BUCKET_TAG] for x in prom.series(over_run(mn.ray_exported(mn.TRAIN_BADPUT) + train))}
     assert buckets == set(mn.BADPUT_BUCKETS)
     assert not prom.query(over_run(mn.ray_exported(mn.TRAIN_MFU)))  # emulated chips: no MFU
+
+
+def test_every_dashboard_query_finds_the_drain_runs_series(prom: LocalPrometheus) -> None:
+    """The dashboard of the dev stack (whose pool is this slice) against what the drain run exported: every chart's
+    query and the idle alert's parse on a real Prometheus, and, over the run's window, the per-chip charts find
+    one series per chip and the training charts the run's series (after the drain test above, in this module)."""
+    import re
+
+    from tpuray.components.config import load_stack_file
+    from tpuray.components.planning.dashboard import dashboard_plan, idle_alert_plan
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_stack_file(root / "Pulumi.dev.yaml")
+    (pool,) = cfg.slice_pools
+    assert pool.tpu_slice == SLICE
+    plan = dashboard_plan(cfg, "dev")
+    alert = idle_alert_plan(cfg, "dev")
+    assert alert is not None
+
+    def over_run(query: str) -> str:  # every instant selector over the run's window (the run has ended)
+        return re.sub(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*\{[^}]*\})(?!\[)", r"last_over_time(\1[10m])", query)
+
+    for panel in plan.rows[0].panels:
+        prom.query(panel.query)  # raises with Prometheus's message on a query it cannot parse
+        got = prom.query(over_run(panel.query))
+        if panel.per_chip:
+            chips = {(x["metric"][mn.RAY_TPU_TYPE_LABEL], x["metric"][mn.RAY_TPU_INDEX_LABEL]) for x in got}
+            assert chips == {(SLICE.gke_accelerator, str(i)) for i in range(SLICE.chips)}, panel.query
+        elif panel.key == "mfu":
+            assert got == []  # emulated chips export no MFU
+        elif panel.key == "badput":
+            assert {x["metric"][mn.TRAIN_BUCKET_TAG] for x in got} == set(mn.BADPUT_BUCKETS)
+        else:
+            assert [x["metric"].get(mn.TRAIN_RUN_TAG) for x in got] == ["drain"], panel.query
+    prom.query(alert.query)
+    assert prom.query(over_run(alert.query.rsplit("<", 1)[0]))  # one series per host that had chips

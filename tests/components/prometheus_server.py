@@ -1,0 +1,144 @@
+"""A real Prometheus (Debian's ``prometheus`` package, ``/usr/bin/prometheus``) on loopback, scraping a loopback
+exporter that serves a given Prometheus text exposition, for evaluating PromQL through the real query API.
+
+The exposition can change between scrapes (:meth:`Exporter.set`), so counters and histograms grow and ``rate()``
+has something to work on.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+SCRAPE_SECONDS = 1
+
+
+class Exporter:
+    """``/metrics`` on 127.0.0.1 serving whatever :meth:`set` last gave."""
+
+    def __init__(self) -> None:
+        self._text = ""
+        self._lock = threading.Lock()
+        exporter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with exporter._lock:
+                    body = exporter._text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def set(self, text: str) -> None:
+        with self._lock:
+            self._text = text
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Prometheus:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def query(self, promql: str) -> dict[str, Any]:
+        """``/api/v1/query`` at the current time: the decoded answer (``status`` ``success`` or ``error``)."""
+        data = urllib.parse.urlencode({"query": promql}).encode()
+        try:
+            with urllib.request.urlopen(f"{self.url}/api/v1/query", data=data, timeout=10) as r:
+                answer: dict[str, Any] = json.loads(r.read())
+        except urllib.error.HTTPError as e:  # a bad query is a 400 with the error as JSON
+            answer = json.loads(e.read())
+        return answer
+
+    def series(self, promql: str) -> list[dict[str, Any]]:
+        answer = self.query(promql)
+        assert answer["status"] == "success", f"{promql}: {answer.get('error')}"
+        result: list[dict[str, Any]] = answer["data"]["result"]
+        return result
+
+    def wait_for_scrapes(self, n: int, timeout: float = 60.0) -> None:
+        """Until the exporter's target has been scraped ``n`` times (``prometheus_target_interval`` is too coarse)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = self.query('count_over_time(up{job="exporter"}[10m])')
+            result = got["data"]["result"] if got.get("status") == "success" else []
+            if result and float(result[0]["value"][1]) >= n:
+                return
+            time.sleep(0.3)
+        raise TimeoutError(f"Prometheus did not scrape the exporter {n} times in {timeout} s")
+
+
+@contextmanager
+def prometheus_scraping(exporter: Exporter, workdir: Path) -> Iterator[Prometheus]:
+    """A Prometheus that scrapes ``exporter`` every second; stopped (by its own process id) on exit."""
+    port = _free_port()
+    config = workdir / "prometheus.yml"
+    config.write_text(
+        f"global:\n  scrape_interval: {SCRAPE_SECONDS}s\n  evaluation_interval: {SCRAPE_SECONDS}s\n"
+        f"scrape_configs:\n  - job_name: exporter\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{exporter.port}']\n"
+    )
+    log = (workdir / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            PROMETHEUS,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    prom = Prometheus(f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{prom.url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Prometheus did not start: {(workdir / 'prometheus.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield prom
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
