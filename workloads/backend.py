@@ -309,8 +309,11 @@ class _XlaChipBackend(Backend):
             raise
 
     def _start(self, worker_group: Any, cfg: XlaChipConfig) -> None:
+        import ray
+
         n = len(worker_group)
-        reported = [worker_group.execute_single(i, _seat, i) for i in range(n)]
+        # every worker at once (one round trip, not n): part of the time to the first step
+        reported = ray.get([worker_group.execute_single_async(i, _seat, i) for i in range(n)])
         seats = [s for s, _ in reported]
         tpu_slice = slice_of([lb for _, lb in reported], n)
         asked = _ray_compat.asked_scaling_config(worker_group)
@@ -330,11 +333,8 @@ class _XlaChipBackend(Backend):
         assignments = assign_chips(
             tpu_slice, len(names), seats, base_port=cfg.base_port, megascale_port=cfg.megascale_port
         )
-        for a in assignments:
-            worker_group.execute_single(a.actor_index, _apply, a)
+        ray.get([worker_group.execute_single_async(a.actor_index, _apply, a) for a in assignments])
         master = worker_group.execute_single(assignments[0].actor_index, _free_port)
-        import ray
-
         ray.get([worker_group.execute_single_async(a.actor_index, _join, master, cfg.timeout_s) for a in assignments])
 
     def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:
