@@ -18,6 +18,9 @@ MODULES = [
     "train",
     "model",
     "drain",
+    "portable",
+    "tuning",
+    "_ray_compat",
 ]
 
 
