@@ -47,7 +47,7 @@ def test_bad_scaling_inputs_are_named() -> None:
 
 def test_a_worker_count_that_is_not_whole_slices_is_refused_before_anything_starts() -> None:
     """Ray's own ScalingConfig refuses it at construction, so no controller or placement group exists yet."""
-    from ray.train import ScalingConfig
+    from ray.train.v2.api.config import ScalingConfig  # what ray.train exports in 2.60 (V2)
 
     s = TpuSlice.parse("v5p:2x2x2")
     good = tpu_scaling_config(s)

@@ -19,9 +19,11 @@ def clean() -> Iterator[None]:
 
 
 def test_the_xla_manager_answers_ray_trains_device_lookups(clean: None) -> None:
-    import ray.air._internal.device_manager as dm
-    import ray.train.torch.train_loop_utils as loop
+    import importlib
 
+    import ray.air._internal.device_manager as dm
+
+    loop: Any = importlib.import_module("ray.train.torch.train_loop_utils")
     portable.install()
     manager = dm.get_torch_device_manager_by_context()  # what get_device()/prepare_model ask, on any worker
     assert type(manager).__name__ == "XlaDeviceManager"
