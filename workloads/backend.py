@@ -228,7 +228,10 @@ def _apply(assignment: ChipAssignment) -> dict[str, str]:
     for key in RAY_SUBHOST_VARS:
         os.environ.pop(key, None)  # Ray's 1-chip defaults would describe a standalone chip
     os.environ.update(assignment.env)
-    collective: Collective = "gloo" if os.environ.get("PJRT_DEVICE", "").upper() == "CPU" else "xla"
+    # A worker holding a TPU chip runs PyTorch/XLA on it: without PJRT_DEVICE torch_xla would pick the host CPU
+    # when it finds no TPU, and the run would train there without a word. The emulation sets CPU explicitly.
+    os.environ.setdefault("PJRT_DEVICE", "TPU")
+    collective: Collective = "gloo" if os.environ["PJRT_DEVICE"].upper() == "CPU" else "xla"
     _CHIP = ChipInfo(
         rank=assignment.rank,
         world_size=assignment.world_size,
@@ -246,7 +249,7 @@ def _join(master: tuple[str, int], timeout_s: float) -> None:
     import torch.distributed as dist
 
     info = chip()
-    portable.install()  # Ray Train's get_device()/prepare_model/prepare_data_loader now mean this chip
+    portable.install(os.environ["PJRT_DEVICE"])  # Ray Train's get_device()/prepare_model/... now mean this chip
     if info.world_size == 1 or dist.is_initialized():
         return
     timeout = timedelta(seconds=timeout_s)

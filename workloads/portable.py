@@ -38,15 +38,22 @@ def _device_manager_class() -> type[Any]:
     class XlaDeviceManager(base):  # type: ignore[misc, valid-type]
         """Ray's torch device manager for one XLA device per process."""
 
-        def __init__(self) -> None:
+        def __init__(self, pjrt_device: str) -> None:
             self._depth = 0
+            self._pjrt_device = pjrt_device.upper()
 
         def is_available(self) -> bool:
             return True
 
         def get_devices(self) -> list[torch.device]:
             import torch_xla
+            import torch_xla.runtime as xr
 
+            kind = str(xr.device_type())
+            if kind != self._pjrt_device:  # never the host CPU in place of the chip
+                raise RuntimeError(
+                    f"this worker's chip is a PJRT_DEVICE={self._pjrt_device} device but PyTorch/XLA runs on {kind}"
+                )
             return [torch_xla.device()]
 
         def set_device(self, device: Any) -> None:
@@ -80,12 +87,13 @@ def _device_manager_class() -> type[Any]:
 XlaDeviceManager: type[Any] | None = None
 
 
-def install() -> None:
-    """Make Ray Train's portable API use this worker's XLA device (run on the worker, before the train function)."""
+def install(pjrt_device: str) -> None:
+    """Make Ray Train's portable API use this worker's XLA device (run on the worker, before the train function);
+    ``pjrt_device`` is what the device must be (``TPU``, or ``CPU`` on the emulated slice)."""
     global XlaDeviceManager
     if XlaDeviceManager is None:
         XlaDeviceManager = _device_manager_class()
-    _ray_compat.install_torch_device_manager(XlaDeviceManager(), "xla")
+    _ray_compat.install_torch_device_manager(XlaDeviceManager(pjrt_device), "xla")
 
 
 def uninstall() -> None:
