@@ -10,8 +10,10 @@ worker and before the train function runs:
    ``CLOUD_TPU_TASK_ID`` plus ``slice_index * chips_per_slice`` (Ray Train's own world rank may differ);
 2. sets the complete per-chip PJRT environment (:func:`tpuray.workloads.worker_env.chip_env`, ``MEGASCALE_*``
    across slices) and drops Ray's 1-chip ``TPU_HOST_BOUNDS``/``TPU_CHIPS_PER_HOST_BOUNDS``;
-3. joins the process group: ``xla://`` on TPUs, gloo on the emulated slice (``PJRT_DEVICE=CPU``), where XLA
-   collectives across processes silently return the local value.
+3. joins the process group: ``xla://`` on TPUs; on the emulated slice (``PJRT_DEVICE=CPU``), where XLA
+   collectives across processes silently return the local value, a gloo group on CPU copies
+   (:mod:`tpuray.workloads.portable`);
+4. makes Ray Train's portable API (``get_device``, ``prepare_model``, ``prepare_data_loader``) mean this chip.
 
 If any of that fails, the backend shuts the worker group down itself before raising: Ray 2.60 marks the group
 started before it runs backends, and would otherwise leave the slice placement group reserved.
