@@ -1,11 +1,15 @@
-"""Ray Train per-chip path vs the same loop in bare processes: step time ratio and time to first step.
+"""Ray Train per-chip path vs the same loop in bare processes; and Ray Train's portable API vs ``optimizer_step``.
 
 Both sides run the same train loop (the dev stack's GPT, XLA on CPU, one process per emulated chip) with the same
 gradient average (``tpuray.workloads.optimizer_step`` over gloo). The Ray side is ``TorchTrainer`` +
 ``XlaChipConfig`` + ``tpu_scaling_config`` on the emulated slice (cluster already running, as on GKE); the bare
 side is the same number of ``multiprocessing`` processes given the same chip assignment by hand. Bare runs before
-and after the Ray run, so drifting machine load shows up on both sides. Prints one JSON line:
-``{"step_time_ratio", "time_to_first_step_ratio", ...}`` (targets: <= 1.10 and <= 1.3).
+and after the Ray runs, so drifting machine load shows up on both sides. A second Ray run trains the same model
+through Ray Train's portable API (``prepare_model`` + ``prepare_data_loader`` + a plain ``optimizer.step()``).
+The time to the first step is broken down per side: until the worker process exists (placement and worker start
+on Ray; spawn on bare), until the loop starts (imports, Ray worker setup, backend setup), and the first step
+(the first compile). Prints one JSON line: ``{"step_time_ratio", "time_to_first_step_ratio",
+"portable_step_time_ratio", "compiles", "breakdown", ...}`` (targets: <= 1.10, <= 1.3, <= 1.10, equal compiles).
 
     python bench/train_overhead.py [--steps 60] [--stack-file Pulumi.dev.yaml]
 """
@@ -32,8 +36,24 @@ from tpuray.workloads.worker_env import LOCAL_WORKER_ENV
 WARMUP = 5  # steps that compile graphs; not in the step time
 
 
+def _process_started() -> float:
+    """When this process started (epoch seconds), from ``/proc`` (Linux; 10 ms resolution)."""
+    ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    boot = next(
+        float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+    )
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _compiles() -> int:
+    import torch_xla.debug.metrics as met
+
+    return int((met.metric_data("CompileTime") or [0])[0])  # type: ignore[no-untyped-call]
+
+
 def loop(shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
     """The measured loop; needs ``tpuray.workloads.chip()`` (set by the backend, or by hand in a bare process)."""
+    loop_start = time.time()
     import torch
     import torch_xla
 
@@ -60,13 +80,67 @@ def loop(shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
         times.append(time.perf_counter() - t)
         if step == 0:
             first_done = time.time()
-    return {"step_s": median(times[WARMUP:]), "first_done": first_done, "rank": c.rank}
+    return {
+        "step_s": median(times[WARMUP:]),
+        "first_done": first_done,
+        "rank": c.rank,
+        "process_start": _process_started(),
+        "loop_start": loop_start,
+        "compiles": _compiles(),
+    }
+
+
+def portable_loop(shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
+    """The same model and data through Ray Train's portable API only: no tpuray or XLA call in the loop."""
+    loop_start = time.time()
+    import numpy as np
+    import ray.train
+    import ray.train.torch
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from tpuray.workloads.data import SyntheticTokens
+    from tpuray.workloads.model import GPT
+
+    torch.set_num_threads(1)
+    world = ray.train.get_context().get_world_size()
+    torch.manual_seed(0)
+    model = ray.train.torch.prepare_model(GPT(shape))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = SyntheticTokens(shape.vocab_size)
+    tokens = np.concatenate([data.batch(i, 0, 1, batch, shape.seq_len) for i in range(steps * world)])
+    loader = ray.train.torch.prepare_data_loader(DataLoader(TensorDataset(torch.from_numpy(tokens)), batch_size=batch))
+    times, first_done = [], 0.0
+    t = time.perf_counter()
+    for step, (x,) in enumerate(loader):
+        logits = model(x[:, :-1])  # through the DDP wrapper, so its gradient hooks run
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1))
+        loss.backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        float(loss.detach())
+        times.append(time.perf_counter() - t)
+        if step == 0:
+            first_done = time.time()
+        t = time.perf_counter()
+    import torch.distributed as dist
+
+    return {
+        "step_s": median(times[WARMUP:]),
+        "first_done": first_done,
+        "rank": dist.get_rank() if dist.is_initialized() else 0,
+        "process_start": _process_started(),
+        "loop_start": loop_start,
+        "compiles": _compiles(),
+    }
 
 
 def _ray_train_fn(config: dict[str, Any]) -> None:
     import ray.train
 
-    out = loop(config["shape"], config["batch"], config["steps"])
+    fn = portable_loop if config["portable"] else loop
+    out = fn(config["shape"], config["batch"], config["steps"])
     ray.train.report(out)
     Path(config["out"], f"{out['rank']}.json").write_text(json.dumps(out))
 
@@ -80,7 +154,7 @@ def _bare_worker(assignment: Any, master: tuple[str, int], shape: ModelShape, ba
     q.put(loop(shape, batch, steps))
 
 
-def bare(tpu_slice: TpuSlice, shape: ModelShape, batch: int, steps: int) -> tuple[float, float]:
+def bare(tpu_slice: TpuSlice, shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
     from tpuray.workloads.placement import Seat, assign_chips
 
     seats = [
@@ -101,44 +175,84 @@ def bare(tpu_slice: TpuSlice, shape: ModelShape, batch: int, steps: int) -> tupl
     results = [q.get(timeout=600) for _ in procs]
     for p in procs:
         p.join(timeout=60)
-    return max(r["step_s"] for r in results), max(r["first_done"] for r in results) - t0
+    return summarise(results, t0)
 
 
-def with_ray(tpu_slice: TpuSlice, shape: ModelShape, batch: int, steps: int) -> tuple[float, float]:
+def summarise(results: list[dict[str, Any]], t0: float) -> dict[str, Any]:
+    """Slowest chip's step time; time to first step and its breakdown, from the call that started the run."""
+    return {
+        "step_s": max(r["step_s"] for r in results),
+        "first_step_s": max(r["first_done"] for r in results) - t0,
+        "breakdown_s": {
+            "until_process": max(r["process_start"] for r in results) - t0,
+            "process_to_loop": max(r["loop_start"] - r["process_start"] for r in results),
+            "first_step": max(r["first_done"] - r["loop_start"] for r in results),
+        },
+        "compiles": max(r["compiles"] for r in results),
+    }
+
+
+def with_ray(tpu_slice: TpuSlice, shape: ModelShape, batch: int, steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
     import ray
     from ray.train import RunConfig
     from ray.train.torch import TorchTrainer
 
     from tpuray.workloads import XlaChipConfig, emulate, tpu_scaling_config
 
-    with emulate(tpu_slice) as cluster, tempfile.TemporaryDirectory() as out:
+    runs = []
+    with emulate(tpu_slice) as cluster:
         ray.init(address=cluster.address, log_to_driver=False)
-        t0 = time.time()
-        TorchTrainer(
-            _ray_train_fn,
-            train_loop_config={"shape": shape, "batch": batch, "steps": steps, "out": out},
-            scaling_config=tpu_scaling_config(tpu_slice),
-            torch_config=XlaChipConfig(),
-            run_config=RunConfig(storage_path=out, name="bench"),
-        ).fit()
-        results = [json.loads(p.read_text()) for p in Path(out).glob("*.json")]
-    return max(r["step_s"] for r in results), max(r["first_done"] for r in results) - t0
+        for portable in (False, True):
+            with tempfile.TemporaryDirectory() as out:
+                t0 = time.time()
+                TorchTrainer(
+                    _ray_train_fn,
+                    train_loop_config={
+                        "shape": shape,
+                        "batch": batch,
+                        "steps": steps,
+                        "out": out,
+                        "portable": portable,
+                    },
+                    scaling_config=tpu_scaling_config(tpu_slice),
+                    torch_config=XlaChipConfig(),
+                    run_config=RunConfig(storage_path=out, name="bench"),
+                ).fit()
+                runs.append(summarise([json.loads(p.read_text()) for p in Path(out).glob("*.json")], t0))
+    return runs[0], runs[1]
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--stack-file", type=Path, default=Path("Pulumi.dev.yaml"))
     p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--ray-only", action="store_true", help="only the two Ray runs: portable vs optimizer_step")
     args = p.parse_args()
     cfg = load_stack_file(args.stack_file)
     w = cfg.workload
     tpu_slice = cfg.workload_pool().tpu_slice
     shape = ModelShape(w.model.vocab_size, w.model.layers, w.model.d_model, w.model.heads, w.seq_len)
     os.environ.update(LOCAL_WORKER_ENV)
+    if args.ray_only:
+        r, portable = with_ray(tpu_slice, shape, w.batch_size_per_chip, args.steps)
+        print(
+            json.dumps(
+                {
+                    "event": "bench.train_overhead.portable",
+                    "steps": args.steps,
+                    "ray_step_s": r["step_s"],
+                    "portable_step_s": portable["step_s"],
+                    "portable_step_time_ratio": portable["step_s"] / r["step_s"],
+                    "compiles": {"optimizer_step": r["compiles"], "portable": portable["compiles"]},
+                    "breakdown_s": {"ray": r["breakdown_s"], "portable": portable["breakdown_s"]},
+                }
+            )
+        )
+        return 0
     b1 = bare(tpu_slice, shape, w.batch_size_per_chip, args.steps)
-    r = with_ray(tpu_slice, shape, w.batch_size_per_chip, args.steps)
+    r, portable = with_ray(tpu_slice, shape, w.batch_size_per_chip, args.steps)
     b2 = bare(tpu_slice, shape, w.batch_size_per_chip, args.steps)
-    bare_step, bare_first = (b1[0] + b2[0]) / 2, (b1[1] + b2[1]) / 2
+    bare_step, bare_first = (b1["step_s"] + b2["step_s"]) / 2, (b1["first_step_s"] + b2["first_step_s"]) / 2
     print(
         json.dumps(
             {
@@ -146,15 +260,24 @@ def main() -> int:
                 "slice": str(tpu_slice),
                 "processes": tpu_slice.chips,
                 "steps": args.steps,
-                "ray_step_s": r[0],
+                "ray_step_s": r["step_s"],
                 "bare_step_s": bare_step,
-                "step_time_ratio": r[0] / bare_step,
-                "ray_time_to_first_step_s": r[1],
+                "step_time_ratio": r["step_s"] / bare_step,
+                "ray_time_to_first_step_s": r["first_step_s"],
                 "bare_time_to_first_step_s": bare_first,
-                "time_to_first_step_ratio": r[1] / bare_first,
-                "bare_runs": [b1, b2],
+                "time_to_first_step_ratio": r["first_step_s"] / bare_first,
+                "portable_step_s": portable["step_s"],
+                "portable_step_time_ratio": portable["step_s"] / r["step_s"],
+                "compiles": {"optimizer_step": r["compiles"], "portable": portable["compiles"]},
+                "breakdown_s": {
+                    "ray": r["breakdown_s"],
+                    "portable": portable["breakdown_s"],
+                    "bare": [b1["breakdown_s"], b2["breakdown_s"]],
+                },
+                "bare_runs": [[b1["step_s"], b1["first_step_s"]], [b2["step_s"], b2["first_step_s"]]],
                 "target_step_time_ratio": 1.10,
                 "target_time_to_first_step_ratio": 1.3,
+                "target_portable_step_time_ratio": 1.10,
             }
         )
     )

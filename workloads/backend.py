@@ -10,8 +10,10 @@ worker and before the train function runs:
    ``CLOUD_TPU_TASK_ID`` plus ``slice_index * chips_per_slice`` (Ray Train's own world rank may differ);
 2. sets the complete per-chip PJRT environment (:func:`tpuray.workloads.worker_env.chip_env`, ``MEGASCALE_*``
    across slices) and drops Ray's 1-chip ``TPU_HOST_BOUNDS``/``TPU_CHIPS_PER_HOST_BOUNDS``;
-3. joins the process group: ``xla://`` on TPUs, gloo on the emulated slice (``PJRT_DEVICE=CPU``), where XLA
-   collectives across processes silently return the local value.
+3. joins the process group: ``xla://`` on TPUs; on the emulated slice (``PJRT_DEVICE=CPU``), where XLA
+   collectives across processes silently return the local value, a gloo group on CPU copies
+   (:mod:`tpuray.workloads.portable`);
+4. makes Ray Train's portable API (``get_device``, ``prepare_model``, ``prepare_data_loader``) mean this chip.
 
 If any of that fails, the backend shuts the worker group down itself before raising: Ray 2.60 marks the group
 started before it runs backends, and would otherwise leave the slice placement group reserved.
@@ -33,6 +35,7 @@ from ray.train.v2.api.config import ScalingConfig
 
 from tpuray.components.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL, TPU_MEGASCALE_PORT
 from tpuray.components.topology import TpuSlice
+from tpuray.workloads import _ray_compat, portable
 from tpuray.workloads.placement import ChipAssignment, PlacementError, Seat, assign_chips
 from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS, hostnames_from_env
 
@@ -71,7 +74,12 @@ def tpu_scaling_config(topology: str | TpuSlice, *, num_slices: int = 1, **kwarg
     fixed = {"num_workers", "use_tpu", "topology", "accelerator_type", "resources_per_worker"} & kwargs.keys()
     if fixed:
         raise ValueError(f"tpu_scaling_config sets {sorted(fixed)} itself from the topology")
-    resources: dict[str, float] = {"TPU": 1}
+    if kwargs.get("use_gpu"):
+        raise ValueError(USE_GPU_WITH_XLA)
+    # A chip's share of its VM's CPUs: ray.util.tpu.get_tpu_worker_resources adds CPU: 1 to every bundle that
+    # names none (one worker per VM), so per-chip workers would take chips_per_host CPUs per VM and leave none
+    # for a Tune trial's own actor there (its slice group then stays PENDING); CPU: 0 is dropped by ScalingConfig.
+    resources: dict[str, float] = {"TPU": 1, "CPU": cpu_per_chip(s)}
     if not s.multi_host:
         kwargs.setdefault("placement_strategy", "STRICT_PACK")
     if not ray_pins_slice(s):
@@ -86,6 +94,17 @@ def tpu_scaling_config(topology: str | TpuSlice, *, num_slices: int = 1, **kwarg
     )
 
 
+USE_GPU_WITH_XLA = (
+    "use_gpu=True with XlaChipConfig: TPU chips are not GPUs; drop use_gpu and build the ScalingConfig with "
+    "tpu_scaling_config('<gen>:<topology>') (one worker per chip)"
+)
+
+
+def cpu_per_chip(s: TpuSlice) -> float:
+    """The CPU each per-chip worker asks for: one CPU per VM, shared by its chips."""
+    return 1 / s.chips_per_host
+
+
 GENERATION_PIN = 0.001
 """How much of a TPU VM's ``accelerator_type:TPU-<GEN>`` resource (1 per VM) a worker takes where Ray does not
 pin the slice itself."""
@@ -96,9 +115,7 @@ def ray_pins_slice(s: TpuSlice) -> bool:
     for multi-host. It reads the chips per VM from the topology alone (``get_chips_per_host``: 8 for a v5e/v6e
     ``2x4``), so a ``2x4`` on two 4-chip VMs counts as single-host and is not pinned; the backend then refuses
     workers that straddle two slices, and the generation sliver keeps them on the right TPU generation."""
-    from ray._private.accelerators.tpu import get_chips_per_host
-
-    return s.multi_host and int(get_chips_per_host(s.topology, s.spec.pod_type_prefix)) < s.chips
+    return s.multi_host and _ray_compat.chips_per_host(s.topology, s.spec.pod_type_prefix) < s.chips
 
 
 @dataclass(frozen=True)
@@ -213,7 +230,10 @@ def _apply(assignment: ChipAssignment) -> dict[str, str]:
     for key in RAY_SUBHOST_VARS:
         os.environ.pop(key, None)  # Ray's 1-chip defaults would describe a standalone chip
     os.environ.update(assignment.env)
-    collective: Collective = "gloo" if os.environ.get("PJRT_DEVICE", "").upper() == "CPU" else "xla"
+    # A worker holding a TPU chip runs PyTorch/XLA on it: without PJRT_DEVICE torch_xla would pick the host CPU
+    # when it finds no TPU, and the run would train there without a word. The emulation sets CPU explicitly.
+    os.environ.setdefault("PJRT_DEVICE", "TPU")
+    collective: Collective = "gloo" if os.environ["PJRT_DEVICE"].upper() == "CPU" else "xla"
     _CHIP = ChipInfo(
         rank=assignment.rank,
         world_size=assignment.world_size,
@@ -231,12 +251,13 @@ def _join(master: tuple[str, int], timeout_s: float) -> None:
     import torch.distributed as dist
 
     info = chip()
+    portable.install(os.environ["PJRT_DEVICE"])  # Ray Train's get_device()/prepare_model/... now mean this chip
     if info.world_size == 1 or dist.is_initialized():
         return
     timeout = timedelta(seconds=timeout_s)
     if info.collective == "gloo":
         dist.init_process_group(
-            "gloo",
+            portable.register_emulated_backend(),
             init_method=f"tcp://{master[0]}:{master[1]}",
             rank=info.rank,
             world_size=info.world_size,
@@ -254,6 +275,7 @@ def _leave() -> None:
 
     if dist.is_initialized():
         dist.destroy_process_group()
+    portable.uninstall()
     _CHIP = None
 
 
@@ -292,12 +314,16 @@ class _XlaChipBackend(Backend):
             raise
 
     def _start(self, worker_group: Any, cfg: XlaChipConfig) -> None:
+        import ray
+
         n = len(worker_group)
-        reported = [worker_group.execute_single(i, _seat, i) for i in range(n)]
+        # every worker at once (one round trip, not n): part of the time to the first step
+        reported = ray.get([worker_group.execute_single_async(i, _seat, i) for i in range(n)])
         seats = [s for s, _ in reported]
         tpu_slice = slice_of([lb for _, lb in reported], n)
-        # What the run asked for, read the way Ray's own _TorchBackend reads it (Ray 2.60 has no public accessor).
-        asked = getattr(getattr(worker_group, "_train_run_context", None), "scaling_config", None)
+        asked = _ray_compat.asked_scaling_config(worker_group)
+        if getattr(asked, "use_gpu", False):
+            raise ValueError(USE_GPU_WITH_XLA)
         topology, accelerator = getattr(asked, "topology", None), getattr(asked, "accelerator_type", None)
         if topology and accelerator and (topology, accelerator) != (tpu_slice.topology, tpu_slice.ray_accelerator_type):
             raise PlacementError(
@@ -312,11 +338,8 @@ class _XlaChipBackend(Backend):
         assignments = assign_chips(
             tpu_slice, len(names), seats, base_port=cfg.base_port, megascale_port=cfg.megascale_port
         )
-        for a in assignments:
-            worker_group.execute_single(a.actor_index, _apply, a)
+        ray.get([worker_group.execute_single_async(a.actor_index, _apply, a) for a in assignments])
         master = worker_group.execute_single(assignments[0].actor_index, _free_port)
-        import ray
-
         ray.get([worker_group.execute_single_async(a.actor_index, _join, master, cfg.timeout_s) for a in assignments])
 
     def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:

@@ -152,9 +152,9 @@ def _own_node_id() -> str:
 
 def _draining_nodes() -> dict[str, int]:
     """``{node_id_hex: deadline_ms}`` of Ray's draining nodes (0: no deadline), from the GCS."""
-    import ray._private.state
+    from tpuray.workloads._ray_compat import draining_nodes
 
-    return dict(ray._private.state.state.get_draining_nodes())
+    return dict(draining_nodes())
 
 
 def agree(local: Sequence[bool], mean_over_ranks: Callable[[Sequence[float]], Sequence[float]]) -> list[bool]:

@@ -130,10 +130,11 @@ class EmulatedCluster:
         # for Windows/macOS, where it is the default) through ray_constants: the env var reaches the child
         # processes, the attribute this already-imported one.
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-        import ray._private.ray_constants as ray_constants
         from ray.cluster_utils import Cluster
 
-        ray_constants.ENABLE_RAY_CLUSTER = False
+        from tpuray.workloads._ray_compat import disable_outward_cluster
+
+        disable_outward_cluster()
 
         # Short path: Ray's unix sockets live under the temp dir and have a ~100-byte limit.
         base = tempfile.gettempdir()
@@ -217,10 +218,10 @@ class EmulatedCluster:
 
     def worker_pids(self, node_id: str) -> list[int]:
         """The Ray worker processes (``ray::...``) the host's raylet started, from ``/proc`` (Linux)."""
-        import ray._private.ray_constants as ray_constants
+        from tpuray.workloads._ray_compat import raylet_pid
 
         node, _ = self._hosts[node_id]
-        raylet = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+        raylet = raylet_pid(node)
         pids = []
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
@@ -241,7 +242,9 @@ class EmulatedCluster:
         self._cluster.remove_node(node, allow_graceful=True)
         new = self._add_host(spec, next(s for s, _ in self.layout if s.pod_type == spec.labels[RAY_POD_TYPE_LABEL]))
         deadline = time.monotonic() + timeout_s
-        while new not in self._cluster.global_state._live_node_ids():
+        from tpuray.workloads._ray_compat import live_node_ids
+
+        while new not in live_node_ids(self._cluster):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the replacement for host {spec.labels[RAY_WORKER_ID_LABEL]} did not register")
             time.sleep(0.1)

@@ -158,14 +158,11 @@ def torch_tpu_topology(tpu_slice: TpuSlice) -> str:
     Ray releases after 2.60 ship this as ``ray._private.accelerators.tpu.normalize_torchtpu_topology``; it is
     called when present, and this same form is written otherwise (Ray 2.60 has no such helper).
     """
-    try:
-        from ray._private.accelerators import tpu as ray_tpu
+    from tpuray.workloads._ray_compat import normalize_torchtpu_topology
 
-        normalize = getattr(ray_tpu, "normalize_torchtpu_topology", None)
-    except ImportError:  # pragma: no cover - ray is in the workload extra
-        normalize = None
-    if normalize is not None:  # pragma: no cover - not in Ray 2.60
-        return str(normalize(tpu_slice.topology, accelerator_type=tpu_slice.pod_type))
+    ray_form = normalize_torchtpu_topology(tpu_slice.topology, tpu_slice.pod_type)
+    if ray_form is not None:  # pragma: no cover - not in Ray 2.60
+        return ray_form
     dims = ",".join(map(str, tpu_slice.dims))
     return dims + (f",{tpu_slice.spec.devices_per_chip}" if tpu_slice.spec.devices_per_chip > 1 else "")
 

@@ -24,7 +24,11 @@ def test_one_tpu_worker_per_chip_whole_slices(spec: str, n: int) -> None:
         # single-host slice's chips on one VM. Ray takes a v6e 2x4 for one 8-chip VM even on two 4-chip VMs.
         pin = {f"accelerator_type:{s.ray_accelerator_type}": GENERATION_PIN}
         pinned_by_ray = s.multi_host and spec != "v6e:2x4:ct6e-standard-4t"
-        assert cfg.resources_per_worker == ({"TPU": 1} if pinned_by_ray else {"TPU": 1, **pin})
+        # one CPU per VM, shared by its chips' workers: Ray would add CPU: 1 per chip worker otherwise, and a
+        # Tune trial's own actor would find no CPU left on the slice's VMs
+        cpu = {"CPU": 1 / s.chips_per_host}
+        assert cfg.resources_per_worker == ({"TPU": 1, **cpu} if pinned_by_ray else {"TPU": 1, **cpu, **pin})
+        assert cfg.resources_per_worker["CPU"] * s.chips_per_host == pytest.approx(1)
         assert cfg.placement_strategy == ("PACK" if s.multi_host else "STRICT_PACK")
 
 
@@ -37,6 +41,24 @@ def test_bad_scaling_inputs_are_named() -> None:
         tpu_scaling_config("v5p:2x2x2", num_workers=3)
     with pytest.raises(TopologyError, match="3x3"):
         tpu_scaling_config("v5e:3x3")
+    with pytest.raises(ValueError, match=r"use_gpu=True with XlaChipConfig.*tpu_scaling_config"):
+        tpu_scaling_config("v5e:2x2", use_gpu=True)
+
+
+def test_a_worker_count_that_is_not_whole_slices_is_refused_before_anything_starts() -> None:
+    """Ray's own ScalingConfig refuses it at construction, so no controller or placement group exists yet."""
+    from ray.train.v2.api.config import ScalingConfig  # what ray.train exports in 2.60 (V2)
+
+    s = TpuSlice.parse("v5p:2x2x2")
+    good = tpu_scaling_config(s)
+    with pytest.raises(ValueError, match=r"`num_workers` \(6\) must be a multiple of 8"):
+        ScalingConfig(
+            num_workers=6,
+            use_tpu=True,
+            topology=good.topology,
+            accelerator_type=good.accelerator_type,
+            resources_per_worker=good.resources_per_worker,
+        )
 
 
 def test_chip_outside_a_run_says_where_it_works() -> None:

@@ -21,6 +21,9 @@ MODULES = [
     "goodput",
     "training_metrics",
     "device_plugin",
+    "portable",
+    "tuning",
+    "_ray_compat",
 ]
 
 

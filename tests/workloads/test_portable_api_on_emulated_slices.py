@@ -1,0 +1,215 @@
+"""A GPU-style Ray Train script, unchanged but for its configs, on emulated TPU slices; and Ray Tune across slices.
+
+The train function below uses only Ray Train's portable API (``get_device``, ``prepare_model``,
+``prepare_data_loader``, ``report``, ``get_checkpoint``) and imports nothing from tpuray: what a team already runs
+on GPUs with ``ScalingConfig(num_workers=N, use_gpu=True)``. Only the trainer's configs change:
+``tpu_scaling_config(...)`` and ``XlaChipConfig()``.
+
+One cluster for the module: two single-host v5e 2x2 slices (4 chips each; Tune's two slices) and one multi-host
+v5p 2x2x2 slice (8 chips on two VMs).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tpuray.components.topology import TpuSlice
+from tpuray.workloads import XlaChipConfig, tpu_scaling_config
+
+ray = pytest.importorskip("ray")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+SINGLE = TpuSlice.parse("v5e:2x2")
+MULTI = TpuSlice.parse("v5p:2x2x2")
+SAMPLES = 256  # 64 per chip on 4 chips, 32 on 8: whole batches of 16 everywhere
+LRS = (0.003, 0.01, 0.03, 0.2)  # a few SGD steps on a well-conditioned regression: the largest lr learns most
+
+
+def gpu_style_train(config: dict[str, Any]) -> None:
+    """An ordinary Ray Train loop (as in Ray's own PyTorch examples): no TPU or tpuray call in it."""
+    import os
+    import tempfile
+    import time
+
+    import ray.train
+    import ray.train.torch
+    import torch
+    import torch.distributed as dist
+    import torch_xla.debug.metrics as met  # only to measure compiles; the loop itself is XLA-free
+    from torch.utils.data import DataLoader, TensorDataset
+
+    out = Path(config["out"])
+    ctx = ray.train.get_context()
+    began = time.time()
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    start = 0
+    ckpt = ray.train.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            state = torch.load(Path(d) / "model.pt", weights_only=True)
+        net.load_state_dict(state["model"])
+        start = int(state["epoch"])
+    model = ray.train.torch.prepare_model(net)
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(SAMPLES, 8, generator=g)
+    y = x @ (torch.arange(8.0) / 8).unsqueeze(1)
+    loader = ray.train.torch.prepare_data_loader(DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True))
+    rank = ctx.get_world_rank()
+    seen: list[list[float]] = []
+    compiles: list[int] = []
+    losses: list[float] = []
+    for epoch in range(start, config["epochs"]):
+        if ctx.get_world_size() > 1:
+            loader.sampler.set_epoch(epoch)  # type: ignore[attr-defined]
+        total = 0.0
+        seen.append([])
+        for xb, yb in loader:
+            seen[-1].extend(xb[:, 0].cpu().tolist())
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            opt.step()
+            total += float(loss.detach().cpu())
+        losses.append(total / len(loader))
+        compiles.append(int((met.metric_data("CompileTime") or [0])[0]))  # type: ignore[no-untyped-call]
+        with tempfile.TemporaryDirectory() as tmp:
+            saved = None
+            if rank == 0:
+                torch.save({"model": net.state_dict(), "epoch": epoch + 1}, Path(tmp) / "model.pt")
+                saved = ray.train.Checkpoint.from_directory(tmp)
+            ray.train.report({"loss": losses[-1], "epoch": epoch + 1}, checkpoint=saved)
+    labels = ray.get_runtime_context().get_node_labels()
+    record = {
+        "rank": rank,
+        "world_size": ctx.get_world_size(),
+        "dist_rank": dist.get_rank(),
+        "dist_world_size": dist.get_world_size(),
+        "task_id": int(os.environ["CLOUD_TPU_TASK_ID"]),
+        "device": str(ray.train.torch.get_device()),
+        "param_devices": sorted({str(p.device) for p in net.parameters()}),
+        "params": [p.detach().cpu().reshape(-1).tolist() for p in net.parameters()],
+        "start": start,
+        "seen": seen,
+        "losses": losses,
+        "compiles": compiles,
+        "slice": str(labels.get("ray.io/tpu-slice-name")),
+        "began": began,
+        "ended": time.time(),
+    }
+    (out / f"{config.get('tag', 'run')}-{start}-{rank}.json").write_text(json.dumps(record))
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[None]:
+    from tpuray.workloads.emulation import EmulatedCluster
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this module
+    with EmulatedCluster([(SINGLE, 2), (MULTI, 1)]) as c:
+        ray.init(address=c.address, log_to_driver=False)
+        yield
+        ray.shutdown()
+
+
+def _fit(s: TpuSlice, out: Path, epochs: int) -> Any:
+    from ray.train import FailureConfig, RunConfig
+    from ray.train.torch import TorchTrainer
+
+    out.mkdir(parents=True, exist_ok=True)
+    return TorchTrainer(
+        gpu_style_train,
+        train_loop_config={"out": str(out), "epochs": epochs, "lr": 0.1},
+        # the only lines that differ from the script's GPU run: ScalingConfig(num_workers=4, use_gpu=True)
+        scaling_config=tpu_scaling_config(s),
+        torch_config=XlaChipConfig(),
+        run_config=RunConfig(storage_path=str(out / "storage"), name="run", failure_config=FailureConfig(0)),
+    ).fit()
+
+
+@pytest.mark.parametrize("s", [SINGLE, MULTI], ids=str)
+def test_gpu_style_script_runs_per_chip_and_resumes(cluster: None, tmp_path: Path, s: TpuSlice) -> None:
+    first = _fit(s, tmp_path, epochs=2)
+    assert first.error is None and first.metrics["epoch"] == 2
+    again = _fit(s, tmp_path, epochs=6)  # the same run name: Ray Train resumes from its last checkpoint
+    assert again.error is None and again.metrics["epoch"] == 6
+    runs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("run-2-*.json"))]
+    assert len(runs) == s.chips  # the resumed run started at epoch 2 (get_checkpoint) on every chip
+    firsts = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("run-0-*.json"))]
+    for r in runs:
+        assert r["device"].startswith("xla") and r["param_devices"] == [r["device"]]  # the chip, not the host CPU
+        assert r["world_size"] == r["dist_world_size"] == s.chips
+        # the XLA rank (the process group's, which shards the data) is the chip's TPU task id
+        assert r["dist_rank"] == r["task_id"]
+    assert sorted(r["dist_rank"] for r in runs) == list(range(s.chips))
+    # every chip ends with the same parameters...
+    assert all(r["params"] == runs[0]["params"] for r in runs)
+    # ...though each saw its own shard of every epoch (DistributedSampler by XLA rank)
+    for phase in (firsts, runs):
+        for epoch in range(2):
+            seen = [v for r in phase for v in r["seen"][epoch]]
+            assert len(seen) == len(set(seen)) == SAMPLES  # the chips' shards split the data set
+    # the loss fell from the first epoch to the last
+    loss = [sum(r["losses"][i] for r in phase) / s.chips for phase, i in ((firsts, 0), (runs, -1))]
+    assert loss[1] < 0.5 * loss[0]
+    # no graph grows without end and nothing recompiles per step: after a few warm-up steps (DDP rebuilds its
+    # buckets after the first) the compile count stays put
+    for r in runs:
+        assert r["compiles"][-1] == r["compiles"][-2], r["compiles"]
+
+
+def tune_trial(config: dict[str, Any]) -> None:
+    """A Tune trial: one TorchTrainer on one v5e 2x2 slice, its reports passed on to Tune."""
+    from ray.train import FailureConfig, RunConfig
+    from ray.train.torch import TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    TorchTrainer(
+        gpu_style_train,
+        train_loop_config={**config, "tag": f"lr{config['lr']}"},
+        scaling_config=tpu_scaling_config(SINGLE),
+        torch_config=XlaChipConfig(),
+        run_config=RunConfig(
+            name=f"lr{config['lr']}",
+            storage_path=config["storage"],
+            failure_config=FailureConfig(max_failures=0),
+            callbacks=[TuneReportCallback()],  # type: ignore[no-untyped-call, list-item]
+        ),
+    ).fit()
+
+
+def test_tune_runs_one_trial_per_free_slice(cluster: None, tmp_path: Path) -> None:
+    from ray import tune
+
+    from tpuray.workloads.tuning import trials_at_once
+
+    at_once = trials_at_once(SINGLE)
+    assert at_once == 2  # the two idle v5e 2x2 slices; the v5p slice is another shape
+    tuner = tune.Tuner(
+        tune_trial,
+        param_space={"lr": tune.grid_search(list(LRS)), "epochs": 2, "out": str(tmp_path), "storage": str(tmp_path)},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=at_once),
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), name="tune"),
+    )
+    results = tuner.fit()
+    assert results.num_errors == 0 and len(results) == len(LRS)
+    assert (results.get_best_result().config or {})["lr"] == max(LRS)
+    trials = {lr: [json.loads(p.read_text()) for p in tmp_path.glob(f"lr{lr}-0-*.json")] for lr in LRS}
+    for lr, workers in trials.items():
+        assert len(workers) == SINGLE.chips, lr
+        assert len({w["slice"] for w in workers}) == 1, lr  # each trial's workers on one slice
+    spans = [(min(w["began"] for w in ws), max(w["ended"] for w in ws)) for ws in trials.values()]
+    overlapping = max(sum(1 for b, e in spans if b <= t < e) for t, _ in spans)
+    assert overlapping <= at_once
+    deadline = time.monotonic() + 30  # the last trial's placement group goes as its controller exits
+    while ray.available_resources().get("TPU", 0) < ray.cluster_resources()["TPU"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ray.available_resources().get("TPU", 0) == 2 * SINGLE.chips + MULTI.chips  # every slice released

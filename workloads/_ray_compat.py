@@ -1,0 +1,207 @@
+"""Every use of Ray's private modules in tpuray.workloads, in one place, with the Ray versions it was read from.
+
+Ray Train's portable API (``ray.train.torch.get_device``/``prepare_model``/``prepare_data_loader``) asks a
+"torch device manager" for the worker's device. Ray picks the manager from the worker's accelerator ids, and on a
+worker holding a ``TPU`` it is the torch_tpu one, which fails without torch_tpu. There is no public registry, so
+:func:`install_torch_device_manager` sets the per-process manager Ray caches, and the by-device-type lookup its
+data loader wrapper uses. Every hook here is checked at start (:func:`require_hooks`): a Ray release without one
+fails with a message naming that Ray version instead of running the train function on the host CPU.
+
+Read from the ray 2.60.0 wheel (files under ``site-packages/ray/``, named at each function).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = [
+    "TESTED_RAY_VERSIONS",
+    "RayHookMissing",
+    "asked_scaling_config",
+    "chips_per_host",
+    "disable_outward_cluster",
+    "draining_nodes",
+    "install_torch_device_manager",
+    "live_node_ids",
+    "normalize_torchtpu_topology",
+    "raylet_pid",
+    "require_hooks",
+    "torch_device_manager_base",
+]
+
+TESTED_RAY_VERSIONS = ("2.60",)
+"""Ray releases (major.minor) whose private modules this file was read from and tested against."""
+
+
+class RayHookMissing(RuntimeError):
+    """This Ray release lacks a private hook tpuray relies on."""
+
+
+def _ray_version() -> str:
+    import ray
+
+    return str(ray.__version__)
+
+
+def _missing(what: str, source: str) -> RayHookMissing:
+    return RayHookMissing(
+        f"Ray {_ray_version()} has no {what} (read from {source} in Ray {', '.join(TESTED_RAY_VERSIONS)}); "
+        f"tpuray.workloads is tested with Ray {', '.join(TESTED_RAY_VERSIONS)}: install one of those"
+    )
+
+
+# ---- the torch device manager (ray/air/_internal/device_manager/__init__.py, torch_device_manager.py;
+#      ray/train/torch/train_loop_utils.py) ---------------------------------------------------------------
+
+_DEVICE_MANAGER_MODULE = "ray/air/_internal/device_manager/__init__.py"
+_LOADER_MODULE = "ray/train/torch/train_loop_utils.py"
+
+
+def torch_device_manager_base() -> type[Any]:
+    """Ray's ``TorchDeviceManager`` base class (``ray/air/_internal/device_manager/torch_device_manager.py``)."""
+    try:
+        from ray.air._internal.device_manager.torch_device_manager import TorchDeviceManager
+    except ImportError as e:
+        raise _missing("TorchDeviceManager", "ray/air/_internal/device_manager/torch_device_manager.py") from e
+    return TorchDeviceManager
+
+
+def require_hooks() -> None:
+    """Raise :class:`RayHookMissing` unless every private hook used here exists in the installed Ray."""
+    import ray
+
+    torch_device_manager_base()
+    try:
+        import ray.air._internal.device_manager as dm
+        import ray.train.torch.train_loop_utils as loop
+    except ImportError as e:
+        raise _missing("torch device manager registry", _DEVICE_MANAGER_MODULE) from e
+    # Ray caches the worker's manager in the module global _torch_device_manager, guarded by
+    # _torch_device_manager_lock, and fills it in get_torch_device_manager_by_context().
+    for name in ("_torch_device_manager", "_torch_device_manager_lock", "get_torch_device_manager_by_context"):
+        if not hasattr(dm, name):
+            raise _missing(f"ray.air._internal.device_manager.{name}", _DEVICE_MANAGER_MODULE)
+    # _WrappedDataLoader (prepare_data_loader) looks its manager up by device type through this module global.
+    if not hasattr(loop, "get_torch_device_manager_by_device_type"):
+        raise _missing("train_loop_utils.get_torch_device_manager_by_device_type", _LOADER_MODULE)
+    if ".".join(ray.__version__.split(".")[:2]) not in TESTED_RAY_VERSIONS:
+        import warnings
+
+        warnings.warn(
+            f"tpuray.workloads was tested with Ray {', '.join(TESTED_RAY_VERSIONS)}, this is Ray {ray.__version__}",
+            stacklevel=2,
+        )
+
+
+_installed_lock = threading.Lock()
+
+
+def _loader_module() -> Any:
+    import importlib
+
+    return importlib.import_module("ray.train.torch.train_loop_utils")
+
+
+def install_torch_device_manager(manager: Any, device_type: str) -> None:
+    """Make ``manager`` this process's torch device manager for Ray Train's portable API.
+
+    Sets the manager Ray caches per process (so ``get_device()``/``get_devices()``/``prepare_model`` use it
+    whatever accelerator the worker holds) and routes the data loader wrapper's by-type lookup for
+    ``device_type`` to it (Ray 2.60 raises "Device type xla cannot be recognized" there).
+    """
+    require_hooks()
+    import ray.air._internal.device_manager as dm
+
+    loop = _loader_module()
+    with dm._torch_device_manager_lock:
+        dm._torch_device_manager = manager
+    with _installed_lock:
+        current: Callable[[str], Any] = loop.get_torch_device_manager_by_device_type
+        original = getattr(current, "__wrapped__", current)
+
+        def by_device_type(kind: str) -> Any:
+            return manager if kind == device_type else original(kind)
+
+        by_device_type.__wrapped__ = original  # type: ignore[attr-defined]
+        loop.get_torch_device_manager_by_device_type = by_device_type
+
+
+def uninstall_torch_device_manager() -> None:
+    """Undo :func:`install_torch_device_manager` (when the worker leaves the run)."""
+    import ray.air._internal.device_manager as dm
+
+    loop = _loader_module()
+    with dm._torch_device_manager_lock:
+        dm._torch_device_manager = None
+    with _installed_lock:
+        current = loop.get_torch_device_manager_by_device_type
+        loop.get_torch_device_manager_by_device_type = getattr(current, "__wrapped__", current)
+
+
+# ---- Ray Train V2's worker group (ray/train/v2/_internal/execution/worker_group/worker_group.py) -------------
+
+
+def asked_scaling_config(worker_group: Any) -> Any:
+    """The ``ScalingConfig`` the run asked for, read the way Ray's own ``_TorchBackend`` reads it (the worker
+    group's ``_train_run_context``; Ray 2.60 has no public accessor). ``None`` if absent."""
+    return getattr(getattr(worker_group, "_train_run_context", None), "scaling_config", None)
+
+
+# ---- TPU facts Ray computes (ray/_private/accelerators/tpu.py) --------------------------------------------
+
+
+def chips_per_host(topology: str, pod_type_prefix: str) -> int:
+    """How many chips Ray 2.60 counts per VM for ``topology`` (``get_chips_per_host``)."""
+    try:
+        from ray._private.accelerators.tpu import get_chips_per_host
+    except ImportError as e:
+        raise _missing("get_chips_per_host", "ray/_private/accelerators/tpu.py") from e
+    return int(get_chips_per_host(topology, pod_type_prefix))
+
+
+def normalize_torchtpu_topology(topology: str, pod_type: str) -> str | None:
+    """Ray's own ``TORCH_TPU_TOPOLOGY`` form where the release ships it (after 2.60); ``None`` in Ray 2.60."""
+    try:
+        from ray._private.accelerators import tpu as ray_tpu
+    except ImportError:  # pragma: no cover - ray is in the workload extra
+        return None
+    normalize = getattr(ray_tpu, "normalize_torchtpu_topology", None)
+    if normalize is None:
+        return None
+    return str(normalize(topology, accelerator_type=pod_type))  # pragma: no cover - not in Ray 2.60
+
+
+# ---- the GCS (ray/_private/state.py) ----------------------------------------------------------------------
+
+
+def draining_nodes() -> dict[str, int]:
+    """Node id -> drain deadline (ms since the epoch; 0 if none) of every draining node, from the GCS
+    (``GcsClient.get_draining_nodes`` through ``ray._private.state.state``, as ``ray drain-node`` shows it)."""
+    import ray._private.state
+
+    return dict(ray._private.state.state.get_draining_nodes())
+
+
+# ---- the local test cluster (ray/_private/ray_constants.py, ray/cluster_utils.py) ---------------------------
+
+
+def disable_outward_cluster() -> None:
+    """Bind this already-imported driver to the loopback (``ray_constants.ENABLE_RAY_CLUSTER``; child processes
+    read ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``)."""
+    import ray._private.ray_constants as ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def raylet_pid(node: Any) -> int:
+    """The raylet process id of a ``ray.cluster_utils.Cluster`` node."""
+    import ray._private.ray_constants as ray_constants
+
+    return int(node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid)
+
+
+def live_node_ids(cluster: Any) -> list[str]:
+    """Node ids (hex) the GCS counts alive, through a ``ray.cluster_utils.Cluster``'s ``global_state``."""
+    return [str(n) for n in cluster.global_state._live_node_ids()]
