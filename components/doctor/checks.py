@@ -183,7 +183,7 @@ def _gke_minimums(cfg: StackConfig) -> list[tuple[str, str, str, str]]:
         need = generation(name).min_gke_version or RAY_ADDON_MIN_GKE_VERSION
         out.append((f"gke-version.{name}", f"TPU {name}", need, _SRC_TPU7X if name == "tpu7x" else _SRC_GKE_TPU))
     if any(isinstance(p.capacity, FlexStart | Queued) for p in cfg.slice_pools):
-        out.append(("gke-version.flex-start", "flex-start TPUs", FLEX_START_MIN_GKE_VERSION, _SRC_FLEX))
+        out.append(("gke-version.flex-start", "flex-start for TPUs", FLEX_START_MIN_GKE_VERSION, _SRC_FLEX))
     return out
 
 
