@@ -47,6 +47,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from tpuray.components.doctor.reader import ClusterReader, LiveReader, ReadError, SnapshotReader
     from tpuray.components.doctor.report import exit_code, render_json, render_text
 
+    if args.snapshot and (args.kubeconfig or args.context):
+        return _error("--snapshot reads saved files: it takes no --kubeconfig or --context")
     if args.stack_file:
         stack_file = Path(args.stack_file)
     else:

@@ -62,7 +62,7 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def do_GET(self) -> None:
-            path = urlsplit(self.path).path
+            path = urlsplit(self.path).path.rstrip("/") or "/"
             api.gets.append(path)
             self._answer(*api.body(path))
 

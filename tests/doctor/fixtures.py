@@ -140,9 +140,13 @@ def healthy() -> dict[str, Any]:
     nodes += [_node(f"gke-v6e-train-0-{i}", "v6e-train-0", "tpu-v6e-slice", "4x4", 4) for i in range(4)]
     nodes += [_node("gke-tpu7x-flex-0", "tpu7x-flex", "tpu7x", "2x2x1", 4)]
     tpu_nodes = [n["metadata"]["name"] for n in nodes[1:]]
-    pods = [_pod("kube-system", f"tpu-device-plugin-{i}", {"k8s-app": "tpu-device-plugin"}, n)
-            for i, n in enumerate(tpu_nodes)]  # fmt: skip
-    pods += [_pod("kube-system", f"anetd-{i}", {"k8s-app": "cilium"}, n["metadata"]["name"]) for i, n in enumerate(nodes)]
+    pods = [
+        _pod("kube-system", f"tpu-device-plugin-{i}", {"k8s-app": "tpu-device-plugin"}, n)
+        for i, n in enumerate(tpu_nodes)
+    ]
+    pods += [
+        _pod("kube-system", f"anetd-{i}", {"k8s-app": "cilium"}, n["metadata"]["name"]) for i, n in enumerate(nodes)
+    ]
     pods += [_worker(f"ray-worker-{i}", n, "2.60.0", "2.9.0", "2.9.0") for i, n in enumerate(tpu_nodes[:4])]
     deployments = [
         _deployment("kuberay-system", "kuberay-operator", "quay.io/kuberay/operator:v1.7.0"),
