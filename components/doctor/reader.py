@@ -151,11 +151,13 @@ class LiveReader:
             config.load_kube_config(  # type: ignore[no-untyped-call]  # the client leaves it unannotated
                 config_file=self.kubeconfig, context=self.context, client_configuration=configuration
             )
+            _, current = config.list_kube_config_contexts(config_file=self.kubeconfig)  # type: ignore[no-untyped-call]
         except (ConfigException, OSError, ValueError, TypeError) as e:
             where = f"context {self.context!r}" if self.context else "the current context"
             raise ReadError(f"cannot load {where} from the kubeconfig: {' '.join(str(e).split())[:200]}") from None
         configuration.retries = 0  # an unreachable server is reported at once, not after urllib3's retries
-        where = f"context {self.context or '(current)'} at {configuration.host}"
+        name = self.context or (current.get("name") if isinstance(current, dict) else None) or "(current)"
+        where = f"context {name} at {configuration.host}"
         api = client.ApiClient(configuration)
         core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
         admission, ext = client.AdmissionregistrationV1Api(api), client.ApiextensionsV1Api(api)

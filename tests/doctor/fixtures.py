@@ -8,6 +8,7 @@ The CRDs are the pinned KubeRay v1.7.0 and Kueue v0.19.2 ones (``$TPURAY_SHARED_
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -76,6 +77,11 @@ def stack_config(root: Path) -> StackConfig:
 
 
 def _crds(folder: str) -> list[dict[str, Any]]:
+    return copy.deepcopy(_read_crds(folder))
+
+
+@functools.cache
+def _read_crds(folder: str) -> list[dict[str, Any]]:
     base = os.environ.get("TPURAY_SHARED_DIR")
     d = Path(base) / folder if base else ROOT.parent / "shared" / folder
     files = sorted(d.glob("*.yaml"))
@@ -84,7 +90,8 @@ def _crds(folder: str) -> list[dict[str, Any]]:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(msg)
         pytest.skip(msg)
-    return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if isinstance(doc, dict)]
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: the CRDs are megabytes
+    return [doc for f in files for doc in yaml.load_all(f.read_text(), Loader=loader) if isinstance(doc, dict)]
 
 
 # ---- the healthy cluster --------------------------------------------------------------------------------------
