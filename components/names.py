@@ -116,6 +116,13 @@ RAY_AUTH_TOKEN_KEY = "auth_token"
 SUBMITTER_ROLE_LABEL = {"tpuray.io/role": "ray-job-submitter"}
 """Pod label of the RayJob submitter, which the NetworkPolicy lets reach the head's dashboard port."""
 
+# ---- worker image versions --------------------------------------------------------------------------------
+# workloads/Dockerfile stamps these image LABELs with the versions it installs and checks; `tpuray doctor` reads them
+# from `docker inspect` output, or from worker pod annotations of the same keys.
+IMAGE_RAY_VERSION_LABEL = "tpuray.io/ray-version"
+IMAGE_TORCH_VERSION_LABEL = "tpuray.io/torch-version"
+IMAGE_TORCH_XLA_VERSION_LABEL = "tpuray.io/torch-xla-version"
+
 # ---- worker environment ---------------------------------------------------------------------------------
 MAX_RUN_ENV = "TPURAY_MAX_RUN_SECONDS"
 """On TPU workers of pools with a ``maxRunDuration`` (flex-start, queued): the VMs' lifetime in seconds, counted

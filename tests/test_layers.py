@@ -33,6 +33,14 @@ def test_the_pulumi_program_loads_no_review_module() -> None:
     loaded = _loaded_after("\n".join(f"import {m}" for m in imports))
     assert "tpuray.components.stack" in loaded
     assert not {m for m in loaded if m.startswith("tpuray.components.review")}
+    assert not {m for m in loaded if m.startswith("tpuray.components.doctor")}
+
+
+def test_the_doctor_loads_no_pulumi_and_imports_the_kubernetes_client_only_when_it_reads_live() -> None:
+    loaded = _loaded_after("import tpuray.components.doctor, tpuray.components.doctor.commands")
+    assert "tpuray.components.doctor.checks" in loaded
+    assert not {m for m in loaded if m == "pulumi" or m.startswith(("pulumi.", "pulumi_"))}
+    assert not {m for m in loaded if m == "kubernetes" or m.startswith("kubernetes.")}
 
 
 def test_review_package_imports() -> None:

@@ -1,0 +1,192 @@
+"""What ``tpuray doctor`` reads from a cluster: a live API server or a directory of saved ``kubectl`` output.
+
+Both readers return the same :class:`ClusterObjects` (plain dicts in the Kubernetes API's JSON form), so the checks
+run one code path whichever way the objects came. Nothing here writes to a cluster: the live reader only lists.
+
+Snapshot directory (every file is the JSON that the command beside it prints):
+
+================================  ==========================================================================
+file                              command
+================================  ==========================================================================
+``nodes.json``                    ``kubectl get nodes -o json``
+``pods.json``                     ``kubectl get pods -A -o json``
+``deployments.json``              ``kubectl get deployments -A -o json``
+``mutatingwebhookconfigurations.json``  ``kubectl get mutatingwebhookconfigurations -o json``
+``customresourcedefinitions.json``      ``kubectl get customresourcedefinitions -o json``
+``version.json``                  ``kubectl version -o json`` (its ``serverVersion``), or the API's ``/version``
+================================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = [
+    "LIST_FILES",
+    "SNAPSHOT_FILES",
+    "VERSION_FILE",
+    "ClusterObjects",
+    "ClusterReader",
+    "LiveReader",
+    "ReadError",
+    "SnapshotReader",
+    "parse_list",
+    "parse_version",
+]
+
+LIST_FILES: Mapping[str, str] = {
+    "nodes": "nodes.json",
+    "pods": "pods.json",
+    "deployments": "deployments.json",
+    "webhooks": "mutatingwebhookconfigurations.json",
+    "crds": "customresourcedefinitions.json",
+}
+"""Field of :class:`ClusterObjects` -> its file in a snapshot directory."""
+VERSION_FILE = "version.json"
+SNAPSHOT_FILES = (*LIST_FILES.values(), VERSION_FILE)
+
+_MAX_FILE_BYTES = 256 * 1024 * 1024
+
+
+class ReadError(Exception):
+    """The cluster or the snapshot cannot be read: one line naming the file, context or server."""
+
+
+@dataclass(frozen=True)
+class ClusterObjects:
+    """Everything the checks look at, as the Kubernetes API returns it."""
+
+    nodes: tuple[dict[str, Any], ...]
+    pods: tuple[dict[str, Any], ...]
+    deployments: tuple[dict[str, Any], ...]
+    webhooks: tuple[dict[str, Any], ...]
+    """MutatingWebhookConfigurations."""
+    crds: tuple[dict[str, Any], ...]
+    server_version: str
+    """``gitVersion`` of the API server, e.g. ``v1.34.1-gke.1829001``."""
+    source: str
+    """Where the objects came from: the snapshot directory, or the context and server."""
+
+
+class ClusterReader(Protocol):
+    def read(self) -> ClusterObjects: ...
+
+
+def parse_list(doc: Any, where: str) -> tuple[dict[str, Any], ...]:
+    """The ``items`` of a ``kubectl get -o json`` list (``kind: List`` or ``<Kind>List``), each an object with
+    ``metadata``."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+        raise ReadError(
+            f"{where}: expected a Kubernetes list (an object with an 'items' array), as kubectl get -o json"
+        )
+    items = doc["items"]
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict):
+            raise ReadError(f"{where}: items[{i}] is not a Kubernetes object (an object with 'metadata')")
+    return tuple(items)
+
+
+def parse_version(doc: Any, where: str) -> str:
+    """The server's ``gitVersion`` from ``kubectl version -o json`` or the API's ``/version``."""
+    server = doc.get("serverVersion", doc) if isinstance(doc, dict) else None
+    version = server.get("gitVersion") if isinstance(server, dict) else None
+    if not isinstance(version, str) or not version:
+        raise ReadError(f"{where}: no serverVersion.gitVersion (expected kubectl version -o json output)")
+    return version
+
+
+class SnapshotReader:
+    """A directory of saved ``kubectl ... -o json`` output (file names: :data:`SNAPSHOT_FILES`)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+
+    def _load(self, name: str) -> Any:
+        path = self.directory / name
+        try:
+            if path.stat().st_size > _MAX_FILE_BYTES:
+                raise ReadError(f"{path}: larger than {_MAX_FILE_BYTES // 2**20} MiB")
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ReadError(f"{path}: missing; a snapshot holds {', '.join(SNAPSHOT_FILES)}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ReadError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ReadError(f"{path}: not JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+
+    def read(self) -> ClusterObjects:
+        if not self.directory.is_dir():
+            raise ReadError(f"{self.directory}: not a directory (a snapshot holds {', '.join(SNAPSHOT_FILES)})")
+        lists = {field: parse_list(self._load(name), str(self.directory / name)) for field, name in LIST_FILES.items()}
+        version = parse_version(self._load(VERSION_FILE), str(self.directory / VERSION_FILE))
+        return ClusterObjects(**lists, server_version=version, source=str(self.directory))
+
+
+class LiveReader:
+    """A live cluster through the Kubernetes Python client; kubeconfig and context as kubectl takes them
+    (``$KUBECONFIG``, else ``~/.kube/config``; the current context unless one is named). Only GET requests."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None, timeout: float = 20.0) -> None:
+        self.kubeconfig = kubeconfig
+        self.context = context
+        self.timeout = timeout
+
+    def read(self) -> ClusterObjects:
+        try:
+            from kubernetes import client, config
+        except ModuleNotFoundError:
+            raise ReadError(
+                "the Kubernetes Python client is not installed: pip install 'tpuray[doctor]' (or use --snapshot DIR)"
+            ) from None
+        from kubernetes.config.config_exception import ConfigException
+
+        configuration = client.Configuration()
+        try:
+            config.load_kube_config(  # type: ignore[no-untyped-call]  # the client leaves it unannotated
+                config_file=self.kubeconfig, context=self.context, client_configuration=configuration
+            )
+            _, current = config.list_kube_config_contexts(config_file=self.kubeconfig)  # type: ignore[no-untyped-call]
+        except (ConfigException, OSError, ValueError, TypeError) as e:
+            where = f"context {self.context!r}" if self.context else "the current context"
+            raise ReadError(f"cannot load {where} from the kubeconfig: {' '.join(str(e).split())[:200]}") from None
+        configuration.retries = 0  # an unreachable server is reported at once, not after urllib3's retries
+        name = self.context or (current.get("name") if isinstance(current, dict) else None) or "(current)"
+        where = f"context {name} at {configuration.host}"
+        api = client.ApiClient(configuration)
+        core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+        admission, ext = client.AdmissionregistrationV1Api(api), client.ApiextensionsV1Api(api)
+        calls: dict[str, Callable[..., Any]] = {
+            "nodes": core.list_node,
+            "pods": core.list_pod_for_all_namespaces,
+            "deployments": apps.list_deployment_for_all_namespaces,
+            "webhooks": admission.list_mutating_webhook_configuration,
+            "crds": ext.list_custom_resource_definition,
+        }
+        try:
+            lists = {field: parse_list(self._get(call, where), f"{where}: {field}") for field, call in calls.items()}
+            version = parse_version(self._get(client.VersionApi(api).get_code, where), f"{where}: /version")
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
+        return ClusterObjects(**lists, server_version=version, source=where)
+
+    def _get(self, call: Callable[..., Any], where: str) -> Any:
+        """One list call's raw JSON (``_preload_content=False``: the checks read the API's own field names)."""
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = call(_preload_content=False, _request_timeout=self.timeout)
+            return json.loads(response.data)
+        except ApiException as e:
+            raise ReadError(f"{where}: {call.__name__}: the API server answered {e.status} {e.reason}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            reason = getattr(e, "reason", None) or e
+            raise ReadError(f"{where}: cannot reach the API server ({' '.join(str(reason).split())[:200]})") from None
+        except ValueError as e:
+            raise ReadError(f"{where}: {call.__name__}: the API server's answer is not JSON ({e})") from None

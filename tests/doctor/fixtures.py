@@ -1,0 +1,259 @@
+"""Snapshot directories for ``tpuray doctor``: a healthy cluster and one per failure, written once as the files
+``kubectl get ... -o json`` saves; the fake API server serves the same files.
+
+The CRDs are the pinned KubeRay v1.7.0 and Kueue v0.19.2 ones (``$TPURAY_SHARED_DIR``, as
+``tests/components/kuberay_schema.py`` finds them).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tpuray.components.config import StackConfig, load_stack_file
+from tpuray.components.doctor.reader import LIST_FILES, VERSION_FILE
+from tpuray.components.names import (
+    GKE_ACCELERATOR_LABEL,
+    GKE_NODEPOOL_LABEL,
+    GKE_TOPOLOGY_LABEL,
+    IMAGE_RAY_VERSION_LABEL,
+    IMAGE_TORCH_VERSION_LABEL,
+    IMAGE_TORCH_XLA_VERSION_LABEL,
+    TPU_RESOURCE,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+STACK_YAML = """\
+# The doctor's test stack: a multi-host v6e pool (4 hosts) kept at one slice, and single-host tpu7x on flex-start;
+# the Helm KubeRay operator (token auth through authOptions) and Kueue.
+config:
+  tpuray:project: tpuray-doctor-test
+  tpuray:region: us-east5
+  tpuray:zone: us-east5-b
+  tpuray:cluster:
+    name: tpuray-doc
+    deletionProtection: false
+    masterAuthorizedNetworks:
+      - cidr: 203.0.113.0/24
+  tpuray:slicePools:
+    - name: v6e-train
+      generation: v6e
+      topology: 4x4
+      slices: 1
+      autoscaling: {enabled: true, minSlices: 1}
+    - name: tpu7x-flex
+      generation: tpu7x
+      topology: 2x2x1
+      slices: 2
+      capacity: {type: flex-start, maxRunDuration: 86400}
+  tpuray:ray:
+    operator: helm
+    workerImage: us-docker.pkg.dev/tpuray-doctor-test/tpuray/worker:0.1.0
+  tpuray:kueue:
+    enabled: true
+"""
+STACK = "doctor"
+
+
+def write_stack(root: Path) -> Path:
+    """A project root holding ``Pulumi.yaml`` and ``Pulumi.doctor.yaml``."""
+    (root / "Pulumi.yaml").write_text("name: tpuray\nruntime: python\n")
+    path = root / f"Pulumi.{STACK}.yaml"
+    path.write_text(STACK_YAML)
+    return path
+
+
+def stack_config(root: Path) -> StackConfig:
+    return load_stack_file(write_stack(root), STACK)
+
+
+def _crds(folder: str) -> list[dict[str, Any]]:
+    return copy.deepcopy(_read_crds(folder))
+
+
+@functools.cache
+def _read_crds(folder: str) -> list[dict[str, Any]]:
+    base = os.environ.get("TPURAY_SHARED_DIR")
+    d = Path(base) / folder if base else ROOT.parent / "shared" / folder
+    files = sorted(d.glob("*.yaml"))
+    if not files:
+        msg = f"pinned CRDs not found in {d}: run `python tools/fetch_crds.py` or set TPURAY_SHARED_DIR"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: the CRDs are megabytes
+    return [doc for f in files for doc in yaml.load_all(f.read_text(), Loader=loader) if isinstance(doc, dict)]
+
+
+# ---- the healthy cluster --------------------------------------------------------------------------------------
+READY = {"conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}
+
+
+def _node(name: str, pool: str, accelerator: str, topology: str, chips: int) -> dict[str, Any]:
+    labels = {GKE_NODEPOOL_LABEL: pool, GKE_ACCELERATOR_LABEL: accelerator, GKE_TOPOLOGY_LABEL: topology}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {"allocatable": {"cpu": "179", TPU_RESOURCE: str(chips)}, "conditions": READY["conditions"]},
+    }
+
+
+def _pod(namespace: str, name: str, labels: dict[str, str], node: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"namespace": namespace, "name": name, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x"}], **spec},
+        "status": copy.deepcopy(READY),
+    }
+
+
+def _worker(name: str, node: str, ray: str, torch: str, torch_xla: str) -> dict[str, Any]:
+    pod = _pod("ray", name, {"app.kubernetes.io/name": "kuberay"}, node)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {TPU_RESOURCE: "4"}, "requests": {TPU_RESOURCE: "4"}}
+    pod["metadata"]["annotations"] = {
+        IMAGE_RAY_VERSION_LABEL: ray,
+        IMAGE_TORCH_VERSION_LABEL: torch,
+        IMAGE_TORCH_XLA_VERSION_LABEL: torch_xla,
+    }
+    return pod
+
+
+def _deployment(namespace: str, name: str, image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"namespace": namespace, "name": name, "labels": {"app.kubernetes.io/name": name}},
+        "spec": {"template": {"spec": {"containers": [{"name": "manager", "image": image}]}}},
+        "status": {"replicas": 1, "readyReplicas": 1},
+    }
+
+
+def healthy() -> dict[str, Any]:
+    """The objects of a cluster that meets the test stack: file name -> document."""
+    nodes = [_node("gke-system-0", "system", "", "", 0)]
+    del nodes[0]["metadata"]["labels"][GKE_ACCELERATOR_LABEL], nodes[0]["metadata"]["labels"][GKE_TOPOLOGY_LABEL]
+    del nodes[0]["status"]["allocatable"][TPU_RESOURCE]
+    nodes += [_node(f"gke-v6e-train-0-{i}", "v6e-train-0", "tpu-v6e-slice", "4x4", 4) for i in range(4)]
+    nodes += [_node("gke-tpu7x-flex-0", "tpu7x-flex", "tpu7x", "2x2x1", 4)]
+    tpu_nodes = [n["metadata"]["name"] for n in nodes[1:]]
+    pods = [
+        _pod("kube-system", f"tpu-device-plugin-{i}", {"k8s-app": "tpu-device-plugin"}, n)
+        for i, n in enumerate(tpu_nodes)
+    ]
+    pods += [
+        _pod("kube-system", f"anetd-{i}", {"k8s-app": "cilium"}, n["metadata"]["name"]) for i, n in enumerate(nodes)
+    ]
+    pods += [_worker(f"ray-worker-{i}", n, "2.60.0", "2.9.0", "2.9.0") for i, n in enumerate(tpu_nodes[:4])]
+    deployments = [
+        _deployment("kuberay-system", "kuberay-operator", "quay.io/kuberay/operator:v1.7.0"),
+        _deployment("kueue-system", "kueue-controller-manager", "registry.k8s.io/kueue/kueue:v0.19.2"),
+    ]
+    webhook = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "kuberay-tpu-mutating-webhook-cfg"},
+        "webhooks": [
+            {
+                "name": "kuberay-tpu-webhook.ray-system.svc",
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                "objectSelector": {"matchLabels": {"app.kubernetes.io/name": "kuberay"}},
+            }
+        ],
+    }
+    crds = _crds("kuberay-crds") + _crds("kueue-crds")
+
+    def as_list(items: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
+
+    return {
+        LIST_FILES["nodes"]: as_list(nodes),
+        LIST_FILES["pods"]: as_list(pods),
+        LIST_FILES["deployments"]: as_list(deployments),
+        LIST_FILES["webhooks"]: as_list([webhook]),
+        LIST_FILES["crds"]: as_list(crds),
+        VERSION_FILE: {
+            "clientVersion": {"gitVersion": "v1.34.2"},
+            "serverVersion": {"major": "1", "minor": "34", "gitVersion": "v1.34.1-gke.1829001"},
+        },
+    }
+
+
+# ---- one fixture per failure ----------------------------------------------------------------------------------
+def _items(docs: dict[str, Any], field: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = docs[LIST_FILES[field]]["items"]
+    return items
+
+
+def _missing_webhook(docs: dict[str, Any]) -> None:
+    _items(docs, "webhooks").clear()
+
+
+def _wrong_topology_label(docs: dict[str, Any]) -> None:
+    node = next(n for n in _items(docs, "nodes") if n["metadata"]["name"] == "gke-v6e-train-0-2")
+    node["metadata"]["labels"][GKE_TOPOLOGY_LABEL] = "2x2"
+
+
+def _too_few_nodes(docs: dict[str, Any]) -> None:
+    nodes = _items(docs, "nodes")
+    nodes.remove(next(n for n in nodes if n["metadata"]["name"] == "gke-v6e-train-0-3"))
+    pods = _items(docs, "pods")
+    pods[:] = [p for p in pods if p["spec"]["nodeName"] != "gke-v6e-train-0-3"]
+
+
+def _old_gke(docs: dict[str, Any]) -> None:
+    docs[VERSION_FILE]["serverVersion"].update(minor="31", gitVersion="v1.31.1-gke.1678000")
+
+
+def _old_kuberay(docs: dict[str, Any]) -> None:
+    dep = next(d for d in _items(docs, "deployments") if d["metadata"]["name"] == "kuberay-operator")
+    dep["spec"]["template"]["spec"]["containers"][0]["image"] = "quay.io/kuberay/operator:v1.4.2"
+    crd = next(c for c in _items(docs, "crds") if c["metadata"]["name"] == "rayclusters.ray.io")
+    for version in crd["spec"]["versions"]:  # the KubeRay 1.4 CRD had no authOptions
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("authOptions", None)
+
+
+def _kueue_missing(docs: dict[str, Any]) -> None:
+    deployments, crds = _items(docs, "deployments"), _items(docs, "crds")
+    deployments[:] = [d for d in deployments if d["metadata"]["name"] != "kueue-controller-manager"]
+    crds[:] = [c for c in crds if c["spec"]["group"] != "kueue.x-k8s.io"]
+
+
+def _torch_mismatch(docs: dict[str, Any]) -> None:
+    pod = next(p for p in _items(docs, "pods") if p["metadata"]["name"] == "ray-worker-1")
+    pod["metadata"]["annotations"][IMAGE_TORCH_XLA_VERSION_LABEL] = "2.8.0"
+
+
+FIXTURES: dict[str, tuple[Callable[[dict[str, Any]], None] | None, set[str], int]] = {
+    "healthy": (None, set(), 0),
+    "missing-webhook": (_missing_webhook, {"tpu-webhook"}, 1),
+    "wrong-topology-label": (_wrong_topology_label, {"tpu-node-labels.v6e-train"}, 1),
+    "too-few-nodes": (_too_few_nodes, {"tpu-node-count.v6e-train"}, 1),
+    "old-gke": (_old_gke, {"gke-version.v6e", "gke-version.tpu7x", "gke-version.flex-start"}, 1),
+    "old-kuberay": (_old_kuberay, {"kuberay-operator", "kuberay-crds"}, 1),
+    "kueue-missing": (_kueue_missing, {"kueue-controller", "kueue-crds"}, 1),
+    "torch-mismatch": (_torch_mismatch, {"worker-torch-pair"}, 1),
+}
+"""Fixture -> (how it differs from the healthy cluster, the check ids that fail, the exit code)."""
+
+
+def write_snapshot(directory: Path, name: str) -> Path:
+    """The snapshot directory of fixture ``name``."""
+    docs = healthy()
+    change = FIXTURES[name][0]
+    if change is not None:
+        change(docs)
+    directory.mkdir(parents=True, exist_ok=True)
+    for file, doc in docs.items():
+        (directory / file).write_text(json.dumps(doc, indent=1))
+    return directory
