@@ -110,7 +110,9 @@ class RayClusterParams:
     head_image: str
     worker_image: str
     service_account: str
-    """Kubernetes service account of every Ray pod (bound to a Google service account by Workload Identity)."""
+    """Kubernetes service account of the head (bound to a Google service account by Workload Identity)."""
+    worker_service_account: str
+    """Kubernetes service account of the TPU workers: the same Google service account, no Kubernetes Role."""
     groups: tuple[TpuWorkerGroup, ...]
     head_cpu: str
     head_memory: str
@@ -265,7 +267,12 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
         "template": {
             "metadata": _pod_metadata(p, {POOL_LABEL: g.name}),
             "spec": {
-                "serviceAccountName": p.service_account,
+                # Workers run user code: their own service account and no API token in the pod. Workload
+                # Identity needs none (GKE's metadata server identifies the pod and mints the token itself:
+                # https://cloud.google.com/kubernetes-engine/docs/concepts/workload-identity), nor does the GCS
+                # FUSE driver, which gets its token from the kubelet.
+                "serviceAccountName": p.worker_service_account,
+                "automountServiceAccountToken": False,
                 "nodeSelector": {
                     GKE_ACCELERATOR_LABEL: s.gke_accelerator,
                     GKE_TOPOLOGY_LABEL: s.topology,
@@ -341,7 +348,8 @@ def submitter_pod_template(j: RayJobParams) -> dict[str, Any]:
         container["env"] = j.auth.env()
     return {
         "metadata": {"labels": {**j.labels, **SUBMITTER_ROLE_LABEL}},
-        "spec": {"restartPolicy": "Never", "containers": [container]},
+        # `ray job submit` talks to the dashboard over HTTP only: no Kubernetes API token in the pod
+        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False, "containers": [container]},
     }
 
 

@@ -130,7 +130,7 @@ def test_worker_pod_has_webhook_label_toleration_shm_and_checkpoints() -> None:
     assert vols["checkpoints"]["csi"]["volumeAttributes"]["bucketName"] == "ckpt-bucket"
     mounts = {v["name"]: v["mountPath"] for v in pod["containers"][0]["volumeMounts"]}
     assert mounts == {"dshm": "/dev/shm", "checkpoints": "/checkpoints"}
-    assert pod["serviceAccountName"] == "ray"
+    assert pod["serviceAccountName"] == "ray-worker" and pod["automountServiceAccountToken"] is False
     assert m["spec"]["enableInTreeAutoscaling"] is True
 
 
