@@ -42,7 +42,12 @@ from tpuray.components.names import (
 )
 from tpuray.components.planning.drain import drain_plan, pre_stop_hook
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job, raise_problems
-from tpuray.components.planning.pod_security import RAY_GID, RAY_UID, container_security_context
+from tpuray.components.planning.pod_security import (
+    RAY_GID,
+    RAY_UID,
+    container_security_context,
+    pod_security_context,
+)
 from tpuray.components.planning.ray_auth import RayAuth
 from tpuray.components.topology import TpuSlice
 
@@ -210,6 +215,7 @@ def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
     resources = {"cpu": p.head_cpu, "memory": p.head_memory}
     pod_spec: dict[str, Any] = {
         "serviceAccountName": p.service_account,
+        "securityContext": pod_security_context(),
         "containers": [
             {
                 "name": "ray-head",
@@ -273,6 +279,7 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
                 # FUSE driver, which gets its token from the kubelet.
                 "serviceAccountName": p.worker_service_account,
                 "automountServiceAccountToken": False,
+                "securityContext": pod_security_context(),
                 "nodeSelector": {
                     GKE_ACCELERATOR_LABEL: s.gke_accelerator,
                     GKE_TOPOLOGY_LABEL: s.topology,
@@ -349,7 +356,12 @@ def submitter_pod_template(j: RayJobParams) -> dict[str, Any]:
     return {
         "metadata": {"labels": {**j.labels, **SUBMITTER_ROLE_LABEL}},
         # `ray job submit` talks to the dashboard over HTTP only: no Kubernetes API token in the pod
-        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False, "containers": [container]},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "securityContext": pod_security_context(),
+            "containers": [container],
+        },
     }
 
 

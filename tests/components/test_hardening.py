@@ -69,6 +69,9 @@ def test_every_container_meets_restricted_and_the_crds(env: str, operator: str) 
     for manifest in stack_manifests(cfg):
         assert schema_errors(manifest) == []
         for where, pod in _pods(manifest):
+            # pod-level too (checkov CKV_K8S_29), for the containers KubeRay and GKE's webhooks add
+            assert pod["securityContext"]["runAsNonRoot"] is True, where
+            assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
             for c in pod["containers"]:
                 assert restricted_problems(f"{where}/{c['name']}", c, pod) == []
                 assert c["securityContext"]["runAsUser"] == 1000  # a numeric user the kubelet can check
