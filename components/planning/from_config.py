@@ -109,6 +109,7 @@ def _ephemeral_job_params(
         entrypoint=train_entrypoint(cfg.workload, pool, name, checkpoint_dir),
         cluster=cluster,
         shutdown_after_job_finishes=True,
+        ttl_seconds_after_finished=cfg.ray.job_ttl_seconds,
         backoff_limit=0,
         labels=job_labels,
         suspend=True,

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tpuray.components.config import FlexStart, Queued, SlicePoolConfig
+from tpuray.components.config import DEFAULT_JOB_TTL_SECONDS, FlexStart, Queued, SlicePoolConfig
 from tpuray.components.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
@@ -145,7 +145,7 @@ class RayJobParams:
     cluster_selector: str | None = None
     """Name of a running RayCluster (``ray.io/cluster`` selector)."""
     shutdown_after_job_finishes: bool = True
-    ttl_seconds_after_finished: int = 3600
+    ttl_seconds_after_finished: int = DEFAULT_JOB_TTL_SECONDS
     backoff_limit: int = 0
     active_deadline_seconds: int | None = None
     entrypoint_num_cpus: float = 1.0
