@@ -108,6 +108,26 @@ def cmd_config_declarations(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_port_check(args: argparse.Namespace) -> int:
+    """List the GPU-only constructs of Python scripts (read, never run): exit 0 clean, 1 findings, 2 bad input."""
+    from tpuray.components.review.port_check import PortCheckError, check_file, format_finding, summary
+
+    findings = []
+    for name in args.scripts:
+        try:
+            findings += check_file(Path(name))
+        except PortCheckError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    if args.json:
+        print(json.dumps([f.as_json() for f in findings], indent=1))
+    else:
+        for f in findings:
+            print(format_finding(f))
+        print(summary(findings, len(args.scripts)))
+    return 1 if findings else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tpuray", description="PyTorch on TPUs through Ray on GKE.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -129,6 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
     decl = config_sub.add_parser("declarations", help="the Pulumi.yaml config block derived from the model")
     decl.add_argument("--write", metavar="PULUMI_YAML", default=None, help="rewrite that file's config block")
     decl.set_defaults(func=cmd_config_declarations)
+
+    port = sub.add_parser("port", help="help porting GPU Ray Train scripts to TPUs")
+    port_sub = port.add_subparsers(dest="port_command", required=True)
+    port_check = port_sub.add_parser(
+        "check", help="list each GPU-only construct of Python scripts and its TPU replacement (reads, never runs)"
+    )
+    port_check.add_argument("scripts", nargs="+", metavar="SCRIPT")
+    port_check.add_argument("--json", action="store_true", help="print the findings as JSON")
+    port_check.set_defaults(func=cmd_port_check)
 
     for name in COMMAND_MODULES:
         try:

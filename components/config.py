@@ -484,6 +484,14 @@ def _own_namespace(value: str) -> str:
     return value
 
 
+DEFAULT_JOB_TTL_SECONDS = 60
+"""How long KubeRay keeps an ephemeral RayJob's cluster (and its paid slices) after the job finishes: KubeRay
+deletes the RayCluster and the submitter ``ttlSecondsAfterFinished`` seconds after the Ray job ends, when
+``shutdownAfterJobFinishes`` is true (https://docs.ray.io/en/latest/cluster/kubernetes/getting-started/
+rayjob-quick-start.html, "ttlSecondsAfterFinished"). A minute, not 0: time for the submitter to exit and for its
+and the head's last logs to be read (with 0 the submitter could race the deletion: kuberay PR #1919)."""
+
+
 class RayConfig(_Model):
     """KubeRay and the Ray images."""
 
@@ -515,6 +523,29 @@ class RayConfig(_Model):
         description="shared: the training RayJob runs on the long-lived RayCluster; ephemeral: the RayJob brings its "
         "own cluster and Kueue admits it whole",
     )
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0, le=86400)] | None = Field(
+        default=None,
+        description=f"ephemeral jobMode: seconds KubeRay keeps the job's cluster (its slices) after the job ends; "
+        f"default {DEFAULT_JOB_TTL_SECONDS}",
+    )
+
+    @model_validator(mode="after")
+    def _ttl_needs_an_own_cluster(self) -> RayConfig:
+        if self.ttl_seconds_after_finished is not None and self.job_mode != "ephemeral":
+            raise ValueError(
+                _field_msg(
+                    "ttlSecondsAfterFinished",
+                    "applies only to ray.jobMode: ephemeral (a shared-mode job runs on the long-lived cluster, "
+                    "which it never deletes); remove it or set jobMode: ephemeral",
+                )
+            )
+        return self
+
+    @property
+    def job_ttl_seconds(self) -> int:
+        """``ttlSecondsAfterFinished`` of an ephemeral RayJob."""
+        t = self.ttl_seconds_after_finished
+        return DEFAULT_JOB_TTL_SECONDS if t is None else t
 
     @model_validator(mode="after")
     def _token_auth_needs(self) -> RayConfig:

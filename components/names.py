@@ -46,7 +46,11 @@ KUBERAY_NAMESPACE = "kuberay-system"
 SYSTEM_POOL = "system"
 """Name of the CPU node pool that runs the Ray head and system pods."""
 RAY_SERVICE_ACCOUNT = "ray"
-"""Kubernetes service account of the Ray pods (bound to the Ray Google service account)."""
+"""Kubernetes service account of the Ray head (bound to the Ray Google service account; KubeRay binds it to the
+autoscaler Role, which may patch pods and RayClusters)."""
+RAY_WORKER_SERVICE_ACCOUNT = "ray-worker"
+"""Kubernetes service account of the TPU workers, which run user code: bound to the same Google service account
+(checkpoints) but to no Kubernetes Role, and its token is never mounted."""
 NODE_SERVICE_ACCOUNT_ROLE = "roles/container.defaultNodeServiceAccount"
 """The one project role GKE documents for node service accounts
 (https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts; CIS GKE 5.2.1)."""

@@ -227,23 +227,33 @@ class RayTpuCluster(pulumi.ComponentResource):
             member=gsa.email.apply(lambda e: f"serviceAccount:{e}"),
             opts=child,
         )
-        wi_binding = gcp.serviceaccount.IAMMember(
-            f"{name}-ray-workload-identity",
-            service_account_id=gsa.name,
-            role="roles/iam.workloadIdentityUser",
-            member=f"serviceAccount:{args.project}.svc.id.goog[{p.namespace}/{p.service_account}]",
-            opts=child,
-        )
-        ksa = k8s.core.v1.ServiceAccount(
-            f"{name}-ray-ksa",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=p.service_account,
-                namespace=p.namespace,
-                annotations={"iam.gke.io/gcp-service-account": gsa.email},
-            ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, ns]),
-        )
-        self.prerequisites = [ns, ksa, self.auth_secret, bucket_access, wi_binding, *operator]
+        # The head's and the workers' Kubernetes service accounts both act as the Ray Google service account
+        # (checkpoints); only the head's is bound by KubeRay to the autoscaler Role (planning/kuberay.py).
+        wi_bindings, ksas = [], []
+        for role, ksa_name in (("ray", p.service_account), ("ray-worker", p.worker_service_account)):
+            wi_bindings.append(
+                gcp.serviceaccount.IAMMember(
+                    f"{name}-{role}-workload-identity",
+                    service_account_id=gsa.name,
+                    role="roles/iam.workloadIdentityUser",
+                    member=f"serviceAccount:{args.project}.svc.id.goog[{p.namespace}/{ksa_name}]",
+                    opts=child,
+                )
+            )
+            ksas.append(
+                k8s.core.v1.ServiceAccount(
+                    f"{name}-{role}-ksa",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        name=ksa_name,
+                        namespace=p.namespace,
+                        annotations={"iam.gke.io/gcp-service-account": gsa.email},
+                    ),
+                    # the workers' pods mount no token (the pod spec says so too); the head's autoscaler needs one
+                    automount_service_account_token=False if role == "ray-worker" else None,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, ns]),
+                )
+            )
+        self.prerequisites = [ns, *ksas, self.auth_secret, bucket_access, *wi_bindings, *operator]
         self.ray_cluster = None
         if self.manifest is not None:
             self.ray_cluster = declare_manifest(

@@ -8,6 +8,8 @@ every shared node again and again. :func:`load_yaml` refuses all of these with o
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +100,17 @@ def read_yaml_file(path: str | Path) -> Any:
     """Read and parse ``path``; every failure (missing, too big, not UTF-8, not YAML) is a :class:`YamlError`."""
     p = Path(path)
     try:
-        if p.is_dir():
+        # stat before open: opening a FIFO blocks until a writer comes, a device may never end
+        mode = os.stat(p).st_mode
+        if stat.S_ISDIR(mode):
             raise YamlError(f"{p} is a directory, not a YAML file")
-        with p.open("rb") as f:
+        if not stat.S_ISREG(mode):
+            raise YamlError(f"{p} is not a regular file (a FIFO, socket or device); give a YAML file")
+        # O_NONBLOCK: should the path become a FIFO between the stat and the open, the open does not wait
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise YamlError(f"{p} is not a regular file (a FIFO, socket or device); give a YAML file")
             data = f.read(MAX_BYTES + 1)
     except OSError as e:
         raise YamlError(f"cannot read {p}: {e.strerror or e}") from None

@@ -325,6 +325,26 @@ def test_container_images(stack: str, key: str, image: str) -> None:
 
 
 @CORPUS
+@given(stacks, st.integers(max_value=-1) | st.integers(min_value=86401) | st.sampled_from(["60", 1.5, True, None]))
+def test_job_ttl_out_of_range_or_not_an_int(stack: str, ttl: Any) -> None:
+    def edit(values: dict[str, Any]) -> None:
+        values.setdefault("ray", {})["jobMode"] = "ephemeral"
+        values["ray"]["ttlSecondsAfterFinished"] = ttl
+        values.setdefault("kueue", {})["enabled"] = True
+
+    if ttl is None:  # an explicit null is "unset": the default applies
+        return
+    check(stack, ("ray.ttlSecondsAfterFinished", edit))
+
+
+@CORPUS
+@given(stacks, st.integers(0, 86400))
+def test_job_ttl_on_a_shared_cluster(stack: str, ttl: int) -> None:
+    """The ttl deletes the job's own cluster: on the shared cluster it would do nothing, so it is refused."""
+    check(stack, ("ray.ttlSecondsAfterFinished", setter("ray", "ttlSecondsAfterFinished", value=ttl)), "ephemeral")
+
+
+@CORPUS
 @given(stacks, st.sampled_from(["checkpoints", "/", "/dev/shm", "/dev/shm/x", "/dev", "/a/../b", "/c:d", " /x"]))
 def test_mount_paths(stack: str, path: str) -> None:
     check(stack, ("checkpoints.mountPath", setter("checkpoints", "mountPath", value=path)))

@@ -15,6 +15,7 @@ from tpuray.components.names import (
     KUEUE_PRIORITY_CLASS_LABEL,
     KUEUE_QUEUE_NAME_LABEL,
     RAY_SERVICE_ACCOUNT,
+    RAY_WORKER_SERVICE_ACCOUNT,
     SYSTEM_POOL,
 )
 from tpuray.components.planning.entrypoint import train_entrypoint
@@ -50,6 +51,7 @@ def ray_cluster_params(cfg: StackConfig, labels: Mapping[str, str] | None = None
         head_image=r.image,
         worker_image=r.worker_image or r.image,
         service_account=RAY_SERVICE_ACCOUNT,
+        worker_service_account=RAY_WORKER_SERVICE_ACCOUNT,
         groups=tuple(TpuWorkerGroup.from_pool(p) for p in cfg.slice_pools if not isinstance(p.capacity, Queued)),
         head_cpu=r.head_cpu,
         head_memory=r.head_memory,
@@ -107,6 +109,7 @@ def _ephemeral_job_params(
         entrypoint=train_entrypoint(cfg.workload, pool, name, checkpoint_dir),
         cluster=cluster,
         shutdown_after_job_finishes=True,
+        ttl_seconds_after_finished=cfg.ray.job_ttl_seconds,
         backoff_limit=0,
         labels=job_labels,
         suspend=True,

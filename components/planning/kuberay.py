@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tpuray.components.config import FlexStart, Queued, SlicePoolConfig
+from tpuray.components.config import DEFAULT_JOB_TTL_SECONDS, FlexStart, Queued, SlicePoolConfig
 from tpuray.components.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
@@ -42,7 +42,12 @@ from tpuray.components.names import (
 )
 from tpuray.components.planning.drain import drain_plan, pre_stop_hook
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job, raise_problems
-from tpuray.components.planning.pod_security import RAY_GID, RAY_UID, container_security_context
+from tpuray.components.planning.pod_security import (
+    RAY_GID,
+    RAY_UID,
+    container_security_context,
+    pod_security_context,
+)
 from tpuray.components.planning.ray_auth import RayAuth
 from tpuray.components.topology import TpuSlice
 
@@ -110,7 +115,9 @@ class RayClusterParams:
     head_image: str
     worker_image: str
     service_account: str
-    """Kubernetes service account of every Ray pod (bound to a Google service account by Workload Identity)."""
+    """Kubernetes service account of the head (bound to a Google service account by Workload Identity)."""
+    worker_service_account: str
+    """Kubernetes service account of the TPU workers: the same Google service account, no Kubernetes Role."""
     groups: tuple[TpuWorkerGroup, ...]
     head_cpu: str
     head_memory: str
@@ -138,7 +145,7 @@ class RayJobParams:
     cluster_selector: str | None = None
     """Name of a running RayCluster (``ray.io/cluster`` selector)."""
     shutdown_after_job_finishes: bool = True
-    ttl_seconds_after_finished: int = 3600
+    ttl_seconds_after_finished: int = DEFAULT_JOB_TTL_SECONDS
     backoff_limit: int = 0
     active_deadline_seconds: int | None = None
     entrypoint_num_cpus: float = 1.0
@@ -208,6 +215,7 @@ def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
     resources = {"cpu": p.head_cpu, "memory": p.head_memory}
     pod_spec: dict[str, Any] = {
         "serviceAccountName": p.service_account,
+        "securityContext": pod_security_context(),
         "containers": [
             {
                 "name": "ray-head",
@@ -265,7 +273,13 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
         "template": {
             "metadata": _pod_metadata(p, {POOL_LABEL: g.name}),
             "spec": {
-                "serviceAccountName": p.service_account,
+                # Workers run user code: their own service account and no API token in the pod. Workload
+                # Identity needs none (GKE's metadata server identifies the pod and mints the token itself:
+                # https://cloud.google.com/kubernetes-engine/docs/concepts/workload-identity), nor does the GCS
+                # FUSE driver, which gets its token from the kubelet.
+                "serviceAccountName": p.worker_service_account,
+                "automountServiceAccountToken": False,
+                "securityContext": pod_security_context(),
                 "nodeSelector": {
                     GKE_ACCELERATOR_LABEL: s.gke_accelerator,
                     GKE_TOPOLOGY_LABEL: s.topology,
@@ -341,7 +355,13 @@ def submitter_pod_template(j: RayJobParams) -> dict[str, Any]:
         container["env"] = j.auth.env()
     return {
         "metadata": {"labels": {**j.labels, **SUBMITTER_ROLE_LABEL}},
-        "spec": {"restartPolicy": "Never", "containers": [container]},
+        # `ray job submit` talks to the dashboard over HTTP only: no Kubernetes API token in the pod
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "securityContext": pod_security_context(),
+            "containers": [container],
+        },
     }
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "RAY_GID",
     "RAY_UID",
     "container_security_context",
+    "pod_security_context",
     "pod_security_labels",
     "restricted_problems",
 ]
@@ -43,6 +44,13 @@ def container_security_context() -> dict[str, Any]:
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+def pod_security_context() -> dict[str, Any]:
+    """The pod-level securityContext: the same non-root user and seccomp profile, for any container a webhook or
+    KubeRay adds without its own (the GCS FUSE sidecar, KubeRay's init containers)."""
+    ctx = container_security_context()
+    return {k: ctx[k] for k in ("runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile")}
 
 
 def pod_security_labels(level: str = PSA_LEVEL) -> dict[str, str]:

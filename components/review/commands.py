@@ -107,7 +107,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
             pairs = _plan_dir_pairs(base, new)
         except PlanFileError as e:
             return _error(str(e), 2)
-        diffs = [diff_plans(a, b) for a, b in pairs]
+        try:
+            diffs = [diff_plans(a, b) for a, b in pairs]
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            # the shape check passed, but a resource's inputs are not what tpuray plan writes (a node pool's
+            # nodeConfig that is not an object...): still not a plan, not an internal error
+            return _error(f"{base} or {new}: not a tpuray plan (a resource's inputs: {type(e).__name__}: {e})", 2)
     else:
         try:
             root = Path(args.root).resolve() if args.root else find_root()

@@ -14,7 +14,7 @@ from typing import Any
 from tpuray.components.review.kueue_view import tpu_quota_by_generation
 from tpuray.components.review.pool_views import tpu_chips_by_generation
 from tpuray.components.review.replacement_fields import replacement_reason
-from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RESOURCE_POLICY
+from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_JOB, RESOURCE_POLICY
 
 __all__ = ["Change", "FieldChange", "PlanDiff", "diff_plans", "render_markdown"]
 
@@ -32,7 +32,8 @@ class FieldChange:
     old: Any
     new: Any
     effect: str | None
-    """``replace``, ``recreates-nodes`` or None (updated in place)."""
+    """``replace``, ``recreates-nodes``, ``not-rolled-out`` (the object changes, its running pods do not) or None
+    (updated in place)."""
 
     @property
     def dotted(self) -> str:
@@ -56,6 +57,10 @@ class Change:
     @property
     def recreates_nodes(self) -> bool:
         return not self.replaced and any(f.effect == "recreates-nodes" for f in self.fields)
+
+    @property
+    def not_rolled_out(self) -> tuple[FieldChange, ...]:
+        return tuple(f for f in self.fields if f.effect == "not-rolled-out")
 
 
 @dataclass
@@ -91,8 +96,34 @@ class PlanDiff:
         return out
 
     @property
+    def not_rolled_out(self) -> list[str]:
+        """One line per Ray resource whose change KubeRay will not apply to what is already running."""
+        out: list[str] = []
+        for c in self.changed:
+            fields = c.not_rolled_out
+            if not fields:
+                continue
+            causes = ", ".join(f"`{f.dotted}`" for f in fields[:4]) + (
+                f", … {len(fields) - 4} more" * (len(fields) > 4)
+            )
+            if c.type == RAY_JOB:
+                out.append(
+                    f"**RayJob `{c.name}`: KubeRay will not apply** {causes} to a job that already ran or runs, nor "
+                    "to its cluster: delete the RayJob (or rename it) to run it again with the change"
+                )
+            else:
+                out.append(
+                    f"**{_kind(c.type)} `{c.name}`: KubeRay will not roll out** {causes} to running pods; only pods "
+                    "created later get it: delete the Ray pods (or the cluster) to apply it"
+                )
+        return out
+
+    @property
     def empty(self) -> bool:
         return not (self.added or self.removed or self.changed)
+
+
+_EFFECT_MARKS = {"replace": " **(replace)**", "not-rolled-out": " **(not rolled out)**"}
 
 
 def _kind(type_: str) -> str:
@@ -185,6 +216,11 @@ def render_markdown(diffs: Sequence[PlanDiff], base_label: str = "base", new_lab
             out += ["> [!WARNING]", f"> {len(warnings)} change(s) replace, delete or recreate TPU capacity:"]
             out += [f"> - {w}" for w in warnings]
             out.append("")
+        stale = d.not_rolled_out
+        if stale:
+            out += ["> [!IMPORTANT]", f"> {len(stale)} change(s) that KubeRay does not roll out to running Ray pods:"]
+            out += [f"> - {s}" for s in stale]
+            out.append("")
         if d.new_violations:
             out += ["> [!CAUTION]", "> Policy violations introduced by this change:"]
             out += [f"> - `{v['rule']}` {v['urn'].rsplit('::', 1)[-1]}: {v['message']}" for v in d.new_violations]
@@ -201,7 +237,7 @@ def render_markdown(diffs: Sequence[PlanDiff], base_label: str = "base", new_lab
         for c in d.changed:
             mark = "±" if c.replaced else "~"
             detail = "; ".join(
-                f"`{f.dotted}`: {_short(f.old)} → {_short(f.new)}" + (" **(replace)**" if f.effect == "replace" else "")
+                f"`{f.dotted}`: {_short(f.old)} → {_short(f.new)}" + _EFFECT_MARKS.get(f.effect or "", "")
                 for f in c.fields[:6]
             )
             if len(c.fields) > 6:

@@ -12,6 +12,7 @@ git ref's checkout, whose ``tpuray.components`` then come from that checkout, no
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import hashlib
 import json
@@ -231,6 +232,21 @@ Program = str | Path | Callable[[], Mapping[str, Any] | None]
 """A ``__main__.py`` (or a directory holding one), or a function that declares resources and may return outputs."""
 
 
+_UNRETRIEVED = frozenset({"Future exception was never retrieved", "Task exception was never retrieved"})
+
+
+def _quiet_unretrieved(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's exception handler while (and after) a program runs under the mock engine.
+
+    A failing program leaves every output that depends on the failure holding the same exception; asyncio prints
+    each one's traceback when it is garbage-collected, at exit, after the command has already reported the error
+    once (as a RunError). Everything else goes to asyncio's default handler.
+    """
+    if context.get("message") in _UNRETRIEVED:
+        return
+    loop.default_exception_handler(context)
+
+
 def run_program(
     program: Program,
     *,
@@ -246,7 +262,7 @@ def run_program(
     from pulumi.runtime import mocks as pmocks
     from pulumi.runtime import settings as psettings
     from pulumi.runtime.stack import run_pulumi_func
-    from pulumi.runtime.sync_await import _sync_await
+    from pulumi.runtime.sync_await import _ensure_event_loop, _sync_await
 
     path = None if callable(program) else Path(program).resolve()
     if path is not None and path.is_dir():
@@ -285,6 +301,8 @@ def run_program(
 
     psettings.SETTINGS.rpc_manager.clear()
     psettings.SETTINGS.outputs.clear()
+    loop: asyncio.AbstractEventLoop = _ensure_event_loop()  # type: ignore[no-untyped-call]  # the loop it runs on
+    loop.set_exception_handler(_quiet_unretrieved)
     try:
         _sync_await(run_pulumi_func(body))
     except Exception as e:  # the program's own error, or one raised while resolving its outputs

@@ -22,7 +22,7 @@ from typing import Any
 from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_stack_file
 from tpuray.components.review import resource_types
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
-from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, load_plan_file, mark
+from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, load_plan_file, mark, write_file
 from tpuray.components.review.policy_rules import Resource, Violation, check_resources
 from tpuray.components.review.pool_views import PoolView, pool_views
 from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown
@@ -111,19 +111,19 @@ def write_plan(plan: Plan, out: Path, root: Path | None = None) -> None:
     manifests = out / "manifests"
     clear_manifests(manifests)
     manifests.mkdir(exist_ok=True)
-    (out / "plan.json").write_text(plan_json(plan.run, plan.violations, plan.warnings))
+    write_file(out / "plan.json", plan_json(plan.run, plan.violations, plan.warnings))
     for name, text in manifest_files(plan.resources).items():
-        (manifests / name).write_text(text)
-    (out / "topology.md").write_text(topology_markdown(plan.stack, plan.pools, PICTURE))
-    (out / PICTURE).write_text(render_svg(plan.stack, plan.pools))
+        write_file(manifests / name, text)
+    write_file(out / "topology.md", topology_markdown(plan.stack, plan.pools, PICTURE))
+    write_file(out / PICTURE, render_svg(plan.stack, plan.pools))
     boards = dashboards(plan.resources)
     for name in (DASHBOARD_FILE, DASHBOARD_PICTURE):  # a plan without a dashboard leaves no earlier one behind
-        if (out / name).is_file():
+        if (out / name).is_file() and not (out / name).is_symlink():
             (out / name).unlink()
     if boards:
         board = boards[0]  # one per stack (StackMonitoring)
-        (out / DASHBOARD_FILE).write_text(json.dumps(board, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-        (out / DASHBOARD_PICTURE).write_text(render_dashboard_svg(board))
+        write_file(out / DASHBOARD_FILE, json.dumps(board, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        write_file(out / DASHBOARD_PICTURE, render_dashboard_svg(board))
 
 
 def dashboards(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:

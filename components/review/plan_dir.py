@@ -2,16 +2,17 @@
 
 ``tpuray plan --out DIR`` replaces its own earlier output, and nothing else: a directory it wrote carries a marker
 file; a non-empty directory without it, the file system root, the project root (or one of its parents), the home
-directory, a plan directory that is a symlink and plan files that are symlinks are refused, and old manifests are
-removed file by file, never by tree. Reading a ``plan.json``
+directory, a plan directory that is a symlink or holds one anywhere are refused, files are opened without following
+links, and old manifests are removed file by file, never by tree. Reading a ``plan.json``
 that is missing, not JSON or not a plan is one :class:`PlanFileError` naming the file.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 __all__ = [
     "MARKER",
@@ -21,11 +22,11 @@ __all__ = [
     "clear_manifests",
     "load_plan_file",
     "mark",
+    "write_file",
 ]
 
 MARKER = ".tpuray-plan"
 """Written into every plan directory; its presence is what lets a later plan replace the directory's files."""
-_OWN_FILES = ("plan.json", "topology.md", "topology.svg", "dashboard.json", "dashboard.svg", "manifests", MARKER)
 
 
 class PlanOutError(ValueError):
@@ -59,14 +60,33 @@ def check_out_dir(out: Path, root: Path) -> Path:
             "give an empty or new directory"
         )
     if resolved.is_dir():
-        for name in _OWN_FILES:
-            if (resolved / name).is_symlink():
-                raise PlanOutError(f"--out {out}: {name} is a symlink; plans never write through links")
+        link = _first_symlink(resolved)
+        if link is not None:
+            raise PlanOutError(
+                f"--out {out}: {link.relative_to(resolved)} is a symlink; plans never write through links "
+                "(remove it, or give a new directory)"
+            )
     return resolved
 
 
+def _first_symlink(folder: Path) -> Path | None:
+    """A symlink anywhere inside ``folder`` (links are not followed), or None."""
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        for name in sorted([*dirnames, *filenames]):
+            if os.path.islink(os.path.join(dirpath, name)):
+                return Path(dirpath, name)
+    return None
+
+
+def write_file(path: Path, text: str) -> None:
+    """Write a plan file, never through a symlink: should one appear after check_out_dir, the open fails (ELOOP)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def mark(out: Path) -> None:
-    (out / MARKER).write_text("written by tpuray plan; a later plan replaces this directory's plan files\n")
+    write_file(out / MARKER, "written by tpuray plan; a later plan replaces this directory's plan files\n")
 
 
 def clear_manifests(manifests: Path) -> None:
@@ -90,8 +110,34 @@ def load_plan_file(path: Path) -> dict[str, Any]:
         raise PlanFileError(f"{p}: not UTF-8 text, so not a plan.json") from None
     except json.JSONDecodeError as e:
         raise PlanFileError(f"{p}: not JSON ({e.msg} at line {e.lineno}), so not a plan.json") from None
+    problem = plan_shape_problem(doc)
+    if problem:
+        raise PlanFileError(f"{p}: not a tpuray plan ({problem})")
+    return cast(dict[str, Any], doc)
+
+
+def plan_shape_problem(doc: Any) -> str | None:
+    """What makes ``doc`` not the shape ``tpuray plan`` writes (the fields ``tpuray diff`` reads), or None."""
     if not isinstance(doc, dict) or not isinstance(doc.get("resources"), list):
-        raise PlanFileError(f"{p}: not a tpuray plan (no resources list)")
-    if not all(isinstance(r, dict) and isinstance(r.get("urn"), str) for r in doc["resources"]):
-        raise PlanFileError(f"{p}: not a tpuray plan (a resource without a urn)")
-    return doc
+        return "no resources list"
+    if not isinstance(doc.get("stack", ""), str):
+        return "stack is not a string"
+    for i, r in enumerate(doc["resources"]):
+        if not isinstance(r, dict):
+            return f"resources[{i}] is not an object"
+        for key in ("urn", "type", "name"):
+            if not isinstance(r.get(key), str):
+                return f"resources[{i}].{key} is not a string"
+        for key in ("inputs", "options"):
+            if not isinstance(r.get(key, {}), dict):
+                return f"resources[{i}].{key} is not an object"
+        replace_on = r.get("options", {}).get("replaceOnChanges") or []
+        if not isinstance(replace_on, list) or not all(isinstance(k, str) for k in replace_on):
+            return f"resources[{i}].options.replaceOnChanges is not a list of strings"
+    violations = doc.get("violations", [])
+    if not isinstance(violations, list):
+        return "violations is not a list"
+    for i, v in enumerate(violations):
+        if not isinstance(v, dict) or not all(isinstance(v.get(k), str) for k in ("rule", "urn", "message")):
+            return f"violations[{i}] lacks a rule, urn or message string"
+    return None

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["RECREATES_NODES", "REPLACES", "replacement_reason"]
+__all__ = ["NOT_ROLLED_OUT", "RECREATES_NODES", "REPLACES", "replacement_reason"]
 
-from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RESOURCE_POLICY
+from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, RAY_JOB, RESOURCE_POLICY
 
 # node_config fields the provider updates in place; every other node_config field forces a new pool/cluster.
 _NODE_CONFIG_IN_PLACE = frozenset(
@@ -85,6 +85,21 @@ RECREATES_NODES: dict[str, tuple[str, ...]] = {
 }
 
 
+# KubeRay updates these custom resources in place, but what changes is only the object: running pods keep what they
+# were started with. KubeRay never recreates a RayCluster's head or worker pods when their template changes
+# (maintainer's answer, https://github.com/ray-project/kuberay/issues/3840; spec.upgradeStrategy Recreate, KubeRay
+# >= 1.6, which tpuray does not set, would recreate every pod at once), and a RayJob passes no change to its
+# cluster nor runs its entrypoint again (https://github.com/ray-project/kuberay/pull/1776). So every spec change
+# but the ones below only reaches pods created later.
+NOT_ROLLED_OUT: dict[str, tuple[str, ...]] = {RAY_CLUSTER: ("spec",), RAY_JOB: ("spec",)}
+_ROLLED_OUT = {
+    # scaling: KubeRay creates or deletes pods to match
+    RAY_CLUSTER: ("spec.workerGroupSpecs.replicas", "spec.workerGroupSpecs.minReplicas",
+                  "spec.workerGroupSpecs.maxReplicas", "spec.workerGroupSpecs.suspend", "spec.suspend"),
+    RAY_JOB: ("spec.suspend",),  # Kueue's admission: KubeRay creates or deletes the job's cluster
+}  # fmt: skip
+
+
 def _matches(path: Sequence[str], rule: str) -> bool:
     parts = rule.split(".")
     return list(path[: len(parts)]) == parts
@@ -92,7 +107,8 @@ def _matches(path: Sequence[str], rule: str) -> bool:
 
 def replacement_reason(type_: str, path: Sequence[str], replace_on_changes: Sequence[str] = ()) -> str | None:
     """``"replace"`` if changing ``path`` replaces the resource, ``"recreates-nodes"`` if it is updated in place
-    but recreates the pool's VMs, else None. ``replace_on_changes`` is the resource's own option."""
+    but recreates the pool's VMs, ``"not-rolled-out"`` if the object is updated but its running pods are not (a
+    Ray custom resource), else None. ``replace_on_changes`` is the resource's own option."""
     if any(_matches(path, r) or r == "*" for r in replace_on_changes):
         return "replace"
     for rule in REPLACES.get(type_, ()):
@@ -102,4 +118,7 @@ def replacement_reason(type_: str, path: Sequence[str], replace_on_changes: Sequ
             return "replace"
     if any(_matches(path, r) for r in RECREATES_NODES.get(type_, ())):
         return "recreates-nodes"
+    stale = any(_matches(path, r) for r in NOT_ROLLED_OUT.get(type_, ()))
+    if stale and not any(_matches(path, r) for r in _ROLLED_OUT.get(type_, ())):
+        return "not-rolled-out"
     return None

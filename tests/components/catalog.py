@@ -80,6 +80,7 @@ def ray_params(*groups: TpuWorkerGroup, **overrides: Any) -> RayClusterParams:
         "head_image": "rayproject/ray:2.60.0-py311",
         "worker_image": "example.test/worker:1",
         "service_account": "ray",
+        "worker_service_account": "ray-worker",
         "head_cpu": "4",
         "head_memory": "16Gi",
         "worker_cpu": "8",

@@ -289,7 +289,7 @@ def test_ray_cluster_and_job() -> None:
     rec, out = er.run(build)
     ray, job = build.holder["ray"], build.holder["job"]  # type: ignore[attr-defined]
     # namespace, bucket, GSA, bucket grant, WI binding, KSA, RayCluster, token + Secret, 6 NetworkPolicies
-    assert_parented(rec, "tpuray:index:RayTpuCluster", 15)
+    assert_parented(rec, "tpuray:index:RayTpuCluster", 17)  # +1 service account, +1 binding: the workers'
     assert_parented(rec, "tpuray:index:RayTpuJob", 1)
     assert not rec.of_type("kubernetes:helm.sh/v3:Release")
 
@@ -303,11 +303,14 @@ def test_ray_cluster_and_job() -> None:
         "roles/storage.objectUser",
         f"serviceAccount:{out['gsa']}",
     )
-    wi = rec.one("gcp:serviceaccount/iAMMember:IAMMember")["inputs"]
-    assert wi["role"] == "roles/iam.workloadIdentityUser"
-    assert wi["member"] == "serviceAccount:tpuray-test-proj.svc.id.goog[ray/ray]"
-    ksa = rec.one("kubernetes:core/v1:ServiceAccount")["inputs"]
-    assert ksa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": out["gsa"]}
+    wis = [r["inputs"] for r in rec.of_type("gcp:serviceaccount/iAMMember:IAMMember")]
+    assert {wi["role"] for wi in wis} == {"roles/iam.workloadIdentityUser"}
+    assert sorted(wi["member"] for wi in wis) == [
+        "serviceAccount:tpuray-test-proj.svc.id.goog[ray/ray-worker]",  # the workers' own account
+        "serviceAccount:tpuray-test-proj.svc.id.goog[ray/ray]",
+    ]
+    for ksa in rec.of_type("kubernetes:core/v1:ServiceAccount"):
+        assert ksa["inputs"]["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": out["gsa"]}
     ns = rec.one("kubernetes:core/v1:Namespace")["inputs"]["metadata"]
     assert ns["name"] == "ray" and ns["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     assert bucket["softDeletePolicy"]["retentionDurationSeconds"] == 7 * 86400

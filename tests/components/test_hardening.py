@@ -17,7 +17,9 @@ from tpuray.components.names import (
     RAY_CLUSTER_POD_LABEL,
     RAY_DASHBOARD_PORT,
     RAY_NODE_PORTS,
+    RAY_SERVICE_ACCOUNT,
     RAY_WORKER_PORT_RANGE,
+    RAY_WORKER_SERVICE_ACCOUNT,
     SUBMITTER_ROLE_LABEL,
     TPU_PROCESS_BASE_PORT,
     TPU_RUNTIME_PORTS,
@@ -67,6 +69,9 @@ def test_every_container_meets_restricted_and_the_crds(env: str, operator: str) 
     for manifest in stack_manifests(cfg):
         assert schema_errors(manifest) == []
         for where, pod in _pods(manifest):
+            # pod-level too (checkov CKV_K8S_29), for the containers KubeRay and GKE's webhooks add
+            assert pod["securityContext"]["runAsNonRoot"] is True, where
+            assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
             for c in pod["containers"]:
                 assert restricted_problems(f"{where}/{c['name']}", c, pod) == []
                 assert c["securityContext"]["runAsUser"] == 1000  # a numeric user the kubelet can check
@@ -258,3 +263,35 @@ def test_ray_pods_reach_the_tpu_device_plugin_on_the_nodes_only() -> None:
         NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=0, node_cidr="10.0.0.0/20"),
     ):
         assert not [p for p in network_policies(other) if "device-plugin" in p["metadata"]["name"]]
+# ---- least privilege: the TPU workers run user code ---------------------------------------------------------------
+@pytest.mark.parametrize("env", ["dev", "prod", "prod-dws"])
+def test_workers_and_submitter_get_no_api_token_and_not_the_heads_account(env: str) -> None:
+    for manifest in stack_manifests(load_stack_file(ROOT / f"Pulumi.{env}.yaml")):
+        for where, pod in _pods(manifest):
+            if where == "head":  # KubeRay binds this account to the autoscaler Role; the autoscaler needs it
+                assert pod["serviceAccountName"] == RAY_SERVICE_ACCOUNT
+            elif where == "submitter":
+                assert pod["automountServiceAccountToken"] is False
+            else:
+                assert pod["serviceAccountName"] == RAY_WORKER_SERVICE_ACCOUNT != RAY_SERVICE_ACCOUNT
+                assert pod["automountServiceAccountToken"] is False
+        if "submitterPodTemplate" in manifest["spec"]:
+            assert manifest["spec"]["submitterPodTemplate"]["spec"]["automountServiceAccountToken"] is False
+
+
+def test_the_workers_account_is_declared_tokenless_and_bound_to_the_ray_identity() -> None:
+    cfg = stack()
+
+    def build() -> dict[str, Any]:
+        from tpuray.components.stack import deploy
+
+        deploy(cfg, "test")
+        return {}
+
+    rec, _ = er.run(build)
+    accounts = {a["inputs"]["metadata"]["name"]: a["inputs"] for a in rec.of_type("kubernetes:core/v1:ServiceAccount")}
+    assert accounts[RAY_WORKER_SERVICE_ACCOUNT]["automountServiceAccountToken"] is False
+    assert accounts[RAY_SERVICE_ACCOUNT].get("automountServiceAccountToken") is not False
+    members = {m["inputs"]["member"] for m in rec.of_type("gcp:serviceaccount/iAMMember:IAMMember")}
+    for ksa in (RAY_SERVICE_ACCOUNT, RAY_WORKER_SERVICE_ACCOUNT):
+        assert f"serviceAccount:tpuray-test-proj.svc.id.goog[ray/{ksa}]" in members

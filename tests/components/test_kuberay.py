@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kuberay_schema import schema_errors, tpu_chip_mismatches
 
-from tpuray.components.config import WorkloadConfig, load_stack_file
+from tpuray.components.config import (
+    DEFAULT_JOB_TTL_SECONDS,
+    ConfigError,
+    WorkloadConfig,
+    load_stack_file,
+    parse_stack_config,
+)
 from tpuray.components.planning.entrypoint import train_entrypoint
 from tpuray.components.planning.from_config import stack_manifests
 from tpuray.components.planning.kuberay import (
@@ -25,6 +33,8 @@ from tpuray.components.planning.kuberay import (
 )
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job
 from tpuray.components.topology import TpuSlice
+
+ROOT_DIR = Path(__file__).resolve().parents[2]
 
 ROOT_STACKS = ("dev", "prod")
 
@@ -87,7 +97,10 @@ def test_rendered_clusters_and_jobs_are_schema_valid(
         assert schema_errors(job) == []
     assert tpu_chip_mismatches(own["spec"]["rayClusterSpec"]) == []
     assert attached["spec"]["clusterSelector"] == {"ray.io/cluster": "tpu-cluster"}
-    assert own["spec"]["shutdownAfterJobFinishes"] is True and own["spec"]["ttlSecondsAfterFinished"] == 3600
+    assert (
+        own["spec"]["shutdownAfterJobFinishes"] is True
+        and own["spec"]["ttlSecondsAfterFinished"] == DEFAULT_JOB_TTL_SECONDS
+    )
 
 
 def test_schema_check_is_not_vacuous() -> None:
@@ -130,7 +143,7 @@ def test_worker_pod_has_webhook_label_toleration_shm_and_checkpoints() -> None:
     assert vols["checkpoints"]["csi"]["volumeAttributes"]["bucketName"] == "ckpt-bucket"
     mounts = {v["name"]: v["mountPath"] for v in pod["containers"][0]["volumeMounts"]}
     assert mounts == {"dshm": "/dev/shm", "checkpoints": "/checkpoints"}
-    assert pod["serviceAccountName"] == "ray"
+    assert pod["serviceAccountName"] == "ray-worker" and pod["automountServiceAccountToken"] is False
     assert m["spec"]["enableInTreeAutoscaling"] is True
 
 
@@ -231,3 +244,33 @@ def test_stack_entrypoint_parses_with_the_workload_cli(stack: str) -> None:
 def test_entrypoint_skips_unset_values() -> None:
     e = train_entrypoint(WorkloadConfig(), pool(TpuSlice.parse("v5e", "2x2")), "run", None)
     assert "--dataset" not in e and "--checkpoint-dir" not in e
+
+
+# ---- idle paid chips: an ephemeral job's cluster goes soon after the job ends --------------------------------------
+def _dws(ray: dict[str, Any]) -> Any:
+    cfg = load_stack_file(ROOT_DIR / "Pulumi.prod-dws.yaml")
+    raw = cfg.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["ray"] = {**raw["ray"], **ray}
+    return parse_stack_config(raw)
+
+
+def test_an_ephemeral_job_releases_its_slices_within_a_minute_by_default() -> None:
+    (job,) = stack_manifests(load_stack_file(ROOT_DIR / "Pulumi.prod-dws.yaml"))
+    assert job["spec"]["shutdownAfterJobFinishes"] is True
+    assert job["spec"]["ttlSecondsAfterFinished"] == DEFAULT_JOB_TTL_SECONDS <= 60
+    (job,) = stack_manifests(_dws({"ttlSecondsAfterFinished": 0}))
+    assert job["spec"]["ttlSecondsAfterFinished"] == 0
+    assert schema_errors(job) == []
+
+
+@pytest.mark.parametrize(
+    ("ray", "message"),
+    [
+        ({"ttlSecondsAfterFinished": -1}, "ray.ttlSecondsAfterFinished"),
+        ({"ttlSecondsAfterFinished": 86401}, "ray.ttlSecondsAfterFinished"),
+        ({"jobMode": "shared", "ttlSecondsAfterFinished": 30}, "ray.ttlSecondsAfterFinished: applies only to"),
+    ],
+)
+def test_the_ttl_key_is_validated_by_the_config_model(ray: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        _dws(ray)

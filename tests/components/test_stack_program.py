@@ -64,12 +64,18 @@ def test_registers_the_expected_resources(program_run: tuple[str, ProgramRun]) -
 def test_creation_order(program_run: tuple[str, ProgramRun]) -> None:
     _, rec = program_run
     # the Workload Identity pool exists only once the cluster does
-    wi = rec.one("gcp:serviceaccount/iAMMember:IAMMember")
-    assert any(d.endswith("::gke-cluster") for d in er.depends_on(wi)), er.depends_on(wi)
+    for wi in rec.of_type("gcp:serviceaccount/iAMMember:IAMMember"):  # the head's and the workers' bindings
+        assert any(d.endswith("::gke-cluster") for d in er.depends_on(wi)), er.depends_on(wi)
     # the RayCluster waits for its identity, its bucket access and every TPU node pool
     rc = rec.one("kubernetes:ray.io/v1:RayCluster")
     tpu_pools = [r["name"] for r in rec.of_type("gcp:container/nodePool:NodePool") if r["inputs"]["name"] != "system"]
-    for name in ("ray-ray-ksa", "ray-checkpoints-object-user", "ray-ray-workload-identity", *tpu_pools):
+    ray_identity = (
+        "ray-ray-ksa",
+        "ray-ray-worker-ksa",
+        "ray-ray-workload-identity",
+        "ray-ray-worker-workload-identity",
+    )
+    for name in (*ray_identity, "ray-checkpoints-object-user", *tpu_pools):
         assert any(d.endswith(f"::{name}") for d in er.depends_on(rc)), (name, er.depends_on(rc))
     job = rec.one("kubernetes:ray.io/v1:RayJob")
     assert any(d.endswith("::ray-raycluster") for d in er.depends_on(job))

@@ -4,6 +4,10 @@ and no bad input ends in a traceback."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,7 @@ from conftest import ROOT
 
 from tpuray.components.cli import main
 from tpuray.components.review.plan import Plan, write_plan
-from tpuray.components.review.plan_dir import MARKER
+from tpuray.components.review.plan_dir import MARKER, write_file
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -69,6 +73,31 @@ def test_symlinks_are_never_followed(capsys: pytest.CaptureFixture[str], tmp_pat
     assert code == 2 and "symlink" in text and (elsewhere / "precious.yaml").exists()
 
 
+@pytest.mark.parametrize("where", ["manifests/raycluster-ray-tpuray-dev.yaml", "plan.json", "notes/deep/link.md"])
+def test_a_symlink_anywhere_in_a_plan_directory_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str
+) -> None:
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep")
+    plan_dir = tmp_path / "plan"
+    (plan_dir / where).parent.mkdir(parents=True)
+    (plan_dir / MARKER).write_text("")
+    (plan_dir / where).symlink_to(precious)
+    code, text = plan_to(capsys, plan_dir)
+    assert code == 2 and f"{where} is a symlink" in text
+    assert precious.read_text() == "keep" and (plan_dir / where).is_symlink()
+
+
+def test_plan_files_are_never_written_through_a_link(tmp_path: Path) -> None:
+    """Should a link appear after the directory was checked, the write itself refuses it."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep")
+    (tmp_path / "plan.json").symlink_to(precious)
+    with pytest.raises(OSError):
+        write_file(tmp_path / "plan.json", "{}")
+    assert precious.read_text() == "keep"
+
+
 def test_its_own_directory_is_replaced_file_by_file(plans: dict[str, Plan], tmp_path: Path) -> None:
     write_plan(plans["dev"], tmp_path, ROOT)
     assert (tmp_path / MARKER).is_file()
@@ -97,7 +126,27 @@ def test_diff_of_empty_directories_is_an_error(capsys: pytest.CaptureFixture[str
 
 @pytest.mark.parametrize(
     ("content", "hint"),
-    [("{not json", "not JSON"), ("[]", "not a tpuray plan"), ('{"resources": [1]}', "urn"), (b"\xff\xfe", "UTF-8")],
+    [
+        ("{not json", "not JSON"),
+        ("[]", "not a tpuray plan"),
+        ('{"resources": [1]}', "resources[0] is not an object"),
+        (b"\xff\xfe", "UTF-8"),
+        # the shapes tpuray diff reads, each wrong once: "not a plan", never an internal error
+        ('{"resources": [{"urn": "x"}]}', "resources[0].type is not a string"),
+        ('{"stack": 5, "resources": []}', "stack is not a string"),
+        ('{"resources": [], "violations": 5}', "violations is not a list"),
+        ('{"resources": [], "violations": [{"rule": 1}]}', "violations[0] lacks"),
+        ('{"resources": [{"urn": "a", "type": "t", "name": "n", "inputs": 5}]}', "inputs is not an object"),
+        (
+            '{"resources": [{"urn": "a", "type": "t", "name": "n", "options": {"replaceOnChanges": 5}}]}',
+            "replaceOnChanges",
+        ),
+        (
+            '{"resources": [{"urn": "a", "type": "gcp:container/nodePool:NodePool", "name": "n", '
+            '"inputs": {"nodeConfig": 3}}]}',
+            "not a tpuray plan",
+        ),
+    ],
 )
 def test_diff_of_a_corrupt_plan_is_an_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str | bytes, hint: str
@@ -112,7 +161,7 @@ def test_diff_of_a_corrupt_plan_is_an_error(
     else:
         (bad / "plan.json").write_text(content)
     code, text = run(capsys, "diff", str(good), str(bad))
-    assert code == 2 and hint in text
+    assert code == 2 and hint in text and "internal error" not in text
 
 
 def test_diff_with_one_plan_json_missing(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -158,6 +207,40 @@ def test_declarations_write_on_a_bad_file(
     assert f.read_bytes() == before
     code, text = run(capsys, "config", "declarations", "--write", str(tmp_path / "missing.yaml"))
     assert code == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_fifo_given_as_a_stack_file_is_refused_without_blocking(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fifo = tmp_path / "Pulumi.dev.yaml"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer forever
+    code, text = run(capsys, "config", "check", str(fifo))
+    assert code == 1 and "not a regular file" in text
+    code, text = run(
+        capsys, "plan", "--stack", "dev", "--root", str(ROOT), "--stack-file", str(fifo), "--out", str(tmp_path / "o")
+    )
+    assert code == 1 and "not a regular file" in text and not (tmp_path / "o").exists()
+
+
+def test_a_failing_program_is_one_error_line_without_asyncio_tracebacks(tmp_path: Path) -> None:
+    """Outputs that depend on a failure hold its exception; asyncio printed each at exit ("Future exception was never
+    retrieved") after the error was already reported. A subprocess: those lines come at interpreter exit."""
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "infra").mkdir()
+    (tmp_path / "infra" / "__main__.py").write_text(
+        "import pulumi_gcp as gcp\n"
+        "b = gcp.storage.Bucket('b', location='US')\n"
+        "c = gcp.storage.Bucket('c', location=b.name.apply(lambda n: 1 / 0))\n"
+        "d = gcp.storage.Bucket('d', location=c.name)\n"
+    )
+    argv = [sys.executable, "-m", "tpuray.components.cli", "plan", "--stack", "dev", "--root", str(tmp_path)]
+    done = subprocess.run([*argv, "--out", str(tmp_path / "out")], capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"error: {tmp_path / 'infra' / '__main__.py'} failed under the mock engine: ZeroDivisionError: division by zero"
+    ]
 
 
 def test_config_check_of_a_directory_or_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from conftest import ROOT
 from tpuray.components.review.diff import diff_plans, render_markdown
 from tpuray.components.review.plan import Plan, render_stack, write_plan
 from tpuray.components.review.replacement_fields import replacement_reason
-from tpuray.components.review.resource_types import CLUSTER, NODE_POOL
+from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, RAY_JOB
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,16 @@ from tpuray.components.review.resource_types import CLUSTER, NODE_POOL
         (CLUSTER, "privateClusterConfig.masterIpv4CidrBlock", "replace"),
         (CLUSTER, "deletionProtection", None),
         (CLUSTER, "releaseChannel.channel", None),
-        ("kubernetes:ray.io/v1:RayCluster", "spec.headGroupSpec", None),
+        # KubeRay updates the object but not its running pods (kuberay#3840), nor a RayJob's run (kuberay#1776)
+        (RAY_CLUSTER, "spec.headGroupSpec", "not-rolled-out"),
+        (RAY_CLUSTER, "spec.workerGroupSpecs.template.spec.containers.image", "not-rolled-out"),
+        (RAY_CLUSTER, "spec.rayVersion", "not-rolled-out"),
+        (RAY_CLUSTER, "spec.workerGroupSpecs.replicas", None),
+        (RAY_CLUSTER, "spec.workerGroupSpecs.maxReplicas", None),
+        (RAY_CLUSTER, "metadata.labels.team", None),
+        (RAY_JOB, "spec.entrypoint", "not-rolled-out"),
+        (RAY_JOB, "spec.rayClusterSpec.workerGroupSpecs.template.spec.containers.image", "not-rolled-out"),
+        (RAY_JOB, "spec.suspend", None),
     ],
 )
 def test_replacement_table(type_: str, path: str, effect: str | None) -> None:
@@ -95,6 +104,24 @@ def test_a_harmless_change_warns_nothing(plans: dict[str, Plan], tmp_path: Path)
     assert not any(c.replaced for c in d.changed if c.type in (NODE_POOL, CLUSTER))
     md = render_markdown([d])
     assert "[!WARNING]" not in md and "tpuray/worker@sha256:" in md  # the digest is shortened in the table
+
+
+def test_a_change_kubernetes_will_not_roll_out_is_flagged(plans: dict[str, Plan], tmp_path: Path) -> None:
+    """A new worker image and a new workload on the shared cluster: the RayCluster and the RayJob objects change,
+    but KubeRay neither recreates the running pods nor runs the job again; the diff says so."""
+    new = _variant(
+        tmp_path, "rollout", ("worker@sha256:ba7308ec", "worker@sha256:0a7308ec"), ("steps: 10000", "steps: 30000")
+    )
+    d = diff_plans(_doc(plans["prod"], tmp_path / "a"), _doc(new, tmp_path / "b"))
+    cluster = next(c for c in d.changed if c.type == RAY_CLUSTER)
+    job = next(c for c in d.changed if c.type == RAY_JOB)
+    assert not cluster.replaced and not job.replaced
+    assert any(f.dotted.endswith("containers[0].image") for f in cluster.not_rolled_out)
+    assert [f.dotted for f in job.not_rolled_out] == ["spec.entrypoint"]
+    assert len(d.not_rolled_out) == 2 and d.warnings == []  # not a replacement: --fail-on-replace is unchanged
+    md = render_markdown([d])
+    assert "[!IMPORTANT]" in md and "KubeRay will not roll out" in md and "KubeRay will not apply" in md
+    assert "**(not rolled out)**" in md
 
 
 def test_removing_a_pool_warns_about_deletion(plans: dict[str, Plan], tmp_path: Path) -> None:
