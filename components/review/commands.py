@@ -52,7 +52,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except (PlanOutError, OSError) as e:
         return _error(f"cannot write the plan to {out}: {e}", 2)
     print(summary(plan))
-    print(f"wrote {out}/plan.json, manifests/, topology.md, topology.svg")
+    print(f"wrote {out}/plan.json, manifests/, topology.md, topology.svg, cost.json, cost.md")
     for w in plan.warnings:
         print(f"warning: [{w.rule}] {w.urn.rsplit('::', 1)[-1]}: {w.message}", file=sys.stderr)
     if plan.violations:

@@ -8,6 +8,8 @@ plan directory::
     manifests/       the Kubernetes objects as YAML, as they would be applied
     topology.md      per pool: slices, hosts, chips, Ray worker pods and Ray workers (one per chip), chip-hours a day
     topology.svg     the picture: slices as boxes of hosts, hosts as grids of chips, a dot per Ray worker (per chip)
+    cost.json        $/h per TPU pool and for the stack at the autoscaling minimum and maximum, $/month, budget
+    cost.md          the same as Markdown, with each price's source (plan.json itself carries no prices)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_stack_file
+from tpuray.components.review.cost import BUDGET_RULE, budget_check, cost_json, cost_markdown
 from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, load_plan_file, mark
 from tpuray.components.review.policy_rules import Resource, Violation, check_resources
 from tpuray.components.review.pool_views import PoolView, pool_views
@@ -74,6 +77,9 @@ def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
             config[f"{NAMESPACE}:{key}"] = "[secret]"
     resources = [Resource(type=r["type"], name=r["name"], props=r["inputs"], urn=r["urn"]) for r in run["resources"]]
     found = check_resources(resources)
+    over_budget = budget_check({"stack": stack, "resources": run["resources"]}, cfg.cost)[1]
+    if over_budget:  # the budget rule reads the config's budget, so it runs here rather than in the pack
+        found.append(Violation(BUDGET_RULE, f"urn:pulumi:{stack}::{run.get('project', '')}::stack", over_budget))
     return Plan(
         stack=stack,
         config=cfg,
@@ -99,11 +105,17 @@ def write_plan(plan: Plan, out: Path, root: Path | None = None) -> None:
     for name, text in manifest_files(plan.resources).items():
         (manifests / name).write_text(text)
     (out / "topology.md").write_text(topology_markdown(plan.stack, plan.pools, PICTURE))
+    cost = budget_check({"stack": plan.stack, "resources": plan.resources}, plan.config.cost)[0]
+    (out / "cost.json").write_text(cost_json(cost))
+    (out / "cost.md").write_text(cost_markdown(cost))
     (out / PICTURE).write_text(render_svg(plan.stack, plan.pools))
 
 
 def summary(plan: Plan) -> str:
-    return summary_table(plan.stack, plan.resources, plan.pools)
+    from tpuray.components.review.cost import pools_summary
+
+    cost = budget_check({"stack": plan.stack, "resources": plan.resources}, plan.config.cost)[0]
+    return "\n".join([summary_table(plan.stack, plan.resources, plan.pools), *pools_summary(cost)])
 
 
 def load_plan_json(path: Path) -> dict[str, Any]:

@@ -25,7 +25,7 @@ __all__ = [
 
 MARKER = ".tpuray-plan"
 """Written into every plan directory; its presence is what lets a later plan replace the directory's files."""
-_OWN_FILES = ("plan.json", "topology.md", "topology.svg", "manifests", MARKER)
+_OWN_FILES = ("plan.json", "topology.md", "topology.svg", "cost.json", "cost.md", "manifests", MARKER)
 
 
 class PlanOutError(ValueError):
