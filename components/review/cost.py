@@ -364,8 +364,10 @@ def cost_diff_markdown(d: CostDiff) -> list[str]:
         f"**Cost at the autoscaling maximum: {_usd(d.base.usd_per_hour_max)}/h → {_usd(d.new.usd_per_hour_max)}/h "
         f"({_signed(d.delta)}/h, {_signed(None if d.delta is None else d.delta * HOURS_PER_MONTH)}/month)**"
     )
+    plan = ["<details><summary>Cost of the new plan ($/h at the autoscaling minimum and maximum)</summary>", "",
+            *cost_table(d.new), "", "</details>", ""]  # fmt: skip
     if not d.changes:
-        return [head, "", "No pool's cost changes.", ""]
+        return [head, "", "No pool's cost changes.", "", *plan]
     rows = ["| pool | base $/h | new $/h | change | because |", "|---|---:|---:|---:|---|"]
     for c in d.changes:
         base = c.base.usd_per_hour_max if c.base else 0.0
@@ -374,7 +376,7 @@ def cost_diff_markdown(d: CostDiff) -> list[str]:
     notes = [
         f"- {c.pool}: {p.price}" for c in d.changes for p in (c.new,) if p is not None and isinstance(p.price, Unpriced)
     ]
-    return [head, "", *rows, "", *notes, *([""] if notes else [])]
+    return [head, "", *rows, "", *notes, *([""] if notes else []), *plan]
 
 
 def budget_check(plan: Mapping[str, Any], cost: CostConfig | None = None) -> tuple[StackCost, str | None]:

@@ -102,6 +102,9 @@ def test_diff_shows_the_delta_of_a_capacity_type_change(rendered: dict[tuple[str
     assert f"-${abs(want):,.2f} | capacity on-demand → spot |" in text
     assert d.cost.delta is not None and d.cost.delta < 0
     assert f"(-${abs(d.cost.delta):,.2f}/h" in text
+    # the comment also carries the new plan's $/h per pool at min and max
+    spot_perf = 6.24036  # tpu-v5p-8 (4 chips) on spot in us-east5, as the catalogue reads
+    assert f"| perf | 0-4 | v5p spot | {6.24036 / 4:.4g} | $0.00 | ${spot_perf:,.2f} |" in text
 
 
 def test_an_unpriced_pool_shows_unpriced_and_the_stack_total_too() -> None:
