@@ -20,7 +20,11 @@ from tpuray.components.config import ConfigError, load_stack_file
 from tpuray.components.topology import TopologyError, TpuSlice
 
 # Modules that add further commands (``register(subparsers) -> None``); imported only when present.
-COMMAND_MODULES: tuple[str, ...] = ("tpuray.components.review.commands", "tpuray.components.doctor.commands")
+COMMAND_MODULES: tuple[str, ...] = (
+    "tpuray.components.review.commands",
+    "tpuray.components.doctor.commands",
+    "tpuray.components.pricing.commands",
+)
 
 
 def _table(rows: Sequence[tuple[str, object]]) -> str:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from tpuray.components.config import (
     load_stack_file,
     problems,
 )
+from tpuray.components.pricing.throughput import slice_usd_per_hour, tokens_per_usd
 from tpuray.components.topology import TopologyError, TpuSlice
 from tpuray.workloads.data import DatasetError, TokenFile, open_dataset
 from tpuray.workloads.goodput import EVENTS_FILE, JOB_END, JOB_START, compute_goodput, read_events, record_job_event
@@ -81,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("--run-name", default="train", help="the run's name: runs with other names never share checkpoints")
     ck.add_argument("--max-restarts", type=int, default=3, help="worker-group restarts allowed per job (bounded)")
     p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
+    cost = p.add_argument_group("cost (the summary's $/h and tokens per dollar)")
+    cost.add_argument(
+        "--cost-json",
+        type=Path,
+        help="the stack plan's cost.json (tpuray plan): $/h = the job's pool's price per chip-hour x chips in use",
+    )
+    cost.add_argument("--usd-per-hour", type=float, help="$/h of the slices in use (instead of --cost-json)")
     return p
 
 
@@ -158,8 +168,42 @@ def _slices_for(tpu_slice: TpuSlice, args: argparse.Namespace) -> int:
     return slices_for_job(tpu_slice, args.chips, args.num_slices, available)
 
 
+@dataclass(frozen=True)
+class RunPrice:
+    """What the slices of a run cost: per chip-hour (from the plan) or per hour in total (given), and how."""
+
+    usd_per_chip_hour: float | None = None
+    usd_per_hour: float | None = None
+    capacity: str | None = None
+    source: str = "unpriced (no --cost-json or --usd-per-hour)"
+
+    def for_chips(self, chips: int) -> float | None:
+        if self.usd_per_hour is not None:
+            return self.usd_per_hour
+        return None if self.usd_per_chip_hour is None else self.usd_per_chip_hour * chips
+
+
+def run_price(args: argparse.Namespace, pool: str | None, capacity: str | None) -> RunPrice:
+    """The run's price from ``--usd-per-hour`` or the plan's ``cost.json`` (checked before any cluster work)."""
+    if args.usd_per_hour is not None:
+        if not math.isfinite(args.usd_per_hour) or args.usd_per_hour <= 0:
+            raise ValueError(f"--usd-per-hour: {args.usd_per_hour} must be a positive number of USD per hour")
+        return RunPrice(usd_per_hour=args.usd_per_hour, capacity=capacity, source="--usd-per-hour")
+    if args.cost_json is None:
+        return RunPrice(capacity=capacity)
+    per_chip, plan_capacity, source = slice_usd_per_hour(args.cost_json, pool, 1)
+    return RunPrice(usd_per_chip_hour=per_chip, capacity=plan_capacity, source=source)
+
+
 def _summary(
-    result: Any, job: GptJob, tpu_slice: TpuSlice, num_slices: int, backend: str, emulated: bool, wall: float
+    result: Any,
+    job: GptJob,
+    tpu_slice: TpuSlice,
+    num_slices: int,
+    backend: str,
+    emulated: bool,
+    wall: float,
+    price: RunPrice | None = None,
 ) -> dict[str, object]:
     if result.error is not None:
         raise result.error
@@ -167,6 +211,10 @@ def _summary(
     losses = list(m.get("losses", []))
     # goodput over the run's whole log (every attempt, and earlier invocations of the same run name)
     goodput = compute_goodput(read_events(Path(job.run_dir) / EVENTS_FILE)).as_dict() if job.run_dir else None
+    chips = num_slices * tpu_slice.chips
+    tps = m.get("tokens_per_s")
+    price = price or RunPrice()
+    usd = price.for_chips(chips)
     return {
         "event": "summary",
         "backend": backend,
@@ -186,6 +234,11 @@ def _summary(
         "step_time_s": m.get("step_time_s"),
         "tokens_per_s": m.get("tokens_per_s"),
         "mfu": m.get("mfu"),
+        "tokens_per_s_per_chip": tps / chips if tps is not None else None,
+        "capacity": price.capacity,
+        "usd_per_hour": usd,
+        "usd_source": price.source,
+        "tokens_per_usd": tokens_per_usd(tps, usd) if tps is not None else None,
         "peak_bf16_tflops_per_chip": tpu_slice.spec.peak_bf16_tflops_per_chip,
         "model_params": job.model.params,
         "time_to_first_step_s": m.get("first_step_s"),
@@ -221,6 +274,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     # Fail on a bad dataset before any cluster work.
     dataset = args.dataset if args.dataset is not None else w.dataset
     data = open_dataset(dataset, _model_size(args, w).vocab_size, args.seed)
+    price = run_price(args, pool.name if pool else None, pool.capacity.type if pool else None)
 
     if (args.backend or w.backend) == "torch_tpu" and args.local:
         raise PlacementError("--backend torch_tpu needs real TPUs (torch_tpu has no CPU emulation)")
@@ -266,7 +320,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         if run_dir is not None:
             record_job_event(run_dir, JOB_END)
         backend = args.backend or w.backend
-        return _summary(result, job, tpu_slice, num_slices, backend, bool(args.local), time.perf_counter() - t0)
+        wall = time.perf_counter() - t0
+        return _summary(result, job, tpu_slice, num_slices, backend, bool(args.local), wall, price)
     finally:
         if ray.is_initialized():
             ray.shutdown()

@@ -53,7 +53,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _error(f"cannot write the plan to {out}: {e}", 2)
     print(summary(plan))
     board = ", dashboard.json, dashboard.svg" if dashboards(plan.resources) else ""
-    print(f"wrote {out}/plan.json, manifests/, topology.md, topology.svg{board}")
+    print(f"wrote {out}/plan.json, manifests/, topology.md, topology.svg, cost.json, cost.md{board}")
     for w in plan.warnings:
         print(f"warning: [{w.rule}] {w.urn.rsplit('::', 1)[-1]}: {w.message}", file=sys.stderr)
     if plan.violations:

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuray.components.review.cost import CostDiff, cost_changes, cost_diff_markdown
 from tpuray.components.review.kueue_view import tpu_quota_by_generation
 from tpuray.components.review.pool_views import tpu_chips_by_generation
 from tpuray.components.review.replacement_fields import replacement_reason
@@ -75,6 +76,8 @@ class PlanDiff:
     """Kueue ``google.com/tpu`` quota per generation (empty without Kueue)."""
     quota_new: dict[str, int] = field(default_factory=dict)
     new_violations: list[dict[str, str]] = field(default_factory=list)
+    cost: CostDiff | None = None
+    """$/h of both plans and the pools whose $/h changed."""
 
     @property
     def warnings(self) -> list[str]:
@@ -117,6 +120,9 @@ class PlanDiff:
                     "created later get it: delete the Ray pods (or the cluster) to apply it"
                 )
         return out
+
+    def cost_changed(self) -> bool:
+        return self.cost is not None and bool(self.cost.changes)
 
     @property
     def empty(self) -> bool:
@@ -171,6 +177,7 @@ def diff_plans(base: Mapping[str, Any], new: Mapping[str, Any]) -> PlanDiff:
     d.quota_new = tpu_quota_by_generation(new.get("resources", []))
     seen = {(v["rule"], v["urn"], v["message"]) for v in base.get("violations", [])}
     d.new_violations = [v for v in new.get("violations", []) if (v["rule"], v["urn"], v["message"]) not in seen]
+    d.cost = cost_changes(base, new)
     return d
 
 
@@ -231,6 +238,8 @@ def render_markdown(diffs: Sequence[PlanDiff], base_label: str = "base", new_lab
         )
         out.append("")
         out += ["TPU chips per generation (at most):", "", *_chips_table(d), ""]
+        if d.cost is not None:
+            out += cost_diff_markdown(d.cost)
         rows = ["| | resource | type | detail |", "|---|---|---|---|"]
         for r in d.added:
             rows.append(f"| + | `{r['name']}` | {_kind(r['type'])} | |")

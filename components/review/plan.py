@@ -10,6 +10,8 @@ plan directory::
     topology.svg     the picture: slices as boxes of hosts, hosts as grids of chips, a dot per Ray worker (per chip)
     dashboard.json   the Cloud Monitoring dashboard the stack declares (when monitoring is on), as the API takes it
     dashboard.svg    its layout: one band per slice pool, a box per chart with the metrics it reads
+    cost.json        $/h per TPU pool and for the stack at the autoscaling minimum and maximum, $/month, budget
+    cost.md          the same as Markdown, with each price's source (plan.json itself carries no prices)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_s
 from tpuray.components.review import resource_types
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
 from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, load_plan_file, mark, write_file
+from tpuray.components.review.cost import BUDGET_RULE, budget_check, cost_json, cost_markdown
 from tpuray.components.review.policy_rules import Resource, Violation, check_resources
 from tpuray.components.review.pool_views import PoolView, pool_views
 from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown
@@ -90,6 +93,9 @@ def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
             config[f"{NAMESPACE}:{key}"] = "[secret]"
     resources = [Resource(type=r["type"], name=r["name"], props=r["inputs"], urn=r["urn"]) for r in run["resources"]]
     found = check_resources(resources)
+    over_budget = budget_check({"stack": stack, "resources": run["resources"]}, cfg.cost)[1]
+    if over_budget:  # the budget rule reads the config's budget, so it runs here rather than in the pack
+        found.append(Violation(BUDGET_RULE, f"urn:pulumi:{stack}::{run.get('project', '')}::stack", over_budget))
     return Plan(
         stack=stack,
         config=cfg,
@@ -115,6 +121,9 @@ def write_plan(plan: Plan, out: Path, root: Path | None = None) -> None:
     for name, text in manifest_files(plan.resources).items():
         write_file(manifests / name, text)
     write_file(out / "topology.md", topology_markdown(plan.stack, plan.pools, PICTURE))
+    cost = budget_check({"stack": plan.stack, "resources": plan.resources}, plan.config.cost)[0]
+    write_file(out / "cost.json", cost_json(cost))
+    write_file(out / "cost.md", cost_markdown(cost))
     write_file(out / PICTURE, render_svg(plan.stack, plan.pools))
     boards = dashboards(plan.resources)
     for name in (DASHBOARD_FILE, DASHBOARD_PICTURE):  # a plan without a dashboard leaves no earlier one behind
@@ -132,7 +141,10 @@ def dashboards(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summary(plan: Plan) -> str:
-    return summary_table(plan.stack, plan.resources, plan.pools)
+    from tpuray.components.review.cost import pools_summary
+
+    cost = budget_check({"stack": plan.stack, "resources": plan.resources}, plan.config.cost)[0]
+    return "\n".join([summary_table(plan.stack, plan.resources, plan.pools), *pools_summary(cost)])
 
 
 def load_plan_json(path: Path) -> dict[str, Any]:

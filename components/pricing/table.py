@@ -1,0 +1,163 @@
+"""The price table: (generation, region, price basis) -> USD per chip-hour, each row with its source.
+
+Built from :mod:`.catalogue` (per TPU type) by dividing by the type's chips (:class:`TpuSlice`), leaving out the
+catalogue's sentinel cells. A price nobody published is :class:`Unpriced`: never $0, never guessed.
+
+Which price a pool pays (its *price basis*) follows its capacity type, in :func:`price_basis` only.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from tpuray.components.pricing.catalogue import CATALOGUE, Source, sentinel
+from tpuray.components.topology import TopologyError, TpuSlice, generation
+
+__all__ = [
+    "HOURS_PER_MONTH",
+    "PriceBasis",
+    "PriceRow",
+    "SuppliedRate",
+    "Unpriced",
+    "chip_hour_price",
+    "price_basis",
+    "price_rows",
+]
+
+HOURS_PER_MONTH = 730
+"""Hours in the month a monthly figure is quoted for (Google Cloud's pricing calculator uses 730)."""
+
+PriceBasis = Literal["on-demand", "spot", "committed", "flex-start"]
+
+
+def price_basis(capacity_type: str) -> PriceBasis:
+    """The price a pool of this capacity type pays; the one place capacity types meet prices.
+
+    - ``on-demand`` and ``spot`` pay the public on-demand and spot (preemptible SKU) prices.
+    - ``reservation``: a TPU reservation comes with a committed use contract ("You can only use a reservation for
+      TPUs if you have a committed use discount", https://cloud.google.com/tpu/docs/consumption-options), so it
+      pays the committed price of that contract.
+    - ``flex-start`` and ``queued`` (flex-start with queued provisioning, the same VMs admitted through a
+      ProvisioningRequest: https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start) pay flex-start.
+    """
+    bases: dict[str, PriceBasis] = {
+        "on-demand": "on-demand",
+        "spot": "spot",
+        "reservation": "committed",
+        "flex-start": "flex-start",
+        "queued": "flex-start",
+    }
+    try:
+        return bases[capacity_type]
+    except KeyError:
+        raise ValueError(f"unknown capacity type {capacity_type!r}; valid choices: {', '.join(bases)}") from None
+
+
+@dataclass(frozen=True)
+class PriceRow:
+    """One fact: a chip-hour of ``generation`` in ``region`` on ``basis`` costs ``usd_per_chip_hour``."""
+
+    generation: str
+    region: str
+    basis: PriceBasis
+    usd_per_chip_hour: float
+    source: Source
+
+    def __str__(self) -> str:
+        return f"${self.usd_per_chip_hour:.4g}/chip-h"
+
+
+@dataclass(frozen=True)
+class Unpriced:
+    """No published (or supplied) price: shown as such, never as $0."""
+
+    generation: str
+    region: str
+    basis: PriceBasis
+    reason: str
+
+    def __str__(self) -> str:
+        return f"unpriced (no price for {self.generation} {self.basis} in {self.region})"
+
+    @property
+    def detail(self) -> str:
+        return f"{self}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class SuppliedRate:
+    """A rate the stack supplies (``cost.rates``): a contract's committed price, a flex-start rate, a discount."""
+
+    generation: str
+    capacity: str
+    """Capacity type it prices (``reservation``, ``flex-start``, ``queued``, ``on-demand``, ``spot``)."""
+    usd_per_chip_hour: float
+    source: str
+    where: str = "cost.rates"
+
+
+def _chips(accelerator: str) -> int:
+    return TpuSlice.parse_pod_type(accelerator.removeprefix("tpu-")).chips
+
+
+@functools.cache
+def _catalogue_facts() -> tuple[tuple[PriceRow, ...], dict[tuple[str, str, str], str]]:
+    rows: list[PriceRow] = []
+    gaps: dict[tuple[str, str, str], str] = {}
+    for c in CATALOGUE:
+        gen = generation(c.accelerator.removeprefix("tpu-").split("-")[0]).name
+        chips = _chips(c.accelerator)
+        basis: PriceBasis
+        for basis, value in (("on-demand", c.price), ("spot", c.spot_price)):
+            why = sentinel(value)
+            if why is not None or value is None:
+                gaps[(gen, c.region, basis)] = f"the catalogue's {c.accelerator} cell is not a price ({why})"
+                continue
+            rows.append(PriceRow(gen, c.region, basis, value / chips, c.source))
+    return tuple(rows), gaps
+
+
+def price_rows() -> tuple[PriceRow, ...]:
+    """Every sourced row of the table."""
+    return _catalogue_facts()[0]
+
+
+def _unpriced_reason(gen: str, region: str, basis: PriceBasis) -> str:
+    gap = _catalogue_facts()[1].get((gen, region, basis))
+    if gap:
+        return gap
+    if basis == "committed":
+        return "a reservation pays its committed use contract's price, which no public source read gives; "
+    if basis == "flex-start":
+        return "no public flex-start price was read; "
+    return "not in the price catalogue; "
+
+
+def chip_hour_price(
+    gen: str, region: str, capacity_type: str, supplied: Sequence[SuppliedRate] | Iterable[SuppliedRate] = ()
+) -> PriceRow | Unpriced:
+    """The price of a chip-hour of ``gen`` in ``region`` for a pool of ``capacity_type``.
+
+    A rate the stack supplies for (generation, capacity type) wins over the public table (it is what that stack
+    pays); without either, :class:`Unpriced` says why.
+    """
+    try:
+        name = generation(gen).name
+    except TopologyError:
+        name = gen
+    basis = price_basis(capacity_type)
+    for rate in supplied:
+        if rate.generation == name and rate.capacity == capacity_type:
+            return PriceRow(name, region, basis, rate.usd_per_chip_hour, Source(rate.where, "", rate.source))
+    for row in price_rows():
+        if (row.generation, row.region, row.basis) == (name, region, basis):
+            return row
+    reason = _unpriced_reason(name, region, basis)
+    if reason.endswith("; "):
+        reason += (
+            f"supply one in cost.rates ({{generation: {name}, capacity: {capacity_type}, usdPerChipHour, source}})"
+        )
+    return Unpriced(name, region, basis, reason)

@@ -1,0 +1,403 @@
+"""What a plan costs per hour: each TPU pool at its autoscaling minimum and maximum, the stack, the month, the
+budget rule, and the change between two plans.
+
+Read from the node pools the program declared (machine type, node counts, spot/reservation/flex-start/queued
+settings, location), the same way the diff counts chips, so a plan directory or a git ref needs nothing else;
+prices come from :mod:`tpuray.components.pricing` and the stack's ``cost`` config (in the plan's config).
+Written to ``cost.json`` and ``cost.md`` beside ``plan.json``, which stays unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuray.components.config import NAMESPACE, CostConfig
+from tpuray.components.names import POOL_LABEL
+from tpuray.components.pricing.table import (
+    HOURS_PER_MONTH,
+    PriceRow,
+    SuppliedRate,
+    Unpriced,
+    chip_hour_price,
+)
+from tpuray.components.review.resource_types import NODE_POOL
+from tpuray.components.topology import generation_of_machine_type
+
+__all__ = [
+    "BUDGET_RULE",
+    "CostChange",
+    "PoolCost",
+    "StackCost",
+    "budget_violation",
+    "cost_changes",
+    "cost_json",
+    "cost_markdown",
+    "cost_of_plan",
+]
+
+BUDGET_RULE = "cost-budget"
+FORMAT = "tpuray-cost/1"
+
+
+@dataclass(frozen=True)
+class PoolCost:
+    """One slice pool: its chips at the autoscaling minimum and maximum, and the price of a chip-hour."""
+
+    pool: str
+    generation: str
+    region: str
+    capacity: str
+    min_chips: int
+    max_chips: int
+    price: PriceRow | Unpriced
+
+    def _usd(self, chips: int) -> float | None:
+        return chips * self.price.usd_per_chip_hour if isinstance(self.price, PriceRow) else None
+
+    @property
+    def usd_per_hour_min(self) -> float | None:
+        return self._usd(self.min_chips)
+
+    @property
+    def usd_per_hour_max(self) -> float | None:
+        return self._usd(self.max_chips)
+
+
+@dataclass(frozen=True)
+class StackCost:
+    stack: str
+    pools: tuple[PoolCost, ...]
+    budget_usd_per_hour: float | None = None
+
+    @property
+    def unpriced(self) -> tuple[PoolCost, ...]:
+        return tuple(p for p in self.pools if isinstance(p.price, Unpriced))
+
+    def _total(self, values: Iterable[float | None]) -> float | None:
+        vals = list(values)
+        return None if any(v is None for v in vals) else sum(v for v in vals if v is not None)
+
+    @property
+    def usd_per_hour_min(self) -> float | None:
+        """The stack at every pool's minimum; None when a pool is unpriced (a partial sum would mislead)."""
+        return self._total(p.usd_per_hour_min for p in self.pools)
+
+    @property
+    def usd_per_hour_max(self) -> float | None:
+        return self._total(p.usd_per_hour_max for p in self.pools)
+
+
+def _int(v: Any) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _region(inputs: Mapping[str, Any]) -> str:
+    where = (inputs.get("nodeLocations") or [None])[0] or inputs.get("location") or ""
+    return re.sub(r"-[a-z]$", "", str(where))  # a zone (us-west4-a) is in the region before its last letter
+
+
+def _capacity(inputs: Mapping[str, Any]) -> str:
+    """The capacity type a node pool was declared with (as ``planning/node_pools`` writes it)."""
+    node = inputs.get("nodeConfig") or {}
+    if (inputs.get("queuedProvisioning") or {}).get("enabled"):
+        return "queued"
+    if node.get("flexStart"):
+        return "flex-start"
+    if node.get("spot") or node.get("preemptible"):
+        return "spot"
+    if (node.get("reservationAffinity") or {}).get("consumeReservationType") == "SPECIFIC_RESERVATION":
+        return "reservation"
+    return "on-demand"
+
+
+def _nodes(inputs: Mapping[str, Any]) -> tuple[int, int]:
+    auto = inputs.get("autoscaling") or {}
+    zones = max(1, len(inputs.get("nodeLocations") or []))
+    if auto:
+        hi = _int(auto.get("totalMaxNodeCount")) or _int(auto.get("maxNodeCount")) * zones
+        lo = _int(auto.get("totalMinNodeCount")) or _int(auto.get("minNodeCount")) * zones
+        return lo, hi
+    n = _int(inputs.get("nodeCount") if inputs.get("nodeCount") is not None else inputs.get("initialNodeCount"))
+    return n * zones, n * zones
+
+
+def _supplied(cost: CostConfig) -> tuple[SuppliedRate, ...]:
+    return tuple(
+        SuppliedRate(r.generation, r.capacity, r.usd_per_chip_hour, r.source, f"stack config cost.rates[{i}]")
+        for i, r in enumerate(cost.rates)
+    )
+
+
+def cost_config_of(plan: Mapping[str, Any]) -> CostConfig:
+    """The ``cost`` section of the config a plan was made from (defaults when the stack has none)."""
+    raw = (plan.get("config") or {}).get(f"{NAMESPACE}:cost")
+    if raw is None:
+        return CostConfig()
+    value = json.loads(raw) if isinstance(raw, str) else raw
+    return CostConfig.model_validate(value, by_name=False)
+
+
+def cost_of_plan(plan: Mapping[str, Any], cost: CostConfig | None = None) -> StackCost:
+    """The cost of every TPU pool of a plan (``plan.json`` as a dict), pools in name order."""
+    cost = cost if cost is not None else cost_config_of(plan)
+    supplied = _supplied(cost)
+    acc: dict[tuple[str, str, str, str], list[int]] = {}
+    for r in plan.get("resources") or []:
+        if r.get("type") != NODE_POOL:
+            continue
+        inputs = r.get("inputs") or {}
+        node = inputs.get("nodeConfig") or {}
+        machine = node.get("machineType")
+        gen = generation_of_machine_type(machine)
+        if gen is None:
+            continue
+        pool = str((node.get("labels") or {}).get(POOL_LABEL) or inputs.get("name") or r.get("name"))
+        lo, hi = _nodes(inputs)
+        per_node = gen.machine_types[str(machine)]
+        sums = acc.setdefault((pool, gen.name, _region(inputs), _capacity(inputs)), [0, 0])
+        sums[0] += lo * per_node
+        sums[1] += hi * per_node
+    pools = tuple(
+        PoolCost(pool, gen, region, capacity, lo, hi, chip_hour_price(gen, region, capacity, supplied))
+        for (pool, gen, region, capacity), (lo, hi) in sorted(acc.items())
+    )
+    return StackCost(str(plan.get("stack") or "?"), pools, cost.budget_usd_per_hour)
+
+
+def budget_violation(c: StackCost) -> str | None:
+    """The budget rule: the stack at its autoscaling maximum costs at most ``cost.budgetUsdPerHour``.
+
+    An unpriced pool makes the rule fail with "cannot check" rather than pass on a partial sum.
+    """
+    budget = c.budget_usd_per_hour
+    if budget is None:
+        return None
+    if c.unpriced:
+        names = "; ".join(f"pool {p.pool}: {p.price}" for p in c.unpriced)
+        return (
+            f"cannot check the budget of {_usd(budget)}/h (cost.budgetUsdPerHour): {names}; supply the rate in "
+            "cost.rates or remove the budget"
+        )
+    total = c.usd_per_hour_max or 0.0
+    if total > budget:
+        worst = max(c.pools, key=lambda p: p.usd_per_hour_max or 0.0)
+        return (
+            f"the stack costs {_usd(total)}/h at its autoscaling maximum, over the budget of {_usd(budget)}/h "
+            f"(cost.budgetUsdPerHour); the largest pool is {worst.pool} at {_usd(worst.usd_per_hour_max)}/h"
+        )
+    return None
+
+
+def _usd(v: float | None) -> str:
+    return "unpriced" if v is None else f"${v:,.2f}"
+
+
+def _month(v: float | None) -> float | None:
+    return None if v is None else v * HOURS_PER_MONTH
+
+
+def _price_json(p: PoolCost) -> dict[str, Any]:
+    if isinstance(p.price, PriceRow):
+        src = p.price.source
+        return {
+            "usd_per_chip_hour": p.price.usd_per_chip_hour,
+            "source": {"url": src.url, "read_on": src.read_on, "note": src.note},
+        }
+    return {"usd_per_chip_hour": None, "unpriced": p.price.detail}
+
+
+def cost_json(c: StackCost) -> str:
+    """``cost.json``: every pool, the stack, the month (730 h) and the budget; unpriced values are null."""
+    violation = budget_violation(c)
+    doc = {
+        "format": FORMAT,
+        "stack": c.stack,
+        "hours_per_month": HOURS_PER_MONTH,
+        "pools": [
+            {
+                "pool": p.pool,
+                "generation": p.generation,
+                "region": p.region,
+                "capacity": p.capacity,
+                "price_basis": p.price.basis,
+                "chips_min": p.min_chips,
+                "chips_max": p.max_chips,
+                **_price_json(p),
+                "usd_per_hour_min": p.usd_per_hour_min,
+                "usd_per_hour_max": p.usd_per_hour_max,
+                "usd_per_month_min": _month(p.usd_per_hour_min),
+                "usd_per_month_max": _month(p.usd_per_hour_max),
+            }
+            for p in c.pools
+        ],
+        "total": {
+            "usd_per_hour_min": c.usd_per_hour_min,
+            "usd_per_hour_max": c.usd_per_hour_max,
+            "usd_per_month_min": _month(c.usd_per_hour_min),
+            "usd_per_month_max": _month(c.usd_per_hour_max),
+            "unpriced_pools": [p.pool for p in c.unpriced],
+        },
+        "budget": {
+            "usd_per_hour": c.budget_usd_per_hour,
+            "result": "none" if c.budget_usd_per_hour is None else ("fail" if violation else "pass"),
+            "message": violation,
+        },
+    }
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def cost_table(c: StackCost) -> list[str]:
+    """The Markdown table of pools and the stack ($/h at min and max, $/month at max)."""
+    lines = [
+        "| pool | chips (min-max) | capacity | $/chip-h | $/h (min) | $/h (max) | $/month (max, 730 h) |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for p in c.pools:
+        rate = f"{p.price.usd_per_chip_hour:.4g}" if isinstance(p.price, PriceRow) else str(p.price)
+        lines.append(
+            f"| {p.pool} | {p.min_chips:,}-{p.max_chips:,} | {p.generation} {p.capacity} | {rate} | "
+            f"{_usd(p.usd_per_hour_min)} | {_usd(p.usd_per_hour_max)} | {_usd(_month(p.usd_per_hour_max))} |"
+        )
+    lines.append(
+        f"| **stack** | | | | {_usd(c.usd_per_hour_min)} | {_usd(c.usd_per_hour_max)} | "
+        f"{_usd(_month(c.usd_per_hour_max))} |"
+    )
+    return lines
+
+
+def cost_markdown(c: StackCost) -> str:
+    """``cost.md``: the table, each price's source, and the budget."""
+    lines = [f"# Cost of stack `{c.stack}` (TPU chips only)", "", *cost_table(c), ""]
+    if c.unpriced:
+        lines.append("A stack total with an unpriced pool is shown as unpriced, never as a partial sum.")
+        lines.append("")
+    lines.append("Prices:")
+    lines.append("")
+    for p in c.pools:
+        if isinstance(p.price, PriceRow):
+            s = p.price.source
+            read = f", read {s.read_on}" if s.read_on else ""
+            lines.append(f"- {p.pool}: {p.price} ({p.price.basis}) from {s.url}{read}; {s.note}".rstrip("; "))
+        else:
+            lines.append(f"- {p.pool}: {p.price.detail}")
+    lines.append("")
+    violation = budget_violation(c)
+    if c.budget_usd_per_hour is None:
+        lines.append("Budget: none set (cost.budgetUsdPerHour).")
+    else:
+        lines.append(f"Budget: {_usd(c.budget_usd_per_hour)}/h: " + (f"FAIL: {violation}" if violation else "pass"))
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class CostChange:
+    """One pool's $/h at its maximum in the base and new plan, and what changed."""
+
+    pool: str
+    base: PoolCost | None
+    new: PoolCost | None
+
+    @property
+    def delta(self) -> float | None:
+        a = self.base.usd_per_hour_max if self.base else 0.0
+        b = self.new.usd_per_hour_max if self.new else 0.0
+        return None if a is None or b is None else b - a
+
+    @property
+    def why(self) -> str:
+        a, b = self.base, self.new
+        if a is None:
+            return "added"
+        if b is None:
+            return "removed"
+        parts = []
+        if (a.generation, a.region) != (b.generation, b.region):
+            parts.append(f"{a.generation} {a.region} → {b.generation} {b.region}")
+        if a.capacity != b.capacity:
+            parts.append(f"capacity {a.capacity} → {b.capacity}")
+        if a.max_chips != b.max_chips:
+            parts.append(f"chips {a.max_chips:,} → {b.max_chips:,}")
+        if not parts and a.price != b.price:
+            parts.append("price")
+        return ", ".join(parts)
+
+
+@dataclass
+class CostDiff:
+    base: StackCost
+    new: StackCost
+    changes: list[CostChange] = field(default_factory=list)
+
+    @property
+    def delta(self) -> float | None:
+        a, b = self.base.usd_per_hour_max, self.new.usd_per_hour_max
+        return None if a is None or b is None else b - a
+
+
+def cost_changes(base: Mapping[str, Any], new: Mapping[str, Any]) -> CostDiff:
+    """The $/h of two plans and the pools whose $/h (or price) changed."""
+    a, b = cost_of_plan(base), cost_of_plan(new)
+    by_a = {p.pool: p for p in a.pools}
+    by_b = {p.pool: p for p in b.pools}
+    d = CostDiff(a, b)
+    for name in sorted(set(by_a) | set(by_b)):
+        pa, pb = by_a.get(name), by_b.get(name)
+        if pa != pb:
+            d.changes.append(CostChange(name, pa, pb))
+    return d
+
+
+def _signed(v: float | None) -> str:
+    return "unpriced" if v is None else f"{'+' if v >= 0 else '-'}${abs(v):,.2f}"
+
+
+def cost_diff_markdown(d: CostDiff) -> list[str]:
+    """The PR comment's cost lines: the stack's $/h at the maximum, base and new, and the pools that cause it."""
+    head = (
+        f"**Cost at the autoscaling maximum: {_usd(d.base.usd_per_hour_max)}/h → {_usd(d.new.usd_per_hour_max)}/h "
+        f"({_signed(d.delta)}/h, {_signed(None if d.delta is None else d.delta * HOURS_PER_MONTH)}/month)**"
+    )
+    plan = ["<details><summary>Cost of the new plan ($/h at the autoscaling minimum and maximum)</summary>", "",
+            *cost_table(d.new), "", "</details>", ""]  # fmt: skip
+    if not d.changes:
+        return [head, "", "No pool's cost changes.", "", *plan]
+    rows = ["| pool | base $/h | new $/h | change | because |", "|---|---:|---:|---:|---|"]
+    for c in d.changes:
+        base = c.base.usd_per_hour_max if c.base else 0.0
+        new = c.new.usd_per_hour_max if c.new else 0.0
+        rows.append(f"| {c.pool} | {_usd(base)} | {_usd(new)} | {_signed(c.delta)} | {c.why} |")
+    notes = [
+        f"- {c.pool}: {p.price}" for c in d.changes for p in (c.new,) if p is not None and isinstance(p.price, Unpriced)
+    ]
+    return [head, "", *rows, "", *notes, *([""] if notes else []), *plan]
+
+
+def budget_check(plan: Mapping[str, Any], cost: CostConfig | None = None) -> tuple[StackCost, str | None]:
+    """The plan's cost and the budget rule's finding (None when it passes or no budget is set)."""
+    c = cost_of_plan(plan, cost)
+    return c, budget_violation(c)
+
+
+def pools_summary(c: StackCost) -> Sequence[str]:
+    """The lines ``tpuray plan`` prints."""
+    out = [f"cost (TPU chips; $/h at min-max, $/month at max over {HOURS_PER_MONTH} h):"]
+    for p in c.pools:
+        out.append(
+            f"  {p.pool}: {p.generation} {p.capacity} in {p.region}: "
+            + (
+                f"{_usd(p.usd_per_hour_min)}-{_usd(p.usd_per_hour_max)}/h, {_usd(_month(p.usd_per_hour_max))}/month"
+                if isinstance(p.price, PriceRow)
+                else str(p.price)
+            )
+        )
+    out.append(
+        f"  stack: {_usd(c.usd_per_hour_min)}-{_usd(c.usd_per_hour_max)}/h, {_usd(_month(c.usd_per_hour_max))}/month"
+    )
+    return out
