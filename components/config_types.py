@@ -12,6 +12,7 @@ import hashlib
 import ipaddress
 import math
 import re
+import unicodedata
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated
@@ -52,6 +53,10 @@ def _checked(rule: Callable[[str], str | None]) -> Callable[[object], str]:
     def validate(value: object) -> str:
         if not isinstance(value, str):
             raise ValueError(f"expected a string, got {type(value).__name__}")
+        # A control character (a newline, ESC, ...) is never part of any name or version the cloud takes, and one
+        # reaching the PR comment could forge its Markdown: refused here, once, for every value type.
+        if any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in value):
+            raise ValueError(f"{_show(value)} contains a control character; use printable characters only")
         problem = rule(value)
         if problem:
             raise ValueError(problem)
@@ -72,7 +77,7 @@ _GCE_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def _gce_name(value: str) -> str | None:
-    if not _GCE_NAME.match(value):
+    if not _GCE_NAME.fullmatch(value):
         return (
             f"{_show(value)} is not a valid name: 1-63 characters, lowercase letters, digits and '-', starting with a "
             "letter and not ending with '-' (RFC 1035)"
@@ -101,7 +106,7 @@ _PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 
 
 def _project_id(value: str) -> str | None:
-    if not _PROJECT_ID.match(value):
+    if not _PROJECT_ID.fullmatch(value):
         return (
             f"{_show(value)} is not a GCP project id: 6-30 characters, lowercase letters, digits and '-', starting "
             "with a letter and not ending with '-'"
@@ -136,7 +141,7 @@ _ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 
 
 def _zone(value: str) -> str | None:
-    if not _ZONE.match(value):
+    if not _ZONE.fullmatch(value):
         return f"{_show(value)} is not a zone: <region>-<letter>, e.g. us-east5-a (no spaces)"
     return None
 
@@ -149,7 +154,7 @@ _MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
 def _machine_type(value: str) -> str | None:
-    if not _MACHINE_TYPE.match(value) or len(value) > 63:
+    if not _MACHINE_TYPE.fullmatch(value) or len(value) > 63:
         return f"{_show(value)} is not a machine type like e2-standard-8 or n2-custom-8-32768"
     return None
 
@@ -158,7 +163,11 @@ MachineType = Annotated[str, AfterValidator(_checked(_machine_type))]
 
 
 # ---- GKE versions ------------------------------------------------------------------------------------------
-_GKE_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:-gke\.(\d+))?$")
+# https://cloud.google.com/kubernetes-engine/versioning : 1.X, 1.X.Y or 1.X.Y-gke.N, numbers without leading zeros.
+# The major is 1; GKE has never served a minor below 1.24 nor above 1.3x, so a minor outside 24-45 is a typo
+# (1.99.0-gke.1), not a version GKE can create.
+_GKE_VERSION = re.compile(r"(1)\.(0|[1-9]\d?)(?:\.(0|[1-9]\d*))?(?:-gke\.([1-9]\d*))?")
+_GKE_MINORS = range(24, 46)
 
 
 def gke_version_key(version: str) -> tuple[int, ...]:
@@ -166,8 +175,8 @@ def gke_version_key(version: str) -> tuple[int, ...]:
 
     https://cloud.google.com/kubernetes-engine/versioning : ``1.X``, ``1.X.Y`` or ``1.X.Y-gke.N``.
     """
-    m = _GKE_VERSION.match(version) if isinstance(version, str) else None
-    if not m:
+    m = _GKE_VERSION.fullmatch(version) if isinstance(version, str) else None
+    if not m or int(m.group(2)) not in _GKE_MINORS:
         raise ValueError(f"{_show(str(version))} is not a GKE version like 1.31.2-gke.1115000 (or 1.31, 1.31.2)")
     return tuple(int(x or 0) for x in m.groups())
 
@@ -180,7 +189,9 @@ def _gke_version(value: str) -> str | None:
 GkeVersion = Annotated[str, AfterValidator(_checked(_gke_version))]
 
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
-SemVer = Annotated[str, AfterValidator(_checked(lambda v: None if _SEMVER.match(v) else f"{_show(v)} is not X.Y.Z"))]
+SemVer = Annotated[
+    str, AfterValidator(_checked(lambda v: None if _SEMVER.fullmatch(v) else f"{_show(v)} is not X.Y.Z"))
+]
 
 
 # ---- Cloud Storage -------------------------------------------------------------------------------------------
@@ -192,7 +203,7 @@ _GOOGLE_LIKE = re.compile(r"g[o0]{2}g[l1]e")
 
 
 def bucket_name_problem(value: str) -> str | None:
-    if not _BUCKET.match(value):
+    if not _BUCKET.fullmatch(value):
         return (
             f"{_show(value)} is not a bucket name: 3-63 characters, lowercase letters, digits, '-' and '_', starting "
             "and ending with a letter or digit (https://cloud.google.com/storage/docs/buckets#naming)"
@@ -217,7 +228,7 @@ BUCKET_DUAL_REGIONS = ("ASIA1", "EUR4", "EUR5", "EUR7", "EUR8", "NAM4")
 
 
 def _bucket_location(value: str) -> str | None:
-    if REGION.match(value.lower()) or value.upper() in (*BUCKET_MULTI_REGIONS, *BUCKET_DUAL_REGIONS):
+    if REGION.fullmatch(value.lower()) or value.upper() in (*BUCKET_MULTI_REGIONS, *BUCKET_DUAL_REGIONS):
         return None
     return (
         f"{_show(value)} is not a bucket location: a region (e.g. us-east5), a multi-region "
@@ -294,7 +305,7 @@ _SUFFIX: dict[str, int | Decimal] = {
 
 def parse_quantity(value: str) -> Decimal:
     """A Kubernetes quantity as a number (``"500m"`` -> 0.5, ``"16Gi"`` -> 17179869184)."""
-    m = _QUANTITY.match(value)
+    m = _QUANTITY.fullmatch(value)
     if not m:
         raise ValueError(f"{_show(value)} is not a Kubernetes quantity like '8', '500m', '64Gi' or '1e3'")
     number, suffix = m.group(1), m.group(2) or ""
@@ -395,7 +406,7 @@ _STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
 def stack_name_problem(name: str) -> str | None:
-    if not _STACK_NAME.match(name) or set(name) == {"."}:
+    if not _STACK_NAME.fullmatch(name) or set(name) == {"."}:
         return (
             f"{_show(name)} is not a stack name: 1-100 letters, digits, '-', '_' or '.' (not only dots), as Pulumi "
             "names stacks"
