@@ -564,6 +564,8 @@ def public_addresses(cidrs: list[str]) -> int:
 
 
 # ---- the Ray version an image carries ----------------------------------------------------------------------
+_RAY_IMAGES = ("rayproject/ray", "rayproject/ray-ml", "anyscale/ray")
+"""Images whose tags name the Ray release they carry (https://hub.docker.com/r/rayproject/ray)."""
 _RAY_TAG = re.compile(r"(\d+\.\d+\.\d+)(?:[-.].*)?")
 
 
@@ -571,5 +573,7 @@ def image_ray_version(image: str) -> str | None:
     """The Ray version a ``rayproject/ray``-style tag names (``2.60.0-py311`` -> ``2.60.0``); None when the tag does
     not say (a digest, ``latest``, a custom tag)."""
     ref = parse_image(image)
-    m = _RAY_TAG.fullmatch(ref.tag or "") if ref.digest is None else None
+    if ref.registry not in (None, "docker.io") or ref.path not in _RAY_IMAGES or ref.digest is not None:
+        return None  # a custom image's tag is its own version, not Ray's
+    m = _RAY_TAG.fullmatch(ref.tag or "")
     return m.group(1) if m else None

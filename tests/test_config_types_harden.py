@@ -102,6 +102,7 @@ def test_public_addresses_count_overlaps_once() -> None:
         ("rayproject/ray:2.60.0-py311", "2.60.0"),
         ("rayproject/ray:2.51.1", "2.51.1"),
         ("rayproject/ray:latest", None),
+        ("us-docker.pkg.dev/p/r/worker:0.1.0", None),
         ("rayproject/ray@sha256:" + "a" * 64, None),
     ],
 )
