@@ -337,7 +337,7 @@ def test_shared_mode_leaves_queued_pools_out_of_the_long_lived_cluster() -> None
                 }
             },
             "maintenance.window.recurrence",
-            "pattern",
+            "FREQ=WEEKLY;BYDAY=SA,SU",
         ),
     ],
 )
