@@ -41,6 +41,7 @@ __all__ = [
     "Zone",
     "bounded_name",
     "bucket_name_problem",
+    "checked_ray_token",
     "derived_bucket_name",
     "gke_version_key",
     "image_ray_version",
@@ -523,6 +524,15 @@ def _ray_token_checked(value: object) -> str:
 
 
 RayAuthToken = Annotated[str, AfterValidator(_ray_token_checked)]
+
+
+def checked_ray_token(value: str) -> str:
+    """``value`` if it is a usable Ray token, else a ValueError naming ``tpuray:rayAuthToken`` and the valid form
+    (never the value). For the secret the program reads with ``Config.get_secret``."""
+    try:
+        return _ray_token_checked(value)
+    except ValueError as e:
+        raise ValueError(f"tpuray:rayAuthToken: {e}") from None
 
 
 # ---- authorized networks -----------------------------------------------------------------------------------

@@ -108,3 +108,13 @@ def test_public_addresses_count_overlaps_once() -> None:
 )
 def test_image_ray_version(image: str, version: str | None) -> None:
     assert image_ray_version(image) == version
+
+
+def test_the_configured_secret_token_is_checked_without_echo() -> None:
+    from tpuray.components.config_types import checked_ray_token
+
+    assert checked_ray_token("x" * 40) == "x" * 40
+    for bad in ("", "tooshort"):
+        with pytest.raises(ValueError, match="tpuray:rayAuthToken: the Ray token must be at least 32") as e:
+            checked_ray_token(bad)
+        assert bad == "" or bad not in str(e.value)
