@@ -34,6 +34,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from tpuray.components.config_types import (
+    MAX_PUBLIC_AUTHORIZED_ADDRESSES,
+    MIN_MAINTENANCE_HOURS,
     REGION,
     BucketLocation,
     BucketName,
@@ -47,13 +49,17 @@ from tpuray.components.config_types import (
     MountPath,
     ProjectId,
     RangeName,
+    Rrule,
     SemVer,
     Zone,
     bucket_name_problem,
     derived_bucket_name,
     gke_version_key,
+    image_ray_version,
+    maintenance_availability,
     prefix_problem,
     private_range_problem,
+    public_addresses,
     service_account_id,
 )
 from tpuray.components.names import KUBERAY_NAMESPACE, SYSTEM_POOL
@@ -398,6 +404,16 @@ class ClusterConfig(_Model):
         for i, cidr in enumerate(cidrs):
             if cidr in cidrs[:i]:
                 raise ValueError(_field_msg(f"masterAuthorizedNetworks[{i}].cidr", f"{cidr} is listed twice"))
+        # Issue 20: the union is judged, not each literal (0.0.0.0/1 + 128.0.0.0/1 is the whole internet).
+        if public_addresses(cidrs) > MAX_PUBLIC_AUTHORIZED_ADDRESSES:
+            raise ValueError(
+                _field_msg(
+                    "masterAuthorizedNetworks",
+                    f"together these ranges cover {public_addresses(cidrs):,} public addresses, more than a /8: "
+                    "list the networks that must reach the control plane (e.g. an office's /24), or set "
+                    "cluster.controlPlaneEndpoint: private or dns",
+                )
+            )
         return self
 
     @model_validator(mode="after")
@@ -560,6 +576,26 @@ class RayConfig(_Model):
                     "https://docs.ray.io/en/latest/ray-security/token-auth.html)",
                 )
             )
+        # The image, not rayVersion, decides whether token auth runs: a tag naming another Ray (an older one runs
+        # with auth silently off) is refused; a digest-pinned image is taken at ray.version's word.
+        for field, image in (("image", self.image), ("workerImage", self.worker_image)):
+            tagged = image_ray_version(image) if image is not None else None
+            if tagged is not None and tagged != self.version:
+                raise ValueError(
+                    _field_msg(
+                        field,
+                        f"{image} runs Ray {tagged} but ray.version is {self.version}: use an image tagged "
+                        f"{self.version} (Ray >= {MIN_RAY_TOKEN_AUTH} for token auth), or pin it by digest",
+                    )
+                )
+        if self.operator_namespace in ("default", self.namespace):
+            raise ValueError(
+                _field_msg(
+                    "operatorNamespace",
+                    f"{self.operator_namespace!r} would let every pod there call the head's job API: name the "
+                    "KubeRay operator's own namespace (e.g. kuberay-system)",
+                )
+            )
         old_chart = _version_key(self.helm_chart_version) < _version_key(MIN_KUBERAY_AUTH_OPTIONS)
         if self.operator == "helm" and self.uses_auth_options and old_chart:
             raise ValueError(
@@ -662,12 +698,18 @@ class CostConfig(_Model):
 
 
 # ---- Kueue and maintenance ----------------------------------------------------------------------------
+def _kueue_namespace(value: str) -> str:
+    if value in SYSTEM_NAMESPACES or value.startswith(SYSTEM_NAMESPACE_PREFIXES):
+        raise ValueError(f"{value!r} is a system namespace; install Kueue in its own, e.g. 'kueue-system'")
+    return value
+
+
 class KueueConfig(_Model):
     """Kueue: TPU quota from the slice pools, and admission (required by queued pools and ephemeral jobs)."""
 
     enabled: bool = False
     chart_version: SemVer = Field(default="0.19.2", description="Kueue Helm chart version")
-    namespace: Annotated[str, Field(pattern=_NAME, max_length=63)] = "kueue-system"
+    namespace: Annotated[str, Field(pattern=_NAME, max_length=63), AfterValidator(_kueue_namespace)] = "kueue-system"
     local_queue: Annotated[str, Field(pattern=_NAME, max_length=63, description="LocalQueue in the Ray namespace")] = (
         "tpu"
     )
@@ -762,12 +804,22 @@ class MaintenanceWindow(_Model):
 
     start: UtcTime
     end: UtcTime
-    recurrence: Annotated[str, Field(pattern=r"^FREQ=(DAILY|WEEKLY|MONTHLY)(;[A-Z]+=[-A-Z0-9,]+)*$")]
+    recurrence: Rrule
 
     @model_validator(mode="after")
     def _length(self) -> MaintenanceWindow:
         if _utc(self.end) - _utc(self.start) < _MIN_WINDOW:
             raise ValueError(_field_msg("end", "a maintenance window lasts at least 4 hours after start"))
+        # GKE refuses a window giving less than 48 h in some 32-day rolling window (stretches >= 4 h count).
+        got = maintenance_availability(_utc(self.start), _utc(self.end), self.recurrence)
+        if got < timedelta(hours=MIN_MAINTENANCE_HOURS):
+            raise ValueError(
+                _field_msg(
+                    "recurrence",
+                    f"gives only {got.total_seconds() / 3600:g} h of maintenance in the worst 32 days; GKE needs at "
+                    f"least {MIN_MAINTENANCE_HOURS} h (e.g. 6 h on FREQ=WEEKLY;BYDAY=SA,SU)",
+                )
+            )
         return self
 
 
@@ -1098,6 +1150,14 @@ class StackConfig(_Model):
             list(enumerate(self.slice_pools)), self.cluster, self.ray, self.kueue, self.maintenance, self.workload
         )
         found += monitoring_rules(self.monitoring, list(enumerate(self.slice_pools)))
+        if self.kueue.namespace == self.ray.namespace:
+            found.append(
+                _field_msg(
+                    "kueue.namespace",
+                    f"{self.kueue.namespace!r} is Ray's namespace: Kueue's controller and webhook need their own "
+                    "(e.g. kueue-system)",
+                )
+            )
         if found:
             raise ValueError("\n".join(found))
         return self

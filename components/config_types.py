@@ -12,7 +12,9 @@ import hashlib
 import ipaddress
 import math
 import re
+import unicodedata
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated
 
@@ -33,14 +35,20 @@ __all__ = [
     "MountPath",
     "ProjectId",
     "RangeName",
+    "RayAuthToken",
+    "Rrule",
     "SemVer",
     "Zone",
     "bounded_name",
     "bucket_name_problem",
+    "checked_ray_token",
     "derived_bucket_name",
     "gke_version_key",
+    "image_ray_version",
     "label_value",
+    "maintenance_availability",
     "parse_quantity",
+    "public_addresses",
     "service_account_id",
     "stack_name_problem",
 ]
@@ -52,6 +60,10 @@ def _checked(rule: Callable[[str], str | None]) -> Callable[[object], str]:
     def validate(value: object) -> str:
         if not isinstance(value, str):
             raise ValueError(f"expected a string, got {type(value).__name__}")
+        # A control character (a newline, ESC, ...) is never part of any name or version the cloud takes, and one
+        # reaching the PR comment could forge its Markdown: refused here, once, for every value type.
+        if any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in value):
+            raise ValueError(f"{_show(value)} contains a control character; use printable characters only")
         problem = rule(value)
         if problem:
             raise ValueError(problem)
@@ -72,7 +84,7 @@ _GCE_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def _gce_name(value: str) -> str | None:
-    if not _GCE_NAME.match(value):
+    if not _GCE_NAME.fullmatch(value):
         return (
             f"{_show(value)} is not a valid name: 1-63 characters, lowercase letters, digits and '-', starting with a "
             "letter and not ending with '-' (RFC 1035)"
@@ -101,7 +113,7 @@ _PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 
 
 def _project_id(value: str) -> str | None:
-    if not _PROJECT_ID.match(value):
+    if not _PROJECT_ID.fullmatch(value):
         return (
             f"{_show(value)} is not a GCP project id: 6-30 characters, lowercase letters, digits and '-', starting "
             "with a letter and not ending with '-'"
@@ -136,7 +148,7 @@ _ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 
 
 def _zone(value: str) -> str | None:
-    if not _ZONE.match(value):
+    if not _ZONE.fullmatch(value):
         return f"{_show(value)} is not a zone: <region>-<letter>, e.g. us-east5-a (no spaces)"
     return None
 
@@ -149,7 +161,7 @@ _MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*-[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
 def _machine_type(value: str) -> str | None:
-    if not _MACHINE_TYPE.match(value) or len(value) > 63:
+    if not _MACHINE_TYPE.fullmatch(value) or len(value) > 63:
         return f"{_show(value)} is not a machine type like e2-standard-8 or n2-custom-8-32768"
     return None
 
@@ -158,7 +170,11 @@ MachineType = Annotated[str, AfterValidator(_checked(_machine_type))]
 
 
 # ---- GKE versions ------------------------------------------------------------------------------------------
-_GKE_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:-gke\.(\d+))?$")
+# https://cloud.google.com/kubernetes-engine/versioning : 1.X, 1.X.Y or 1.X.Y-gke.N, numbers without leading zeros.
+# The major is 1; GKE has never served a minor below 1.24 nor above 1.3x, so a minor outside 24-45 is a typo
+# (1.99.0-gke.1), not a version GKE can create.
+_GKE_VERSION = re.compile(r"(1)\.(0|[1-9]\d?)(?:\.(0|[1-9]\d*))?(?:-gke\.([1-9]\d*))?")
+_GKE_MINORS = range(24, 46)
 
 
 def gke_version_key(version: str) -> tuple[int, ...]:
@@ -166,8 +182,8 @@ def gke_version_key(version: str) -> tuple[int, ...]:
 
     https://cloud.google.com/kubernetes-engine/versioning : ``1.X``, ``1.X.Y`` or ``1.X.Y-gke.N``.
     """
-    m = _GKE_VERSION.match(version) if isinstance(version, str) else None
-    if not m:
+    m = _GKE_VERSION.fullmatch(version) if isinstance(version, str) else None
+    if not m or int(m.group(2)) not in _GKE_MINORS:
         raise ValueError(f"{_show(str(version))} is not a GKE version like 1.31.2-gke.1115000 (or 1.31, 1.31.2)")
     return tuple(int(x or 0) for x in m.groups())
 
@@ -180,7 +196,9 @@ def _gke_version(value: str) -> str | None:
 GkeVersion = Annotated[str, AfterValidator(_checked(_gke_version))]
 
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
-SemVer = Annotated[str, AfterValidator(_checked(lambda v: None if _SEMVER.match(v) else f"{_show(v)} is not X.Y.Z"))]
+SemVer = Annotated[
+    str, AfterValidator(_checked(lambda v: None if _SEMVER.fullmatch(v) else f"{_show(v)} is not X.Y.Z"))
+]
 
 
 # ---- Cloud Storage -------------------------------------------------------------------------------------------
@@ -192,7 +210,7 @@ _GOOGLE_LIKE = re.compile(r"g[o0]{2}g[l1]e")
 
 
 def bucket_name_problem(value: str) -> str | None:
-    if not _BUCKET.match(value):
+    if not _BUCKET.fullmatch(value):
         return (
             f"{_show(value)} is not a bucket name: 3-63 characters, lowercase letters, digits, '-' and '_', starting "
             "and ending with a letter or digit (https://cloud.google.com/storage/docs/buckets#naming)"
@@ -217,7 +235,7 @@ BUCKET_DUAL_REGIONS = ("ASIA1", "EUR4", "EUR5", "EUR7", "EUR8", "NAM4")
 
 
 def _bucket_location(value: str) -> str | None:
-    if REGION.match(value.lower()) or value.upper() in (*BUCKET_MULTI_REGIONS, *BUCKET_DUAL_REGIONS):
+    if REGION.fullmatch(value.lower()) or value.upper() in (*BUCKET_MULTI_REGIONS, *BUCKET_DUAL_REGIONS):
         return None
     return (
         f"{_show(value)} is not a bucket location: a region (e.g. us-east5), a multi-region "
@@ -294,7 +312,7 @@ _SUFFIX: dict[str, int | Decimal] = {
 
 def parse_quantity(value: str) -> Decimal:
     """A Kubernetes quantity as a number (``"500m"`` -> 0.5, ``"16Gi"`` -> 17179869184)."""
-    m = _QUANTITY.match(value)
+    m = _QUANTITY.fullmatch(value)
     if not m:
         raise ValueError(f"{_show(value)} is not a Kubernetes quantity like '8', '500m', '64Gi' or '1e3'")
     number, suffix = m.group(1), m.group(2) or ""
@@ -395,9 +413,177 @@ _STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
 def stack_name_problem(name: str) -> str | None:
-    if not _STACK_NAME.match(name) or set(name) == {"."}:
+    if not _STACK_NAME.fullmatch(name) or set(name) == {"."}:
         return (
             f"{_show(name)} is not a stack name: 1-100 letters, digits, '-', '_' or '.' (not only dots), as Pulumi "
             "names stacks"
         )
     return None
+
+
+# ---- maintenance recurrence --------------------------------------------------------------------------------
+# GKE takes an RFC 5545 RRULE (https://cloud.google.com/kubernetes-engine/docs/how-to/maintenance-windows-and-
+# exclusions); RFC 5545 section 3.3.10: each rule part at most once, INTERVAL a positive integer, BYDAY weekdays
+# MO..SU with an optional signed ordinal.
+_RRULE_KEYS = frozenset({"FREQ", "INTERVAL", "BYDAY", "BYMONTHDAY", "BYMONTH", "BYSETPOS", "WKST", "COUNT", "UNTIL"})
+_RRULE_FREQS = frozenset({"DAILY", "WEEKLY", "MONTHLY"})
+_WEEKDAY = re.compile(r"[+-]?(?:[1-9]|[1-4]\d|5[0-3])?(?:MO|TU|WE|TH|FR|SA|SU)")
+_SIGNED_INT = re.compile(r"[+-]?[1-9]\d{0,2}")
+
+
+def _rrule(value: str) -> str | None:
+    form = "an RRULE like FREQ=WEEKLY;BYDAY=SA,SU (RFC 5545: FREQ first, each key once)"
+    parts: dict[str, str] = {}
+    for part in value.split(";"):
+        key, eq, val = part.partition("=")
+        if not eq or not val:
+            return f"{_show(value)}: {_show(part)} is not KEY=VALUE; expected {form}"
+        if key not in _RRULE_KEYS:
+            return f"{_show(value)}: unknown key {key!r} (known: {', '.join(sorted(_RRULE_KEYS))}); expected {form}"
+        if key in parts:
+            return f"{_show(value)}: {key} given twice; expected {form}"
+        parts[key] = val
+    if parts.get("FREQ") not in _RRULE_FREQS or not value.startswith("FREQ="):
+        return f"{_show(value)}: FREQ must come first and be DAILY, WEEKLY or MONTHLY"
+    if "INTERVAL" in parts and not (parts["INTERVAL"].isdigit() and 1 <= int(parts["INTERVAL"]) <= 999):
+        return f"{_show(value)}: INTERVAL must be a positive integer"
+    if "BYDAY" in parts and not all(_WEEKDAY.fullmatch(d) for d in parts["BYDAY"].split(",")):
+        return f"{_show(value)}: BYDAY takes MO, TU, WE, TH, FR, SA, SU (optionally with an ordinal, e.g. 1SA)"
+    for key, lo, hi in (("BYMONTHDAY", 1, 31), ("BYMONTH", 1, 12), ("BYSETPOS", 1, 366)):
+        for v in parts.get(key, "").split(",") if key in parts else ():
+            if not _SIGNED_INT.fullmatch(v) or not lo <= abs(int(v)) <= hi:
+                return f"{_show(value)}: {key} value {v!r} is not an integer in +-{lo}..{hi}"
+    return None
+
+
+Rrule = Annotated[str, AfterValidator(_checked(_rrule))]
+"""A maintenance window's recurrence, parsed key by key."""
+
+
+# https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions : "the maintenance
+# window must allow at least 48 hours of availability in a 32-day rolling window", counting only contiguous
+# stretches of at least 4 hours.
+MIN_MAINTENANCE_HOURS = 48
+MAINTENANCE_PERIOD = timedelta(days=32)
+MIN_MAINTENANCE_STRETCH = timedelta(hours=4)
+
+
+def maintenance_availability(start: datetime, end: datetime, recurrence: str) -> timedelta:
+    """The least maintenance time any 32-day rolling window gets from a recurring window (stretches >= 4 h)."""
+    from dateutil.rrule import rrulestr  # type: ignore[import-untyped]  # no stubs in the shared venv
+
+    length = end - start
+    horizon = start + timedelta(days=400)  # a year and more: every weekly and monthly pattern repeats within it
+    rule = rrulestr(recurrence, dtstart=start.replace(tzinfo=None))
+    spans: list[list[datetime]] = []
+    for occ in rule.between(start.replace(tzinfo=None), horizon.replace(tzinfo=None), inc=True):
+        s = occ.replace(tzinfo=start.tzinfo)
+        if spans and s <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], s + length)
+        else:
+            spans.append([s, s + length])
+    stretches = [(s, e) for s, e in spans if e - s >= MIN_MAINTENANCE_STRETCH]
+    if not stretches:
+        return timedelta(0)
+    last = stretches[-1][1] - MAINTENANCE_PERIOD
+    worst: timedelta | None = None
+    for _, t in stretches:  # the worst window starts right after a stretch ends
+        if t > last:
+            break
+        got = sum(
+            (min(e, t + MAINTENANCE_PERIOD) - max(s, t) for s, e in stretches if e > t and s < t + MAINTENANCE_PERIOD),
+            timedelta(0),
+        )
+        worst = got if worst is None else min(worst, got)
+    return worst if worst is not None else timedelta(0)
+
+
+# ---- the Ray token -----------------------------------------------------------------------------------------
+# A bearer token guards the GCS, the dashboard and the job API (https://docs.ray.io/en/latest/ray-security/
+# token-auth.html); Ray's own generated token is 32 random bytes. A short one can be guessed.
+MIN_RAY_TOKEN_LENGTH = 32
+
+
+def _ray_token(value: str) -> str | None:
+    if len(value) < MIN_RAY_TOKEN_LENGTH or value.strip() != value or " " in value:
+        return (
+            f"the Ray token must be at least {MIN_RAY_TOKEN_LENGTH} printable characters without spaces "
+            "(e.g. `openssl rand -hex 32`)"
+        )
+    return None
+
+
+def _ray_token_checked(value: object) -> str:
+    # never echo a secret: the checks here name no part of the value
+    if not isinstance(value, str) or any(unicodedata.category(ch)[0] in "CZ" and ch != " " for ch in value):
+        raise ValueError("the Ray token must be a string of printable characters")
+    problem = _ray_token(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+RayAuthToken = Annotated[str, AfterValidator(_ray_token_checked)]
+
+
+def checked_ray_token(value: str) -> str:
+    """``value`` if it is a usable Ray token, else a ValueError naming ``tpuray:rayAuthToken`` and the valid form
+    (never the value). For the secret the program reads with ``Config.get_secret``."""
+    try:
+        return _ray_token_checked(value)
+    except ValueError as e:
+        raise ValueError(f"tpuray:rayAuthToken: {e}") from None
+
+
+# ---- authorized networks -----------------------------------------------------------------------------------
+# Judge the union, not each literal: 0.0.0.0/1 plus 128.0.0.0/1 opens the control plane as surely as 0.0.0.0/0.
+# A public range wider than a /8's 16.7 million addresses is no "authorized network"
+# (https://cloud.google.com/kubernetes-engine/docs/concepts/network-overview#limit-access-to-control-plane).
+MAX_PUBLIC_AUTHORIZED_ADDRESSES = 2**24
+_NON_PUBLIC = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+    )
+)
+
+
+def public_addresses(cidrs: list[str]) -> int:
+    """How many public IPv4 addresses the union of ``cidrs`` covers (overlaps counted once)."""
+    nets = [ipaddress.ip_network(c, strict=False) for c in cidrs]
+    union = list(ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv4Network)))
+    total = 0
+    for net in union:
+        hidden = sum(
+            min(int(net.broadcast_address), int(p.broadcast_address))
+            - max(int(net.network_address), int(p.network_address))
+            + 1
+            for p in _NON_PUBLIC
+            if net.overlaps(p)
+        )
+        total += net.num_addresses - hidden
+    return total
+
+
+# ---- the Ray version an image carries ----------------------------------------------------------------------
+_RAY_IMAGES = ("rayproject/ray", "rayproject/ray-ml", "anyscale/ray")
+"""Images whose tags name the Ray release they carry (https://hub.docker.com/r/rayproject/ray)."""
+_RAY_TAG = re.compile(r"(\d+\.\d+\.\d+)(?:[-.].*)?")
+
+
+def image_ray_version(image: str) -> str | None:
+    """The Ray version a ``rayproject/ray``-style tag names (``2.60.0-py311`` -> ``2.60.0``); None when the tag does
+    not say (a digest, ``latest``, a custom tag)."""
+    ref = parse_image(image)
+    if ref.registry not in (None, "docker.io") or ref.path not in _RAY_IMAGES or ref.digest is not None:
+        return None  # a custom image's tag is its own version, not Ray's
+    m = _RAY_TAG.fullmatch(ref.tag or "")
+    return m.group(1) if m else None

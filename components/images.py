@@ -47,7 +47,7 @@ class ImageRef:
 
     @property
     def artifact_repository(self) -> ArtifactRepository | None:
-        m = _AR_HOST.match(self.registry or "")
+        m = _AR_HOST.fullmatch(self.registry or "")
         parts = self.path.split("/")
         if not m or len(parts) < 3:
             return None
@@ -59,22 +59,22 @@ def parse_image(ref: str) -> ImageRef:
     form = "an image like 'us-docker.pkg.dev/<project>/<repo>/<image>:<tag>' or '<image>@sha256:<64 hex digits>'"
     rest, at, digest_text = ref.partition("@")
     digest = digest_text if at else None
-    if digest is not None and not _DIGEST.match(digest):
+    if digest is not None and not _DIGEST.fullmatch(digest):
         raise ValueError(f"{ref!r}: the digest must be sha256:<64 hex digits>; expected {form}")
     head, _, last = rest.rpartition("/")
     tag = None
     if ":" in last:
         last, tag = last.split(":", 1)
-        if not _TAG.match(tag):
+        if not _TAG.fullmatch(tag):
             raise ValueError(f"{ref!r}: bad tag {tag!r}; expected {form}")
     parts = [*(head.split("/") if head else []), last]
     registry = None
     if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
         registry = parts.pop(0)
     if (
-        (registry is not None and not _DOMAIN.match(registry))
+        (registry is not None and not _DOMAIN.fullmatch(registry))
         or not parts
-        or not all(_PATH_PART.match(p) for p in parts)
+        or not all(_PATH_PART.fullmatch(p) for p in parts)
     ):
         raise ValueError(f"{ref!r} is not an image reference; expected {form}")
     if len(rest.rsplit(":", 1)[0] if tag else rest) > _NAME_MAX:

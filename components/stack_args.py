@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 import pulumi
 
 from tpuray.components.config import NAMESPACE, RAY_AUTH_TOKEN_KEY, SlicePoolConfig, StackConfig
+from tpuray.components.config_types import checked_ray_token
 from tpuray.components.gke_cluster import (
     AuthorizedNetwork,
     ControlPlane,
@@ -129,7 +130,7 @@ def ray_tpu_cluster_args(
         helm_chart_version=cfg.ray.helm_chart_version,
         resource_labels=dict(resource_labels or {}),
         # secret-bearing: read with get_secret only, never part of the (printable) StackConfig
-        auth_token=pulumi.Config(NAMESPACE).get_secret(RAY_AUTH_TOKEN_KEY),
+        auth_token=_ray_token(),
         operator_namespace=cfg.ray.job_api_namespace,
         node_cidr=cfg.network.subnet_cidr,
         monitoring=[
@@ -140,6 +141,12 @@ def ray_tpu_cluster_args(
         depends_on=depends_on,
         declare_cluster=declare_cluster,
     )
+
+
+def _ray_token() -> pulumi.Output[str] | None:
+    """``tpuray:rayAuthToken`` if set, held to the token rule (an empty or short token fails the update)."""
+    secret = pulumi.Config(NAMESPACE).get_secret(RAY_AUTH_TOKEN_KEY)
+    return None if secret is None else secret.apply(checked_ray_token)
 
 
 def kueue_queues_args(

@@ -147,7 +147,8 @@ GENERATIONS: tuple[Generation, ...] = (
         single_host_topologies={"1x1": "ct5lp-hightpu-1t", "2x2": "ct5lp-hightpu-4t", "2x4": "ct5lp-hightpu-8t"},
         multi_host_base_topologies=_2D_MULTI_HOST,
     ),
-    # https://cloud.google.com/tpu/docs/v5p : 3D, 4-chip VMs, up to 8960 chips (140 cubes), ordered dimensions.
+    # https://cloud.google.com/tpu/docs/v5p : 3D, 4-chip VMs, ordered dimensions. A pod has 8960 chips, but "the
+    # largest job that can be scheduled is a 96 cube (6144 chip) job" (16x16x24).
     Generation(
         name="v5p",
         aliases=("tpu-v5p", "tpu-v5p-slice"),
@@ -162,7 +163,7 @@ GENERATIONS: tuple[Generation, ...] = (
         # https://cloud.google.com/tpu/docs/tpu7x (comparison table): "HBM capacity per chip (GiB): 95" for v5p
         # (https://cloud.google.com/tpu/docs/v5p writes "95GB").
         hbm_gib_per_chip=95,
-        max_cubes=140,
+        max_cubes=96,
         ordered_dims=True,
         single_host_topologies={"2x2x1": "ct5p-hightpu-4t"},
         multi_host_base_topologies=_3D_BASE,
@@ -193,7 +194,8 @@ GENERATIONS: tuple[Generation, ...] = (
         name="tpu7x",
         aliases=("v7x", "ironwood", "tpu-v7x", "v7"),
         gke_accelerator="tpu7x",
-        machine_types={"tpu7x-standard-4t": 4},
+        # tpu7x-standard-1t is the 1-chip single-host type (1x1x1), as xpk's system characteristics list it.
+        machine_types={"tpu7x-standard-1t": 1, "tpu7x-standard-4t": 4},
         cores_per_chip=2,
         ndims=3,
         ray_accelerator_type="TPU-V7X",
@@ -208,7 +210,7 @@ GENERATIONS: tuple[Generation, ...] = (
         multi_host_placement="workload-policy",
         min_gke_version="1.34.0-gke.2201000",
         devices_per_chip=2,
-        single_host_topologies={"2x2x1": "tpu7x-standard-4t"},
+        single_host_topologies={"1x1x1": "tpu7x-standard-1t", "2x2x1": "tpu7x-standard-4t"},
         multi_host_base_topologies=_3D_BASE,
     ),
 )

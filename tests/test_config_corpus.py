@@ -551,3 +551,82 @@ def test_the_rejected_copy_keeps_everything_else_valid() -> None:
     for stack in STACK_TEXT:
         code, output = run_check(stack_text(stack, lambda values: None))
         assert code == 0, output
+
+
+# ---- issue 20: strings, versions, networks, images, namespaces, maintenance --------------------------------------
+control_chars = st.sampled_from(["\n", "\r", "\t", "\x1b", "\x00", "\u2028", "\u202e", "\x7f"])
+
+
+@CORPUS
+@given(stacks, st.sampled_from([("zone",), ("cluster", "systemMachineType"), ("ray", "image")]), control_chars)
+def test_control_characters_anywhere(stack: str, path: tuple[str, ...], ch: str) -> None:
+    doc = yaml.safe_load(STACK_TEXT[stack])
+    values = {k.removeprefix("tpuray:"): v for k, v in doc["config"].items()}
+    node: Any = values
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    good = node.get(path[-1]) or {"zone": "us-east5-a", "systemMachineType": "e2-standard-8"}.get(
+        path[-1], "rayproject/ray:2.60.0-py311"
+    )
+    check(stack, (".".join(path), setter(*path, value=good + ch)))
+
+
+@CORPUS
+@given(
+    stacks,
+    st.sampled_from(["1.99.0-gke.1", "01.031", "2.31", "1.31.02", "1.31.2-gke.0", "1.3"])
+    | st.from_regex(r"[02-9]\.[0-9]{1,2}\.[0-9]", fullmatch=True),
+)
+def test_impossible_gke_versions(stack: str, version: str) -> None:
+    check(stack, ("cluster.minMasterVersion", setter("cluster", "minMasterVersion", value=version)))
+
+
+@CORPUS
+@given(stacks, st.integers(1, 7))
+def test_authorized_networks_whose_union_is_too_public(stack: str, prefix: int) -> None:
+    # 2**prefix pieces of prefix length `prefix`: the union is the whole internet whatever the split
+    nets = [
+        {"cidr": f"{i << (32 - prefix) >> 24 & 255}.{i << (32 - prefix) >> 16 & 255}.0.0/{prefix}"}
+        for i in range(2**prefix)
+    ]
+    edit = setter("cluster", "masterAuthorizedNetworks", value=nets[:50])
+    if 2**prefix > 50:
+        edit = setter("cluster", "masterAuthorizedNetworks", value=[{"cidr": "0.0.0.0/1"}, {"cidr": "128.0.0.0/1"}])
+    check(stack, ("cluster.masterAuthorizedNetworks", edit))
+
+
+@CORPUS
+@given(
+    stacks, st.sampled_from(["image", "workerImage"]), st.from_regex(r"2\.(5[0-9]|[1-4][0-9])\.[0-9]", fullmatch=True)
+)
+def test_image_tags_that_disagree_with_ray_version(stack: str, key: str, version: str) -> None:
+    check(stack, (f"ray.{key}", setter("ray", key, value=f"rayproject/ray:{version}-py311")))
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["default", "ray"]), st.sampled_from(["operatorNamespace", "kueue"]))
+def test_namespaces_shared_with_ray_or_the_system(stack: str, ns: str, which: str) -> None:
+    if which == "kueue":
+        check(stack, ("kueue.namespace", setter("kueue", "namespace", value=ns)))
+    else:
+        check(stack, ("ray.operatorNamespace", setter("ray", "operatorNamespace", value=ns)))
+
+
+rrules = st.sampled_from(
+    [
+        "FREQ=WEEKLY;BYDAY=XX",
+        "FREQ=DAILY;INTERVAL=0",
+        "FREQ=WEEKLY;FOO=1",
+        "FREQ=WEEKLY;BYDAY=SA;BYDAY=SU",
+        "FREQ=WEEKLY;BYDAY=SA",
+        "FREQ=MONTHLY;BYDAY=1SA",
+        "weekly",
+    ]
+)
+
+
+@CORPUS
+@given(stacks, rrules)
+def test_maintenance_recurrences_gke_refuses(stack: str, rule: str) -> None:
+    window = {"start": "2026-01-03T01:00:00Z", "end": "2026-01-03T06:00:00Z", "recurrence": rule}
+    check(stack, ("maintenance.window.recurrence", setter("maintenance", "window", value=window)))

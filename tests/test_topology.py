@@ -31,7 +31,7 @@ GENERATION_FACTS = {
         2,
         "TPU-V6E",
     ),
-    "tpu7x": ("tpu7x", {"tpu7x-standard-4t": 4}, 2, 3, "TPU-V7X"),
+    "tpu7x": ("tpu7x", {"tpu7x-standard-1t": 1, "tpu7x-standard-4t": 4}, 2, 3, "TPU-V7X"),
 }
 
 # https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus#topology
@@ -171,7 +171,7 @@ INVALID = [
     ("v5p", "4x4x6", None, "topology", "multiple of 4"),
     ("v5p", "4x4x512", None, "topology", "between 4 and 256"),
     ("v4", "16x16x32", None, "topology", "exceed the v4 limit of 64"),
-    ("v5p", "16x16x48", None, "topology", "exceed the v5p limit of 140"),
+    ("v5p", "16x16x48", None, "topology", "exceed the v5p limit of 96"),
     ("tpu7x", "16x16x40", None, "topology", "exceed the tpu7x limit of 144"),
     ("v5p", "4x8x4", None, "topology", "nearest valid shapes: 4x4x8"),
     ("tpu7x", "8x4x4", None, "topology", "non-decreasing"),

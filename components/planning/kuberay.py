@@ -341,6 +341,12 @@ def ray_cluster_manifest(p: RayClusterParams) -> dict[str, Any]:
     return manifest
 
 
+SUBMITTER_REQUESTS: Mapping[str, str] = {"cpu": "500m", "memory": "512Mi"}
+"""Requests of the submitter pod tpuray renders. Kueue sizes the submitter pod set from ``submitterPodTemplate``
+when the RayJob carries one (kueue v0.19.2 pkg/controller/jobs/rayjob/rayjob_controller.go), so the system
+flavor's quota (planning/kueue.py) is derived from these, not from KubeRay's 200Mi default."""
+
+
 def submitter_pod_template(j: RayJobParams) -> dict[str, Any]:
     """The K8sJobMode submitter pod: KubeRay fills in the ``ray job submit`` command and its own variables; the
     template makes the pod meet ``restricted`` (KubeRay's default submitter sets no securityContext), carries the
@@ -348,7 +354,7 @@ def submitter_pod_template(j: RayJobParams) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "ray-job-submitter",
         "image": j.submitter_image,
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        "resources": {"requests": dict(SUBMITTER_REQUESTS), "limits": {"cpu": "1", "memory": "1Gi"}},
         "securityContext": container_security_context(),
     }
     if j.auth:

@@ -25,6 +25,7 @@ from tpuray.components.wire import as_int, get_path
 
 __all__ = [
     "MAX_RAY_CLUSTER_NAME",
+    "MAX_RAY_JOB_NAME",
     "check_ray_cluster_spec",
     "check_ray_job",
     "raise_problems",
@@ -32,7 +33,11 @@ __all__ = [
     "worker_group_chips_problem",
 ]
 
-MAX_RAY_CLUSTER_NAME = 63  # KubeRay's MaxRayClusterNameLength
+# KubeRay v1.7 ray-operator/controllers/ray/utils/constant.go: MaxRayClusterNameLength = 53, and
+# MaxRayJobNameLength = MaxRayClusterNameLength - 6 (the RayJob's cluster is named <job>-<5 chars>);
+# utils/validation.go ValidateRayJobMetadata refuses a longer RayJob name.
+MAX_RAY_CLUSTER_NAME = 53
+MAX_RAY_JOB_NAME = MAX_RAY_CLUSTER_NAME - 6
 
 
 def tpu_groups(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -55,12 +60,12 @@ def _label_problems(where: str, labels: Mapping[str, str]) -> list[str]:
     for key, value in labels.items():
         prefix, _, name = key.rpartition("/")
         if (
-            (prefix and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)))
+            (prefix and (len(prefix) > 253 or not _LABEL_PREFIX.fullmatch(prefix)))
             or len(name) > 63
-            or not (_LABEL_NAME.match(name))
+            or not (_LABEL_NAME.fullmatch(name))
         ):
             problems.append(f"{where}: invalid label key {key!r}")
-        if len(value) > 63 or (value and not _LABEL_NAME.match(value)):
+        if len(value) > 63 or (value and not _LABEL_NAME.fullmatch(value)):
             problems.append(f"{where}: invalid value {value!r} for label {key!r}")
     return problems
 
@@ -68,7 +73,7 @@ def _label_problems(where: str, labels: Mapping[str, str]) -> list[str]:
 def check_ray_cluster_spec(spec: Mapping[str, Any], name: str) -> list[str]:
     """Problems KubeRay or the GKE TPU webhook would reject this RayCluster spec for (empty when fine)."""
     problems: list[str] = []
-    if len(name) > MAX_RAY_CLUSTER_NAME or not _DNS1035.match(name):
+    if len(name) > MAX_RAY_CLUSTER_NAME or not _DNS1035.fullmatch(name):
         problems.append(f"metadata.name: {name!r} is not a DNS-1035 label of at most {MAX_RAY_CLUSTER_NAME} chars")
     head = spec["headGroupSpec"]
     if not head["template"]["spec"].get("containers"):
@@ -176,10 +181,11 @@ def check_ray_job(manifest: Mapping[str, Any]) -> list[str]:
     if not spec.get("entrypoint"):
         problems.append("spec.entrypoint: empty")
     name = manifest["metadata"]["name"]
+    if len(name) > MAX_RAY_JOB_NAME or not _DNS1035.fullmatch(name):
+        problems.append(f"metadata.name: {name!r} is not a DNS-1035 label of at most {MAX_RAY_JOB_NAME} chars")
     if "rayClusterSpec" in spec:
-        problems += [f"rayClusterSpec: {p}" for p in check_ray_cluster_spec(spec["rayClusterSpec"], name)]
-    elif len(name) > MAX_RAY_CLUSTER_NAME or not _DNS1035.match(name):
-        problems.append(f"metadata.name: {name!r} is not a DNS-1035 label")
+        cluster_problems = check_ray_cluster_spec(spec["rayClusterSpec"], name)
+        problems += [f"rayClusterSpec: {p}" for p in cluster_problems if not p.startswith("metadata.name")]
     problems += check_kueue_ray_job(manifest)
     return problems
 

@@ -39,6 +39,7 @@ from tpuray.components.names import (
     TPU_RESOURCE,
     TPU_TAINT,
 )
+from tpuray.components.planning.kuberay import SUBMITTER_REQUESTS
 from tpuray.components.planning.node_pools import bounded_name
 from tpuray.components.planning.quantity import format_cpu, format_memory, parse_quantity
 
@@ -62,10 +63,10 @@ DWS_PROVISIONING_CLASS = "queued-provisioning.gke.io"
 """GKE's ProvisioningRequest class for queued provisioning (https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest)."""
 PRIORITY_VALUES = {"low": 100, "normal": 1000, "high": 10000}
 """WorkloadPriorityClass values; the ClusterQueue lets a higher one preempt a lower one."""
-SUBMITTER_CPU = "500m"
-SUBMITTER_MEMORY = "200Mi"
-"""Requests of KubeRay's default submitter Job pod, which Kueue counts as a pod set in K8sJobMode
-(kueue pkg/controller/jobs/rayjob/rayjob_controller.go ``getSubmitterTemplate``)."""
+SUBMITTER_CPU = SUBMITTER_REQUESTS["cpu"]
+SUBMITTER_MEMORY = SUBMITTER_REQUESTS["memory"]
+"""Requests of the submitter pod set Kueue counts in K8sJobMode: the ``submitterPodTemplate`` the RayJob carries
+(kueue v0.19.2 pkg/controller/jobs/rayjob/rayjob_controller.go uses it when present)."""
 _COVERED = ("cpu", "memory", TPU_RESOURCE)
 _GCE_NAME_MAX = 63
 

@@ -15,8 +15,9 @@ from tpuray.components.names import KUEUE_QUEUE_NAME_LABEL
 
 __all__ = ["MAX_POD_SETS", "check_kueue_ray_job"]
 
-MAX_POD_SETS = 8
-"""Kueue's ``jobframework.MaxPodSets``: head + worker groups (+ the submitter in K8sJobMode)."""
+MAX_POD_SETS = 18
+"""Kueue v0.19 ``pkg/controller/jobframework/constants.go`` ``MaxPodSets``: head + worker groups (+ the submitter in
+K8sJobMode)."""
 HEAD_POD_SET = "head"
 
 
@@ -30,11 +31,22 @@ def check_kueue_ray_job(manifest: Mapping[str, Any]) -> list[str]:
     if not labels.get(KUEUE_QUEUE_NAME_LABEL):
         return problems
     cluster = spec.get("rayClusterSpec")
-    if cluster is None:
-        problems.append("spec.rayClusterSpec: Kueue admits a RayJob with its own cluster, not a clusterSelector")
-        return problems
+    # kueue v0.19 rayjob_webhook.go validateCreate: clusterSelector with rayClusterSpec is refused, neither is
+    # refused, and clusterSelector alone is *accepted* but not managed ("RayJobs using existing clusters are not
+    # managed by Kueue"). The last one would carry a queue label that does nothing, so tpuray refuses it too, as its
+    # own rule: a queued job must never silently run unqueued.
     if spec.get("clusterSelector"):
-        problems.append("spec.clusterSelector: a Kueue-managed job does not use an existing cluster")
+        if cluster is not None:
+            problems.append("spec.clusterSelector: a Kueue-managed job should not use an existing cluster (Kueue)")
+        else:
+            problems.append(
+                "spec.clusterSelector: Kueue does not manage a RayJob on an existing cluster, so its queue label "
+                "would do nothing (tpuray's rule): give the job its own rayClusterSpec or drop the queue label"
+            )
+        return problems
+    if cluster is None:
+        problems.append("spec.rayClusterSpec: a Kueue-managed job needs its own rayClusterSpec (Kueue)")
+        return problems
     if not spec.get("shutdownAfterJobFinishes"):
         problems.append("spec.shutdownAfterJobFinishes: a Kueue-managed job must delete its cluster when done")
     if cluster.get("enableInTreeAutoscaling"):

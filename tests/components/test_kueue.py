@@ -27,7 +27,7 @@ from tpuray.components.names import (
 from tpuray.components.planning.from_config import ray_cluster_params, ray_job_params, stack_manifests
 from tpuray.components.planning.kuberay import ray_job_manifest
 from tpuray.components.planning.kueue import DWS_PROVISIONING_CLASS, KueueSpec, kueue_spec
-from tpuray.components.planning.kueue_checks import check_kueue_ray_job
+from tpuray.components.planning.kueue_checks import MAX_POD_SETS, check_kueue_ray_job
 from tpuray.components.planning.node_pools import slice_pool_node_pools
 
 DWS = er.ROOT / "Pulumi.prod-dws.yaml"
@@ -243,7 +243,7 @@ def test_kueue_job_checks_catch_what_kueue_rejects() -> None:
         (
             "pod sets",
             lambda j: j["spec"]["rayClusterSpec"]["workerGroupSpecs"].extend(
-                [copy.deepcopy(j["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]) for _ in range(6)]
+                [copy.deepcopy(j["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]) for _ in range(MAX_POD_SETS)]
             ),
         ),
         ("existing cluster", lambda j: j["spec"].update(clusterSelector={"ray.io/cluster": "x"})),
@@ -337,7 +337,7 @@ def test_shared_mode_leaves_queued_pools_out_of_the_long_lived_cluster() -> None
                 }
             },
             "maintenance.window.recurrence",
-            "pattern",
+            "FREQ=WEEKLY;BYDAY=SA,SU",
         ),
     ],
 )

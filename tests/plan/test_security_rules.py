@@ -296,7 +296,7 @@ def test_plan_of_an_open_prod_control_plane_fails_with_a_named_violation(
 
 def test_plan_never_prints_a_secret(root: Path, tmp_path: Path) -> None:
     stack_file = tmp_path / "Pulumi.dev.yaml"
-    text = (root / "Pulumi.dev.yaml").read_text() + "  tpuray:rayAuthToken: do-not-print-me-0123456789\n"
+    text = (root / "Pulumi.dev.yaml").read_text() + "  tpuray:rayAuthToken: do-not-print-me-0123456789abcdefghij\n"
     stack_file.write_text(text)
     plan = render_stack("dev", root, stack_file=stack_file)
     from tpuray.components.review.render import manifest_files, plan_json
