@@ -23,9 +23,9 @@ from typing import Any
 
 from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_stack_file
 from tpuray.components.review import resource_types
+from tpuray.components.review.cost import BUDGET_RULE, budget_check, cost_json, cost_markdown
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
 from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, load_plan_file, mark, write_file
-from tpuray.components.review.cost import BUDGET_RULE, budget_check, cost_json, cost_markdown
 from tpuray.components.review.policy_rules import Resource, Violation, check_resources
 from tpuray.components.review.pool_views import PoolView, pool_views
 from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown

@@ -263,6 +263,8 @@ def test_ray_pods_reach_the_tpu_device_plugin_on_the_nodes_only() -> None:
         NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=0, node_cidr="10.0.0.0/20"),
     ):
         assert not [p for p in network_policies(other) if "device-plugin" in p["metadata"]["name"]]
+
+
 # ---- least privilege: the TPU workers run user code ---------------------------------------------------------------
 @pytest.mark.parametrize("env", ["dev", "prod", "prod-dws"])
 def test_workers_and_submitter_get_no_api_token_and_not_the_heads_account(env: str) -> None:
