@@ -40,6 +40,10 @@ def test_wheel_layout(wheel: Path) -> None:
     assert "tpuray/components/py.typed" in names
     assert "tpuray/workloads/py.typed" in names
     assert not [n for n in names if n.startswith(("components/", "workloads/", "infra/", "tests/"))]
+    # every module of the two source folders ships (a subpackage missing from pyproject's list would not)
+    for folder in ("components", "workloads"):
+        for module in (ROOT / folder).rglob("*.py"):
+            assert f"tpuray/{module.relative_to(ROOT).as_posix()}" in names, module.relative_to(ROOT)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "tpuray = tpuray.components.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
