@@ -8,15 +8,11 @@ could break are restated in :func:`cel_problems`.
 
 from __future__ import annotations
 
-import functools
-import os
 import re
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
-import pytest
-from kuberay_schema import ROOT, _strict, load_crd
+from kuberay_schema import served_validator, shared_crds
 
 KINDS = {
     "PodMonitoring": "monitoring.googleapis.com_podmonitorings.yaml",
@@ -25,26 +21,11 @@ KINDS = {
 
 
 def crd_dir() -> Path:
-    base = os.environ.get("TPURAY_SHARED_DIR")
-    d = Path(base) / "gmp-crds" if base else ROOT.parent / "shared" / "gmp-crds"
-    if not all((d / f).is_file() for f in KINDS.values()):
-        msg = f"GMP CRDs not found in {d} (set TPURAY_SHARED_DIR)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return d
+    return shared_crds("gmp-crds", KINDS.values(), "set TPURAY_SHARED_DIR (GMP v0.17.2)")
 
 
-@functools.cache
 def _validator(kind: str, version: str, directory: str) -> Any:
-    doc = load_crd(Path(directory) / KINDS[kind])
-    assert doc["spec"]["names"]["kind"] == kind
-    found = [v for v in doc["spec"]["versions"] if v["name"] == version and v.get("served")]
-    assert found, f"{kind} {version} is not served by the CRD"
-    schema = _strict(found[0]["schema"]["openAPIV3Schema"])
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
-    cls.check_schema(schema)
-    return cls(schema)
+    return served_validator(Path(directory) / KINDS[kind], kind, version)
 
 
 def schema_errors(obj: dict[str, Any]) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +22,39 @@ ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}
 
 
-def crd_dir() -> Path:
+def shared_crds(folder: str, files: Iterable[str], how: str) -> Path:
+    """``$TPURAY_SHARED_DIR/<folder>`` (or ``<repo>/../shared/<folder>``) holding ``files``; else fail under CI
+    and skip locally, saying ``how`` to get them."""
     base = os.environ.get("TPURAY_SHARED_DIR")
-    d = Path(base) / "kuberay-crds" if base else ROOT.parent / "shared" / "kuberay-crds"
-    if not all((d / f).is_file() for f in KINDS.values()):
-        msg = (
-            f"KubeRay v1.7.0 CRDs not found in {d}: run `python tools/fetch_crds.py` (pinned, checksummed) "
-            "or set TPURAY_SHARED_DIR to a folder holding kuberay-crds/"
-        )
+    d = Path(base) / folder if base else ROOT.parent / "shared" / folder
+    if not all((d / f).is_file() for f in files):
+        msg = f"CRDs not found in {d}: {how}"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(msg)
         pytest.skip(msg)
     return d
+
+
+@functools.cache
+def served_validator(path: Path, kind: str, version: str, adapt: Callable[[Any], Any] = lambda s: s) -> Any:
+    """A strict validator of ``kind`` at ``version`` from the CRD file ``path`` (which must serve that version);
+    ``adapt`` rewrites the converted schema where Python's regular expressions differ from Go's."""
+    doc = load_crd(path)
+    assert doc["spec"]["names"]["kind"] == kind
+    found = [v for v in doc["spec"]["versions"] if v["name"] == version and v.get("served")]
+    assert found, f"{kind} {version} is not served by the CRD"
+    schema = adapt(_strict(found[0]["schema"]["openAPIV3Schema"]))
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def crd_dir() -> Path:
+    return shared_crds(
+        "kuberay-crds",
+        KINDS.values(),
+        "run `python tools/fetch_crds.py` (KubeRay v1.7.0, pinned, checksummed) or set TPURAY_SHARED_DIR",
+    )
 
 
 def _strict(node: Any) -> Any:

@@ -7,14 +7,10 @@ version named by each object's apiVersion. jsonschema cannot run the CRDs' CEL r
 
 from __future__ import annotations
 
-import functools
-import os
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
-import pytest
-from kuberay_schema import ROOT, _strict, load_crd
+from kuberay_schema import load_crd, served_validator, shared_crds
 
 KINDS = {
     "ResourceFlavor": "kueue.x-k8s.io_resourceflavors.yaml",
@@ -27,26 +23,11 @@ KINDS = {
 
 
 def crd_dir() -> Path:
-    base = os.environ.get("TPURAY_SHARED_DIR")
-    d = Path(base) / "kueue-crds" if base else ROOT.parent / "shared" / "kueue-crds"
-    if not all((d / f).is_file() for f in KINDS.values()):
-        msg = f"Kueue CRDs not found in {d} (set TPURAY_SHARED_DIR)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return d
+    return shared_crds("kueue-crds", KINDS.values(), "set TPURAY_SHARED_DIR (Kueue v0.19.2)")
 
 
-@functools.cache
 def _validator(kind: str, version: str, directory: str) -> Any:
-    doc = load_crd(Path(directory) / KINDS[kind])
-    assert doc["spec"]["names"]["kind"] == kind
-    found = [v for v in doc["spec"]["versions"] if v["name"] == version and v.get("served")]
-    assert found, f"{kind} {version} is not served by the CRD"
-    schema = _python_patterns(_strict(found[0]["schema"]["openAPIV3Schema"]))
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
-    cls.check_schema(schema)
-    return cls(schema)
+    return served_validator(Path(directory) / KINDS[kind], kind, version, _python_patterns)
 
 
 def _python_patterns(node: Any) -> Any:
