@@ -289,7 +289,9 @@ def test_ray_cluster_and_job() -> None:
     rec, out = er.run(build)
     ray, job = build.holder["ray"], build.holder["job"]  # type: ignore[attr-defined]
     # namespace, bucket, GSA, bucket grant, WI binding, KSA, RayCluster, token + Secret, 6 NetworkPolicies
-    assert_parented(rec, "tpuray:index:RayTpuCluster", 17)  # +1 service account, +1 binding: the workers'
+    # +1 service account, +1 binding: the workers'; +1 NetworkPolicy (egress to the TPU device plugin's metrics port)
+    # and +1 PodMonitoring (the training metrics)
+    assert_parented(rec, "tpuray:index:RayTpuCluster", 19)
     assert_parented(rec, "tpuray:index:RayTpuJob", 1)
     assert not rec.of_type("kubernetes:helm.sh/v3:Release")
 
@@ -318,7 +320,7 @@ def test_ray_cluster_and_job() -> None:
     assert secret["metadata"] == {"name": "tpu-ray-auth", "namespace": "ray", "labels": {}}
     assert rec.one("random:index/randomPassword:RandomPassword")["inputs"]["length"] == 48
     policies = {p["inputs"]["metadata"]["name"] for p in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")}
-    assert "default-deny-all" in policies and len(policies) == 6
+    assert "default-deny-all" in policies and "tpu-ray-tpu-device-plugin" in policies and len(policies) == 7
 
     rc = rec.one(RAY_CLUSTER)["inputs"]
     assert rc["apiVersion"] == "ray.io/v1" and rc["kind"] == "RayCluster"
@@ -355,7 +357,7 @@ def test_mocks_are_live() -> None:
 
 # ---- maintenance ------------------------------------------------------------------------------------------
 def test_cluster_maintenance_window_exclusions_and_pool_auto_upgrade() -> None:
-    window = {"start": "2026-01-03T02:00:00Z", "end": "2026-01-03T08:00:00Z", "recurrence": "FREQ=WEEKLY;BYDAY=SA"}
+    window = {"start": "2026-01-03T02:00:00Z", "end": "2026-01-03T08:00:00Z", "recurrence": "FREQ=WEEKLY;BYDAY=SA,SU"}
     exclusion = {
         "name": "launch",
         "start": "2026-03-01T00:00:00Z",
