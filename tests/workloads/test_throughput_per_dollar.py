@@ -25,7 +25,7 @@ def _result(tokens_per_s: float) -> Any:
 
 
 def _job() -> Any:
-    return SimpleNamespace(steps=10, model=SimpleNamespace(params=1000))
+    return SimpleNamespace(steps=10, model=SimpleNamespace(params=1000), run_dir=None)  # no run dir: no goodput
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -30,7 +30,9 @@ def test_one_worker_per_chip_and_the_run_config_of_the_xla_backend() -> None:
     rc = RunConfig(name="r", storage_path="/tmp/x")
     trainer = torch_tpu.torch_tpu_trainer(job, s, 1, rc)
     sc = trainer.scaling_config
-    assert (sc.num_workers, sc.resources_per_worker, sc.use_tpu) == (s.chips, {"TPU": 1}, True)
+    # one chip each, and a share of the host's CPU so that a Tune trial's actor fits beside the slice's workers
+    expected = {"TPU": 1, "CPU": 1 / s.chips_per_host}
+    assert (sc.num_workers, sc.resources_per_worker, sc.use_tpu) == (s.chips, expected, True)
     assert trainer.run_config is rc  # checkpoints and failures handled as for --backend xla
 
 
