@@ -287,6 +287,7 @@ def exposition(cfg: StackConfig, tick: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 def test_every_query_parses_and_finds_its_series_on_a_real_prometheus(tmp_path: Path) -> None:
     cfg = stack("prod-dws")
     plan = dashboard_plan(cfg, "prod-dws")

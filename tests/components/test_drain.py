@@ -99,11 +99,11 @@ def ray_node() -> Iterator[tuple[str, dict[str, str]]]:
         ],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=(tmp / "ray-start.log").open("wb"),
         start_new_session=True,
     )
     try:
-        _wait_for_nodes(address, alive=1)
+        _wait_for_nodes(address, alive=1, head=head, log=tmp / "ray-start.log")
         yield address, env
     finally:
         os.killpg(head.pid, signal.SIGKILL)  # the whole session: head, GCS and raylet (nothing to flush)
@@ -122,9 +122,14 @@ def _nodes(address: str) -> list[Any]:
     return list(raylet.GcsClient(address=address).get_all_node_info(timeout=10).values())
 
 
-def _wait_for_nodes(address: str, alive: int) -> None:
-    """A readiness guard (Ray's start-up), not a speed bound."""
+def _wait_for_nodes(
+    address: str, alive: int, head: subprocess.Popen[bytes] | None = None, log: Path | None = None
+) -> None:
+    """A readiness guard (Ray's start-up), not a speed bound; a head that exited is said at once, with its log."""
     for _ in range(120):
+        if head is not None and head.poll() is not None:
+            said = log.read_text(errors="replace")[-2000:] if log else ""
+            raise AssertionError(f"ray start exited with {head.returncode}:\n{said}")
         try:
             if sum(1 for n in _nodes(address) if n.state == 0) >= alive:  # 0: ALIVE
                 return
@@ -134,6 +139,7 @@ def _wait_for_nodes(address: str, alive: int) -> None:
     raise AssertionError(f"no live Ray node at {address}")
 
 
+@pytest.mark.slow
 def test_the_hook_drains_its_ray_node_for_preemption(ray_node: tuple[str, dict[str, str]]) -> None:
     common_pb2 = _generated("common_pb2")
     address, env = ray_node

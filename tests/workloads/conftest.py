@@ -1,4 +1,4 @@
-"""Shared fixtures: stack files for local runs, and the ``slow`` marker (Ray clusters; run in CI too)."""
+"""Shared fixtures: stack files for local runs (the ``slow`` marker is tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,6 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: starts a local Ray cluster (tens of seconds); runs in CI")
 
 
 @pytest.fixture
