@@ -36,7 +36,9 @@ from tpuray.components.config import (
     problems,
 )
 from tpuray.components.config_types import RunName
+from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL
 from tpuray.components.pricing.throughput import slice_usd_per_hour, tokens_per_usd
+from tpuray.components.slice_labels import slice_from_labels
 from tpuray.components.topology import TopologyError, TpuSlice
 from tpuray.workloads.data import DatasetError, TokenFile, open_dataset
 from tpuray.workloads.goodput import EVENTS_FILE, JOB_END, JOB_START, compute_goodput, read_events, record_job_event
@@ -190,9 +192,8 @@ def slice_from_cluster(slices: Sequence[SliceInfo]) -> TpuSlice:
             f"cannot choose a slice shape: the cluster has {describe_slices(slices)}; pass --topology GEN:TOPOLOGY"
         )
     pod_type, topology, per_host = next(iter(shapes))
-    shape = TpuSlice.parse_pod_type(pod_type, topology)
-    machine = next(m for m, c in shape.spec.machine_types.items() if c == per_host)
-    return TpuSlice.parse(shape.generation, topology, machine)
+    labels = {RAY_POD_TYPE_LABEL: pod_type, RAY_TOPOLOGY_LABEL: topology}
+    return slice_from_labels(labels, chips_per_host=per_host)
 
 
 @dataclass(frozen=True)
