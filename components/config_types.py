@@ -423,8 +423,9 @@ def stack_name_problem(name: str) -> str | None:
 
 
 # ---- training run names -------------------------------------------------------------------------------------
-# Ray Train keeps a run's checkpoints in <storage_path>/<RunConfig.name>/ (https://docs.ray.io/en/latest/train/
-# user-guides/persistent-storage.html), and the trainer writes its goodput log there too: a run name is one
+# Ray Train keeps a run's results and checkpoints in <storage_path>/<RunConfig.name>/ ("The experiment results will
+# be saved to: storage_path/name", https://docs.ray.io/en/latest/train/user-guides/configuration-overview.html),
+# and the trainer writes its goodput log there too: a run name is one
 # directory level under the checkpoint directory, so '/', '..', '.', an empty name and a leading '-' (read as a
 # flag) are refused, by a rule that also fits a Kubernetes object name the RayJob derives it from.
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")

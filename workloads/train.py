@@ -240,8 +240,6 @@ def _validated(
         named: list[tuple[str, str]] = []
         for path, msg in problems(e, model):
             flag = by_path.get(path)
-            if flag is None:  # a rule across fields (heads vs dModel): name the flag of the field it names
-                flag = next((f for f in flags if f.path[-1] == path.rsplit(".", 1)[-1]), None)
             if flag is not None and getattr(args, flag.dest, None) is not None:
                 rng = flag.valid_range()
                 if msg.startswith("Input should be"):  # pydantic's own words: add the bounds and the value
