@@ -37,6 +37,7 @@ __all__ = [
     "RangeName",
     "RayAuthToken",
     "Rrule",
+    "RunName",
     "SemVer",
     "Zone",
     "bounded_name",
@@ -419,6 +420,27 @@ def stack_name_problem(name: str) -> str | None:
             "names stacks"
         )
     return None
+
+
+# ---- training run names -------------------------------------------------------------------------------------
+# Ray Train keeps a run's results and checkpoints in <storage_path>/<RunConfig.name>/ ("The experiment results will
+# be saved to: storage_path/name", https://docs.ray.io/en/latest/train/user-guides/configuration-overview.html),
+# and the trainer writes its goodput log there too: a run name is one
+# directory level under the checkpoint directory, so '/', '..', '.', an empty name and a leading '-' (read as a
+# flag) are refused, by a rule that also fits a Kubernetes object name the RayJob derives it from.
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def _run_name(value: str) -> str | None:
+    if not _RUN_NAME.fullmatch(value):
+        return (
+            f"{_show(value)} is not a run name: 1-128 letters, digits, '-', '_' or '.', starting with a letter or "
+            "digit (it is one directory under the checkpoint directory: no '/' or '..')"
+        )
+    return None
+
+
+RunName = Annotated[str, AfterValidator(_checked(_run_name))]
 
 
 # ---- maintenance recurrence --------------------------------------------------------------------------------

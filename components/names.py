@@ -128,6 +128,17 @@ IMAGE_TORCH_VERSION_LABEL = "tpuray.io/torch-version"
 IMAGE_TORCH_XLA_VERSION_LABEL = "tpuray.io/torch-xla-version"
 
 # ---- worker environment ---------------------------------------------------------------------------------
+# What GKE puts in a TPU container's env and Ray reads on a TPU worker (ray/_private/accelerators/tpu.py, Ray 2.60:
+# GKE_TPU_ACCELERATOR_TYPE_ENV_VAR, GKE_TPU_TOPOLOGY_ENV_VAR, GKE_TPU_NAME_ENV_VAR, GKE_TPU_WORKER_ID_ENV_VAR): the
+# same facts as Ray's node labels, under other names.
+TPU_ACCELERATOR_TYPE_ENV = "TPU_ACCELERATOR_TYPE"
+"""The slice's pod type (``v5litepod-16``), as ``ray.io/tpu-pod-type``."""
+TPU_TOPOLOGY_ENV = "TPU_TOPOLOGY"
+"""The slice's topology (``4x4``), as ``ray.io/tpu-topology``."""
+TPU_NAME_ENV = "TPU_NAME"
+"""The slice's name, as ``ray.io/tpu-slice-name``."""
+TPU_WORKER_ID_ENV = "TPU_WORKER_ID"
+"""The host's index within its slice, as ``ray.io/tpu-worker-id``."""
 MAX_RUN_ENV = "TPURAY_MAX_RUN_SECONDS"
 """On TPU workers of pools with a ``maxRunDuration`` (flex-start, queued): the VMs' lifetime in seconds, counted
 by GKE from VM creation (before the pod starts), so the training side can checkpoint before the VMs go away."""

@@ -34,7 +34,8 @@ from ray.train.torch import TorchConfig
 from ray.train.v2.api.config import ScalingConfig
 
 from tpuray.components.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL, TPU_MEGASCALE_PORT
-from tpuray.components.topology import TpuSlice
+from tpuray.components.slice_labels import slice_from_labels
+from tpuray.components.topology import TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat, portable
 from tpuray.workloads.placement import ChipAssignment, PlacementError, Seat, assign_chips
 from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS, hostnames_from_env
@@ -289,15 +290,14 @@ def slice_of(labels: list[dict[str, str]], world: int) -> TpuSlice:
     shapes = {(lb.get(RAY_POD_TYPE_LABEL), lb.get(RAY_TOPOLOGY_LABEL)) for lb in labels}
     if len(shapes) != 1 or None in next(iter(shapes)):
         raise PlacementError(f"the workers are not on one TPU slice shape (pod type, topology): {sorted(shapes)}")
-    ((pod_type, topology),) = shapes
-    assert pod_type is not None and topology is not None
-    shape = TpuSlice.parse_pod_type(pod_type, topology)
     slices = {lb.get(RAY_SLICE_NAME_LABEL) for lb in labels}
     hosts = {(lb.get(RAY_SLICE_NAME_LABEL), lb.get(RAY_WORKER_ID_LABEL)) for lb in labels}
     per_host = world // max(1, len(hosts))
     # a 2x4 slice is one 8-chip VM or two 4-chip VMs: the hosts Ray placed workers on decide
-    machine = next((m for m, c in shape.spec.machine_types.items() if c == per_host), shape.machine_type)
-    s = TpuSlice.parse(shape.generation, topology, machine)
+    try:
+        s = slice_from_labels(labels[0], chips_per_host=per_host)
+    except TopologyError as e:
+        raise PlacementError(f"{world} workers on {len(hosts)} host(s): {e}; not one per chip") from None
     if world != s.chips * len(slices):
         raise PlacementError(f"{world} workers on {len(slices)} {s} slice(s) of {s.chips} chips: not one per chip")
     return s

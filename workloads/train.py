@@ -14,26 +14,31 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import ValidationError
+import annotated_types
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 
 from tpuray.components.config import (
     ConfigError,
-    ModelConfig,
     StackConfig,
     WorkloadConfig,
     load_stack_file,
     problems,
 )
+from tpuray.components.config_types import RunName
+from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL
 from tpuray.components.pricing.throughput import slice_usd_per_hour, tokens_per_usd
+from tpuray.components.slice_labels import slice_from_labels
 from tpuray.components.topology import TopologyError, TpuSlice
 from tpuray.workloads.data import DatasetError, TokenFile, open_dataset
 from tpuray.workloads.goodput import EVENTS_FILE, JOB_END, JOB_START, compute_goodput, read_events, record_job_event
@@ -41,10 +46,89 @@ from tpuray.workloads.gpt_loop import CheckpointError, GptJob
 from tpuray.workloads.metrics import ModelShape
 from tpuray.workloads.placement import PlacementError, SliceInfo, cluster_slices, describe_slices, slices_for_job
 
-__all__ = ["build_parser", "main", "slice_from_cluster"]
+__all__ = ["RunSettings", "Settings", "build_parser", "main", "settings", "slice_from_cluster"]
+
+
+class RunSettings(BaseModel):
+    """The run's own settings, beside the stack's workload settings (:class:`WorkloadConfig`); each flag of the
+    trainer overrides a field of one of the two, and each default is written here or there, once."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True, strict=True
+    )
+
+    run_name: RunName = Field(
+        default="train", description="the run's name: runs with other names never share checkpoints"
+    )
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = Field(default=0, description="data and initialisation seed")
+    max_restarts: Annotated[int, Field(ge=0, le=1000)] = Field(
+        default=3, description="worker-group restarts allowed per job (bounded)"
+    )
+    log_every: Annotated[int, Field(ge=1, le=100_000_000)] = Field(
+        default=10, description="steps between progress lines"
+    )
+
+
+@dataclass(frozen=True)
+class _Flag:
+    """A trainer flag that overrides one field of a settings model."""
+
+    name: str
+    """``--d-model``"""
+    path: tuple[str, ...]
+    """The field's aliases from the model's root: ``("model", "dModel")``."""
+    field: FieldInfo
+
+    @property
+    def dest(self) -> str:
+        return self.name[2:].replace("-", "_")
+
+    def valid_range(self) -> str:
+        """The field's bounds as the model states them, e.g. ``>= 1 and <= 100000000``."""
+        if typing.get_origin(self.field.annotation) is Literal:
+            return "one of " + ", ".join(map(str, typing.get_args(self.field.annotation)))
+        ops = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+        return " and ".join(
+            f"{ops[k]} {getattr(m, k)}"
+            for m in self.field.metadata
+            if isinstance(m, annotated_types.Ge | annotated_types.Gt | annotated_types.Le | annotated_types.Lt)
+            for k in ops
+            if hasattr(m, k)
+        )
+
+
+def _flags(model: type[BaseModel], skip: frozenset[str] = frozenset(), prefix: tuple[str, ...] = ()) -> list[_Flag]:
+    """One flag per field, named after it (``checkpoint_every`` -> ``--checkpoint-every``); a nested model's
+    fields are flags of their own (``model.d_model`` -> ``--d-model``)."""
+    out: list[_Flag] = []
+    for name, f in model.model_fields.items():
+        alias = f.alias or name
+        sub = f.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            out += _flags(sub, skip, (*prefix, alias))
+        elif name not in skip:
+            out.append(_Flag("--" + name.replace("_", "-"), (*prefix, alias), f))
+    return out
+
+
+# The pool a job runs on is told by --topology/--num-slices (the stack's workload.slicePool picks them for the
+# RayJob), not by a pool name the trainer could not look up on a cluster.
+WORKLOAD_FLAGS = _flags(WorkloadConfig, skip=frozenset({"slice_pool"}))
+RUN_FLAGS = _flags(RunSettings)
+
+
+def _flag_help(flag: _Flag, where: str) -> str:
+    parts = [flag.field.description or ""]
+    rng = flag.valid_range()
+    if rng:
+        parts.append(rng)
+    parts.append(f"default: {where}{flag.field.default}")
+    return "; ".join(p for p in parts if p).replace("%", "%%")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The trainer's flags. A setting's flag has no default of its own (``None``: not given): the effective value
+    comes from :func:`settings`, which lays the given flags over the settings models and their defaults."""
     p = argparse.ArgumentParser(prog="python -m tpuray.workloads.train", description=__doc__.split("\n\n")[0])
     where = p.add_argument_group("where")
     where.add_argument("--local", action="store_true", help="emulate the stack's slice on a local Ray cluster")
@@ -53,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="stack name: reads Pulumi.<stack>.yaml from here or a parent directory (default with --local: dev)",
     )
     where.add_argument("--stack-file", type=Path, help="path of a Pulumi stack file (instead of --stack)")
+    where.add_argument(
+        "--workload",
+        metavar="JSON",
+        help="the stack's workload settings as JSON (camelCase keys, as in the stack file), instead of --stack: "
+        "what the stack's RayJob passes",
+    )
     where.add_argument("--address", help="Ray address (default: the cluster this job runs in)")
     where.add_argument(
         "--topology",
@@ -61,18 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     where.add_argument("--num-slices", type=int, help="data-parallel replicas, one whole slice each (default 1)")
     where.add_argument("--chips", type=int, help="total chips (a multiple of the slice's chips)")
-    what = p.add_argument_group("what (defaults: the stack's workload section)")
-    what.add_argument("--steps", type=int)
-    what.add_argument("--batch-size-per-chip", type=int)
-    what.add_argument("--seq-len", type=int)
-    what.add_argument("--learning-rate", type=float)
-    what.add_argument("--vocab-size", type=int, help="model: vocabulary size")
-    what.add_argument("--layers", type=int, help="model: decoder layers")
-    what.add_argument("--d-model", type=int, help="model: width")
-    what.add_argument("--heads", type=int, help="model: attention heads (must divide --d-model)")
-    what.add_argument("--dataset", help="tokenised file (.bin uint16, .npy, or whitespace-separated ids)")
-    what.add_argument("--seed", type=int, default=0)
-    what.add_argument("--backend", choices=["xla", "torch_tpu"])
+    what = p.add_argument_group("what (overrides of the stack's workload section, or of --workload)")
+    for flag in WORKLOAD_FLAGS:
+        what.add_argument(
+            flag.name, dest=flag.dest, metavar=flag.dest.upper(), help=_flag_help(flag, "the stack's, else ")
+        )
     ck = p.add_argument_group("checkpoints (Ray Train's RunConfig(storage_path, name))")
     ck.add_argument(
         "--checkpoint-dir",
@@ -80,10 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
         "from its newest readable one (default: on a cluster <checkpoints.mountPath>; locally a fresh temp "
         "dir); a gs:// URI works too",
     )
-    ck.add_argument("--checkpoint-every", type=int)
-    ck.add_argument("--run-name", default="train", help="the run's name: runs with other names never share checkpoints")
-    ck.add_argument("--max-restarts", type=int, default=3, help="worker-group restarts allowed per job (bounded)")
-    p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
+    run = p.add_argument_group("the run")
+    for flag in RUN_FLAGS:
+        run.add_argument(flag.name, dest=flag.dest, metavar=flag.dest.upper(), help=_flag_help(flag, ""))
     cost = p.add_argument_group("cost (the summary's $/h and tokens per dollar)")
     cost.add_argument(
         "--cost-json",
@@ -110,42 +192,98 @@ def slice_from_cluster(slices: Sequence[SliceInfo]) -> TpuSlice:
             f"cannot choose a slice shape: the cluster has {describe_slices(slices)}; pass --topology GEN:TOPOLOGY"
         )
     pod_type, topology, per_host = next(iter(shapes))
-    shape = TpuSlice.parse_pod_type(pod_type, topology)
-    machine = next(m for m, c in shape.spec.machine_types.items() if c == per_host)
-    return TpuSlice.parse(shape.generation, topology, machine)
+    labels = {RAY_POD_TYPE_LABEL: pod_type, RAY_TOPOLOGY_LABEL: topology}
+    return slice_from_labels(labels, chips_per_host=per_host)
 
 
-def _model_size(args: argparse.Namespace, w: WorkloadConfig) -> ModelConfig:
-    """The stack's model sizes with any command-line overrides, validated by the config model."""
-    overrides = {k: getattr(args, k) for k in ("vocab_size", "layers", "d_model", "heads") if getattr(args, k)}
+@dataclass(frozen=True)
+class Settings:
+    """What the trainer runs: the workload settings and the run's own, each validated by its model."""
+
+    workload: WorkloadConfig
+    run: RunSettings
+
+
+def _given(args: argparse.Namespace, flags: Sequence[_Flag]) -> dict[str, Any]:
+    """The flags the user gave, as a nested dict by alias (``{"model": {"dModel": "96"}}``)."""
+    out: dict[str, Any] = {}
+    for flag in flags:
+        value = getattr(args, flag.dest, None)
+        if value is not None:
+            node = out
+            for key in flag.path[:-1]:
+                node = node.setdefault(key, {})
+            node[flag.path[-1]] = value
+    return out
+
+
+def _overlay(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in overrides.items():
+        out[key] = _overlay(base.get(key) or {}, value) if isinstance(value, Mapping) else value
+    return out
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _validated(
+    model: type[M], base: Mapping[str, Any], args: argparse.Namespace, flags: Sequence[_Flag], where: str
+) -> M:
+    """``model`` from ``base`` with the given flags laid over it. A flag's text is parsed by the model (lax, as
+    a command line is text); a problem names the flag, and the valid range where the model bounds the field."""
+    given = _given(args, flags)
     try:
-        return ModelConfig.model_validate({**w.model.model_dump(), **overrides})
+        return model.model_validate(_overlay(base, given), strict=False)
     except ValidationError as e:
-        # name the flag ("--d-model") where the config model says "dModel"
-        raise ConfigError(
-            [("--" + re.sub(r"([A-Z])", r"-\1", path).lower().replace("_", "-"), msg) for path, msg in problems(e)]
-        ) from None
+        by_path = {".".join(f.path): f for f in flags}
+        named: list[tuple[str, str]] = []
+        for path, msg in problems(e, model):
+            flag = by_path.get(path)
+            if flag is not None and getattr(args, flag.dest, None) is not None:
+                rng = flag.valid_range()
+                if msg.startswith("Input should be"):  # pydantic's own words: add the bounds and the value
+                    msg = f"{msg}{'; valid range: ' + rng if rng else ''}; got {getattr(args, flag.dest)!r}"
+                named.append((flag.name, msg))
+            else:
+                named.append((f"{where}.{path}", msg))
+        raise ConfigError(named) from None
 
 
-def _job(args: argparse.Namespace, w: WorkloadConfig, tpu_slice: TpuSlice, run_dir: str | None = None) -> GptJob:
-    m = _model_size(args, w)
-    shape = ModelShape(
-        vocab_size=m.vocab_size, layers=m.layers, d_model=m.d_model, heads=m.heads, seq_len=args.seq_len or w.seq_len
-    )
+def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Settings:
+    """The effective settings: the workload from ``--workload`` (on a cluster) or the stack file (``stack``),
+    else the model's defaults, with the flags the user gave laid over it; checked before any cluster work."""
+    if args.workload is not None and stack is not None:
+        raise ConfigError([("--workload", "comes instead of --stack/--stack-file; pass one of them")])
+    if args.workload is not None:
+        try:
+            base = WorkloadConfig.model_validate_json(args.workload).model_dump(by_alias=True)
+        except ValidationError as e:
+            found = problems(e, WorkloadConfig)
+            raise ConfigError([("--workload" + ("" if p == "(root)" else f".{p}"), m) for p, m in found]) from None
+    else:
+        base = (stack.workload if stack else WorkloadConfig()).model_dump(by_alias=True)
+    workload = _validated(WorkloadConfig, base, args, WORKLOAD_FLAGS, "workload")
+    return Settings(workload, _validated(RunSettings, {}, args, RUN_FLAGS, "run"))
+
+
+def _job(s: Settings, tpu_slice: TpuSlice, local: bool, run_dir: str | None = None) -> GptJob:
+    w, m = s.workload, s.workload.model
+    shape = ModelShape(vocab_size=m.vocab_size, layers=m.layers, d_model=m.d_model, heads=m.heads, seq_len=w.seq_len)
     return GptJob(
         model=shape,
-        steps=args.steps or w.steps,
-        batch_size_per_chip=args.batch_size_per_chip or w.batch_size_per_chip,
-        learning_rate=args.learning_rate or w.learning_rate,
-        checkpoint_every=args.checkpoint_every or w.checkpoint_every,
+        steps=w.steps,
+        batch_size_per_chip=w.batch_size_per_chip,
+        learning_rate=w.learning_rate,
+        checkpoint_every=w.checkpoint_every,
         slice_spec=str(tpu_slice),
-        dataset=args.dataset if args.dataset is not None else w.dataset,
-        seed=args.seed,
-        bf16=not args.local,
-        log_every=args.log_every,
-        cpu_threads=1 if args.local else None,
+        dataset=w.dataset,
+        seed=s.run.seed,
+        bf16=not local,
+        log_every=s.run.log_every,
+        cpu_threads=1 if local else None,
         run_dir=run_dir,
-        run_name=args.run_name,
+        run_name=s.run.run_name,
     )
 
 
@@ -252,15 +390,14 @@ def _summary(
 def run(args: argparse.Namespace) -> dict[str, object]:
     t0, wall0 = time.perf_counter(), time.time()
     stack: StackConfig | None = None
-    if args.stack_file or args.stack or (args.local and not args.topology):
+    if args.stack_file or args.stack or (args.local and not args.topology and args.workload is None):
         stack = load_stack_file(args.stack_file or _find_stack_file(args.stack or "dev", Path.cwd()))
-    w = stack.workload if stack else WorkloadConfig()
+    s = settings(args, stack)  # every setting checked before any cluster work
+    w = s.workload
     pool = stack.workload_pool() if stack else None
     tpu_slice = TpuSlice.parse(args.topology) if args.topology else (pool.tpu_slice if pool else None)
     if args.local and tpu_slice is None:
         raise PlacementError("--local needs a slice shape: --stack, --stack-file or --topology")
-    if args.max_restarts < 0:
-        raise ConfigError([("--max-restarts", f"must be >= 0 (restarts are bounded), got {args.max_restarts}")])
     if args.local:
         storage = args.checkpoint_dir or tempfile.mkdtemp(prefix="tpuray-ckpt-")
     else:
@@ -269,14 +406,13 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     if "://" not in storage:
         storage = os.path.abspath(storage)
     # the goodput log lives in the run's directory, on a file system (a gs:// storage path has no appends)
-    run_dir = os.path.join(storage, args.run_name) if "://" not in storage else None
+    run_dir = os.path.join(storage, s.run.run_name) if "://" not in storage else None
 
     # Fail on a bad dataset before any cluster work.
-    dataset = args.dataset if args.dataset is not None else w.dataset
-    data = open_dataset(dataset, _model_size(args, w).vocab_size, args.seed)
+    data = open_dataset(w.dataset, w.model.vocab_size, s.run.seed)
     price = run_price(args, pool.name if pool else None, pool.capacity.type if pool else None)
 
-    if (args.backend or w.backend) == "torch_tpu" and args.local:
+    if w.backend == "torch_tpu" and args.local:
         raise PlacementError("--backend torch_tpu needs real TPUs (torch_tpu has no CPU emulation)")
 
     import ray
@@ -307,21 +443,20 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         if tpu_slice is None:
             tpu_slice = slice_from_cluster(cluster_slices(_nodes()))
         num_slices = _slices_for(tpu_slice, args)
-        job = _job(args, w, tpu_slice, run_dir)
+        job = _job(s, tpu_slice, bool(args.local), run_dir)
         if isinstance(data, TokenFile):
             data.check_fits(num_slices * tpu_slice.chips, job.model.seq_len)
-        if (args.backend or w.backend) == "torch_tpu":
+        if w.backend == "torch_tpu":
             from tpuray.workloads.torch_tpu import torch_tpu_trainer
 
-            trainer = torch_tpu_trainer(job, tpu_slice, num_slices, _run_config(args, storage))
+            trainer = torch_tpu_trainer(job, tpu_slice, num_slices, _run_config(s.run, storage))
         else:
-            trainer = _xla_trainer(job, tpu_slice, num_slices, _run_config(args, storage))
+            trainer = _xla_trainer(job, tpu_slice, num_slices, _run_config(s.run, storage))
         result = trainer.fit()
         if run_dir is not None:
             record_job_event(run_dir, JOB_END)
-        backend = args.backend or w.backend
         wall = time.perf_counter() - t0
-        return _summary(result, job, tpu_slice, num_slices, backend, bool(args.local), wall, price)
+        return _summary(result, job, tpu_slice, num_slices, w.backend, bool(args.local), wall, price)
     finally:
         if ray.is_initialized():
             ray.shutdown()
@@ -329,12 +464,12 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             cluster.shutdown()
 
 
-def _run_config(args: argparse.Namespace, storage: str) -> Any:
+def _run_config(run: RunSettings, storage: str) -> Any:
     from ray.train.v2.api.config import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig
 
-    n = args.max_restarts
+    n = run.max_restarts
     return RunConfig(
-        name=args.run_name,
+        name=run.run_name,
         storage_path=storage,
         checkpoint_config=CheckpointConfig(num_to_keep=3),
         # Ray Train retries some failures forever by default (controller errors, preemptions): bound them all.

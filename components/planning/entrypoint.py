@@ -1,6 +1,9 @@
 """The training entrypoint the stack's RayJob runs: the contract between the stack config and the train CLI.
 
-Pure Python; imports no Pulumi. A test parses the result with ``tpuray.workloads.train``'s own argument parser.
+Pure Python; imports no Pulumi. The workload settings cross as data: one ``--workload`` JSON value, the
+:class:`WorkloadConfig` by alias as the stack file spells it, which the trainer validates with the same model (its
+other flags override it). Only the slice the job runs on and where its checkpoints go are flags of their own. A test
+parses the result with ``tpuray.workloads.train``'s own argument parser.
 """
 
 from __future__ import annotations
@@ -13,29 +16,18 @@ __all__ = ["train_entrypoint"]
 
 
 def train_entrypoint(workload: WorkloadConfig, pool: SlicePoolConfig, run_name: str, checkpoint_dir: str | None) -> str:
-    """``python -m tpuray.workloads.train`` on ``pool``'s slice shape, data-parallel over its slices.
-
-    Only flags that ``tpuray.workloads.train.build_parser`` accepts (a test parses the result with it).
-    """
-    flags: list[tuple[str, object | None]] = [
-        ("--topology", str(pool.tpu_slice)),
-        ("--num-slices", pool.slices),
-        ("--steps", workload.steps),
-        ("--batch-size-per-chip", workload.batch_size_per_chip),
-        ("--seq-len", workload.seq_len),
-        ("--learning-rate", workload.learning_rate),
-        ("--vocab-size", workload.model.vocab_size),
-        ("--layers", workload.model.layers),
-        ("--d-model", workload.model.d_model),
-        ("--heads", workload.model.heads),
-        ("--backend", workload.backend),
-        ("--dataset", workload.dataset),
-        ("--checkpoint-every", workload.checkpoint_every),
-        ("--checkpoint-dir", checkpoint_dir),
-        ("--run-name", run_name),
+    """``python -m tpuray.workloads.train`` on ``pool``'s slice shape, data-parallel over its slices."""
+    args = [
+        "python",
+        "-m",
+        "tpuray.workloads.train",
+        "--topology",
+        str(pool.tpu_slice),
+        "--num-slices",
+        str(pool.slices),
     ]
-    args = ["python", "-m", "tpuray.workloads.train"]
-    for flag, value in flags:
-        if value is not None:
-            args += [flag, str(value)]
+    args += ["--workload", workload.model_dump_json(by_alias=True, exclude_none=True)]
+    if checkpoint_dir is not None:
+        args += ["--checkpoint-dir", checkpoint_dir]
+    args += ["--run-name", run_name]
     return shlex.join(args)

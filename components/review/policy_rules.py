@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuray.components.config import is_production_stack
-from tpuray.components.names import GKE_TOPOLOGY_LABEL as TPU_TOPOLOGY_LABEL
-from tpuray.components.names import POD_TYPE_LABEL, RAY_DASHBOARD_PORT
+from tpuray.components.names import RAY_DASHBOARD_PORT
 from tpuray.components.planning.kuberay_checks import worker_group_chips_problem
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, SERVICE
+from tpuray.components.slice_labels import slice_from_labels
 from tpuray.components.topology import (
     Generation,
     TopologyError,
@@ -150,18 +150,10 @@ def _labelled_slice(pool: _TpuPool) -> TpuSlice | None:
 
     A pool's node count alone cannot tell one multi-host slice from several single-host slices; the labels can.
     """
-    topo = pool.labels.get(TPU_TOPOLOGY_LABEL)
-    pod_type = pool.labels.get(POD_TYPE_LABEL)
     try:
-        if isinstance(topo, str):
-            return TpuSlice.parse(pool.generation.name, topo, pool.machine_type)
-        if isinstance(pod_type, str):
-            s = TpuSlice.parse_pod_type(pod_type)
-            if s.chips % pool.generation.machine_types[pool.machine_type] == 0:
-                return TpuSlice.parse(s.generation, s.topology, pool.machine_type)
+        return slice_from_labels(pool.labels, machine_type=pool.machine_type)
     except TopologyError:
-        return None
-    return None
+        return None  # no slice labels, or ones that do not fit the machine type: other rules judge the pool
 
 
 def _slice_of(pool: _TpuPool) -> TpuSlice | None:

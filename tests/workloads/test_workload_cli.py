@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tpuray.components.config import ConfigError, WorkloadConfig
+from tpuray.components.config import ConfigError, StackConfig, WorkloadConfig, load_stack_file
 from tpuray.workloads import train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,33 +63,72 @@ def leftovers(tmp: Path) -> list[str]:
 # ---- flags (no cluster) --------------------------------------------------------------------------------------
 
 
+def _settings(*argv: str, stack: StackConfig | None = None) -> train.Settings:
+    return train.settings(train.build_parser().parse_args(list(argv)), stack)
+
+
 def test_model_flags_override_the_stack_model() -> None:
-    args = train.build_parser().parse_args(["--layers", "3", "--d-model", "96", "--heads", "6", "--vocab-size", "500"])
-    m = train._model_size(args, WorkloadConfig())
+    s = _settings("--layers", "3", "--d-model", "96", "--heads", "6", "--vocab-size", "500")
+    m = s.workload.model
     assert (m.layers, m.d_model, m.heads, m.vocab_size) == (3, 96, 6, 500)
 
 
-def test_model_defaults_come_from_the_stack() -> None:
-    w = WorkloadConfig.model_validate({"model": {"layers": 5}})
-    assert train._model_size(train.build_parser().parse_args([]), w).layers == 5
+def test_flags_override_the_stack_and_defaults_come_from_the_models(stack_file: Path) -> None:
+    stack = load_stack_file(stack_file)
+    s = _settings("--steps", "7", stack=stack)
+    # one field overridden, every other one the stack's: the same model, validated once more
+    assert s.workload == stack.workload.model_copy(update={"steps": 7})
+    assert s.workload.steps != stack.workload.steps
+    # no flag, no stack: the models' own defaults (argparse restates none)
+    assert _settings() == train.Settings(WorkloadConfig(), train.RunSettings())
+    assert all(v is None for k, v in vars(train.build_parser().parse_args([])).items() if k != "local")
 
 
-def test_bad_model_flags_name_the_flag() -> None:
-    args = train.build_parser().parse_args(["--heads", "5"])
+def test_the_workload_crosses_as_one_json_value_and_flags_override_it(stack_file: Path) -> None:
+    w = WorkloadConfig.model_validate({"steps": 9, "learningRate": 0.5, "model": {"layers": 5}})
+    text = w.model_dump_json(by_alias=True)
+    assert _settings("--workload", text).workload == w
+    s = _settings("--workload", text, "--layers", "6", "--learning-rate", "0.25")
+    assert (s.workload.model.layers, s.workload.learning_rate, s.workload.steps) == (6, 0.25, 9)
     with pytest.raises(ConfigError) as err:
-        train._model_size(args, WorkloadConfig())
-    assert err.value.problems == [("--heads", "5 does not divide dModel=64")]
-    args = train.build_parser().parse_args(["--d-model", "4"])
+        _settings("--workload", '{"steps": 0, "stepz": 1}')
+    assert [p for p, _ in err.value.problems] == ["--workload.steps", "--workload.stepz"]
+    with pytest.raises(ConfigError, match="--workload: comes instead of --stack"):
+        _settings("--workload", text, stack=load_stack_file(stack_file))
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "words"),
+    [
+        (["--steps", "-5"], "--steps", [">= 1 and <= 100000000", "'-5'"]),
+        (["--steps", "x"], "--steps", ["valid integer"]),
+        (["--learning-rate", "nan"], "--learning-rate", ["finite", "> 0 and <= 10"]),
+        (["--heads", "5"], "--heads", ["5 does not divide dModel=64"]),
+        (["--d-model", "4"], "--d-model", [">= 8"]),
+        (["--backend", "tpu"], "--backend", ["'xla' or 'torch_tpu'"]),
+        (["--max-restarts", "-1"], "--max-restarts", [">= 0"]),
+        (["--log-every", "0"], "--log-every", [">= 1"]),
+        (["--run-name", ".."], "--run-name", ["not a run name", "'/'"]),
+        (["--run-name", "a/b"], "--run-name", ["not a run name"]),
+        (["--run-name", "../x"], "--run-name", ["not a run name"]),
+        (["--run-name", ""], "--run-name", ["not a run name"]),
+        (["--run-name=-x"], "--run-name", ["not a run name"]),
+        (["--run-name", "a\nb"], "--run-name", ["control character"]),
+    ],
+)
+def test_bad_flags_name_the_flag_and_the_valid_form(argv: list[str], flag: str, words: list[str]) -> None:
     with pytest.raises(ConfigError) as err:
-        train._model_size(args, WorkloadConfig())
-    assert err.value.problems[0][0] == "--d-model"
+        _settings(*argv)
+    ((path, message),) = err.value.problems
+    assert path == flag
+    assert all(w in message for w in words), message
 
 
 def test_run_names_are_checkpoint_folders() -> None:
     """Ray Train keeps a run's checkpoints in ``<storage_path>/<name>``: the CLI passes --checkpoint-dir as the
     storage path and --run-name as the name, so two run names never share checkpoints (the GPT test on the
     emulated slice checks where Ray Train puts them)."""
-    configs = [train._run_config(train.build_parser().parse_args(["--run-name", n]), "/ckpt") for n in ("a", "b")]
+    configs = [train._run_config(_settings("--run-name", n).run, "/ckpt") for n in ("a", "b")]
     assert [(c.storage_path, c.name) for c in configs] == [("/ckpt", "a"), ("/ckpt", "b")]
 
 
@@ -111,6 +150,12 @@ def test_bad_inputs_fail_before_any_cluster(
     stack_file: Path, tmp_path: Path, no_cluster: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     emulate = importlib.import_module("tpuray.workloads.emulate")  # the module (the package exports a function)
+    # a setting the stack's model refuses: refused the same way for a flag, before Ray starts (was: exit 0)
+    assert train.main(["--local", "--stack-file", str(stack_file), "--steps", "-5"]) == 2
+    out, err = capsys.readouterr()
+    assert summary(out) is None and "--steps: " in err and ">= 1" in err
+    assert train.main(["--local", "--stack-file", str(stack_file), "--run-name", "../elsewhere"]) == 2
+    assert "--run-name: " in capsys.readouterr().err
     assert train.main(["--local", "--topology", "v5e:3x3"]) == 2
     err = capsys.readouterr().err
     assert "3x3" in err and "nearest valid shapes" in err
