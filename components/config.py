@@ -721,13 +721,6 @@ class KueueConfig(_Model):
     enabled: bool = False
     chart_version: SemVer = Field(default="0.19.2", description="Kueue Helm chart version")
 
-    @field_validator("chart_version")
-    @classmethod
-    def _serves_rendered_api(cls, v: str) -> str:
-        if problem := kueue_chart_problem(v):  # issue 20: the chart serves the API tpuray renders (cloud_limits)
-            raise ValueError(problem)
-        return v
-
     namespace: Annotated[str, Field(pattern=_NAME, max_length=63), AfterValidator(_kueue_namespace)] = "kueue-system"
     local_queue: Annotated[str, Field(pattern=_NAME, max_length=63, description="LocalQueue in the Ray namespace")] = (
         "tpu"
@@ -735,6 +728,13 @@ class KueueConfig(_Model):
     priority: Literal["low", "normal", "high"] = Field(
         default="normal", description="WorkloadPriorityClass of the training job"
     )
+
+    @field_validator("chart_version")
+    @classmethod
+    def _serves_rendered_api(cls, v: str) -> str:
+        if problem := kueue_chart_problem(v):  # issue 20: the chart serves the API tpuray renders (cloud_limits)
+            raise ValueError(problem)
+        return v
 
 
 # ---- monitoring ---------------------------------------------------------------------------------------
