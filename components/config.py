@@ -33,6 +33,12 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from tpuray.components.cloud_limits import (
+    addon_auth_options_problem,
+    exclusion_span_problem,
+    kueue_chart_problem,
+    system_machine_type_problem,
+)
 from tpuray.components.config_types import (
     MAX_PUBLIC_AUTHORIZED_ADDRESSES,
     MIN_MAINTENANCE_HOURS,
@@ -65,6 +71,7 @@ from tpuray.components.config_types import (
 from tpuray.components.names import KUBERAY_NAMESPACE, SYSTEM_POOL
 from tpuray.components.stack_yaml import YamlError, read_yaml_file
 from tpuray.components.topology import FLEX_START_MIN_GKE_VERSION, GENERATIONS, TopologyError, TpuSlice, generation
+from tpuray.components.tpu_locations import location_problems
 
 __all__ = [
     "NAMESPACE",
@@ -390,6 +397,8 @@ class ClusterConfig(_Model):
     def _cpu_machine(cls, v: str) -> str:
         if any(v in g.machine_types for g in GENERATIONS):
             raise ValueError(f"{v} is a TPU machine type; the system pool runs the Ray head on CPU, e.g. e2-standard-8")
+        if problem := system_machine_type_problem(v):  # issue 20: a known CPU machine series (cloud_limits cites it)
+            raise ValueError(problem)
         return v
 
     @model_validator(mode="after")
@@ -567,6 +576,8 @@ class RayConfig(_Model):
 
     @model_validator(mode="after")
     def _token_auth_needs(self) -> RayConfig:
+        if problem := addon_auth_options_problem(self.operator, self.auth_options):  # issue 20 item 1 (cloud_limits)
+            raise ValueError(_field_msg("authOptions", problem))
         # Older versions ignore the setting instead of failing: the cluster would run without authentication.
         if _version_key(self.version) < _version_key(MIN_RAY_TOKEN_AUTH):
             raise ValueError(
@@ -709,6 +720,7 @@ class KueueConfig(_Model):
 
     enabled: bool = False
     chart_version: SemVer = Field(default="0.19.2", description="Kueue Helm chart version")
+
     namespace: Annotated[str, Field(pattern=_NAME, max_length=63), AfterValidator(_kueue_namespace)] = "kueue-system"
     local_queue: Annotated[str, Field(pattern=_NAME, max_length=63, description="LocalQueue in the Ray namespace")] = (
         "tpu"
@@ -716,6 +728,13 @@ class KueueConfig(_Model):
     priority: Literal["low", "normal", "high"] = Field(
         default="normal", description="WorkloadPriorityClass of the training job"
     )
+
+    @field_validator("chart_version")
+    @classmethod
+    def _serves_rendered_api(cls, v: str) -> str:
+        if problem := kueue_chart_problem(v):  # issue 20: the chart serves the API tpuray renders (cloud_limits)
+            raise ValueError(problem)
+        return v
 
 
 # ---- monitoring ---------------------------------------------------------------------------------------
@@ -919,6 +938,8 @@ def capacity_rules(
                     )
                 )
         for j, e in enumerate(maintenance.exclusions if maintenance is not None else []):
+            if span := exclusion_span_problem(e.scope, _utc(e.start), _utc(e.end), cluster.release_channel):
+                found.append(_field_msg(f"maintenance.exclusions[{j}].end", span))  # issue 20 (cloud_limits)
             if e.scope != "NO_UPGRADES" and not enrolled:
                 found.append(
                     _field_msg(
@@ -955,6 +976,11 @@ def stack_rules(
     found: list[str] = []
     if region is not None and zone is not None and not zone.startswith(region + "-"):
         found.append(_field_msg("zone", f"{zone!r} is not in region {region!r}"))
+    # Issue 20: a region or zone without TPUs, a pool in a zone without its generation (tpu_locations cites the page).
+    found += [
+        _field_msg(f, m)
+        for f, m in location_problems(region, zone, [(i, p.name, p.generation, p.zone) for i, p in pools])
+    ]
     if cluster is not None and not cluster.regional and zone is None and not zone_invalid:
         found.append(_field_msg("zone", "a zonal cluster (cluster.regional: false) needs a zone"))
     seen: set[str] = set()

@@ -79,7 +79,15 @@ GKE_QUEUED_TAINT_KEY = "cloud.google.com/gke-queued"
 TPU_SLICEBUILDER_PORT = 8471
 """The TPU runtime's slice builder between the hosts of a multi-host slice (Ray's default)."""
 TPU_MEGASCALE_PORT = 8081
-"""Ray's ``DEFAULT_MEGASCALE_PORT`` (TCP) for multislice coordination."""
+"""Ray's ``DEFAULT_MEGASCALE_PORT`` (TCP) for multislice coordination.
+
+Issue 20, settled: one port for every process, per-chip processes on one host included. MEGASCALE_PORT is the
+multislice coordinator's port (Ray ``ray.util.tpu.get_tpu_coordinator_env_vars``: "the port the coordinator is
+listening on"), and the KubeRay TPU webhook gives every container of a multislice group the same one (its e2e test
+``TestWebhookMutation_V6eMultiSlice``: "All containers in a multi-slice group should share the same port
+configuration", 8081). What the webhook numbers per container on v7x (``TestWebhookMutation_V7xMultiContainer``:
+8471, 8472) is ``TPU_PROCESS_PORT``, the per-process runtime port, which tpuray already gives each chip's process
+(``TPU_PROCESS_BASE_PORT`` + chip). So the NetworkPolicy keeps 8081 alone for megascale."""
 TPU_RUNTIME_PORTS = (("tpu-slicebuilder", TPU_SLICEBUILDER_PORT), ("tpu-megascale", TPU_MEGASCALE_PORT))
 """Ports the TPU runtime listens on in multi-host slices (KubeRay and GKE TPU samples)."""
 RAY_DASHBOARD_PORT = 8265

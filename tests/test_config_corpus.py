@@ -15,6 +15,7 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpuray.components.cli import main
+from tpuray.components.cloud_limits import ACCELERATOR_MACHINE_SERIES, CPU_MACHINE_SERIES
 from tpuray.components.config_types import (
     GCP_LABEL_VALUE,
     K8S_LABEL_VALUE,
@@ -33,6 +35,7 @@ from tpuray.components.config_types import (
     label_value,
     service_account_id,
 )
+from tpuray.components.tpu_locations import TPU_REGIONS, TPU_ZONES, zones_of
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK_TEXT = {s: (ROOT / f"Pulumi.{s}.yaml").read_text() for s in ("dev", "prod")}
@@ -630,3 +633,71 @@ rrules = st.sampled_from(
 def test_maintenance_recurrences_gke_refuses(stack: str, rule: str) -> None:
     window = {"start": "2026-01-03T01:00:00Z", "end": "2026-01-03T06:00:00Z", "recurrence": rule}
     check(stack, ("maintenance.window.recurrence", setter("maintenance", "window", value=window)))
+
+
+# ---- issue 20: values nothing knew (tpu_locations, cloud_limits) --------------------------------------------------
+no_tpu_regions = st.from_regex(r"[a-z]{2,10}-[a-z]{4,9}[1-9]", fullmatch=True).filter(lambda r: r not in TPU_REGIONS)
+
+
+@CORPUS
+@given(stacks, no_tpu_regions)
+def test_regions_without_tpus(stack: str, region: str) -> None:
+    def edit(values: dict[str, Any]) -> None:
+        values["region"] = region
+        values["zone"] = f"{region}-a"
+
+    check(stack, ("region", edit), "no Cloud TPU zone")
+
+
+@CORPUS
+@given(st.sampled_from(sorted(set(TPU_ZONES) - set(zones_of("v5e")))))
+def test_zones_that_do_not_offer_the_pool_generation(zone: str) -> None:
+    """dev's v5e pool takes the stack's zone: a TPU zone without v5e is refused at ``zone``, naming the pool."""
+
+    def edit(values: dict[str, Any]) -> None:
+        values["region"], values["zone"] = zone.rsplit("-", 1)[0], zone
+
+    check("dev", ("zone", edit), "does not offer TPU v5e")
+
+
+@CORPUS
+@given(stacks, st.from_regex(r"[a-z]{1,3}[0-9]?-standard-8", fullmatch=True))
+def test_system_machine_series_that_do_not_exist(stack: str, machine: str) -> None:
+    if machine.split("-", 1)[0] in CPU_MACHINE_SERIES | ACCELERATOR_MACHINE_SERIES:
+        return
+    check(stack, ("cluster.systemMachineType", setter("cluster", "systemMachineType", value=machine)), "series")
+
+
+@CORPUS
+@given(stacks, st.integers(0, 14), st.integers(0, 9))
+def test_kueue_charts_that_do_not_serve_v1beta2(stack: str, minor: int, patch: int) -> None:
+    version = f"0.{minor}.{patch}"
+    check(stack, ("kueue.chartVersion", setter("kueue", "chartVersion", value=version)), "v1beta2")
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["NO_MINOR_UPGRADES", "NO_MINOR_OR_NODE_UPGRADES"]), st.integers(1, 400))
+def test_minor_exclusions_longer_than_any_support(stack: str, scope: str, extra_days: int) -> None:
+    end = datetime(2027, 3, 3, tzinfo=UTC) + timedelta(days=extra_days)  # 14 months after 2026-01-03, and more
+    exclusion = {"name": "hold", "start": "2026-01-03T00:00:00Z", "end": f"{end:%Y-%m-%dT%H:%M:%SZ}", "scope": scope}
+    check(stack, ("maintenance.exclusions[0].end", setter("maintenance", "exclusions", value=[exclusion])), "months")
+
+
+@CORPUS
+@given(stacks)
+def test_auth_options_on_the_addon(stack: str) -> None:
+    check(stack, ("ray.authOptions", setter("ray", "authOptions", value=True)), "ray.operator: helm")
+
+
+@CORPUS
+@given(st.sampled_from([{"type": "flex-start", "maxRunDuration": "6h"}, {"type": "queued"}]))
+def test_flex_start_does_not_serve_tpu7x(capacity: dict[str, Any]) -> None:
+    """Settled in issue 20: GKE's and Cloud TPU's flex-start pages list no TPU7x (topology.py cites them)."""
+
+    def edit(values: dict[str, Any]) -> None:
+        values["region"], values["zone"] = "us-central1", "us-central1-c"
+        pool = values["slicePools"][0]
+        pool.update({"generation": "tpu7x", "topology": "2x2x1", "capacity": capacity})
+        pool["autoscaling"] = {"enabled": True, "minSlices": 0}
+
+    check("dev", ("slicePools[0].capacity.type", edit), "tpu7x")

@@ -22,6 +22,7 @@ from tpuray.components.review.engine import STANDIN_ENDPOINT, ProgramRun
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, RAY_JOB
 from tpuray.components.stack_args import gke_cluster_args, ray_tpu_cluster_args, tpu_slice_pool_args
 from tpuray.components.topology import TpuSlice
+from tpuray.components.tpu_locations import TPU_ZONES, zones_of
 from tpuray.components.tpu_slice_pool import TpuSlicePool
 
 
@@ -161,9 +162,14 @@ def pool_cfg(
 ) -> StackConfig:
     s = TpuSlice.parse(generation, topology, machine_type)
     p = pool(s, capacity, slices, name="tpu", autoscaling=autoscaling)
+    # A zone that offers the generation (the Cloud TPU regions and zones page, tpu_locations): us-east5-a if it does.
+    zone = next(z for z in ["us-east5-a", *zones_of(s.generation)] if s.generation in TPU_ZONES[z])
+    where = {"region": zone.rsplit("-", 1)[0], "zone": zone}
     if capacity == "queued":  # a queued pool is only reachable through Kueue
-        return stack(slicePools=[p.model_dump(by_alias=True)], kueue={"enabled": True}, ray={"jobMode": "ephemeral"})
-    return stack(slicePools=[p.model_dump(by_alias=True)])
+        return stack(
+            slicePools=[p.model_dump(by_alias=True)], kueue={"enabled": True}, ray={"jobMode": "ephemeral"}, **where
+        )
+    return stack(slicePools=[p.model_dump(by_alias=True)], **where)
 
 
 CASES = {
@@ -195,8 +201,8 @@ def test_slice_pool_registers_what_the_plan_says(case: str) -> None:
     for reg, plan in zip(pools, plans, strict=True):
         i = reg["inputs"]
         nc = i["nodeConfig"]
-        assert i["cluster"] == "tpu" and i["location"] == "us-east5-a"
-        assert i["nodeLocations"] == ["us-east5-a"]
+        assert i["cluster"] == "tpu" and i["location"] == cfg.zone
+        assert i["nodeLocations"] == [cfg.zone]
         assert nc["machineType"] == s.machine_type
         assert nc["taints"] == [{"key": "google.com/tpu", "value": "present", "effect": "NO_SCHEDULE"}]
         assert nc["labels"]["tpuray.io/pool"] == "tpu"
@@ -216,7 +222,7 @@ def test_slice_pool_registers_what_the_plan_says(case: str) -> None:
         elif s.placement == "workload-policy":
             wp = policies[0]["inputs"]
             assert wp["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": topo}
-            assert wp["region"] == "us-east5"
+            assert wp["region"] == cfg.region
             # a workload policy, no COMPACT type: GKE rejects the pair (what GKE stores: policyName + tpuTopology)
             assert i["placementPolicy"] == {"type": "", "policyName": wp["name"], "tpuTopology": topo}
         else:

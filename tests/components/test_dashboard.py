@@ -30,6 +30,7 @@ from tpuray.components.review.dashboard_svg import render_dashboard_svg
 from tpuray.components.review.resource_types import ALERT_POLICY, DASHBOARD
 from tpuray.components.stack_monitoring import StackMonitoring, StackMonitoringArgs
 from tpuray.components.topology import GENERATIONS, TpuSlice
+from tpuray.components.tpu_locations import zones_of
 
 STACKS = ("dev", "prod", "prod-dws")
 
@@ -89,6 +90,8 @@ def test_hbm_and_mfu_panels_use_the_catalogs_figures(gen: str) -> None:
     v = values("dev")
     v["slicePools"] = [{"name": "p", "generation": gen, "topology": topology, "capacity": {"type": "spot"}}]
     v["workload"] = {}
+    zone = zones_of(gen)[0]  # a zone that offers the generation (Cloud TPU regions and zones page)
+    v["region"], v["zone"] = zone.rsplit("-", 1)[0], zone
     if gen == "tpu7x":
         v["cluster"] = {**v.get("cluster", {}), "minMasterVersion": "1.34.0-gke.2201000"}
     plan = dashboard_plan(parse_stack_config(v, stack="dev"), "dev")

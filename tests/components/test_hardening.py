@@ -10,7 +10,7 @@ import engine_run as er
 import pytest
 from kuberay_schema import schema_errors
 
-from tpuray.components.config import StackConfig, load_stack_file, parse_stack_config
+from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.gke_cluster import GkeCluster
 from tpuray.components.names import (
     HEAD_PORTS,
@@ -97,8 +97,10 @@ def test_token_auth_by_env_on_the_addon_and_by_auth_options_on_helm() -> None:
         assert "RAY_AUTH_MODE" not in _env(pod["containers"][0])
     # the submitter always carries them (KubeRay keeps variables that are already set)
     assert "RAY_AUTH_TOKEN" in _env(_pods(helm_job)[0][1]["containers"][0])
-    # the add-on can opt in to authOptions when its KubeRay has them
-    assert "authOptions" in stack_manifests(stack(ray={"authOptions": True}))[0]["spec"]
+    # the add-on cannot opt in to authOptions: its KubeRay version is unknown, and one older than 1.6 drops them
+    # and runs Ray open (issue 20); the refusal names the key and the fix
+    with pytest.raises(ConfigError, match=r"ray\.authOptions: .*ray\.operator: helm"):
+        stack(ray={"authOptions": True})
 
 
 def test_every_ray_port_is_pinned_and_allowed_between_the_pods_of_a_cluster() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import engine_run as er
 import pytest
-from catalog import pool, slice_capacity_st
+from catalog import ALL_SLICES, capacity_st, pool, supported
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from kuberay_schema import schema_errors as kuberay_schema_errors
@@ -29,6 +29,7 @@ from tpuray.components.planning.kuberay import ray_job_manifest
 from tpuray.components.planning.kueue import DWS_PROVISIONING_CLASS, KueueSpec, kueue_spec
 from tpuray.components.planning.kueue_checks import MAX_POD_SETS, check_kueue_ray_job
 from tpuray.components.planning.node_pools import slice_pool_node_pools
+from tpuray.components.tpu_locations import TPU_ZONES
 
 DWS = er.ROOT / "Pulumi.prod-dws.yaml"
 
@@ -98,7 +99,19 @@ def test_schema_check_is_not_vacuous() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(slice_capacity_st, st.integers(1, 4)), min_size=1, max_size=5))
+@given(
+    st.lists(
+        # us-east5-a offers v5e, v5p and v6e (https://cloud.google.com/tpu/docs/regions-zones; tpu_locations)
+        st.tuples(
+            st.tuples(
+                st.sampled_from([s for s in ALL_SLICES if s.generation in TPU_ZONES["us-east5-a"]]), capacity_st
+            ).filter(lambda sc: supported(*sc)),
+            st.integers(1, 4),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_quota_equals_each_pools_chips_at_maximum_size(pools: list[Any]) -> None:
     # a stack whose nodes at full scale overflow the largest Pod range is refused by the config model (its own test)
     assume(sum(n * s.hosts for (s, _), n in pools) < 16000)

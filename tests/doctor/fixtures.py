@@ -33,14 +33,16 @@ from tpuray.components.names import (
 ROOT = Path(__file__).resolve().parents[2]
 
 STACK_YAML = """\
-# The doctor's test stack: a multi-host v6e pool (4 hosts) kept at one slice, and single-host tpu7x on flex-start;
+# The doctor's test stack: a multi-host v6e pool (4 hosts) kept at one slice on flex-start, and single-host tpu7x on
+# spot (flex-start does not serve tpu7x); each in a zone that offers its generation (Cloud TPU regions and zones page);
 # the Helm KubeRay operator (token auth through authOptions) and Kueue.
 config:
   tpuray:project: tpuray-doctor-test
-  tpuray:region: us-east5
-  tpuray:zone: us-east5-b
+  tpuray:region: us-central1
+  tpuray:zone: us-central1-b
   tpuray:cluster:
     name: tpuray-doc
+    regional: true
     deletionProtection: false
     masterAuthorizedNetworks:
       - cidr: 203.0.113.0/24
@@ -49,12 +51,14 @@ config:
       generation: v6e
       topology: 4x4
       slices: 1
+      capacity: {type: flex-start, maxRunDuration: 86400}
       autoscaling: {enabled: true, minSlices: 1}
-    - name: tpu7x-flex
+    - name: tpu7x-spot
       generation: tpu7x
       topology: 2x2x1
       slices: 2
-      capacity: {type: flex-start, maxRunDuration: 86400}
+      zone: us-central1-c
+      capacity: {type: spot}
   tpuray:ray:
     operator: helm
     workerImage: us-docker.pkg.dev/tpuray-doctor-test/tpuray/worker:0.1.0
@@ -145,7 +149,7 @@ def healthy() -> dict[str, Any]:
     del nodes[0]["metadata"]["labels"][GKE_ACCELERATOR_LABEL], nodes[0]["metadata"]["labels"][GKE_TOPOLOGY_LABEL]
     del nodes[0]["status"]["allocatable"][TPU_RESOURCE]
     nodes += [_node(f"gke-v6e-train-0-{i}", "v6e-train-0", "tpu-v6e-slice", "4x4", 4) for i in range(4)]
-    nodes += [_node("gke-tpu7x-flex-0", "tpu7x-flex", "tpu7x", "2x2x1", 4)]
+    nodes += [_node("gke-tpu7x-spot-0", "tpu7x-spot", "tpu7x", "2x2x1", 4)]
     tpu_nodes = [n["metadata"]["name"] for n in nodes[1:]]
     pods = [
         _pod("kube-system", f"tpu-device-plugin-{i}", {"k8s-app": "tpu-device-plugin"}, n)

@@ -76,7 +76,7 @@ def test_topology_and_zone_changes_are_flagged(plans: dict[str, Plan], tmp_path:
         tmp_path,
         "bigger",
         ("topology: 4x4x4", "topology: 4x4x8"),
-        ("zone: us-east5-b", "zone: us-east5-c"),
+        ("zone: us-east5-b", "zone: us-east5-a"),  # both offer v6e (Cloud TPU regions and zones page)
     )
     d = diff_plans(_doc(plans["prod"], tmp_path / "a"), _doc(new, tmp_path / "b"))
     replaced = {c.name for c in d.changed if c.replaced}

@@ -20,7 +20,16 @@ def tpu7x_plan(tmp_path_factory: pytest.TempPathFactory) -> Plan:
     text = (ROOT / "Pulumi.prod.yaml").read_text()
     assert "generation: v5p" in text
     variant = tmp_path_factory.mktemp("tpu7x") / "Pulumi.prod.yaml"
-    variant.write_text(text.replace("generation: v5p", "generation: tpu7x"))
+    # tpu7x is offered in us-central1-c and v6e in us-central1-b (https://cloud.google.com/tpu/docs/regions-zones).
+    for old, new in (
+        ("generation: v5p", "generation: tpu7x"),
+        ("tpuray:region: us-east5", "tpuray:region: us-central1"),
+        ("tpuray:zone: us-east5-a", "tpuray:zone: us-central1-c"),
+        ("zone: us-east5-b", "zone: us-central1-b"),
+    ):
+        assert old in text
+        text = text.replace(old, new)
+    variant.write_text(text)
     return render_stack("prod", ROOT, stack_file=variant)
 
 
@@ -34,7 +43,7 @@ def test_tpu7x_pools_reference_their_workload_policy_without_compact(tpu7x_plan:
         assert placement == {"type": "", "policyName": placement["policyName"], "tpuTopology": "4x4x4"}
         policy = policies[placement["policyName"]]
         assert policy["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "4x4x4"}
-        assert policy["region"] == "us-east5"
+        assert policy["region"] == "us-central1"
     v6e = [p for p in pools if p["nodeConfig"]["machineType"] == "ct6e-standard-4t"]
     assert v6e and all(p["placementPolicy"] == {"type": "COMPACT", "tpuTopology": "4x4"} for p in v6e)
 

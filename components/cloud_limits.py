@@ -1,0 +1,146 @@
+"""Limits of GKE, Compute Engine and Kueue that a stack's values must meet, as data and pure checks.
+
+Pure Python; imports no Pulumi. Each check returns a problem (a sentence naming the valid form and its public source)
+or None; the config model calls them and puts the field in front.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from datetime import datetime
+
+__all__ = [
+    "ACCELERATOR_MACHINE_SERIES",
+    "CPU_MACHINE_SERIES",
+    "KUEUE_API_FIRST_CHART",
+    "KUEUE_RENDERED_API",
+    "addon_auth_options_problem",
+    "exclusion_span_problem",
+    "kueue_chart_problem",
+    "system_machine_type_problem",
+]
+
+# ---- the system pool's machine type -------------------------------------------------------------------------
+# https://cloud.google.com/compute/docs/machine-resource ("Machine families resource and comparison guide"): the
+# machine series of Compute Engine, by family; the Compute API's Commitment.Type enum names the same series
+# (GENERAL_PURPOSE_E2, _N2, _N2D, _N4, _C4, _T2D, COMPUTE_OPTIMIZED_C2D, _C3, _C3D, _H3, MEMORY_OPTIMIZED_M3, _X4,
+# STORAGE_OPTIMIZED_Z3, ...). A machine type is <series>-<type>-<vCPUs> (or a shared-core f1-micro, g1-small,
+# e2-micro/small/medium), so its series is the part before the first '-'.
+CPU_MACHINE_SERIES: frozenset[str] = frozenset(
+    {
+        # general-purpose
+        "e2", "n1", "n2", "n2d", "n4", "n4a", "n4d", "c3", "c3d", "c4", "c4a", "c4d", "t2a", "t2d", "f1", "g1",
+        # compute-optimized
+        "c2", "c2d", "h3", "h4d",
+        # memory-optimized
+        "m1", "m2", "m3", "m4", "x4",
+        # storage-optimized
+        "z3",
+    }
+)  # fmt: skip
+"""Series whose machines are CPU VMs: the ones the system pool (the Ray head, Kueue, the operators) can run on."""
+ACCELERATOR_MACHINE_SERIES: frozenset[str] = frozenset(
+    {"a2", "a3", "a4", "a4x", "g2", "g4", "ct4p", "ct5lp", "ct5p", "ct6e", "tpu7x"}
+)
+"""Accelerator-optimized series (GPU VMs and the TPU VMs GKE names ct*/tpu7x): never the CPU system pool."""
+
+
+def system_machine_type_problem(machine_type: str) -> str | None:
+    """Why ``machine_type`` cannot serve the CPU system pool, or None."""
+    series = machine_type.split("-", 1)[0]
+    if series in CPU_MACHINE_SERIES:
+        return None
+    if series in ACCELERATOR_MACHINE_SERIES:
+        return (
+            f"{machine_type} is an accelerator (GPU or TPU) machine type; the system pool runs the Ray head and the "
+            "controllers on CPU, e.g. e2-standard-8 or n2-standard-8"
+        )
+    return (
+        f"{machine_type}: no Compute Engine machine series {series!r} "
+        f"(https://cloud.google.com/compute/docs/machine-resource); CPU series: {', '.join(sorted(CPU_MACHINE_SERIES))}"
+    )
+
+
+# ---- the Kueue chart ------------------------------------------------------------------------------------------
+KUEUE_RENDERED_API = "kueue.x-k8s.io/v1beta2"
+"""The API version of every Kueue object tpuray renders (``planning.kueue.API_VERSION``; a test keeps them equal)."""
+KUEUE_API_FIRST_CHART: dict[str, str] = {
+    # https://github.com/kubernetes-sigs/kueue/releases/tag/v0.15.0 (release issue kubernetes-sigs/kueue#7626, PR
+    # #7304 "v1beta2: Expose the v1beta2 API for CRD serving"): v0.15.0 is the first release that serves v1beta2.
+    "kueue.x-k8s.io/v1beta2": "0.15.0",
+    "kueue.x-k8s.io/v1beta1": "0.1.0",
+}
+"""API version -> the first Kueue release (Helm chart version) whose CRDs serve it."""
+
+
+def _semver(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def kueue_chart_problem(chart_version: str, api_version: str = KUEUE_RENDERED_API) -> str | None:
+    """Why the Kueue chart ``chart_version`` cannot take the objects tpuray renders, or None."""
+    first = KUEUE_API_FIRST_CHART[api_version]
+    if _semver(chart_version) >= _semver(first):
+        return None
+    return (
+        f"Kueue {chart_version} does not serve {api_version}, the API of the ResourceFlavors, ClusterQueue and "
+        f"LocalQueue tpuray renders: use chart {first} or later "
+        f"(https://github.com/kubernetes-sigs/kueue/releases/tag/v{first})"
+    )
+
+
+# ---- maintenance exclusions -------------------------------------------------------------------------------------
+# https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions : a NO_UPGRADES
+# exclusion lasts at most 30 days (config.py checks it); a NO_MINOR_UPGRADES or NO_MINOR_OR_NODE_UPGRADES exclusion
+# may last until the end of support of the cluster's minor version, and no longer. Which minor version the cluster
+# runs when the exclusion starts is only known at apply time, so the static bound is the longest support any minor
+# version gets (https://cloud.google.com/kubernetes-engine/versioning): 14 months of standard support, and up to 24
+# months in the EXTENDED channel (extended support). An exclusion longer than that is refused by GKE whatever the
+# version; a shorter one may still outlive a given version's support, which `tpuray doctor` can only tell live.
+STANDARD_SUPPORT_MONTHS = 14
+EXTENDED_SUPPORT_MONTHS = 24
+
+
+def _add_months(t: datetime, months: int) -> datetime:
+    month = t.month - 1 + months
+    year, month = t.year + month // 12, month % 12 + 1
+    return t.replace(year=year, month=month, day=min(t.day, calendar.monthrange(year, month)[1]))
+
+
+def exclusion_span_problem(scope: str, start: datetime, end: datetime, release_channel: str) -> str | None:
+    """Why a ``scope`` exclusion from ``start`` to ``end`` is longer than GKE allows in ``release_channel``."""
+    if scope not in ("NO_MINOR_UPGRADES", "NO_MINOR_OR_NODE_UPGRADES"):
+        return None
+    months = EXTENDED_SUPPORT_MONTHS if release_channel == "EXTENDED" else STANDARD_SUPPORT_MONTHS
+    if end <= _add_months(start, months):
+        return None
+    kind = "extended support (EXTENDED channel)" if months == EXTENDED_SUPPORT_MONTHS else "standard support"
+    return (
+        f"a {scope} exclusion ends at the latest when the cluster's minor version leaves support, and no minor "
+        f"version has more than {months} months of {kind} (https://cloud.google.com/kubernetes-engine/versioning): "
+        f"end it by {_add_months(start, months):%Y-%m-%dT%H:%M:%SZ}"
+    )
+
+
+# ---- token auth on the GKE Ray add-on ---------------------------------------------------------------------------
+# Issue 20, item 1. KubeRay sends the token on its own dashboard calls (RayJob status) only with
+# spec.authOptions.mode: token (KubeRay v1.7 utils/util.go GetRayDashboardClientFunc), and a KubeRay older than 1.6
+# has no authOptions: its CRD prunes the field and the cluster runs with no auth at all
+# (https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-auth.html). GKE publishes no KubeRay version
+# for its Ray Operator add-on: its release notes and the add-on pages
+# (https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/enable-ray-on-gke) name a minimum GKE
+# version for the add-on, never the KubeRay it runs, so no GKE version floor guarantees >= 1.6. authOptions alone
+# on the add-on can therefore leave the cluster open: refused. (The add-on default, the token by env variables in
+# every container, never leaves it open; what it cannot do is authenticate the operator's status calls.)
+
+
+def addon_auth_options_problem(operator: str, auth_options: bool | None) -> str | None:
+    """Why ``ray.authOptions`` cannot be used with ``ray.operator``, or None."""
+    if operator != "addon" or not auth_options:
+        return None
+    return (
+        "the GKE Ray add-on's KubeRay version is not published (no GKE version guarantees KubeRay >= 1.6), and a "
+        "KubeRay older than 1.6 drops authOptions and runs Ray without authentication: set ray.operator: helm to use "
+        "authOptions, or leave ray.authOptions unset (the add-on then gets the token by environment variables)"
+    )
