@@ -50,10 +50,16 @@ from tpuray.components.config.ray import (
 )
 from tpuray.components.config.rules import (
     KUEUE_RESERVED_GROUP,
+    RULES,
+    StackView,
     capacity_rules,
     control_plane_rules,
     monitoring_rules,
+    namespace_rules,
+    pool_rules,
+    rules_of_valid_parts,
     stack_rules,
+    view_of_values,
 )
 from tpuray.components.config.slice_pool import Autoscaling, SlicePoolConfig, required_gke_version, slice_shape
 from tpuray.components.config.stack import StackConfig
@@ -71,6 +77,7 @@ __all__ = [
     "NAMESPACE",
     "PRODUCTION_STACKS",
     "RAY_AUTH_TOKEN_KEY",
+    "RULES",
     "SECRET_KEYS",
     "SYSTEM_NAMESPACES",
     "SYSTEM_NAMESPACE_PREFIXES",
@@ -100,6 +107,7 @@ __all__ = [
     "SlicePoolConfig",
     "Spot",
     "StackConfig",
+    "StackView",
     "SuppliedRateConfig",
     "UtcTime",
     "WorkloadConfig",
@@ -109,11 +117,15 @@ __all__ = [
     "is_production_stack",
     "load_stack_file",
     "monitoring_rules",
+    "namespace_rules",
     "parse_stack_config",
+    "pool_rules",
     "problems",
     "required_gke_version",
+    "rules_of_valid_parts",
     "slice_shape",
     "stack_of_file",
     "stack_rules",
     "stack_values",
+    "view_of_values",
 ]

@@ -13,7 +13,7 @@ from pydantic import (
 
 from tpuray.components.config.errors import ConfigError, problems
 from tpuray.components.config.rules import (
-    _rules_of_valid_parts,
+    rules_of_valid_parts,
 )
 from tpuray.components.config.stack import StackConfig
 from tpuray.components.stack_yaml import YamlError, read_yaml_file
@@ -39,7 +39,7 @@ def parse_stack_config(values: Mapping[str, Any], source: str | None = None, sta
         return StackConfig.model_validate(dict(values), by_name=False, context={"stack": stack})
     except ValidationError as e:
         found = problems(e)
-        found += [p for p in _rules_of_valid_parts(values, stack) if p not in found]
+        found += [p for p in rules_of_valid_parts(values, stack) if p not in found]
         raise ConfigError(found, source) from None
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import (
@@ -46,13 +47,50 @@ from tpuray.components.config_types import (
 from tpuray.components.names import SYSTEM_POOL
 
 
-def control_plane_rules(cluster: ClusterConfig, stack: str | None) -> list[str]:
+@dataclass(frozen=True)
+class StackView:
+    """The parts of a stack the cross-section rules read.
+
+    From a valid :class:`~tpuray.components.config.stack.StackConfig` every part is set. From an invalid one
+    (:func:`view_of_values`) a part that failed its own validation is None, and a pool that did is left out of
+    ``pools``: the rules that need a missing part are skipped, the others still run, so one error lists every
+    problem of the stack.
+    """
+
+    region: str | None
+    zone: str | None
+    zone_invalid: bool
+    """A zone was given but is not valid (so "needs a zone" would be wrong)."""
+    project: str | None
+    cluster: ClusterConfig | None
+    network: NetworkConfig | None
+    pools: tuple[tuple[int, SlicePoolConfig], ...]
+    """The valid slice pools with their index in ``slicePools``."""
+    pool_names: tuple[str, ...]
+    """Every pool's name, valid pool or not."""
+    checkpoints: CheckpointConfig | None
+    ray: RayConfig | None
+    workload: WorkloadConfig | None
+    kueue: KueueConfig | None
+    maintenance: MaintenanceConfig | None
+    monitoring: MonitoringConfig | None
+    stack: str | None
+    """The stack's name, for the production rules."""
+
+    @property
+    def workload_pool(self) -> str | None:
+        """``workload.slicePool``, if the workload section is valid and names one."""
+        return self.workload.slice_pool if self.workload is not None else None
+
+
+def control_plane_rules(view: StackView) -> list[str]:
     """A production control plane is private, DNS-only, or public to a non-empty list of networks.
 
     GKE hardening guide (https://cloud.google.com/kubernetes-engine/docs/how-to/hardening-your-cluster) and CIS GKE
     5.6.3/5.6.4; the policy rule ``gke-control-plane-not-public`` checks the same on the declared cluster.
     """
-    if not is_production_stack(stack) or cluster.control_plane_endpoint != "public":
+    cluster, stack = view.cluster, view.stack
+    if cluster is None or not is_production_stack(stack) or cluster.control_plane_endpoint != "public":
         return []
     if cluster.master_authorized_networks:
         return []
@@ -66,14 +104,13 @@ def control_plane_rules(cluster: ClusterConfig, stack: str | None) -> list[str]:
     ]
 
 
-def monitoring_rules(
-    monitoring: MonitoringConfig, pools: list[tuple[int, SlicePoolConfig]], pool_names: list[str] | None = None
-) -> list[str]:
-    """Settings that name slice pools name pools of this stack, and an excluded pool can be told from a watched one.
-
-    ``pool_names``: every pool's name, valid or not (default: the names of ``pools``)."""
+def monitoring_rules(view: StackView) -> list[str]:
+    """Settings that name slice pools name pools of this stack, and an excluded pool can be told from a watched one."""
     found: list[str] = []
-    names = list(dict.fromkeys(pool_names if pool_names is not None else [p.name for _, p in pools]))
+    monitoring, pools = view.monitoring, view.pools
+    if monitoring is None:
+        return found
+    names = list(dict.fromkeys(view.pool_names))
     excluded = monitoring.idle_alert.exclude_pools
     watched = {slice_shape(p.tpu_slice): p.name for _, p in pools if p.name not in excluded}
     for i, name in enumerate(excluded):
@@ -100,16 +137,10 @@ KUEUE_RESERVED_GROUP = "head"
 """Kueue names the head's pod set ``head``; a worker group of that name is rejected (Kueue raycluster webhook)."""
 
 
-def capacity_rules(
-    pools: list[tuple[int, SlicePoolConfig]],
-    cluster: ClusterConfig | None,
-    ray: RayConfig | None,
-    kueue: KueueConfig | None,
-    maintenance: MaintenanceConfig | None,
-    workload: WorkloadConfig | None,
-) -> list[str]:
-    """Rules tying capacity types to Kueue, the job mode and maintenance; parts may be None (see stack_rules)."""
+def capacity_rules(view: StackView) -> list[str]:
+    """Rules tying capacity types to Kueue, the job mode and maintenance."""
     found: list[str] = []
+    pools, cluster, ray, kueue, maintenance = view.pools, view.cluster, view.ray, view.kueue, view.maintenance
     queued = [(i, p) for i, p in pools if isinstance(p.capacity, Queued)]
     if kueue is not None and not kueue.enabled:
         for i, p in queued:
@@ -128,7 +159,7 @@ def capacity_rules(
                 )
             )
     if ray is not None and ray.job_mode == "shared" and pools:
-        target = workload.slice_pool if workload is not None else None
+        target = view.workload_pool
         job_pool = next((p for _, p in pools if target is None or p.name == target), None)
         if job_pool is not None and isinstance(job_pool.capacity, Queued):
             found.append(
@@ -164,23 +195,10 @@ def capacity_rules(
     return found
 
 
-def stack_rules(
-    region: str | None,
-    zone: str | None,
-    cluster: ClusterConfig | None,
-    pools: list[tuple[int, SlicePoolConfig]],
-    pool_names: list[str],
-    workload_pool: str | None,
-    network: NetworkConfig | None = None,
-    project: str | None = None,
-    checkpoints: CheckpointConfig | None = None,
-    zone_invalid: bool = False,
-) -> list[str]:
-    """The rules that span sections of a stack, as :func:`field_msg` strings.
-
-    Any part may be missing (``None``, or pools left out) when it failed its own validation: the rules that
-    need it are skipped, the others still run, so one error lists every problem of the stack.
-    """
+def pool_rules(view: StackView) -> list[str]:
+    """Zones, node pool names, versions and address room of the slice pools."""
+    region, zone, zone_invalid, cluster, pools = view.region, view.zone, view.zone_invalid, view.cluster, view.pools
+    network, project, checkpoints = view.network, view.project, view.checkpoints
     found: list[str] = []
     if region is not None and zone is not None and not zone.startswith(region + "-"):
         found.append(field_msg("zone", f"{zone!r} is not in region {region!r}"))
@@ -257,6 +275,7 @@ def stack_rules(
         problem = bucket_name_problem(derived_bucket_name(project, cluster.name))
         if problem:
             found.append(field_msg("checkpoints.bucket", f"the default name does not work ({problem}); set one"))
+    workload_pool, pool_names = view.workload_pool, view.pool_names
     if workload_pool is not None and pool_names and workload_pool not in pool_names:
         found.append(
             field_msg(
@@ -267,6 +286,35 @@ def stack_rules(
     return found
 
 
+def namespace_rules(view: StackView) -> list[str]:
+    """Kueue and Ray each run in a namespace of their own."""
+    if view.kueue is None or view.ray is None or view.kueue.namespace != view.ray.namespace:
+        return []
+    return [
+        field_msg(
+            "kueue.namespace",
+            f"{view.kueue.namespace!r} is Ray's namespace: Kueue's controller and webhook need their own "
+            "(e.g. kueue-system)",
+        )
+    ]
+
+
+RULES: tuple[Callable[[StackView], list[str]], ...] = (
+    pool_rules,
+    control_plane_rules,
+    capacity_rules,
+    monitoring_rules,
+    namespace_rules,
+)
+"""Every cross-section rule, each taking the one :class:`StackView`."""
+
+
+def stack_rules(view: StackView) -> list[str]:
+    """Every cross-section problem of ``view``, as :func:`field_msg` strings (one validation path: the model's
+    validator and :func:`rules_of_valid_parts` both call this)."""
+    return [line for rule in RULES for line in rule(view)]
+
+
 def _valid_part(model: type[ConfigModel], value: Any) -> Any:
     """``value`` validated as ``model``, or None if it is not valid on its own."""
     try:
@@ -275,56 +323,51 @@ def _valid_part(model: type[ConfigModel], value: Any) -> Any:
         return None
 
 
-def _rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -> list[tuple[str, str]]:
-    """The cross-section rules run over whatever parts of an invalid stack are valid on their own.
-
-    pydantic skips a model's own after-validator once any field fails, so without this a type error in one
-    section would hide a zone or version problem in another until the first was fixed.
-    """
-    region = values.get("region")
-    zone = None if values.get("zone") in ("", None) else values.get("zone")
-    raw_pools = values.get("slicePools")
-    raw_pools = raw_pools if isinstance(raw_pools, list) else []
-    pools = [(i, p) for i, p in enumerate(_valid_part(SlicePoolConfig, raw) for raw in raw_pools) if p is not None]
-    names = [str(raw.get("name")) for raw in raw_pools if isinstance(raw, Mapping) and "name" in raw]
-    workload = _valid_part(WorkloadConfig, values.get("workload"))
-    project = values.get("project")
-    zone_ok = zone is None or (isinstance(zone, str) and _valid_part_of(Zone, zone))
-    found = stack_rules(
-        region if isinstance(region, str) and REGION.match(region) else None,
-        zone if zone_ok else None,
-        _valid_part(ClusterConfig, values.get("cluster")),
-        pools,
-        names,
-        workload.slice_pool if workload is not None else None,
-        _valid_part(NetworkConfig, values.get("network")),
-        project if isinstance(project, str) and _valid_part_of(ProjectId, project) else None,
-        _valid_part(CheckpointConfig, values.get("checkpoints")),
-        zone_invalid=not zone_ok,
-    )
-    cluster = _valid_part(ClusterConfig, values.get("cluster"))
-    if cluster is not None:
-        found += control_plane_rules(cluster, stack)
-    found += capacity_rules(
-        pools,
-        _valid_part(ClusterConfig, values.get("cluster")),
-        _valid_part(RayConfig, values.get("ray")),
-        _valid_part(KueueConfig, values.get("kueue")),
-        _valid_part(MaintenanceConfig, values.get("maintenance")),
-        workload,
-    )
-    monitoring = _valid_part(MonitoringConfig, values.get("monitoring"))
-    if monitoring is not None:
-        found += monitoring_rules(monitoring, pools, names)
-    return [(path, text) for path, text in (line.split(FIELD_SEP, 1) for line in found)]
-
-
 def _valid_part_of(annotation: Any, value: Any) -> bool:
     try:
         TypeAdapter(annotation).validate_python(value)
     except ValidationError:
         return False
     return True
+
+
+def view_of_values(values: Mapping[str, Any], stack: str | None = None) -> StackView:
+    """The parts of a stack's raw values that are valid on their own, each validated once."""
+    region = values.get("region")
+    zone = None if values.get("zone") in ("", None) else values.get("zone")
+    raw_pools = values.get("slicePools")
+    raw_pools = raw_pools if isinstance(raw_pools, list) else []
+    pools = [(i, p) for i, p in enumerate(_valid_part(SlicePoolConfig, raw) for raw in raw_pools) if p is not None]
+    workload = _valid_part(WorkloadConfig, values.get("workload"))
+    project = values.get("project")
+    zone_ok = zone is None or (isinstance(zone, str) and _valid_part_of(Zone, zone))
+    return StackView(
+        region=region if isinstance(region, str) and REGION.match(region) else None,
+        zone=zone if zone_ok else None,
+        zone_invalid=not zone_ok,
+        project=project if isinstance(project, str) and _valid_part_of(ProjectId, project) else None,
+        cluster=_valid_part(ClusterConfig, values.get("cluster")),
+        network=_valid_part(NetworkConfig, values.get("network")),
+        pools=tuple(pools),
+        pool_names=tuple(str(raw.get("name")) for raw in raw_pools if isinstance(raw, Mapping) and "name" in raw),
+        checkpoints=_valid_part(CheckpointConfig, values.get("checkpoints")),
+        ray=_valid_part(RayConfig, values.get("ray")),
+        workload=workload,
+        kueue=_valid_part(KueueConfig, values.get("kueue")),
+        maintenance=_valid_part(MaintenanceConfig, values.get("maintenance")),
+        monitoring=_valid_part(MonitoringConfig, values.get("monitoring")),
+        stack=stack,
+    )
+
+
+def rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -> list[tuple[str, str]]:
+    """The cross-section rules run over whatever parts of an invalid stack are valid on their own.
+
+    pydantic skips a model's own after-validator once any field fails, so without this a type error in one
+    section would hide a zone or version problem in another until the first was fixed.
+    """
+    found = stack_rules(view_of_values(values, stack))
+    return [(path, text) for path, text in (line.split(FIELD_SEP, 1) for line in found)]
 
 
 _NODE_POOL_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")

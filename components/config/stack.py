@@ -14,7 +14,6 @@ from pydantic import (
 
 from tpuray.components.config.base import (
     ConfigModel,
-    field_msg,
 )
 from tpuray.components.config.cluster import (
     ClusterConfig,
@@ -31,12 +30,7 @@ from tpuray.components.config.monitoring import (
 from tpuray.components.config.ray import (
     RayConfig,
 )
-from tpuray.components.config.rules import (
-    capacity_rules,
-    control_plane_rules,
-    monitoring_rules,
-    stack_rules,
-)
+from tpuray.components.config.rules import StackView, stack_rules
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version
 from tpuray.components.config.workload import CheckpointConfig, WorkloadConfig
 from tpuray.components.config_types import (
@@ -80,33 +74,30 @@ class StackConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _rules(self, info: ValidationInfo) -> StackConfig:
-        found = stack_rules(
-            self.region,
-            self.zone,
-            self.cluster,
-            list(enumerate(self.slice_pools)),
-            [p.name for p in self.slice_pools],
-            self.workload.slice_pool,
-            self.network,
-            self.project,
-            self.checkpoints,
-        )
-        found += control_plane_rules(self.cluster, _stack_of(info.context))
-        found += capacity_rules(
-            list(enumerate(self.slice_pools)), self.cluster, self.ray, self.kueue, self.maintenance, self.workload
-        )
-        found += monitoring_rules(self.monitoring, list(enumerate(self.slice_pools)))
-        if self.kueue.namespace == self.ray.namespace:
-            found.append(
-                field_msg(
-                    "kueue.namespace",
-                    f"{self.kueue.namespace!r} is Ray's namespace: Kueue's controller and webhook need their own "
-                    "(e.g. kueue-system)",
-                )
-            )
+        found = stack_rules(self.view(_stack_of(info.context)))
         if found:
             raise ValueError("\n".join(found))
         return self
+
+    def view(self, stack: str | None = None) -> StackView:
+        """This stack as the cross-section rules read it (every part valid); ``stack`` names the stack."""
+        return StackView(
+            region=self.region,
+            zone=self.zone,
+            zone_invalid=False,
+            project=self.project,
+            cluster=self.cluster,
+            network=self.network,
+            pools=tuple(enumerate(self.slice_pools)),
+            pool_names=tuple(p.name for p in self.slice_pools),
+            checkpoints=self.checkpoints,
+            ray=self.ray,
+            workload=self.workload,
+            kueue=self.kueue,
+            maintenance=self.maintenance,
+            monitoring=self.monitoring,
+            stack=stack,
+        )
 
     @property
     def required_master_version(self) -> str:
