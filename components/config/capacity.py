@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -73,5 +74,17 @@ class Queued(ConfigModel):
         return None if v is None else duration_seconds(v)
 
 
-Capacity = Annotated[OnDemand | Spot | Reservation | FlexStart | Queued, Field(discriminator="type")]
-CAPACITY_TYPES = ("on-demand", "spot", "reservation", "flex-start", "queued")
+CapacityClass = OnDemand | Spot | Reservation | FlexStart | Queued
+"""Every capacity type: a new one is a class here and a member of this union; the tables below follow."""
+Capacity = Annotated[CapacityClass, Field(discriminator="type")]
+
+
+def capacity_type(cls: type[ConfigModel]) -> str:
+    """The ``type`` tag of a capacity class (its ``type: Literal[...]`` field)."""
+    (tag,) = typing.get_args(cls.model_fields["type"].annotation)
+    return str(tag)
+
+
+CAPACITY_CLASSES: dict[str, type[ConfigModel]] = {capacity_type(c): c for c in typing.get_args(CapacityClass)}
+"""Each capacity class by its ``type`` tag."""
+CAPACITY_TYPES: tuple[str, ...] = tuple(CAPACITY_CLASSES)

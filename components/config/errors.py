@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import typing
 from collections.abc import Iterable
@@ -16,7 +17,7 @@ from pydantic.alias_generators import to_camel
 from tpuray.components.config.base import (
     FIELD_SEP,
 )
-from tpuray.components.config.capacity import CAPACITY_TYPES, FlexStart, OnDemand, Queued, Reservation, Spot
+from tpuray.components.config.capacity import CAPACITY_TYPES
 from tpuray.components.config.stack import StackConfig
 
 
@@ -53,25 +54,6 @@ def _path(loc: Iterable[int | str]) -> str:
     return out
 
 
-def _model_at(root: type[BaseModel], loc: Iterable[int | str]) -> type[BaseModel] | None:
-    """The config model that holds the key at ``loc`` (``loc`` without its last part), if one does."""
-    model: Any = root
-    for part in loc:
-        if isinstance(part, int) or model is None:
-            continue
-        if part in CAPACITY_TYPES:  # the discriminated union's tag names the member
-            model = {"on-demand": OnDemand, "spot": Spot, "reservation": Reservation, "flex-start": FlexStart,
-                     "queued": Queued}[part]  # fmt: skip
-            continue
-        fields = {f.alias or n: f for n, f in model.model_fields.items()}
-        field = fields.get(str(part))
-        if field is None:
-            return None
-        models = [a for a in _flat_args(field.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
-        model = models[0] if models else None
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
 def _flat_args(annotation: Any) -> list[Any]:
     args = typing.get_args(annotation)
     if not args:
@@ -79,12 +61,51 @@ def _flat_args(annotation: Any) -> list[Any]:
     return [leaf for a in args for leaf in _flat_args(a)]
 
 
-def _unknown_key(loc: tuple[int | str, ...], model: type[BaseModel]) -> str:
+def _fields(holder: type) -> dict[str, Any]:
+    """The keys of a config model or dataclass, as written in YAML, with their annotations."""
+    if issubclass(holder, BaseModel):
+        return {f.alias or n: f.annotation for n, f in holder.model_fields.items()}
+    if dataclasses.is_dataclass(holder):  # a component's value type used as config (camelCase keys too)
+        hints = typing.get_type_hints(holder)
+        return {to_camel(f.name): hints[f.name] for f in dataclasses.fields(holder)}
+    return {}
+
+
+def _holders(annotation: Any) -> list[type]:
+    """The config models and dataclasses an annotation names (several for a union)."""
+    flat = _flat_args(annotation)
+    return [a for a in flat if isinstance(a, type) and (issubclass(a, BaseModel) or dataclasses.is_dataclass(a))]
+
+
+def _tags(holder: type) -> tuple[Any, ...]:
+    """The discriminator values of a tagged union's member (its ``type: Literal[...]``), else none."""
+    return typing.get_args(_fields(holder).get("type"))
+
+
+def _model_at(root: type, loc: Iterable[int | str]) -> type | None:
+    """The config model (or dataclass) that holds the key at ``loc`` (``loc`` without its last part), if one does.
+
+    Read from the models' annotations, so a new section or capacity class needs no table here."""
+    holders: list[type] = [root]
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        tagged = [h for h in holders if part in _tags(h)] if len(holders) > 1 else []
+        if tagged:  # the discriminated union's tag names the member
+            holders = tagged
+            continue
+        if len(holders) != 1 or str(part) not in _fields(holders[0]):
+            return None
+        holders = _holders(_fields(holders[0])[str(part)])
+    return holders[0] if len(holders) == 1 else None
+
+
+def _unknown_key(loc: tuple[int | str, ...], model: type) -> str:
     """``unknown key``, with the nearest valid key at that place and the valid keys."""
     holder = _model_at(model, loc[:-1])
     if holder is None:
         return "unknown key"
-    valid = [f.alias or n for n, f in holder.model_fields.items()]
+    valid = list(_fields(holder))
     key = str(loc[-1])
     near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5) or difflib.get_close_matches(
         to_camel(key), valid, n=1, cutoff=0.5
