@@ -15,11 +15,22 @@ stack), ``rules`` (the rules that span sections), ``errors`` (problem paths and 
 
 from __future__ import annotations
 
-from tpuray.components.config.capacity import CAPACITY_TYPES, Capacity, FlexStart, OnDemand, Queued, Reservation, Spot
+from tpuray.components.config.capacity import (
+    CAPACITY_CLASSES,
+    CAPACITY_TYPES,
+    Capacity,
+    CapacityClass,
+    FlexStart,
+    OnDemand,
+    Queued,
+    Reservation,
+    Spot,
+    capacity_type,
+)
 from tpuray.components.config.cluster import (
     MAX_AUTHORIZED_NETWORKS,
     PRODUCTION_STACKS,
-    AuthorizedNetwork,
+    AuthorizedNetworkConfig,
     ClusterConfig,
     ControlPlaneEndpoint,
     NetworkConfig,
@@ -35,10 +46,15 @@ from tpuray.components.config.loaders import (
     SECRET_KEYS,
     load_stack_file,
     parse_stack_config,
+    pulumi_values,
     stack_of_file,
     stack_values,
 )
-from tpuray.components.config.maintenance import MaintenanceConfig, MaintenanceExclusion, MaintenanceWindow, UtcTime
+from tpuray.components.config.maintenance import (
+    MaintenanceConfig,
+    MaintenanceExclusionConfig,
+    MaintenanceWindowConfig,
+)
 from tpuray.components.config.monitoring import IDLE_ALERT_METRICS, IdleAlert, IdleMetric, MonitoringConfig
 from tpuray.components.config.ray import (
     DEFAULT_JOB_TTL_SECONDS,
@@ -64,9 +80,11 @@ from tpuray.components.config.rules import (
 from tpuray.components.config.slice_pool import Autoscaling, SlicePoolConfig, required_gke_version, slice_shape
 from tpuray.components.config.stack import StackConfig
 from tpuray.components.config.workload import CheckpointConfig, ModelConfig, WorkloadConfig
-from tpuray.components.config_types import gke_version_key
+from tpuray.components.config_types import UtcTime, gke_version_key
+from tpuray.components.gke_cluster_types import AuthorizedNetwork, MaintenanceExclusion, MaintenanceWindow
 
 __all__ = [
+    "CAPACITY_CLASSES",
     "CAPACITY_TYPES",
     "DEFAULT_JOB_TTL_SECONDS",
     "IDLE_ALERT_METRICS",
@@ -82,8 +100,10 @@ __all__ = [
     "SYSTEM_NAMESPACES",
     "SYSTEM_NAMESPACE_PREFIXES",
     "AuthorizedNetwork",
+    "AuthorizedNetworkConfig",
     "Autoscaling",
     "Capacity",
+    "CapacityClass",
     "CheckpointConfig",
     "ClusterConfig",
     "ConfigError",
@@ -95,7 +115,9 @@ __all__ = [
     "KueueConfig",
     "MaintenanceConfig",
     "MaintenanceExclusion",
+    "MaintenanceExclusionConfig",
     "MaintenanceWindow",
+    "MaintenanceWindowConfig",
     "ModelConfig",
     "MonitoringConfig",
     "NetworkConfig",
@@ -112,6 +134,7 @@ __all__ = [
     "UtcTime",
     "WorkloadConfig",
     "capacity_rules",
+    "capacity_type",
     "control_plane_rules",
     "gke_version_key",
     "is_production_stack",
@@ -121,6 +144,7 @@ __all__ = [
     "parse_stack_config",
     "pool_rules",
     "problems",
+    "pulumi_values",
     "required_gke_version",
     "rules_of_valid_parts",
     "slice_shape",

@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from typing import Any
 
+import pydantic.dataclasses
 from pydantic import (
     BaseModel,
     ConfigDict,
+    GetPydanticSchema,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import core_schema
 
 
 class ConfigModel(BaseModel):
@@ -21,6 +26,25 @@ class ConfigModel(BaseModel):
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True, strict=True
+    )
+
+
+def config_dataclass(cls: type[Any]) -> GetPydanticSchema:
+    """Validate a component's frozen dataclass (``cls``) as config: camelCase keys, unknown keys are errors, and
+    the result is a plain ``cls`` (equal to one built by hand).
+
+    Used as ``Annotated[cls, config_dataclass(cls)]``. The dataclass level is lax so that a mapping is accepted
+    (strict pydantic takes only an instance for a dataclass); its fields are plain strings, which lax pydantic
+    does not coerce from numbers or booleans either.
+    """
+    wrapped = pydantic.dataclasses.dataclass(cls, config=ConfigDict(**{**ConfigModel.model_config, "strict": False}))
+    names = [f.name for f in dataclasses.fields(cls)]
+
+    def plain(value: Any) -> Any:
+        return cls(**{n: getattr(value, n) for n in names})
+
+    return GetPydanticSchema(
+        lambda _src, handler: core_schema.no_info_after_validator_function(plain, handler(wrapped))
     )
 
 

@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 from tpuray.components.config.base import (
     NAME_PATTERN,
     ConfigModel,
+    config_dataclass,
     field_msg,
 )
 from tpuray.components.config_types import (
@@ -31,21 +32,26 @@ from tpuray.components.config_types import (
     public_addresses,
     service_account_id,
 )
+from tpuray.components.gke_cluster_types import AuthorizedNetwork
 from tpuray.components.topology import GENERATIONS
 
 
-def _not_everyone(value: str) -> str:
-    if ipaddress.ip_network(value).prefixlen == 0:
+def _not_everyone(network: AuthorizedNetwork) -> AuthorizedNetwork:
+    if ipaddress.ip_network(network.cidr).prefixlen == 0:
         raise ValueError(
-            f"{value} opens the control plane to every address; list your networks, or set "
-            "cluster.controlPlaneEndpoint: private or dns (GKE hardening guide, CIS GKE 5.6.3)"
+            field_msg(
+                "cidr",
+                f"{network.cidr} opens the control plane to every address; list your networks, or set "
+                "cluster.controlPlaneEndpoint: private or dns (GKE hardening guide, CIS GKE 5.6.3)",
+            )
         )
-    return value
+    return network
 
 
-class AuthorizedNetwork(ConfigModel):
-    cidr: Annotated[Cidr, AfterValidator(_not_everyone)]
-    name: Annotated[str, Field(max_length=100)] = ""
+AuthorizedNetworkConfig = Annotated[
+    AuthorizedNetwork, config_dataclass(AuthorizedNetwork), AfterValidator(_not_everyone)
+]
+"""The component's :class:`AuthorizedNetwork`, validated as config."""
 
 
 # https://cloud.google.com/kubernetes-engine/docs/how-to/authorized-networks : "Public clusters can have up to 50
@@ -76,7 +82,7 @@ class ClusterConfig(ConfigModel):
     release_channel: ReleaseChannel = "REGULAR"
     min_master_version: GkeVersion | None = Field(default=None, description="defaults to what the TPU pools need")
     private_nodes: bool = True
-    master_authorized_networks: list[AuthorizedNetwork] = []
+    master_authorized_networks: list[AuthorizedNetworkConfig] = []
     control_plane_endpoint: ControlPlaneEndpoint = Field(
         default="public",
         description="public (reached from masterAuthorizedNetworks only), private (internal IP only) or dns "

@@ -125,7 +125,7 @@ def problems(err: ValidationError, model: type[BaseModel] | None = None) -> list
     for e in err.errors(include_url=False, include_input=False):
         base = _path(e["loc"])
         msg = str(e["msg"]).removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
+        if e["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's, a dataclass's
             msg = _unknown_key(tuple(e["loc"]), root)
         elif e["type"] == "union_tag_invalid":
             tag = str(e.get("ctx", {}).get("tag", ""))[:40]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,28 @@ def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> di
                 raise ConfigError([(name, f"given twice, as {given_as[name]!r} and {str(key)!r}")], source)
             given_as[name] = str(key)
             values[name] = value
+    return values
+
+
+def pulumi_values(
+    raw: Mapping[str, str], string_keys: Collection[str], source: str | None = None
+) -> dict[str, Any]:
+    """A stack's ``tpuray:`` values as a Pulumi program reads them (``pulumi.Config.get``, one string per key): the
+    keys in ``string_keys`` as given, the others decoded from JSON, which is how the Pulumi CLI and
+    ``PULUMI_CONFIG`` hand objects and arrays to a program. Raises :class:`ConfigError` naming each key that is
+    not JSON."""
+    values: dict[str, Any] = {}
+    found: list[tuple[str, str]] = []
+    for key, text in raw.items():
+        if key in string_keys:
+            values[key] = text
+            continue
+        try:
+            values[key] = json.loads(text)
+        except json.JSONDecodeError as e:
+            found.append((key, f"expected a JSON object or array (as the Pulumi CLI passes it): {e.msg}"))
+    if found:
+        raise ConfigError(found, source)
     return values
 
 
