@@ -62,9 +62,7 @@ def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> di
     return values
 
 
-def pulumi_values(
-    raw: Mapping[str, str], string_keys: Collection[str], source: str | None = None
-) -> dict[str, Any]:
+def pulumi_values(raw: Mapping[str, str], string_keys: Collection[str], source: str | None = None) -> dict[str, Any]:
     """A stack's ``tpuray:`` values as a Pulumi program reads them (``pulumi.Config.get``, one string per key): the
     keys in ``string_keys`` as given, the others decoded from JSON, which is how the Pulumi CLI and
     ``PULUMI_CONFIG`` hand objects and arrays to a program. Raises :class:`ConfigError` naming each key that is
