@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from tpuray.components.images import parse_image
 
@@ -27,18 +27,21 @@ __all__ = [
     "BucketName",
     "Cidr",
     "CpuQuantity",
+    "ExclusionName",
     "GceName",
     "GkeVersion",
     "ImageRef",
     "MachineType",
     "MemoryQuantity",
     "MountPath",
+    "NetworkDisplayName",
     "ProjectId",
     "RangeName",
     "RayAuthToken",
     "Rrule",
     "RunName",
     "SemVer",
+    "UtcTime",
     "Zone",
     "bounded_name",
     "bucket_name_problem",
@@ -480,6 +483,17 @@ def _rrule(value: str) -> str | None:
 
 Rrule = Annotated[str, AfterValidator(_checked(_rrule))]
 """A maintenance window's recurrence, parsed key by key."""
+
+UtcTime = Annotated[
+    str,
+    Field(
+        pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$", description="RFC 3339 UTC time, e.g. 2026-01-03T02:00:00Z"
+    ),
+]
+ExclusionName = Annotated[str, Field(min_length=1, max_length=63)]
+"""A maintenance exclusion's name."""
+NetworkDisplayName = Annotated[str, Field(max_length=100)]
+"""An authorized network's display name."""
 
 
 # https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions : "the maintenance

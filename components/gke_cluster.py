@@ -19,8 +19,9 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from tpuray.components.gke_cluster_types import AuthorizedNetwork, MaintenanceExclusion, MaintenanceWindow
 from tpuray.components.images import ArtifactRepository
-from tpuray.components.names import NODE_SERVICE_ACCOUNT_ROLE, SYSTEM_POOL
+from tpuray.components.names import CLOUD_PLATFORM_SCOPE, NODE_SERVICE_ACCOUNT_ROLE, SYSTEM_POOL
 
 __all__ = [
     "NODE_SA_ROLES",
@@ -41,14 +42,6 @@ __all__ = [
 # read with roles/artifactregistry.reader on each image repository, never project-wide.
 NODE_SA_ROLES = (NODE_SERVICE_ACCOUNT_ROLE,)
 IMAGE_READER_ROLE = "roles/artifactregistry.reader"
-CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
-
-
-@dataclass(frozen=True)
-class AuthorizedNetwork:
-    cidr: str
-    name: str
-    """Display name ("" for none)."""
 
 
 @dataclass(frozen=True)
@@ -81,22 +74,6 @@ class Network:
     services_cidr: str
     pods_range_name: str
     services_range_name: str
-
-
-@dataclass(frozen=True)
-class MaintenanceWindow:
-    start: str
-    end: str
-    recurrence: str
-    """An RFC 5545 RRULE, e.g. ``FREQ=WEEKLY;BYDAY=SA,SU``."""
-
-
-@dataclass(frozen=True)
-class MaintenanceExclusion:
-    name: str
-    start: str
-    end: str
-    scope: str
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,9 @@ RAY_WORKER_SERVICE_ACCOUNT = "ray-worker"
 NODE_SERVICE_ACCOUNT_ROLE = "roles/container.defaultNodeServiceAccount"
 """The one project role GKE documents for node service accounts
 (https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts; CIS GKE 5.2.1)."""
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+"""Every node's OAuth scope: GKE's default for a custom node service account, whose IAM roles then limit access
+(https://cloud.google.com/kubernetes-engine/docs/how-to/access-scopes)."""
 
 
 # ---- taints -----------------------------------------------------------------------------------------------

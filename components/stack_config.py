@@ -8,43 +8,35 @@ then go through :func:`~tpuray.components.config.parse_stack_config`, so a bad s
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pulumi
 from pydantic.alias_generators import to_camel
 
-from tpuray.components.config import NAMESPACE, ConfigError, StackConfig, parse_stack_config
+from tpuray.components.config import NAMESPACE, StackConfig, parse_stack_config, pulumi_values
 from tpuray.components.project_file import pulumi_type
 
 __all__ = ["from_pulumi_config", "raw_stack_values"]
 
 
-def raw_stack_values(config: pulumi.Config) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """The stack's ``tpuray:`` values keyed by their camelCase names, and any JSON problems."""
-    values: dict[str, Any] = {}
-    problems: list[tuple[str, str]] = []
+def raw_stack_values(config: pulumi.Config) -> tuple[dict[str, str], set[str]]:
+    """The stack's raw ``tpuray:`` strings keyed by their camelCase names, and the keys whose type is a string
+    (the CLI hands those over raw; the others are JSON)."""
+    raw: dict[str, str] = {}
+    strings: set[str] = set()
     for name, info in StackConfig.model_fields.items():
         key = info.alias or to_camel(name)
-        raw = config.get(key)
-        if raw is None:
+        value = config.get(key)
+        if value is None:
             continue
-        if pulumi_type(info.annotation)["type"] == "string":  # the CLI hands strings over raw
-            values[key] = raw
-            continue
-        try:
-            values[key] = json.loads(raw)
-        except json.JSONDecodeError as e:
-            problems.append((key, f"expected a JSON object or array (as the Pulumi CLI passes it): {e.msg}"))
-    return values, problems
+        raw[key] = value
+        if pulumi_type(info.annotation)["type"] == "string":
+            strings.add(key)
+    return raw, strings
 
 
 def from_pulumi_config(config: pulumi.Config | None = None) -> StackConfig:
     """The validated :class:`StackConfig` of the running stack; raises :class:`ConfigError`."""
     config = config or pulumi.Config(NAMESPACE)
-    values, problems = raw_stack_values(config)
+    raw, strings = raw_stack_values(config)
     stack = pulumi.get_stack()
     source = f"stack {stack}"
-    if problems:
-        raise ConfigError(problems, source)
-    return parse_stack_config(values, source, stack)
+    return parse_stack_config(pulumi_values(raw, strings, source), source, stack)

@@ -13,12 +13,11 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
+from tpuray.components.names import CLOUD_PLATFORM_SCOPE
 from tpuray.components.planning.node_pools import NodePoolSpec
 from tpuray.components.topology import TpuSlice
 
 __all__ = ["TpuSlicePool", "TpuSlicePoolArgs"]
-
-CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
 @dataclass

@@ -68,3 +68,33 @@ def test_facts_config_and_planners_load_no_pulumi(module: str) -> None:
     assert module in loaded
     assert not {m for m in loaded if m == "pulumi" or m.startswith(("pulumi.", "pulumi_"))}
     assert not {m for m in loaded if m.startswith("tpuray.components.review")}
+
+
+# Issue 19: problems of a stack are found and worded in one place. workloads/ still raises it for its own command
+# line flags (train.py, emulate.py); those modules belong to the workloads change, which moves them.
+CONFIG_ERROR_BUILDERS_TO_MOVE = {"workloads/train.py", "workloads/emulate.py"}
+
+
+def _builds_config_error(path: Path) -> bool:
+    """``path`` calls ``ConfigError(...)`` (a construction or a ``raise``); a mere import or ``except`` is fine."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name == "ConfigError":
+                return True
+    return False
+
+
+def test_only_the_config_package_builds_a_config_error() -> None:
+    sources = [
+        p
+        for folder in ("components", "workloads", "infra", "policy", "tools", "bench")
+        for p in (ROOT / folder).rglob("*.py")
+    ]
+    builders = {p.relative_to(ROOT).as_posix() for p in sources if _builds_config_error(p)}
+    outside = {b for b in builders if not b.startswith("components/config/")}
+    assert outside == CONFIG_ERROR_BUILDERS_TO_MOVE, outside
+    assert (
+        "components/config/errors.py" in builders or "components/config/loaders.py" in builders
+    )  # the check sees calls

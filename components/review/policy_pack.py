@@ -18,6 +18,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from tpuray.components.config import PRODUCTION_STACKS
 from tpuray.components.review.policy_rules import RULES, STACK_RULES, Resource, Rule, RuleContext, stack_of_urn
 from tpuray.components.review.security_rules import StackRule
 
@@ -27,7 +28,7 @@ CONFIG_SCHEMA_PROPERTIES: dict[str, Any] = {
     "productionStacks": {
         "type": "array",
         "items": {"type": "string"},
-        "default": ["prod", "production"],
+        "default": list(PRODUCTION_STACKS),
         "description": "stack names (or prefixes before '-') held to the production rules (deletion protection, "
         "a non-public control plane, images pinned by digest)",
     }
@@ -36,7 +37,7 @@ CONFIG_SCHEMA_PROPERTIES: dict[str, Any] = {
 
 def _context(args: ResourceValidationArgs) -> RuleContext:
     config = args.get_config() or {}
-    stacks = config.get("productionStacks") or ("prod", "production")
+    stacks = config.get("productionStacks") or PRODUCTION_STACKS
     return RuleContext(stack=stack_of_urn(args.urn), production_stacks=tuple(str(s) for s in stacks))
 
 
@@ -64,7 +65,7 @@ def stack_policy_for(rule: StackRule) -> StackValidationPolicy:
 
     def validate(args: StackValidationArgs, report_violation: Any) -> None:
         resources = [Resource(type=r.resource_type, name=r.name, props=r.props, urn=r.urn) for r in args.resources]
-        stacks = (args.get_config() or {}).get("productionStacks") or ("prod", "production")
+        stacks = (args.get_config() or {}).get("productionStacks") or PRODUCTION_STACKS
         ctx = RuleContext(
             stack=stack_of_urn(resources[0].urn) if resources else "", production_stacks=tuple(map(str, stacks))
         )

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuray.components.config import is_production_stack
+from tpuray.components.config import PRODUCTION_STACKS, is_production_stack
 from tpuray.components.names import RAY_DASHBOARD_PORT
 from tpuray.components.planning.kuberay_checks import worker_group_chips_problem
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, SERVICE
@@ -57,7 +57,7 @@ class RuleContext:
     """What a rule may know beyond the resource: the stack and which stacks count as production."""
 
     stack: str = ""
-    production_stacks: Sequence[str] = ("prod", "production")
+    production_stacks: Sequence[str] = PRODUCTION_STACKS
 
     @property
     def production(self) -> bool:

@@ -1,0 +1,73 @@
+"""The base of every config model and the helpers the models share: a model-level error that names a sub-field
+(:func:`field_msg`), durations, name patterns."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import pydantic.dataclasses
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetPydanticSchema,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import core_schema
+
+
+class ConfigModel(BaseModel):
+    """camelCase in YAML, snake_case in Python; unknown keys are errors; values are immutable.
+
+    Strict types: Pulumi's project config declares each key's type, so ``deletionProtection: 0`` or ``steps: true``
+    is an error here too rather than a silent conversion.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True, strict=True
+    )
+
+
+def config_dataclass(cls: type[Any]) -> GetPydanticSchema:
+    """Validate a component's frozen dataclass (``cls``) as config: camelCase keys, unknown keys are errors, and
+    the result is a plain ``cls`` (equal to one built by hand).
+
+    Used as ``Annotated[cls, config_dataclass(cls)]``. The dataclass level is lax so that a mapping is accepted
+    (strict pydantic takes only an instance for a dataclass); its fields are plain strings, which lax pydantic
+    does not coerce from numbers or booleans either.
+    """
+    wrapped = pydantic.dataclasses.dataclass(cls, config=ConfigDict(**{**ConfigModel.model_config, "strict": False}))
+    names = [f.name for f in dataclasses.fields(cls)]
+
+    def plain(value: Any) -> Any:
+        return cls(**{n: getattr(value, n) for n in names})
+
+    return GetPydanticSchema(
+        lambda _src, handler: core_schema.no_info_after_validator_function(plain, handler(wrapped))
+    )
+
+
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_seconds(value: object) -> int:
+    """A duration as seconds: an int, or a string like ``"3600s"``, ``"90m"``, ``"24h"``, ``"7d"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like '24h', '90m' or '3600s', got {value!r}")
+    if isinstance(value, int):
+        return value
+    m = _DURATION.match(value) if isinstance(value, str) else None
+    if not m:
+        raise ValueError(f"expected a duration like '24h', '90m' or '3600s', got {value!r}")
+    return int(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+
+
+FIELD_SEP = " :: "
+
+
+def field_msg(field: str, message: str) -> str:
+    """A model-level error that names a sub-field; :func:`problems` moves the field into the path."""
+    return f"{field}{FIELD_SEP}{message}"

@@ -1,0 +1,48 @@
+"""The stack's budget and the rates it pays."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from tpuray.components.config.base import (
+    ConfigModel,
+    field_msg,
+)
+from tpuray.components.config.slice_pool import SlicePoolConfig
+
+
+class SuppliedRateConfig(ConfigModel):
+    """A price the stack pays that no public table gives (a reservation's committed use contract, a flex-start
+    rate) or that differs from it (a negotiated discount): USD per chip-hour of one generation on one capacity
+    type, with where it comes from."""
+
+    generation: str
+    capacity: Literal["on-demand", "spot", "reservation", "flex-start", "queued"]
+    usd_per_chip_hour: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]
+    source: Annotated[str, Field(min_length=1, max_length=200, description="where the rate comes from")]
+
+    _gen = field_validator("generation")(lambda v: SlicePoolConfig._known_generation(v))
+
+
+class CostConfig(ConfigModel):
+    """What the stack may cost: a budget in USD per hour (checked at the autoscaling maximum) and rates the
+    price table cannot give (``tpuray.components.pricing``)."""
+
+    budget_usd_per_hour: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+        default=None, description="the most the stack's TPU pools may cost per hour at their maximum size (USD)"
+    )
+    rates: Annotated[list[SuppliedRateConfig], Field(max_length=100)] = []
+
+    @model_validator(mode="after")
+    def _unique(self) -> CostConfig:
+        keys = [(r.generation, r.capacity) for r in self.rates]
+        for i, key in enumerate(keys):
+            if key in keys[:i]:
+                raise ValueError(field_msg(f"rates[{i}]", f"a second rate for {key[0]} {key[1]}"))
+        return self

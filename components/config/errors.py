@@ -1,0 +1,143 @@
+"""Problems as ``(path, message)`` pairs: :class:`ConfigError` and the formatting of pydantic errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ValidationError,
+)
+from pydantic.alias_generators import to_camel
+
+from tpuray.components.config.base import (
+    FIELD_SEP,
+)
+from tpuray.components.config.capacity import CAPACITY_TYPES
+from tpuray.components.config.stack import StackConfig
+
+
+class ConfigError(ValueError):
+    """Every problem of a stack configuration, each as ``(path, message)``."""
+
+    MAX_SHOWN = 40
+    """Problems printed at most; the rest are counted (a generated file can have thousands)."""
+    MAX_LINE = 400
+
+    def __init__(self, problems: list[tuple[str, str]], source: str | None = None) -> None:
+        self.problems = problems
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = [f"{len(problems)} problem(s){where}:"]
+        for path, message in problems[: self.MAX_SHOWN]:
+            line = f"  {path}: {message}"
+            lines.append(line if len(line) <= self.MAX_LINE else line[: self.MAX_LINE - 3] + "...")
+        if len(problems) > self.MAX_SHOWN:
+            lines.append(f"  ... and {len(problems) - self.MAX_SHOWN} more")
+        super().__init__("\n".join(lines))
+
+
+def _path(loc: Iterable[int | str]) -> str:
+    out, previous = "", None
+    for part in loc:
+        tag, previous = previous == "capacity" and part in CAPACITY_TYPES, part
+        if tag:
+            continue  # the discriminated union's tag adds nothing a reader needs
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _flat_args(annotation: Any) -> list[Any]:
+    args = typing.get_args(annotation)
+    if not args:
+        return [annotation]
+    return [leaf for a in args for leaf in _flat_args(a)]
+
+
+def _fields(holder: type) -> dict[str, Any]:
+    """The keys of a config model or dataclass, as written in YAML, with their annotations."""
+    if issubclass(holder, BaseModel):
+        return {f.alias or n: f.annotation for n, f in holder.model_fields.items()}
+    if dataclasses.is_dataclass(holder):  # a component's value type used as config (camelCase keys too)
+        hints = typing.get_type_hints(holder)
+        return {to_camel(f.name): hints[f.name] for f in dataclasses.fields(holder)}
+    return {}
+
+
+def _holders(annotation: Any) -> list[type]:
+    """The config models and dataclasses an annotation names (several for a union)."""
+    flat = _flat_args(annotation)
+    return [a for a in flat if isinstance(a, type) and (issubclass(a, BaseModel) or dataclasses.is_dataclass(a))]
+
+
+def _tags(holder: type) -> tuple[Any, ...]:
+    """The discriminator values of a tagged union's member (its ``type: Literal[...]``), else none."""
+    return typing.get_args(_fields(holder).get("type"))
+
+
+def _model_at(root: type, loc: Iterable[int | str]) -> type | None:
+    """The config model (or dataclass) that holds the key at ``loc`` (``loc`` without its last part), if one does.
+
+    Read from the models' annotations, so a new section or capacity class needs no table here."""
+    holders: list[type] = [root]
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        tagged = [h for h in holders if part in _tags(h)] if len(holders) > 1 else []
+        if tagged:  # the discriminated union's tag names the member
+            holders = tagged
+            continue
+        if len(holders) != 1 or str(part) not in _fields(holders[0]):
+            return None
+        holders = _holders(_fields(holders[0])[str(part)])
+    return holders[0] if len(holders) == 1 else None
+
+
+def _unknown_key(loc: tuple[int | str, ...], model: type) -> str:
+    """``unknown key``, with the nearest valid key at that place and the valid keys."""
+    holder = _model_at(model, loc[:-1])
+    if holder is None:
+        return "unknown key"
+    valid = list(_fields(holder))
+    key = str(loc[-1])
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.5) or difflib.get_close_matches(
+        to_camel(key), valid, n=1, cutoff=0.5
+    )
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return f"unknown key{hint} valid keys here: {', '.join(valid)}"
+
+
+def problems(err: ValidationError, model: type[BaseModel] | None = None) -> list[tuple[str, str]]:
+    """A pydantic error of any config model as ``(path, message)`` pairs, paths in camelCase.
+
+    ``model`` is the model that was validated (default :class:`StackConfig`); it lets an unknown key name the
+    nearest valid one.
+    """
+    root = model or StackConfig
+    problems: list[tuple[str, str]] = []
+    for e in err.errors(include_url=False, include_input=False):
+        base = _path(e["loc"])
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        if e["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's, a dataclass's
+            msg = _unknown_key(tuple(e["loc"]), root)
+        elif e["type"] == "union_tag_invalid":
+            tag = str(e.get("ctx", {}).get("tag", ""))[:40]
+            msg = f"unknown capacity type {tag!r}; valid choices: {', '.join(CAPACITY_TYPES)}"
+        elif e["type"] == "union_tag_not_found":
+            msg = f"missing 'type'; valid choices: {', '.join(CAPACITY_TYPES)}"
+        elif e["type"] == "literal_error" and "expected" in e.get("ctx", {}):
+            msg = f"not allowed; valid choices: {e['ctx']['expected']}"
+        for line in msg.split("\n"):
+            if FIELD_SEP in line:
+                sub, text = line.split(FIELD_SEP, 1)
+                problems.append((f"{base}.{sub}" if base else sub, text))
+            else:
+                problems.append((base or "(root)", line))
+    return problems

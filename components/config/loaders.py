@@ -1,0 +1,101 @@
+"""Read a stack's ``tpuray:`` values: from a stack file, or from a mapping of values."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    ValidationError,
+)
+
+from tpuray.components.config.errors import ConfigError, problems
+from tpuray.components.config.rules import (
+    rules_of_valid_parts,
+)
+from tpuray.components.config.stack import StackConfig
+from tpuray.components.stack_yaml import YamlError, read_yaml_file
+
+NAMESPACE = "tpuray"
+"""The Pulumi config namespace (the project name): keys are ``tpuray:<key>``."""
+
+RAY_AUTH_TOKEN_KEY = "rayAuthToken"
+"""Optional ``tpuray:rayAuthToken`` (set with ``pulumi config set --secret``): the Ray token to use instead of a
+generated one. Read only with ``Config.get_secret`` by the program."""
+SECRET_KEYS = frozenset({RAY_AUTH_TOKEN_KEY})
+"""Secret-bearing config keys: never part of :class:`StackConfig` (whose values are plain and may be printed),
+never read with ``Config.get``."""
+
+
+def parse_stack_config(values: Mapping[str, Any], source: str | None = None, stack: str | None = None) -> StackConfig:
+    """Validate the ``tpuray:`` config values of a stack (namespace already stripped); ``stack`` names the stack
+    for the production rules."""
+    if not isinstance(values, Mapping):
+        raise ConfigError([("(root)", f"expected a mapping of config keys, got {type(values).__name__}")], source)
+    try:
+        # by alias only: a snake_case key (slice_pools) is a different Pulumi config key the program never reads
+        return StackConfig.model_validate(dict(values), by_name=False, context={"stack": stack})
+    except ValidationError as e:
+        found = problems(e)
+        found += [p for p in rules_of_valid_parts(values, stack) if p not in found]
+        raise ConfigError(found, source) from None
+
+
+def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> dict[str, Any]:
+    """The ``tpuray:`` keys of a stack file's ``config:`` map, namespace stripped.
+
+    Keys without a namespace belong to the project (as Pulumi reads them); other namespaces (``gcp:``,
+    ``kubernetes:``) are the providers' and ignored here.
+    """
+    values: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
+    for key, value in raw_config.items():
+        ns, _, name = str(key).rpartition(":")
+        if ns in ("", NAMESPACE) and name not in SECRET_KEYS:  # secret-bearing keys are read with get_secret only
+            if name in given_as:  # `cluster` and `tpuray:cluster` are one Pulumi key
+                raise ConfigError([(name, f"given twice, as {given_as[name]!r} and {str(key)!r}")], source)
+            given_as[name] = str(key)
+            values[name] = value
+    return values
+
+
+def pulumi_values(raw: Mapping[str, str], string_keys: Collection[str], source: str | None = None) -> dict[str, Any]:
+    """A stack's ``tpuray:`` values as a Pulumi program reads them (``pulumi.Config.get``, one string per key): the
+    keys in ``string_keys`` as given, the others decoded from JSON, which is how the Pulumi CLI and
+    ``PULUMI_CONFIG`` hand objects and arrays to a program. Raises :class:`ConfigError` naming each key that is
+    not JSON."""
+    values: dict[str, Any] = {}
+    found: list[tuple[str, str]] = []
+    for key, text in raw.items():
+        if key in string_keys:
+            values[key] = text
+            continue
+        try:
+            values[key] = json.loads(text)
+        except json.JSONDecodeError as e:
+            found.append((key, f"expected a JSON object or array (as the Pulumi CLI passes it): {e.msg}"))
+    if found:
+        raise ConfigError(found, source)
+    return values
+
+
+def stack_of_file(path: str | Path) -> str | None:
+    """``Pulumi.<stack>.yaml`` -> ``<stack>``; None for other file names."""
+    m = re.match(r"^Pulumi\.(.+)\.ya?ml$", Path(path).name)
+    return m.group(1) if m else None
+
+
+def load_stack_file(path: str | Path, stack: str | None = None) -> StackConfig:
+    """Load a ``Pulumi.<env>.yaml`` stack file without the Pulumi CLI; the stack's name (for the production
+    rules) is ``stack``, else the ``<env>`` of the file name."""
+    p = Path(path)
+    try:
+        doc = read_yaml_file(p)
+    except YamlError as e:
+        raise ConfigError([("(file)", str(e))], str(p)) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
+        raise ConfigError([("config", "a stack file needs a top-level 'config:' mapping")], str(p))
+    return parse_stack_config(stack_values(doc["config"], str(p)), str(p), stack or stack_of_file(p))

@@ -1,0 +1,47 @@
+"""The dashboard and the idle-slice alert."""
+
+from __future__ import annotations
+
+import typing
+from typing import Annotated, Literal
+
+from pydantic import (
+    Field,
+    field_validator,
+)
+
+from tpuray.components.config.base import (
+    ConfigModel,
+    duration_seconds,
+)
+
+IdleMetric = Literal["dutyCycle", "tensorcoreUtilization"]
+"""The per-chip TPU figures the idle-slice alert may watch (each is a dashboard panel)."""
+IDLE_ALERT_METRICS: tuple[str, ...] = typing.get_args(IdleMetric)
+# https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.notificationChannels : the resource name form.
+_NOTIFICATION_CHANNEL = r"^projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/notificationChannels/[0-9]+$"
+
+
+class IdleAlert(ConfigModel):
+    """An alert for a slice that is held but idle: every chip's figure below ``belowPercent`` for ``window``
+    while the slice's Ray worker pods run."""
+
+    enabled: bool = True
+    window: Annotated[int, Field(gt=0, le=7 * 86400, description="seconds, or '30m', '2h'")] = 1800
+    metric: IdleMetric = "dutyCycle"
+    below_percent: Annotated[float, Field(gt=0, lt=100)] = 1.0
+    exclude_pools: Annotated[list[str], Field(max_length=64)] = []
+    """Slice pools the alert does not watch (e.g. a pool kept warm on purpose); the dashboard still shows them."""
+    notification_channels: Annotated[
+        list[Annotated[str, Field(pattern=_NOTIFICATION_CHANNEL)]], Field(max_length=16)
+    ] = []
+    """``projects/<project>/notificationChannels/<id>``; none: the incident shows in Cloud Monitoring only."""
+
+    _parse = field_validator("window", mode="before")(lambda v: duration_seconds(v))
+
+
+class MonitoringConfig(ConfigModel):
+    """A Cloud Monitoring dashboard of the stack (one row per slice pool) and the idle-slice alert."""
+
+    enabled: bool = False
+    idle_alert: IdleAlert = IdleAlert()

@@ -1,0 +1,170 @@
+"""Ray: the KubeRay operator, the Ray images and the job mode; the namespaces Ray may not use."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    Field,
+    model_validator,
+)
+
+from tpuray.components.cloud_limits import addon_auth_options_problem
+from tpuray.components.config.base import (
+    NAME_PATTERN,
+    ConfigModel,
+    field_msg,
+)
+from tpuray.components.config_types import (
+    CpuQuantity,
+    ImageRef,
+    MemoryQuantity,
+    SemVer,
+    image_ray_version,
+)
+from tpuray.components.names import KUBERAY_NAMESPACE
+
+MIN_RAY_TOKEN_AUTH = "2.52.0"
+MIN_KUBERAY_AUTH_OPTIONS = "1.6.0"
+"""The Ray docs name 1.5.1 in one version of the page and 1.6.0 in another; the later one is required here."""
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", KUBERAY_NAMESPACE)
+SYSTEM_NAMESPACE_PREFIXES = ("kube-", "gke-", "gmp-")
+"""Namespaces Kubernetes, GKE and the KubeRay operator own; Ray pods run code on request, so never there."""
+
+
+def _own_namespace(value: str) -> str:
+    if value in SYSTEM_NAMESPACES or value.startswith(SYSTEM_NAMESPACE_PREFIXES):
+        raise ValueError(
+            f"{value!r} is a system namespace (Kubernetes, GKE or the KubeRay operator own it); give Ray a "
+            "namespace of its own, e.g. 'ray'"
+        )
+    return value
+
+
+DEFAULT_JOB_TTL_SECONDS = 60
+"""How long KubeRay keeps an ephemeral RayJob's cluster (and its paid slices) after the job finishes: KubeRay
+deletes the RayCluster and the submitter ``ttlSecondsAfterFinished`` seconds after the Ray job ends, when
+``shutdownAfterJobFinishes`` is true (https://docs.ray.io/en/latest/cluster/kubernetes/getting-started/
+rayjob-quick-start.html, "ttlSecondsAfterFinished"). A minute, not 0: time for the submitter to exit and for its
+and the head's last logs to be read (with 0 the submitter could race the deletion: kuberay PR #1919)."""
+
+
+class RayConfig(ConfigModel):
+    """KubeRay and the Ray images."""
+
+    version: SemVer = "2.60.0"
+    image: ImageRef = Field(
+        default="rayproject/ray:2.60.0-py311", description="head image (a tag, or @sha256:<digest>)"
+    )
+    worker_image: ImageRef | None = Field(default=None, description="TPU worker image (workloads/Dockerfile)")
+    namespace: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63), AfterValidator(_own_namespace)] = "ray"
+    operator: Literal["addon", "helm"] = Field(default="addon", description="GKE Ray add-on or the Helm chart")
+    auth_options: bool | None = Field(
+        default=None,
+        description="token auth through KubeRay's authOptions (KubeRay >= 1.6); default: on with the Helm operator, "
+        "off with the GKE add-on (its KubeRay version is not published), which gets RAY_AUTH_MODE=token env instead",
+    )
+    helm_chart_version: SemVer = "1.7.0"
+    operator_namespace: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)] | None = Field(
+        default=None,
+        description="namespace of in-cluster KubeRay operator pods allowed to call the head's job API (RayJob "
+        "status); default kuberay-system with helm, none with the add-on (GKE hosts it and does not document where "
+        "it connects from)",
+    )
+    head_cpu: CpuQuantity = "4"
+    head_memory: MemoryQuantity = "16Gi"
+    worker_cpu: CpuQuantity = "8"
+    worker_memory: MemoryQuantity = "64Gi"
+    job_mode: Literal["shared", "ephemeral"] = Field(
+        default="shared",
+        description="shared: the training RayJob runs on the long-lived RayCluster; ephemeral: the RayJob brings its "
+        "own cluster and Kueue admits it whole",
+    )
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0, le=86400)] | None = Field(
+        default=None,
+        description=f"ephemeral jobMode: seconds KubeRay keeps the job's cluster (its slices) after the job ends; "
+        f"default {DEFAULT_JOB_TTL_SECONDS}",
+    )
+
+    @model_validator(mode="after")
+    def _ttl_needs_an_own_cluster(self) -> RayConfig:
+        if self.ttl_seconds_after_finished is not None and self.job_mode != "ephemeral":
+            raise ValueError(
+                field_msg(
+                    "ttlSecondsAfterFinished",
+                    "applies only to ray.jobMode: ephemeral (a shared-mode job runs on the long-lived cluster, "
+                    "which it never deletes); remove it or set jobMode: ephemeral",
+                )
+            )
+        return self
+
+    @property
+    def job_ttl_seconds(self) -> int:
+        """``ttlSecondsAfterFinished`` of an ephemeral RayJob."""
+        t = self.ttl_seconds_after_finished
+        return DEFAULT_JOB_TTL_SECONDS if t is None else t
+
+    @model_validator(mode="after")
+    def _token_auth_needs(self) -> RayConfig:
+        if problem := addon_auth_options_problem(self.operator, self.auth_options):  # cloud_limits says why
+            raise ValueError(field_msg("authOptions", problem))
+        # Older versions ignore the setting instead of failing: the cluster would run without authentication.
+        if _version_key(self.version) < _version_key(MIN_RAY_TOKEN_AUTH):
+            raise ValueError(
+                field_msg(
+                    "version",
+                    f"{self.version} has no token authentication (Ray >= {MIN_RAY_TOKEN_AUTH}: "
+                    "https://docs.ray.io/en/latest/ray-security/token-auth.html)",
+                )
+            )
+        # The image, not rayVersion, decides whether token auth runs: a tag naming another Ray (an older one runs
+        # with auth silently off) is refused; a digest-pinned image is taken at ray.version's word.
+        for field, image in (("image", self.image), ("workerImage", self.worker_image)):
+            tagged = image_ray_version(image) if image is not None else None
+            if tagged is not None and tagged != self.version:
+                raise ValueError(
+                    field_msg(
+                        field,
+                        f"{image} runs Ray {tagged} but ray.version is {self.version}: use an image tagged "
+                        f"{self.version} (Ray >= {MIN_RAY_TOKEN_AUTH} for token auth), or pin it by digest",
+                    )
+                )
+        if self.operator_namespace in ("default", self.namespace):
+            raise ValueError(
+                field_msg(
+                    "operatorNamespace",
+                    f"{self.operator_namespace!r} would let every pod there call the head's job API: name the "
+                    "KubeRay operator's own namespace (e.g. kuberay-system)",
+                )
+            )
+        old_chart = _version_key(self.helm_chart_version) < _version_key(MIN_KUBERAY_AUTH_OPTIONS)
+        if self.operator == "helm" and self.uses_auth_options and old_chart:
+            raise ValueError(
+                field_msg(
+                    "helmChartVersion",
+                    f"KubeRay {self.helm_chart_version} has no authOptions (needs >= {MIN_KUBERAY_AUTH_OPTIONS}); its "
+                    "CRD would drop the field and leave the cluster unauthenticated: upgrade, or set "
+                    "ray.authOptions: false",
+                )
+            )
+        return self
+
+    @property
+    def job_api_namespace(self) -> str | None:
+        """The operator namespace the NetworkPolicy lets reach the head's job API."""
+        if self.operator_namespace is not None:
+            return self.operator_namespace
+        return KUBERAY_NAMESPACE if self.operator == "helm" else None
+
+    @property
+    def uses_auth_options(self) -> bool:
+        """Token auth through KubeRay's ``authOptions`` (else the variables go into every container)."""
+        return self.auth_options if self.auth_options is not None else self.operator == "helm"

@@ -1,0 +1,384 @@
+"""The rules that span sections of a stack."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import (
+    TypeAdapter,
+    ValidationError,
+)
+
+from tpuray.components.cloud_limits import exclusion_span_problem
+from tpuray.components.config.base import (
+    FIELD_SEP,
+    ConfigModel,
+    field_msg,
+)
+from tpuray.components.config.capacity import Queued
+from tpuray.components.config.cluster import (
+    ClusterConfig,
+    NetworkConfig,
+    is_production_stack,
+)
+from tpuray.components.config.kueue import KueueConfig
+from tpuray.components.config.maintenance import (
+    MaintenanceConfig,
+    utc_instant,
+)
+from tpuray.components.config.monitoring import (
+    MonitoringConfig,
+)
+from tpuray.components.config.ray import (
+    RayConfig,
+)
+from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version, slice_shape
+from tpuray.components.config.workload import CheckpointConfig, WorkloadConfig
+from tpuray.components.config_types import (
+    REGION,
+    ProjectId,
+    Zone,
+    bucket_name_problem,
+    derived_bucket_name,
+    gke_version_key,
+)
+from tpuray.components.names import SYSTEM_POOL
+from tpuray.components.tpu_locations import location_problems
+
+
+@dataclass(frozen=True)
+class StackView:
+    """The parts of a stack the cross-section rules read.
+
+    From a valid :class:`~tpuray.components.config.stack.StackConfig` every part is set. From an invalid one
+    (:func:`view_of_values`) a part that failed its own validation is None, and a pool that did is left out of
+    ``pools``: the rules that need a missing part are skipped, the others still run, so one error lists every
+    problem of the stack.
+    """
+
+    region: str | None
+    zone: str | None
+    zone_invalid: bool
+    """A zone was given but is not valid (so "needs a zone" would be wrong)."""
+    project: str | None
+    cluster: ClusterConfig | None
+    network: NetworkConfig | None
+    pools: tuple[tuple[int, SlicePoolConfig], ...]
+    """The valid slice pools with their index in ``slicePools``."""
+    pool_names: tuple[str, ...]
+    """Every pool's name, valid pool or not."""
+    checkpoints: CheckpointConfig | None
+    ray: RayConfig | None
+    workload: WorkloadConfig | None
+    kueue: KueueConfig | None
+    maintenance: MaintenanceConfig | None
+    monitoring: MonitoringConfig | None
+    stack: str | None
+    """The stack's name, for the production rules."""
+
+    @property
+    def workload_pool(self) -> str | None:
+        """``workload.slicePool``, if the workload section is valid and names one."""
+        return self.workload.slice_pool if self.workload is not None else None
+
+
+def control_plane_rules(view: StackView) -> list[str]:
+    """A production control plane is private, DNS-only, or public to a non-empty list of networks.
+
+    GKE hardening guide (https://cloud.google.com/kubernetes-engine/docs/how-to/hardening-your-cluster) and CIS GKE
+    5.6.3/5.6.4; the policy rule ``gke-control-plane-not-public`` checks the same on the declared cluster.
+    """
+    cluster, stack = view.cluster, view.stack
+    if cluster is None or not is_production_stack(stack) or cluster.control_plane_endpoint != "public":
+        return []
+    if cluster.master_authorized_networks:
+        return []
+    return [
+        field_msg(
+            "cluster.masterAuthorizedNetworks",
+            f"[gke-control-plane-not-public] production stack {stack!r} has a public control plane open to every "
+            "address: list the networks allowed to reach it (never 0.0.0.0/0), or set "
+            "cluster.controlPlaneEndpoint: private or dns",
+        )
+    ]
+
+
+def monitoring_rules(view: StackView) -> list[str]:
+    """Settings that name slice pools name pools of this stack, and an excluded pool can be told from a watched one."""
+    found: list[str] = []
+    monitoring, pools = view.monitoring, view.pools
+    if monitoring is None:
+        return found
+    names = list(dict.fromkeys(view.pool_names))
+    excluded = monitoring.idle_alert.exclude_pools
+    watched = {slice_shape(p.tpu_slice): p.name for _, p in pools if p.name not in excluded}
+    for i, name in enumerate(excluded):
+        at = f"monitoring.idleAlert.excludePools[{i}]"
+        pool = next((p for _, p in pools if p.name == name), None)
+        if pool is None:
+            if names and name not in names:
+                found.append(field_msg(at, f"{name!r} is not a slice pool; valid choices: {', '.join(names)}"))
+            continue
+        other = watched.get(slice_shape(pool.tpu_slice))
+        if other is not None:
+            found.append(
+                field_msg(
+                    at,
+                    f"{name!r} has the slice shape of watched pool {other!r} ({pool.tpu_slice.generation} "
+                    f"{pool.tpu_slice.topology}); TPU metrics carry the shape, not the pool, so the alert cannot "
+                    f"leave one out: exclude both or neither",
+                )
+            )
+    return found
+
+
+KUEUE_RESERVED_GROUP = "head"
+"""Kueue names the head's pod set ``head``; a worker group of that name is rejected (Kueue raycluster webhook)."""
+
+
+def capacity_rules(view: StackView) -> list[str]:
+    """Rules tying capacity types to Kueue, the job mode and maintenance."""
+    found: list[str] = []
+    pools, cluster, ray, kueue, maintenance = view.pools, view.cluster, view.ray, view.kueue, view.maintenance
+    queued = [(i, p) for i, p in pools if isinstance(p.capacity, Queued)]
+    if kueue is not None and not kueue.enabled:
+        for i, p in queued:
+            found.append(
+                field_msg(
+                    f"slicePools[{i}].capacity",
+                    f"queued pool {p.name!r} is only reachable through Kueue (its ProvisioningRequest admission "
+                    "check is what makes GKE create the nodes): set kueue.enabled: true",
+                )
+            )
+        if ray is not None and ray.job_mode == "ephemeral":
+            found.append(
+                field_msg(
+                    "kueue.enabled",
+                    "ray.jobMode ephemeral submits a suspended RayJob that only Kueue admits: set kueue.enabled: true",
+                )
+            )
+    if ray is not None and ray.job_mode == "shared" and pools:
+        target = view.workload_pool
+        job_pool = next((p for _, p in pools if target is None or p.name == target), None)
+        if job_pool is not None and isinstance(job_pool.capacity, Queued):
+            found.append(
+                field_msg(
+                    "ray.jobMode",
+                    f"the training job runs on queued pool {job_pool.name!r}, which only a Kueue-admitted RayJob "
+                    "with its own cluster reaches: set ray.jobMode: ephemeral",
+                )
+            )
+    if kueue is not None and kueue.enabled:
+        for i, p in pools:
+            if p.name == KUEUE_RESERVED_GROUP:
+                found.append(field_msg(f"slicePools[{i}].name", "'head' is Kueue's name for the Ray head's pod set"))
+    if cluster is not None:
+        enrolled = cluster.release_channel != "UNSPECIFIED"
+        for i, p in pools:
+            if not p.auto_upgrade and enrolled:
+                found.append(
+                    field_msg(
+                        f"slicePools[{i}].autoUpgrade",
+                        f"GKE keeps node auto-upgrade on in release channel {cluster.release_channel}: set "
+                        "cluster.releaseChannel: UNSPECIFIED, or use maintenance exclusions instead",
+                    )
+                )
+        for j, e in enumerate(maintenance.exclusions if maintenance is not None else []):
+            start, end = utc_instant(e.start), utc_instant(e.end)
+            if span := exclusion_span_problem(e.scope, start, end, cluster.release_channel):
+                found.append(field_msg(f"maintenance.exclusions[{j}].end", span))  # cloud_limits cites the spans
+            if e.scope != "NO_UPGRADES" and not enrolled:
+                found.append(
+                    field_msg(
+                        f"maintenance.exclusions[{j}].scope",
+                        f"{e.scope} needs a release channel; a cluster outside one can only use NO_UPGRADES",
+                    )
+                )
+    return found
+
+
+def pool_rules(view: StackView) -> list[str]:
+    """Zones, node pool names, versions and address room of the slice pools."""
+    region, zone, zone_invalid, cluster, pools = view.region, view.zone, view.zone_invalid, view.cluster, view.pools
+    network, project, checkpoints = view.network, view.project, view.checkpoints
+    found: list[str] = []
+    if region is not None and zone is not None and not zone.startswith(region + "-"):
+        found.append(field_msg("zone", f"{zone!r} is not in region {region!r}"))
+    # A region or zone without TPUs, a pool in a zone without its generation (tpu_locations cites the page).
+    found += [
+        field_msg(f, m)
+        for f, m in location_problems(region, zone, [(i, p.name, p.generation, p.zone) for i, p in pools])
+    ]
+    if cluster is not None and not cluster.regional and zone is None and not zone_invalid:
+        found.append(field_msg("zone", "a zonal cluster (cluster.regional: false) needs a zone"))
+    seen: set[str] = set()
+    # Every GKE node pool name the stack derives, with the pool that owns it; the system pool is the cluster's.
+    node_pools: dict[str, str] = {SYSTEM_POOL: "the system node pool"}
+    for i, pool in pools:
+        at = f"slicePools[{i}]"
+        if pool.name in seen:
+            found.append(field_msg(f"{at}.name", f"duplicate pool name {pool.name!r}"))
+        seen.add(pool.name)
+        for node_pool in pool.node_pool_names:
+            # https://github.com/pulumi/pulumi-gcp/issues/1510 quotes GKE's rule: [a-z](?:[-a-z0-9]{0,38}[a-z0-9])?
+            if not _NODE_POOL_NAME.match(node_pool):
+                found.append(field_msg(f"{at}.name", f"node pool name {node_pool!r} is longer than 40 characters"))
+            me = f"slicePools[{i}] ({pool.name})"
+            owner = node_pools.setdefault(node_pool, me)
+            if owner != me and not owner.endswith(f"({pool.name})"):  # same pool name: reported above
+                found.append(field_msg(f"{at}.name", f"node pool name {node_pool!r} is also used by {owner}"))
+        if region is not None and pool.zone is not None and not pool.zone.startswith(region + "-"):
+            found.append(field_msg(f"{at}.zone", f"{pool.zone!r} is not in region {region!r}"))
+        if cluster is not None and not cluster.regional and zone is not None and pool.zone not in (None, zone):
+            found.append(
+                field_msg(
+                    f"{at}.zone",
+                    f"{pool.zone!r}: the zonal cluster lives in {zone!r} and its node pools too; set "
+                    "cluster.regional: true to spread pools over the region's zones",
+                )
+            )
+        if pool.tpu_slice.placement != "none" and (pool.zone or zone) is None and not zone_invalid:
+            found.append(
+                field_msg(
+                    f"{at}.zone",
+                    f"a multi-host {pool.tpu_slice.topology} slice needs compact placement in a single zone: set "
+                    "the pool's zone or the stack's zone",
+                )
+            )
+        elif (pool.zone or zone) is None and not zone_invalid:
+            # Without node locations a pool spans every zone of a regional cluster, and GKE applies the autoscaling
+            # limits per zone: up to three times the slices, in zones that may not have the TPU at all.
+            found.append(
+                field_msg(
+                    f"{at}.zone",
+                    f"TPU {pool.tpu_slice.generation} slices are zonal: set the pool's zone or the stack's zone",
+                )
+            )
+    if pools and cluster is not None and cluster.min_master_version is not None:
+        need = required_gke_version(p for _, p in pools)
+        if gke_version_key(cluster.min_master_version) < gke_version_key(need):
+            found.append(
+                field_msg(
+                    "cluster.minMasterVersion",
+                    f"{cluster.min_master_version} is older than {need}, which the TPU generations of this stack need",
+                )
+            )
+    if network is not None and network.create and cluster is not None:
+        # Each node takes a /24 of the Pod range at GKE's default of 110 Pods per node
+        # (https://cloud.google.com/kubernetes-engine/docs/how-to/flexible-pod-cidr).
+        # A regional cluster's system pool has systemNodes per zone (three zones in most regions).
+        nodes = cluster.system_nodes * (3 if cluster.regional else 1) + sum(
+            p.slices * p.tpu_slice.hosts for _, p in pools
+        )
+        room = ipaddress.ip_network(network.pods_cidr).num_addresses // 256
+        if nodes > room:
+            found.append(
+                field_msg(
+                    "network.podsCidr",
+                    f"{network.pods_cidr} holds {room} nodes (a /24 each), but the stack can grow to {nodes} nodes",
+                )
+            )
+    if project is not None and cluster is not None and checkpoints is not None and checkpoints.bucket is None:
+        problem = bucket_name_problem(derived_bucket_name(project, cluster.name))
+        if problem:
+            found.append(field_msg("checkpoints.bucket", f"the default name does not work ({problem}); set one"))
+    workload_pool, pool_names = view.workload_pool, view.pool_names
+    if workload_pool is not None and pool_names and workload_pool not in pool_names:
+        found.append(
+            field_msg(
+                "workload.slicePool",
+                f"{workload_pool!r} is not a slice pool; valid choices: {', '.join(dict.fromkeys(pool_names))}",
+            )
+        )
+    return found
+
+
+def namespace_rules(view: StackView) -> list[str]:
+    """Kueue and Ray each run in a namespace of their own."""
+    if view.kueue is None or view.ray is None or view.kueue.namespace != view.ray.namespace:
+        return []
+    return [
+        field_msg(
+            "kueue.namespace",
+            f"{view.kueue.namespace!r} is Ray's namespace: Kueue's controller and webhook need their own "
+            "(e.g. kueue-system)",
+        )
+    ]
+
+
+RULES: tuple[Callable[[StackView], list[str]], ...] = (
+    pool_rules,
+    control_plane_rules,
+    capacity_rules,
+    monitoring_rules,
+    namespace_rules,
+)
+"""Every cross-section rule, each taking the one :class:`StackView`."""
+
+
+def stack_rules(view: StackView) -> list[str]:
+    """Every cross-section problem of ``view``, as :func:`field_msg` strings (one validation path: the model's
+    validator and :func:`rules_of_valid_parts` both call this)."""
+    return [line for rule in RULES for line in rule(view)]
+
+
+def _valid_part(model: type[ConfigModel], value: Any) -> Any:
+    """``value`` validated as ``model``, or None if it is not valid on its own."""
+    try:
+        return model.model_validate(value if value is not None else {}, by_name=False)
+    except ValidationError:
+        return None
+
+
+def _valid_part_of(annotation: Any, value: Any) -> bool:
+    try:
+        TypeAdapter(annotation).validate_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
+def view_of_values(values: Mapping[str, Any], stack: str | None = None) -> StackView:
+    """The parts of a stack's raw values that are valid on their own, each validated once."""
+    region = values.get("region")
+    zone = None if values.get("zone") in ("", None) else values.get("zone")
+    raw_pools = values.get("slicePools")
+    raw_pools = raw_pools if isinstance(raw_pools, list) else []
+    pools = [(i, p) for i, p in enumerate(_valid_part(SlicePoolConfig, raw) for raw in raw_pools) if p is not None]
+    workload = _valid_part(WorkloadConfig, values.get("workload"))
+    project = values.get("project")
+    zone_ok = zone is None or (isinstance(zone, str) and _valid_part_of(Zone, zone))
+    return StackView(
+        region=region if isinstance(region, str) and REGION.match(region) else None,
+        zone=zone if zone_ok else None,
+        zone_invalid=not zone_ok,
+        project=project if isinstance(project, str) and _valid_part_of(ProjectId, project) else None,
+        cluster=_valid_part(ClusterConfig, values.get("cluster")),
+        network=_valid_part(NetworkConfig, values.get("network")),
+        pools=tuple(pools),
+        pool_names=tuple(str(raw.get("name")) for raw in raw_pools if isinstance(raw, Mapping) and "name" in raw),
+        checkpoints=_valid_part(CheckpointConfig, values.get("checkpoints")),
+        ray=_valid_part(RayConfig, values.get("ray")),
+        workload=workload,
+        kueue=_valid_part(KueueConfig, values.get("kueue")),
+        maintenance=_valid_part(MaintenanceConfig, values.get("maintenance")),
+        monitoring=_valid_part(MonitoringConfig, values.get("monitoring")),
+        stack=stack,
+    )
+
+
+def rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -> list[tuple[str, str]]:
+    """The cross-section rules run over whatever parts of an invalid stack are valid on their own.
+
+    pydantic skips a model's own after-validator once any field fails, so without this a type error in one
+    section would hide a zone or version problem in another until the first was fixed.
+    """
+    found = stack_rules(view_of_values(values, stack))
+    return [(path, text) for path, text in (line.split(FIELD_SEP, 1) for line in found)]
+
+
+_NODE_POOL_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
