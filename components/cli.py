@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from tpuray.components.config import ConfigError, load_stack_file
-from tpuray.components.topology import TopologyError, TpuSlice
+from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice
 
 # Modules that add further commands (``register(subparsers) -> None``); imported only when present.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     topo = sub.add_parser("topology", help="print a TPU slice's facts")
-    topo.add_argument("generation", help="v4, v5e (v5litepod), v5p, v6e (trillium), tpu7x (v7x, ironwood)")
+    topo.add_argument("generation", help="; ".join(f"{g.name} ({', '.join(g.aliases)})" for g in GENERATIONS))
     topo.add_argument("topology", help="e.g. 2x2, 4x4, 2x2x4, 4x4x8")
     topo.add_argument("--machine-type", default=None, help="chooses between 2x4 on one -8t VM or two -4t VMs")
     topo.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -13,14 +13,20 @@ the other components.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from tpuray.components.gke_cluster_types import AuthorizedNetwork, MaintenanceExclusion, MaintenanceWindow
-from tpuray.components.images import ArtifactRepository
+from tpuray.components.component_args import (
+    AuthorizedNetwork,
+    ControlPlane,
+    GkeClusterArgs,
+    Maintenance,
+    MaintenanceExclusion,
+    MaintenanceWindow,
+    Network,
+)
 from tpuray.components.names import CLOUD_PLATFORM_SCOPE, NODE_SERVICE_ACCOUNT_ROLE, SYSTEM_POOL
 
 __all__ = [
@@ -42,68 +48,6 @@ __all__ = [
 # read with roles/artifactregistry.reader on each image repository, never project-wide.
 NODE_SA_ROLES = (NODE_SERVICE_ACCOUNT_ROLE,)
 IMAGE_READER_ROLE = "roles/artifactregistry.reader"
-
-
-@dataclass(frozen=True)
-class ControlPlane:
-    """The cluster itself: name, version, endpoint access and the CPU system pool."""
-
-    name: str
-    release_channel: str
-    min_master_version: str
-    """At least what the stack's TPU pools need (``StackConfig.master_version``)."""
-    private_nodes: bool
-    control_plane_endpoint: str
-    """``public`` (limited to ``master_authorized_networks``), ``private`` or ``dns``."""
-    master_authorized_networks: tuple[AuthorizedNetwork, ...]
-    deletion_protection: bool
-    node_service_account_id: str
-    system_machine_type: str
-    system_nodes: int
-
-
-@dataclass(frozen=True)
-class Network:
-    """A new VPC and subnet (``create``), or an existing ``name``/``subnetwork`` with its secondary ranges."""
-
-    create: bool
-    name: str | None
-    subnetwork: str | None
-    subnet_cidr: str
-    pods_cidr: str
-    services_cidr: str
-    pods_range_name: str
-    services_range_name: str
-
-
-@dataclass(frozen=True)
-class Maintenance:
-    """When GKE may upgrade the cluster and nodes; neither set leaves GKE's default (any time)."""
-
-    window: MaintenanceWindow | None
-    exclusions: tuple[MaintenanceExclusion, ...]
-
-    @property
-    def declared(self) -> bool:
-        return self.window is not None or bool(self.exclusions)
-
-
-@dataclass
-class GkeClusterArgs:
-    """Inputs of :class:`GkeCluster` (``tpuray.components.stack_args.gke_cluster_args`` builds them from a stack)."""
-
-    project: str
-    region: str
-    location: str
-    """The region (regional cluster) or a zone (zonal cluster)."""
-    cluster: ControlPlane
-    network: Network
-    maintenance: Maintenance
-    ray_operator_addon: bool
-    """Enable the GKE Ray Operator add-on (KubeRay and the TPU webhook); off when KubeRay comes from Helm."""
-    image_repositories: list[ArtifactRepository]
-    """Artifact Registry repositories of the stack's images: the nodes may read these and no others."""
-    resource_labels: dict[str, str] = field(default_factory=dict)
 
 
 def maintenance_policy(m: Maintenance) -> gcp.container.ClusterMaintenancePolicyArgs | None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from tpuray.components.planning.kueue import KueueSpec
+from tpuray.components.component_args import KueuePlan
 
 __all__ = ["KUEUE_CHART", "KubernetesObject", "KueueQueues", "KueueQueuesArgs"]
 
@@ -41,17 +41,12 @@ class KubernetesObject(pulumi.CustomResource):
 
 @dataclass
 class KueueQueuesArgs:
-    """Inputs of :class:`KueueQueues`."""
+    """Inputs of :class:`KueueQueues`: the planned queues, plus what they wait for."""
 
-    spec: KueueSpec
-    """The queue objects, as pure data."""
-    chart_version: str
-    namespace: str
+    plan: KueuePlan
+    """The release and the queue objects, as data (:func:`~tpuray.components.planning.stack_plan.plan_stack`)."""
     depends_on: list[pulumi.Resource] | None = None
     """What every child waits for: the cluster, its node pools, and the Ray namespace (the LocalQueue's)."""
-    monitoring: list[dict[str, Any]] = field(default_factory=list)
-    """Managed Prometheus collection of Kueue's controller metrics (:func:`tpuray.components.planning.gmp.
-    kueue_monitoring`), declared after the release (its chart ships the metrics-reader ClusterRole)."""
 
 
 class KueueQueues(pulumi.ComponentResource):
@@ -65,18 +60,19 @@ class KueueQueues(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: KueueQueuesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("tpuray:index:KueueQueues", name, None, opts)
+        plan = args.plan
         after = list(args.depends_on or [])
         self.release = k8s.helm.v3.Release(
             f"{name}-kueue",
             name=KUEUE_RELEASE,
             chart=KUEUE_CHART,
-            version=args.chart_version,
-            namespace=args.namespace,
+            version=plan.chart_version,
+            namespace=plan.namespace,
             create_namespace=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=after),
         )
         self.objects = {}
-        for obj in args.spec.objects:
+        for obj in plan.spec.objects:
             key = f"{obj['kind']}/{obj['metadata']['name']}"
             # The release's webhooks validate every object. An AdmissionCheck names its ProvisioningRequestConfig,
             # the ClusterQueue the flavors and checks, the LocalQueue the ClusterQueue: each of those waits for
@@ -93,8 +89,8 @@ class KueueQueues(pulumi.ComponentResource):
                 obj,
                 pulumi.ResourceOptions(parent=self, depends_on=[*after, self.release]),
             )
-            for obj in args.monitoring
+            for obj in plan.monitoring
         ]
-        self.local_queue = args.spec.local_queue
-        self.cluster_queue = args.spec.cluster_queue
+        self.local_queue = plan.spec.local_queue
+        self.cluster_queue = plan.spec.cluster_queue
         self.register_outputs({"local_queue": self.local_queue, "cluster_queue": self.cluster_queue})

@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
+from tpuray.components.component_args import RayClusterPlan
 from tpuray.components.config_types import service_account_id
 from tpuray.components.kueue import KubernetesObject
 from tpuray.components.names import KUBERAY_NAMESPACE, RAY_AUTH_TOKEN_KEY
 from tpuray.components.planning.kuberay import (
-    RayClusterParams,
     RayJobParams,
     dashboard_service_name,
     ray_cluster_manifest,
@@ -63,36 +63,15 @@ def declare_manifest(
 
 @dataclass
 class RayTpuClusterArgs:
-    """Inputs of :class:`RayTpuCluster` (``tpuray.components.stack_args.ray_tpu_cluster_args`` builds them)."""
+    """Inputs of :class:`RayTpuCluster`: the planned cluster, plus the links only a running program has."""
 
-    project: str
-    cluster_name: str
-    """The GKE cluster's configured name (names the Google service account)."""
-    params: RayClusterParams
-    """The RayCluster, as pure data (names, images, TPU worker groups)."""
-    bucket_location: str
-    retention_days: int
-    """Delete checkpoints older than this many days (0 keeps them)."""
-    operator: Literal["addon", "helm"]
-    helm_chart_version: str
-    soft_delete_days: int
-    """Deleted or overwritten checkpoints stay restorable this long (GCS soft delete, 7-90 days)."""
-    versioning: bool
-    resource_labels: dict[str, str] | None = None
+    plan: RayClusterPlan
+    """Everything declared, as data (:func:`~tpuray.components.planning.stack_plan.plan_stack` builds it)."""
     auth_token: pulumi.Input[str] | None = None
     """The Ray token (a secret); None: Pulumi generates one."""
-    operator_namespace: str | None = None
-    """Where the KubeRay operator runs in the cluster; its pods may call the head's job API (RayJob status)."""
-    node_cidr: str | None = None
-    """The nodes' subnet range: Ray pods may reach the TPU device plugin's metrics port there."""
-    monitoring: list[dict[str, Any]] | None = None
-    """Managed Prometheus objects for the cluster's training metrics (:mod:`tpuray.components.planning.gmp`)."""
     depends_on: list[pulumi.Resource] | None = None
     """What every child waits for: the cluster (its Workload Identity pool must exist before the binding) and the
     node pools. A component's own ``depends_on`` does not reach its children, hence this field."""
-    declare_cluster: bool = True
-    """Declare the long-lived RayCluster; off when every job brings its own (``ray.jobMode: ephemeral``), which
-    still needs the namespace, identity and bucket declared here."""
 
 
 class RayTpuCluster(pulumi.ComponentResource):
@@ -114,19 +93,20 @@ class RayTpuCluster(pulumi.ComponentResource):
     """What a Ray pod needs before it starts: namespace, service account, token and bindings, the operator."""
 
     def __init__(self, name: str, args: RayTpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        if args.params.auth is None:  # what the stack builds always has one (planning.from_config.ray_auth)
-            raise ValueError("RayTpuClusterArgs.params.auth: required (the Ray token Secret is created here)")
+        plan = args.plan
+        if plan.params.auth is None:  # what plan_stack builds always has one
+            raise ValueError("RayTpuClusterArgs.plan.params.auth: required (the Ray token Secret is created here)")
         # Rendering checks the KubeRay/TPU-webhook rules; a bad spec fails here, before any child exists.
-        self.manifest = ray_cluster_manifest(args.params) if args.declare_cluster else None
+        self.manifest = ray_cluster_manifest(plan.params) if plan.declare_cluster else None
         super().__init__("tpuray:index:RayTpuCluster", name, None, opts)
-        p = args.params
+        p = plan.params
         self.name, self.namespace, self.service_account = p.name, p.namespace, p.service_account
         self.dashboard_service = f"{p.namespace}/{dashboard_service_name(p.name)}"
         after = list(args.depends_on or [])
         child = pulumi.ResourceOptions(parent=self, depends_on=after)
 
         operator: list[pulumi.Resource] = []
-        if args.operator == "helm":
+        if plan.operator == "helm":
             # Without the GKE add-on there is no TPU webhook: multi-host pods then lack TPU_WORKER_ID and
             # TPU_WORKER_HOSTNAMES unless the kuberay-tpu-webhook is installed separately.
             if any(g.tpu_slice.multi_host for g in p.groups):
@@ -140,7 +120,7 @@ class RayTpuCluster(pulumi.ComponentResource):
                     f"{name}-kuberay-operator",
                     name=KUBERAY_HELM_CHART,
                     chart=KUBERAY_HELM_CHART,
-                    version=args.helm_chart_version,
+                    version=plan.helm_chart_version,
                     namespace=KUBERAY_NAMESPACE,
                     create_namespace=True,
                     repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KUBERAY_HELM_REPO),
@@ -159,9 +139,9 @@ class RayTpuCluster(pulumi.ComponentResource):
                 namespace=p.namespace,
                 cluster=p.name,
                 max_chips_per_host=max(g.tpu_slice.chips_per_host for g in p.groups),
-                operator_namespace=args.operator_namespace,
+                operator_namespace=plan.operator_namespace,
                 labels=p.labels,
-                node_cidr=args.node_cidr,
+                node_cidr=plan.node_cidr,
             )
         )
         for pol in policies:
@@ -171,7 +151,7 @@ class RayTpuCluster(pulumi.ComponentResource):
                 spec=cast(Any, pol["spec"]),
                 opts=in_ns,
             )
-        for obj in args.monitoring or []:
+        for obj in plan.monitoring or []:
             KubernetesObject(f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}", obj, in_ns)
         token: pulumi.Input[str]
         if args.auth_token is not None:
@@ -193,31 +173,31 @@ class RayTpuCluster(pulumi.ComponentResource):
         bucket = gcp.storage.Bucket(
             f"{name}-checkpoints",
             name=p.checkpoint_bucket,
-            project=args.project,
-            location=args.bucket_location,
+            project=plan.project,
+            location=plan.bucket_location,
             uniform_bucket_level_access=True,
             public_access_prevention="enforced",
             # Deleted or overwritten checkpoints stay restorable (https://cloud.google.com/storage/docs/soft-delete).
             soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(
-                retention_duration_seconds=args.soft_delete_days * 86400
+                retention_duration_seconds=plan.soft_delete_days * 86400
             ),
-            versioning=gcp.storage.BucketVersioningArgs(enabled=True) if args.versioning else None,
+            versioning=gcp.storage.BucketVersioningArgs(enabled=True) if plan.versioning else None,
             lifecycle_rules=[
                 gcp.storage.BucketLifecycleRuleArgs(
                     action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
-                    condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=args.retention_days),
+                    condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=plan.retention_days),
                 )
             ]
-            if args.retention_days
+            if plan.retention_days
             else None,
-            labels=args.resource_labels or None,
+            labels=plan.resource_labels or None,
             opts=child,
         )
         gsa = gcp.serviceaccount.Account(
             f"{name}-ray-gsa",
-            account_id=service_account_id(args.cluster_name, "ray"),
-            display_name=f"Ray pods of {args.cluster_name} (checkpoint bucket only)",
-            project=args.project,
+            account_id=service_account_id(plan.cluster_name, "ray"),
+            display_name=f"Ray pods of {plan.cluster_name} (checkpoint bucket only)",
+            project=plan.project,
             opts=child,
         )
         bucket_access = gcp.storage.BucketIAMMember(
@@ -236,7 +216,7 @@ class RayTpuCluster(pulumi.ComponentResource):
                     f"{name}-{role}-workload-identity",
                     service_account_id=gsa.name,
                     role="roles/iam.workloadIdentityUser",
-                    member=f"serviceAccount:{args.project}.svc.id.goog[{p.namespace}/{ksa_name}]",
+                    member=f"serviceAccount:{plan.project}.svc.id.goog[{p.namespace}/{ksa_name}]",
                     opts=child,
                 )
             )

@@ -4,7 +4,9 @@
 ``gcp:project``), the :class:`GkeCluster`, one :class:`TpuSlicePool` per slice pool, the :class:`RayTpuCluster`,
 a :class:`KueueQueues` (when ``kueue.enabled``), a :class:`RayTpuJob` for the training entrypoint and a
 :class:`StackMonitoring` (dashboard and idle-slice alert, when ``monitoring.enabled``). Names and
-inputs depend only on the config and the stack name.
+inputs depend only on the config and the stack name: every component's data comes from
+:func:`~tpuray.components.planning.stack_plan.plan_stack`; here it is only linked (providers, the cluster's name
+output, the node service account, ``depends_on``) and the Ray token secret is read.
 """
 
 from __future__ import annotations
@@ -15,24 +17,16 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from tpuray.components.config import StackConfig
-from tpuray.components.config_types import label_value
+from tpuray.components.config import NAMESPACE, RAY_AUTH_TOKEN_KEY, StackConfig
+from tpuray.components.config_types import checked_ray_token
 from tpuray.components.gke_cluster import GkeCluster
-from tpuray.components.kueue import KueueQueues
-from tpuray.components.planning.from_config import ray_cluster_params, ray_job_params
-from tpuray.components.ray_cluster import RayTpuCluster, RayTpuJob
-from tpuray.components.stack_args import (
-    gke_cluster_args,
-    kueue_queues_args,
-    ray_tpu_cluster_args,
-    ray_tpu_job_args,
-    stack_monitoring_args,
-    tpu_slice_pool_args,
-)
+from tpuray.components.kueue import KueueQueues, KueueQueuesArgs
+from tpuray.components.planning.stack_plan import StackPlan, plan_stack
+from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
 from tpuray.components.stack_monitoring import StackMonitoring
-from tpuray.components.tpu_slice_pool import TpuSlicePool
+from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
 
-__all__ = ["Stack", "deploy", "resource_labels", "topology_summary"]
+__all__ = ["Stack", "deploy", "topology_summary"]
 
 
 @dataclass
@@ -40,6 +34,8 @@ class Stack:
     """What :func:`deploy` declared; ``manifests`` are the KubeRay objects as plain dicts."""
 
     config: StackConfig
+    plan: StackPlan
+    """What was declared, as data (:func:`~tpuray.components.planning.stack_plan.plan_stack`)."""
     gcp_provider: gcp.Provider
     cluster: GkeCluster
     pools: list[TpuSlicePool]
@@ -55,11 +51,6 @@ class Stack:
     @property
     def topology(self) -> dict[str, Any]:
         return topology_summary(self.pools)
-
-
-def resource_labels(stack_name: str) -> dict[str, str]:
-    """GCP labels on every labelled resource; the stack's value is also a Kubernetes label value (both rules)."""
-    return {"managed-by": "pulumi", "tpuray-stack": label_value(stack_name)}
 
 
 def topology_summary(pools: list[TpuSlicePool]) -> dict[str, Any]:
@@ -93,58 +84,45 @@ def topology_summary(pools: list[TpuSlicePool]) -> dict[str, Any]:
 
 
 def deploy(cfg: StackConfig, stack_name: str) -> Stack:
-    """Declare the environment ``cfg`` describes."""
-    labels = resource_labels(stack_name)
-    k8s_labels = {"app.kubernetes.io/managed-by": "pulumi", "tpuray.io/stack": labels["tpuray-stack"]}
-    provider = gcp.Provider("gcp", project=cfg.project, region=cfg.region, zone=cfg.zone)
+    """Declare the environment ``cfg`` describes: the components of its :class:`StackPlan`, linked."""
+    plan = plan_stack(cfg, stack_name)
+    provider = gcp.Provider("gcp", project=plan.project, region=plan.region, zone=plan.zone)
     on_gcp = pulumi.ResourceOptions(providers=[provider])
 
-    cluster = GkeCluster("gke", gke_cluster_args(cfg, labels), on_gcp)
+    cluster = GkeCluster("gke", plan.gke, on_gcp)
     pools = [
         TpuSlicePool(
             pool.name,
-            tpu_slice_pool_args(cfg, pool, cluster.cluster.name, cluster.node_service_account_email, labels),
+            TpuSlicePoolArgs(pool, cluster.cluster.name, cluster.node_service_account_email),
             on_gcp,  # the node pools' cluster input orders them after the cluster
         )
-        for pool in cfg.slice_pools
+        for pool in plan.pools
     ]
     on_both = pulumi.ResourceOptions(providers=[provider, cluster.provider])
     node_pools = [np for p in pools for np in p.node_pools]
-    job_params = ray_job_params(cfg, k8s_labels)
-    # Ephemeral jobs bring their own cluster: the namespace, identity, token and network policies are declared
-    # for that cluster (its pods carry its name), and no long-lived RayCluster is.
-    ephemeral = cfg.ray.job_mode == "ephemeral" and job_params.cluster is not None
-    cluster_params = job_params.cluster if ephemeral and job_params.cluster else ray_cluster_params(cfg, k8s_labels)
     ray = RayTpuCluster(
         "ray",
-        ray_tpu_cluster_args(
-            cfg,
-            cluster_params,
-            declare_cluster=not ephemeral,
-            depends_on=[cluster.cluster, cluster.system_pool, *node_pools],
-            resource_labels=labels,
+        RayTpuClusterArgs(
+            plan.ray, auth_token=_ray_token(), depends_on=[cluster.cluster, cluster.system_pool, *node_pools]
         ),
         on_both,
     )
     kueue = None
     job_after: list[pulumi.Resource] = [ray.ray_cluster] if ray.ray_cluster is not None else list(ray.prerequisites)
-    if cfg.kueue.enabled:
+    if plan.kueue is not None:
         kueue = KueueQueues(
             "kueue",
-            kueue_queues_args(cfg, k8s_labels, depends_on=[cluster.system_pool, *node_pools, ray.prerequisites[0]]),
+            KueueQueuesArgs(plan.kueue, depends_on=[cluster.system_pool, *node_pools, ray.prerequisites[0]]),
             on_both,
         )
         job_after += list(kueue.objects.values())
-    job = RayTpuJob(
-        "train",
-        ray_tpu_job_args(job_params, depends_on=[*job_after, ray.auth_secret]),
-        on_both,
-    )
+    job = RayTpuJob("train", RayTpuJobArgs(plan.job, depends_on=[*job_after, ray.auth_secret]), on_both)
     monitoring = None
-    if cfg.monitoring.enabled:
-        monitoring = StackMonitoring("monitoring", stack_monitoring_args(cfg, stack_name, labels), on_gcp)
+    if plan.monitoring is not None:
+        monitoring = StackMonitoring("monitoring", plan.monitoring, on_gcp)
     return Stack(
         config=cfg,
+        plan=plan,
         gcp_provider=provider,
         cluster=cluster,
         pools=pools,
@@ -153,3 +131,12 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
         kueue=kueue,
         monitoring=monitoring,
     )
+
+
+def _ray_token() -> pulumi.Output[str] | None:
+    """``tpuray:rayAuthToken`` if set, held to the token rule (an empty or short token fails the update).
+
+    Secret-bearing: read here with ``get_secret`` only, never part of the (printable) config or plan.
+    """
+    secret = pulumi.Config(NAMESPACE).get_secret(RAY_AUTH_TOKEN_KEY)
+    return None if secret is None else secret.apply(checked_ray_token)

@@ -7,29 +7,16 @@ condition (``condition_prometheus_query_language``) over Managed Prometheus' dat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pulumi
 import pulumi_gcp as gcp
 
-from tpuray.components.planning.dashboard import AlertPlan, DashboardPlan
+from tpuray.components.component_args import StackMonitoringArgs
 
 __all__ = ["ALERT_EVALUATION_SECONDS", "StackMonitoring", "StackMonitoringArgs"]
 
 ALERT_EVALUATION_SECONDS = 60
 """How often the alert's query runs; the API wants a positive multiple of 30 s (pulumi-gcp
 ``AlertPolicyConditionConditionPrometheusQueryLanguageArgs.evaluation_interval``)."""
-
-
-@dataclass
-class StackMonitoringArgs:
-    """Inputs of :class:`StackMonitoring`."""
-
-    project: str
-    dashboard: DashboardPlan
-    idle_alert: AlertPlan | None = None
-    user_labels: dict[str, str] | None = None
-    """Labels of the alert policy (dashboards take none here)."""
 
 
 class StackMonitoring(pulumi.ComponentResource):

@@ -368,6 +368,13 @@ class TpuSlice:
 
         Raises :class:`TopologyError` naming the field, the bad value and the valid choices.
         """
+        if all(a is None or isinstance(a, str) for a in (generation_or_spec, topology, machine_type)):
+            # A slice is immutable and every pool's planners ask for it again: parse each spelling once.
+            return _parse_slice(generation_or_spec, topology, machine_type)
+        return cls._parse(generation_or_spec, topology, machine_type)
+
+    @classmethod
+    def _parse(cls, generation_or_spec: str, topology: str | None, machine_type: str | None) -> TpuSlice:
         if topology is None:
             parts = generation_or_spec.split(":") if isinstance(generation_or_spec, str) else []
             if len(parts) not in (2, 3):
@@ -575,3 +582,9 @@ class TpuSlice:
             "peak_bf16_tflops": self.peak_bf16_tflops,
             "hbm_gib_per_chip": self.spec.hbm_gib_per_chip,
         }
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_slice(generation_or_spec: str, topology: str | None, machine_type: str | None) -> TpuSlice:
+    """:meth:`TpuSlice.parse` of string arguments, remembered (errors are raised again each time, not cached)."""
+    return TpuSlice._parse(generation_or_spec, topology, machine_type)

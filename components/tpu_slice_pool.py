@@ -13,35 +13,23 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
+from tpuray.components.component_args import SlicePoolPlan
 from tpuray.components.names import CLOUD_PLATFORM_SCOPE
 from tpuray.components.planning.node_pools import NodePoolSpec
-from tpuray.components.topology import TpuSlice
 
 __all__ = ["TpuSlicePool", "TpuSlicePoolArgs"]
 
 
 @dataclass
 class TpuSlicePoolArgs:
-    """Inputs of :class:`TpuSlicePool` (``tpuray.components.stack_args.tpu_slice_pool_args`` builds them)."""
+    """Inputs of :class:`TpuSlicePool`: the planned pool, plus the links only a running program has."""
 
-    name: str
-    """The slice pool's name (``tpuray.io/pool`` on its nodes)."""
-    tpu_slice: TpuSlice
-    """The slice shape: the single source of every TPU fact."""
-    slices: int
-    capacity: str
-    """The capacity type's name, for the summary (the node pool specs carry its settings)."""
-    node_pools: list[NodePoolSpec]
-    """What to declare, from :func:`~tpuray.components.planning.node_pools.slice_pool_node_pools`."""
-    auto_upgrade: bool
-    project: str
+    pool: SlicePoolPlan
+    """The pool as :func:`~tpuray.components.planning.stack_plan.plan_stack` planned it."""
     cluster: pulumi.Input[str]
     """The cluster resource's name or id (orders the pools after the cluster)."""
-    location: str
-    """The cluster's location (region or zone)."""
     service_account: pulumi.Input[str]
     """Email of the node service account."""
-    resource_labels: dict[str, str] | None = None
 
 
 class TpuSlicePool(pulumi.ComponentResource):
@@ -55,16 +43,17 @@ class TpuSlicePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: TpuSlicePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         # The config model has checked every rule (zones, DWS autoscaling, names); the planner only derived.
-        self.plans = list(args.node_pools)
+        pool = args.pool
+        self.plans = list(pool.node_pools)
         super().__init__("tpuray:index:TpuSlicePool", name, None, opts)
-        s = args.tpu_slice
+        s = pool.tpu_slice
         self.workload_policy = None
         wp = self.plans[0].workload_policy
         if wp is not None:
             self.workload_policy = gcp.compute.ResourcePolicy(
                 f"{name}-workload-policy",
                 name=wp.name,
-                project=args.project,
+                project=pool.project,
                 region=wp.region,
                 workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
                     type=wp.type, accelerator_topology=wp.accelerator_topology
@@ -74,11 +63,11 @@ class TpuSlicePool(pulumi.ComponentResource):
         self.node_pools = [self._node_pool(name, p, args) for p in self.plans]
         self.pool_names = pulumi.Output.all(*[np.name for np in self.node_pools]).apply(list)
         self.summary = {
-            "pool": args.name,
-            "capacity": args.capacity,
-            "slices": args.slices,
+            "pool": pool.name,
+            "capacity": pool.capacity,
+            "slices": pool.slices,
             "node_pools": [p.name for p in self.plans],
-            "total_chips": args.slices * s.chips,
+            "total_chips": pool.slices * s.chips,
             **s.summary(),
         }
         self.register_outputs({"pool_names": self.pool_names, "summary": self.summary})
@@ -115,7 +104,7 @@ class TpuSlicePool(pulumi.ComponentResource):
             max_run_duration=p.max_run_duration,
             reservation_affinity=reservation,
             labels=p.labels,
-            resource_labels=args.resource_labels or None,
+            resource_labels=args.pool.resource_labels or None,
             taints=[
                 gcp.container.NodePoolNodeConfigTaintArgs(key=t.key, value=t.value, effect=t.effect) for t in p.taints
             ],
@@ -129,9 +118,9 @@ class TpuSlicePool(pulumi.ComponentResource):
         return gcp.container.NodePool(
             f"{name}-{p.name}",
             name=p.name,
-            project=args.project,
+            project=args.pool.project,
             cluster=args.cluster,
-            location=args.location,
+            location=args.pool.location,
             node_locations=list(p.node_locations) if p.node_locations else None,
             node_count=p.node_count,
             initial_node_count=p.initial_node_count,
@@ -140,7 +129,9 @@ class TpuSlicePool(pulumi.ComponentResource):
             queued_provisioning=(
                 gcp.container.NodePoolQueuedProvisioningArgs(enabled=True) if p.queued_provisioning else None
             ),
-            management=gcp.container.NodePoolManagementArgs(auto_repair=p.auto_repair, auto_upgrade=args.auto_upgrade),
+            management=gcp.container.NodePoolManagementArgs(
+                auto_repair=p.auto_repair, auto_upgrade=args.pool.auto_upgrade
+            ),
             node_config=node_config,
             opts=pulumi.ResourceOptions(parent=self),
         )

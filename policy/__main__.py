@@ -1,6 +1,6 @@
 """tpuray's CrossGuard policy pack: ``pulumi preview --policy-pack policy``.
 
-The rules live in ``tpuray.components.review.policy_rules`` (pure functions, also run by ``tpuray plan``); this file
+The rules live in ``tpuray.components.review.rules`` (pure functions, also run by ``tpuray plan``); this file
 only builds the pack, because constructing a ``PolicyPack`` starts the analyzer server.
 """
 

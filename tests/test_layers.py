@@ -48,6 +48,32 @@ def test_review_package_imports() -> None:
     assert "tpuray.components.review.commands" in loaded
 
 
+def _deploy_calls() -> tuple[set[str], set[str]]:
+    """(names deploy() calls, names components/stack.py imports from tpuray modules)."""
+    tree = ast.parse((ROOT / "components" / "stack.py").read_text())
+    imported = {
+        alias.asname or alias.name
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tpuray.")
+        for alias in node.names
+    }
+    deploy = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "deploy")
+    called = {n.func.id for n in ast.walk(deploy) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return called, imported
+
+
+def test_deploy_calls_no_planner_but_plan_stack() -> None:
+    """deploy() instantiates components from the StackPlan: of tpuray's functions it calls plan_stack only (the
+    classes it calls are the components and their Args, which take the plan's parts and add the links)."""
+    called, imported = _deploy_calls()
+    assert "plan_stack" in called
+    assert {n for n in called & imported if not n[0].isupper()} == {"plan_stack"}
+    local = {
+        n.name for n in ast.parse((ROOT / "components" / "stack.py").read_text()).body if isinstance(n, ast.FunctionDef)
+    }
+    assert called & local <= {"_ray_token"}  # the one infra-side read: the Ray token secret, never in the plan
+
+
 @pytest.mark.parametrize(
     "module",
     [
@@ -56,7 +82,8 @@ def test_review_package_imports() -> None:
         "tpuray.components.config",
         "tpuray.components.planning.node_pools",
         "tpuray.components.planning.kuberay",
-        "tpuray.components.planning.from_config",
+        "tpuray.components.planning.stack_plan",
+        "tpuray.components.component_args",
         "tpuray.components.planning.network_policy",
         "tpuray.components.planning.pod_security",
         "tpuray.components.planning.ray_auth",

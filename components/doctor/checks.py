@@ -35,8 +35,8 @@ from tpuray.components.names import (
     TPU_RESOURCE,
     WEBHOOK_POD_LABEL,
 )
-from tpuray.components.planning.from_config import stack_manifests
 from tpuray.components.planning.kueue import kueue_spec
+from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.topology import FLEX_START_MIN_GKE_VERSION, RAY_ADDON_MIN_GKE_VERSION, generation
 
 __all__ = ["CheckResult", "ImageVersions", "Status", "run_checks"]
@@ -308,8 +308,10 @@ def _rendered_kinds(rendered: Sequence[Mapping[str, Any]]) -> list[tuple[str, st
 
 
 def check_kuberay_crds(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
-    problems, found = _crd_problems(stack_manifests(cfg), objs.crds)
-    fact = "the stack renders " + ", ".join(f"{k} ({v})" for k, v, _ in _rendered_kinds(stack_manifests(cfg)))
+    # The stack's name only sets label values, which no CRD schema check reads.
+    manifests = plan_stack(cfg, cfg.cluster.name).manifests
+    problems, found = _crd_problems(manifests, objs.crds)
+    fact = "the stack renders " + ", ".join(f"{k} ({v})" for k, v, _ in _rendered_kinds(manifests))
     fix = (
         f"install the KubeRay {cfg.ray.helm_chart_version} CRDs (Helm does not upgrade CRDs: kubectl apply "
         "--server-side -k 'github.com/ray-project/kuberay/ray-operator/config/crd?ref=v"

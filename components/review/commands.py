@@ -24,7 +24,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from tpuray.components.config import ConfigError
     from tpuray.components.config_types import stack_name_problem
     from tpuray.components.review.engine import RunError
-    from tpuray.components.review.plan import dashboards, find_root, render_stack, summary, write_plan
+    from tpuray.components.review.plan import find_root, render_stack, summary, write_plan
     from tpuray.components.review.plan_dir import PlanOutError, check_out_dir
 
     problem = stack_name_problem(args.stack)
@@ -52,7 +52,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except (PlanOutError, OSError) as e:
         return _error(f"cannot write the plan to {out}: {e}", 2)
     print(summary(plan))
-    board = ", dashboard.json, dashboard.svg" if dashboards(plan.resources) else ""
+    board = ", dashboard.json, dashboard.svg" if plan.stack_plan.monitoring is not None else ""
     print(f"wrote {out}/plan.json, manifests/, topology.md, topology.svg, cost.json, cost.md{board}")
     for w in plan.warnings:
         print(f"warning: [{w.rule}] {w.urn.rsplit('::', 1)[-1]}: {w.message}", file=sys.stderr)

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from tpuray.components.review import engine as plan_engine
-from tpuray.components.review.policy_rules import Resource, check_resources
 from tpuray.components.review.render import plan_json
+from tpuray.components.review.rule_types import Resource
+from tpuray.components.review.rules import check_resources
 
 __all__ = ["GitPlanError", "is_git_ref", "plan_of_ref"]
 

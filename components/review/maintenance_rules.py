@@ -1,9 +1,8 @@
 """Rules over a whole stack's resources, for what one resource cannot tell alone.
 
-Pure Python. :mod:`~tpuray.components.review.policy_rules` adds :func:`maintenance_rules` to its
-``STACK_RULES``: ``tpuray plan`` runs them over the collected resources and the policy pack makes them CrossGuard
-stack validation policies. Like ``security_rules``, this module imports ``policy_rules`` only inside functions, so
-either can be imported first.
+Pure Python. :mod:`~tpuray.components.review.rules` adds :data:`MAINTENANCE_STACK_RULES` to its ``STACK_RULES``:
+``tpuray plan`` runs them over the collected resources and the policy pack makes them CrossGuard stack validation
+policies.
 
 A static multi-host TPU slice in production (a node pool that keeps its slice, not autoscaled from zero) must not
 be upgraded in the middle of a run: TPU VMs cannot live-migrate and a slice restarts whole when any of its hosts
@@ -15,15 +14,19 @@ cluster, not on the node pool: hence a stack rule.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tpuray.components.review.security_rules import StackRule
+from tpuray.components.review.policy_rules import slice_of, tpu_pool
+from tpuray.components.review.resource_types import CLUSTER, NODE_POOL
+from tpuray.components.review.rule_types import Resource, RuleContext, StackRule
 from tpuray.components.wire import as_int
 
-if TYPE_CHECKING:
-    from tpuray.components.review.policy_rules import Resource, RuleContext
-
-__all__ = ["check_static_slices_have_maintenance", "maintenance_declared", "maintenance_rules", "static_multi_host"]
+__all__ = [
+    "MAINTENANCE_STACK_RULES",
+    "check_static_slices_have_maintenance",
+    "maintenance_declared",
+    "static_multi_host",
+]
 
 
 def maintenance_declared(cluster_props: Mapping[str, Any]) -> bool:
@@ -37,12 +40,10 @@ def maintenance_declared(cluster_props: Mapping[str, Any]) -> bool:
 
 def static_multi_host(res: Resource) -> str | None:
     """The slice (``v5p-128``) a node pool keeps up, if it holds a multi-host slice that is never scaled away."""
-    from tpuray.components.review.policy_rules import _slice_of, _tpu_pool
-
-    pool = _tpu_pool(res)
+    pool = tpu_pool(res)
     if pool is None:
         return None
-    s = _slice_of(pool)
+    s = slice_of(pool)
     if s is None or not s.multi_host:
         return None
     auto = pool.autoscaling
@@ -51,8 +52,6 @@ def static_multi_host(res: Resource) -> str | None:
 
 
 def check_static_slices_have_maintenance(resources: Sequence[Resource], ctx: RuleContext) -> list[tuple[str, str]]:
-    from tpuray.components.review.resource_types import CLUSTER, NODE_POOL
-
     if not ctx.production:
         return []
     if any(maintenance_declared(r.props) for r in resources if r.type == CLUSTER):
@@ -72,11 +71,10 @@ def check_static_slices_have_maintenance(resources: Sequence[Resource], ctx: Rul
     return out
 
 
-def maintenance_rules() -> tuple[StackRule, ...]:
-    return (
-        StackRule(
-            "tpu-static-slices-maintenance-production",
-            "Production pools that keep multi-host TPU slices need a cluster maintenance window or exclusion.",
-            check_static_slices_have_maintenance,
-        ),
-    )
+MAINTENANCE_STACK_RULES: tuple[StackRule, ...] = (
+    StackRule(
+        "tpu-static-slices-maintenance-production",
+        "Production pools that keep multi-host TPU slices need a cluster maintenance window or exclusion.",
+        check_static_slices_have_maintenance,
+    ),
+)

@@ -22,13 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_stack_file
+from tpuray.components.planning.stack_plan import StackPlan, plan_stack
 from tpuray.components.review import resource_types
 from tpuray.components.review.cost import BUDGET_RULE, budget_check, cost_json, cost_markdown
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
 from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, load_plan_file, mark, write_file
-from tpuray.components.review.policy_rules import Resource, Violation, check_resources
 from tpuray.components.review.pool_views import PoolView, pool_views
 from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown
+from tpuray.components.review.rule_types import Resource, Violation
+from tpuray.components.review.rules import check_resources
 from tpuray.components.review.svg import render_svg
 
 __all__ = [
@@ -51,6 +53,8 @@ DASHBOARD_PICTURE = "dashboard.svg"
 class Plan:
     stack: str
     config: StackConfig
+    stack_plan: StackPlan
+    """What the program declares, as data: the files read its pools, dashboard and budget from here."""
     run: dict[str, Any]
     violations: list[Violation]
     pools: list[PoolView]
@@ -91,17 +95,19 @@ def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
     for key in SECRET_KEYS:  # secret-bearing config never reaches plan.json, whatever form the stack file used
         if f"{NAMESPACE}:{key}" in config:
             config[f"{NAMESPACE}:{key}"] = "[secret]"
+    stack_plan = plan_stack(cfg, stack)
     resources = [Resource(type=r["type"], name=r["name"], props=r["inputs"], urn=r["urn"]) for r in run["resources"]]
     found = check_resources(resources)
-    over_budget = budget_check({"stack": stack, "resources": run["resources"]}, cfg.cost)[1]
+    over_budget = budget_check({"stack": stack, "resources": run["resources"]}, stack_plan.cost)[1]
     if over_budget:  # the budget rule reads the config's budget, so it runs here rather than in the pack
         found.append(Violation(BUDGET_RULE, f"urn:pulumi:{stack}::{run.get('project', '')}::stack", over_budget))
     return Plan(
         stack=stack,
         config=cfg,
+        stack_plan=stack_plan,
         run=run,
         violations=[v for v in found if not v.advisory],
-        pools=pool_views(cfg, run["resources"]),
+        pools=pool_views(stack_plan, run["resources"]),
         warnings=[v for v in found if v.advisory],
     )
 
@@ -121,16 +127,16 @@ def write_plan(plan: Plan, out: Path, root: Path | None = None) -> None:
     for name, text in manifest_files(plan.resources).items():
         write_file(manifests / name, text)
     write_file(out / "topology.md", topology_markdown(plan.stack, plan.pools, PICTURE))
-    cost = budget_check({"stack": plan.stack, "resources": plan.resources}, plan.config.cost)[0]
+    cost = budget_check({"stack": plan.stack, "resources": plan.resources}, plan.stack_plan.cost)[0]
     write_file(out / "cost.json", cost_json(cost))
     write_file(out / "cost.md", cost_markdown(cost))
     write_file(out / PICTURE, render_svg(plan.stack, plan.pools))
-    boards = dashboards(plan.resources)
+    monitoring = plan.stack_plan.monitoring
     for name in (DASHBOARD_FILE, DASHBOARD_PICTURE):  # a plan without a dashboard leaves no earlier one behind
         if (out / name).is_file() and not (out / name).is_symlink():
             (out / name).unlink()
-    if boards:
-        board = boards[0]  # one per stack (StackMonitoring)
+    if monitoring is not None:
+        board = json.loads(monitoring.dashboard.json_text())  # what StackMonitoring declares as dashboardJson
         write_file(out / DASHBOARD_FILE, json.dumps(board, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
         write_file(out / DASHBOARD_PICTURE, render_dashboard_svg(board))
 
@@ -143,7 +149,7 @@ def dashboards(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def summary(plan: Plan) -> str:
     from tpuray.components.review.cost import pools_summary
 
-    cost = budget_check({"stack": plan.stack, "resources": plan.resources}, plan.config.cost)[0]
+    cost = budget_check({"stack": plan.stack, "resources": plan.resources}, plan.stack_plan.cost)[0]
     return "\n".join([summary_table(plan.stack, plan.resources, plan.pools), *pools_summary(cost)])
 
 

@@ -1,4 +1,4 @@
-"""The CrossGuard policies of ``policy/``: :data:`tpuray.components.review.policy_rules.RULES` as
+"""The CrossGuard policies of ``policy/``: :data:`tpuray.components.review.rules.RULES` as
 ``pulumi_policy.ResourceValidationPolicy`` objects.
 
 Needs the ``policy`` extra (``pulumi-policy``). Only ``policy/__main__.py`` constructs the ``PolicyPack``:
@@ -19,8 +19,8 @@ from pulumi_policy import (
 )
 
 from tpuray.components.config import PRODUCTION_STACKS
-from tpuray.components.review.policy_rules import RULES, STACK_RULES, Resource, Rule, RuleContext, stack_of_urn
-from tpuray.components.review.security_rules import StackRule
+from tpuray.components.review.rule_types import Resource, Rule, RuleContext, StackRule, stack_of_urn
+from tpuray.components.review.rules import RULES, STACK_RULES
 
 __all__ = ["CONFIG_SCHEMA_PROPERTIES", "POLICIES", "STACK_POLICIES", "policy_for", "stack_policy_for"]
 

@@ -4,19 +4,20 @@ The same functions back the CrossGuard policy pack (``policy/``, through :mod:`t
 and ``tpuray plan``, which runs them over the resources it collected. Inputs are Pulumi wire values:
 camelCase keys, plain dicts and lists.
 
-Imports no Pulumi: a rule is ``(resource, context) -> list of violation messages``.
+Imports no Pulumi: a rule is ``(resource, context) -> list of violation messages`` (types in :mod:`.rule_types`);
+:mod:`.rules` adds :data:`PLATFORM_RULES` to the registry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuray.components.config import PRODUCTION_STACKS, is_production_stack
 from tpuray.components.names import RAY_DASHBOARD_PORT
 from tpuray.components.planning.kuberay_checks import worker_group_chips_problem
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, SERVICE
+from tpuray.components.review.rule_types import Resource, Rule, RuleContext
 from tpuray.components.slice_labels import slice_from_labels
 from tpuray.components.topology import (
     Generation,
@@ -26,60 +27,7 @@ from tpuray.components.topology import (
 )
 from tpuray.components.wire import as_int, get_path
 
-__all__ = [
-    "CLUSTER",
-    "NODE_POOL",
-    "RAY_CLUSTER",
-    "RULES",
-    "SERVICE",
-    "STACK_RULES",
-    "Resource",
-    "Rule",
-    "RuleContext",
-    "Violation",
-    "check_resources",
-    "stack_of_urn",
-]
-
-
-@dataclass(frozen=True)
-class Resource:
-    """The parts of a resource a rule reads."""
-
-    type: str
-    name: str
-    props: Mapping[str, Any]
-    urn: str = ""
-
-
-@dataclass(frozen=True)
-class RuleContext:
-    """What a rule may know beyond the resource: the stack and which stacks count as production."""
-
-    stack: str = ""
-    production_stacks: Sequence[str] = PRODUCTION_STACKS
-
-    @property
-    def production(self) -> bool:
-        return is_production_stack(self.stack, self.production_stacks)
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    description: str
-    types: tuple[str, ...]
-    check: Callable[[Resource, RuleContext], list[str]]
-    advisory: bool = False
-    """A warning, not a failure (CrossGuard's advisory enforcement level)."""
-
-
-@dataclass(frozen=True)
-class Violation:
-    rule: str
-    urn: str
-    message: str
-    advisory: bool = False
+__all__ = ["PLATFORM_RULES", "TpuPool", "slice_of", "tpu_pool"]
 
 
 @dataclass
@@ -90,15 +38,9 @@ class _Found:
         self.messages.append(message)
 
 
-def stack_of_urn(urn: str) -> str:
-    """``urn:pulumi:<stack>::<project>::<type>::<name>`` -> ``<stack>``."""
-    head = urn.split("::", 1)[0]
-    return head.removeprefix("urn:pulumi:") if head.startswith("urn:pulumi:") else ""
-
-
 # ---- node pools -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _TpuPool:
+class TpuPool:
     generation: Generation
     machine_type: str
     placement: Mapping[str, Any]
@@ -109,7 +51,7 @@ class _TpuPool:
     labels: Mapping[str, Any]
 
 
-def _tpu_pool(res: Resource) -> _TpuPool | None:
+def tpu_pool(res: Resource) -> TpuPool | None:
     machine = get_path(res.props, "nodeConfig", "machineType")
     gen = generation_of_machine_type(machine)
     if gen is None:
@@ -125,7 +67,7 @@ def _tpu_pool(res: Resource) -> _TpuPool | None:
     if max_nodes is None:
         max_nodes = as_int(res.props.get("initialNodeCount"))
     labels = get_path(res.props, "nodeConfig", "labels")
-    return _TpuPool(
+    return TpuPool(
         generation=gen,
         machine_type=str(machine),
         placement=placement,
@@ -136,7 +78,7 @@ def _tpu_pool(res: Resource) -> _TpuPool | None:
     )
 
 
-def _declared_slice(pool: _TpuPool) -> TpuSlice | str:
+def _declared_slice(pool: TpuPool) -> TpuSlice | str:
     """The pool's slice from its tpuTopology, or a message saying why it is not a valid slice."""
     assert pool.topology is not None
     try:
@@ -145,7 +87,7 @@ def _declared_slice(pool: _TpuPool) -> TpuSlice | str:
         return f"placementPolicy.tpuTopology {pool.topology!r} is not a slice of {pool.machine_type}: {e}"
 
 
-def _labelled_slice(pool: _TpuPool) -> TpuSlice | None:
+def _labelled_slice(pool: TpuPool) -> TpuSlice | None:
     """The slice the node labels describe (GKE's topology label, or tpuray's pod-type label), if any.
 
     A pool's node count alone cannot tell one multi-host slice from several single-host slices; the labels can.
@@ -156,7 +98,7 @@ def _labelled_slice(pool: _TpuPool) -> TpuSlice | None:
         return None  # no slice labels, or ones that do not fit the machine type: other rules judge the pool
 
 
-def _slice_of(pool: _TpuPool) -> TpuSlice | None:
+def slice_of(pool: TpuPool) -> TpuSlice | None:
     if pool.topology is not None:
         s = _declared_slice(pool)
         return s if isinstance(s, TpuSlice) else None
@@ -172,7 +114,7 @@ def _placement_advice(gen: Generation) -> str:
 def check_multi_host_placement(res: Resource, ctx: RuleContext) -> list[str]:
     """Multi-host TPU pools: COMPACT placement with a tpuTopology that matches the node count (tpu7x: a
     workload policy named in placementPolicy.policyName); single-host pools: no tpuTopology."""
-    pool = _tpu_pool(res)
+    pool = tpu_pool(res)
     if pool is None:
         return []
     found = _Found()
@@ -220,10 +162,10 @@ def check_multi_host_placement(res: Resource, ctx: RuleContext) -> list[str]:
 
 def check_multi_host_autoscaling(res: Resource, ctx: RuleContext) -> list[str]:
     """A multi-host slice is atomic: autoscale per zone between 0 (or the whole slice) and the whole slice."""
-    pool = _tpu_pool(res)
+    pool = tpu_pool(res)
     if pool is None:
         return []
-    s = _slice_of(pool)
+    s = slice_of(pool)
     if s is None or not s.multi_host:
         return []
     found = _Found()
@@ -339,7 +281,7 @@ def check_worker_group_chips(res: Resource, ctx: RuleContext) -> list[str]:
     return found.messages
 
 
-RULES: tuple[Rule, ...] = (
+PLATFORM_RULES: tuple[Rule, ...] = (
     Rule(
         "tpu-multi-host-placement",
         "Multi-host TPU pools use compact placement with a matching topology "
@@ -382,28 +324,3 @@ RULES: tuple[Rule, ...] = (
         check_worker_group_chips,
     ),
 )
-
-
-def check_resources(resources: Iterable[Resource], ctx: RuleContext | None = None) -> list[Violation]:
-    """Every rule over every resource of a plan, then the stack rules; the stack comes from the URNs unless
-    ``ctx`` names it."""
-    out: list[Violation] = []
-    resources = list(resources)
-    for res in resources:
-        c = ctx or RuleContext(stack=stack_of_urn(res.urn))
-        for rule in RULES:
-            if res.type in rule.types:
-                out.extend(Violation(rule.name, res.urn or res.name, m, rule.advisory) for m in rule.check(res, c))
-    stack_ctx = ctx or RuleContext(stack=stack_of_urn(resources[0].urn) if resources else "")
-    for stack_rule in STACK_RULES:
-        out.extend(Violation(stack_rule.name, urn, m) for urn, m in stack_rule.check(resources, stack_ctx))
-    return out
-
-
-# The security rules build on the types above (security_rules.py takes Rule as an argument, so either module
-# can be imported first).
-from tpuray.components.review.maintenance_rules import maintenance_rules  # noqa: E402
-from tpuray.components.review.security_rules import security_rules, stack_rules  # noqa: E402
-
-RULES = (*RULES, *security_rules(Rule))
-STACK_RULES = (*stack_rules(), *maintenance_rules())

@@ -1,6 +1,6 @@
 """What a plan holds per slice pool: slices, hosts, chips, Ray workers and chip-hours, as plain data.
 
-Pure Python. The shape of each pool comes from the stack config (the same model the program reads); the node
+Pure Python. The shape of each pool comes from the stack plan (the object the program declares from); the node
 pools and Ray worker groups come from the resources the program actually declared, so a program that drifts
 from its config shows up here (e.g. a pool with no Ray worker group gets no Ray workers).
 
@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components.config import StackConfig
 from tpuray.components.names import POOL_LABEL, TPU_RESOURCE
+from tpuray.components.planning.stack_plan import StackPlan
 from tpuray.components.review.kueue_view import KueueAdmission, kueue_admissions
 from tpuray.components.review.resource_types import NODE_POOL, RAY_CLUSTER, RAY_JOB
 from tpuray.components.topology import TpuSlice, generation_of_machine_type
@@ -164,13 +164,13 @@ def _node_pool_name(r: Mapping[str, Any]) -> str:
     return str(r["inputs"].get("name") or r["name"])
 
 
-def pool_views(cfg: StackConfig, resources: Sequence[Mapping[str, Any]]) -> list[PoolView]:
-    """One view per configured slice pool, in config order."""
+def pool_views(plan: StackPlan, resources: Sequence[Mapping[str, Any]]) -> list[PoolView]:
+    """One view per planned slice pool, in config order."""
     groups = ray_groups(resources)
     admissions = kueue_admissions(resources)
     node_pools = [r for r in resources if r["type"] == NODE_POOL]
     views: list[PoolView] = []
-    for pool in cfg.slice_pools:
+    for pool in plan.pools:
         mine = tuple(
             sorted(
                 _node_pool_name(r)
@@ -187,8 +187,8 @@ def pool_views(cfg: StackConfig, resources: Sequence[Mapping[str, Any]]) -> list
                 tpu_slice=pool.tpu_slice,
                 min_slices=pool.min_slices,
                 max_slices=pool.slices,
-                capacity=pool.capacity.type,
-                zone=cfg.pool_zone(pool),
+                capacity=pool.capacity,
+                zone=pool.zone,
                 node_pools=mine,
                 ray_group=group,
                 kueue=admissions.get(pool.name),

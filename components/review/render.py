@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from tpuray.components.review.policy_rules import Violation
 from tpuray.components.review.pool_views import PoolView, ray_workers_text
+from tpuray.components.review.rule_types import Violation
 
 __all__ = ["FORMAT", "manifest_files", "plan_json", "summary_table", "topology_markdown"]
 

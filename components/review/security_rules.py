@@ -2,7 +2,7 @@
 rules over one resource's inputs (plus one rule over the whole stack).
 
 Same shape as :mod:`tpuray.components.review.policy_rules` (``(resource, context) -> violation messages``, Pulumi
-wire values, no Pulumi import); that module adds these to its ``RULES``. Sources:
+wire values, no Pulumi import, types from :mod:`.rule_types`); :mod:`.rules` adds these to ``RULES``. Sources:
 
 - GKE hardening guide: https://cloud.google.com/kubernetes-engine/docs/how-to/hardening-your-cluster
 - CIS GKE Benchmark item numbers as in v1.x (e.g. 5.5.7 Secure Boot), node service account as in v2.0.0 5.2.1.
@@ -11,9 +11,8 @@ wire values, no Pulumi import); that module adds these to its ``RULES``. Sources
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tpuray.components.config import SYSTEM_NAMESPACE_PREFIXES, SYSTEM_NAMESPACES
 from tpuray.components.images import parse_image
@@ -33,10 +32,8 @@ from tpuray.components.review.resource_types import (
     RAY_CLUSTER,
     RAY_JOB,
 )
+from tpuray.components.review.rule_types import Resource, Rule, RuleContext, StackRule
 from tpuray.components.wire import get_path
-
-if TYPE_CHECKING:
-    from tpuray.components.review.policy_rules import Resource, Rule, RuleContext
 
 __all__ = [
     "BUCKET",
@@ -44,9 +41,8 @@ __all__ = [
     "NETWORK_POLICY",
     "PROJECT_IAM_TYPES",
     "RAY_JOB",
-    "StackRule",
-    "security_rules",
-    "stack_rules",
+    "SECURITY_RULES",
+    "SECURITY_STACK_RULES",
 ]
 
 PROJECT_IAM_TYPES = ("gcp:projects/iAMMember:IAMMember", "gcp:projects/iAMBinding:IAMBinding")
@@ -273,90 +269,79 @@ def check_images_pinned(res: Resource, ctx: RuleContext) -> list[str]:
     return found
 
 
-def security_rules(rule: type[Rule]) -> tuple[Rule, ...]:
-    """The rules, built with policy_rules' ``Rule`` (passed in: that module imports this one)."""
-    return (
-        rule(
-            "gke-control-plane-not-public",
-            "No authorized network is 0.0.0.0/0; production control planes are private, DNS-only, or limited to "
-            "listed networks.",
-            (CLUSTER,),
-            check_control_plane,
-        ),
-        rule(
-            "gke-legacy-auth-off",
-            "Legacy ABAC and client certificates are explicitly off.",
-            (CLUSTER,),
-            check_legacy_auth_off,
-        ),
-        rule(
-            "gke-shielded-nodes",
-            "Every node pool runs shielded nodes with secure boot and integrity monitoring.",
-            (CLUSTER, NODE_POOL),
-            check_shielded_nodes,
-        ),
-        rule(
-            "iam-no-project-wide-grants",
-            "Project-wide IAM grants are limited to GKE's node service account role.",
-            PROJECT_IAM_TYPES,
-            check_project_roles,
-        ),
-        rule(
-            "ray-token-auth",
-            "Every Ray cluster requires Ray's auth token.",
-            (RAY_CLUSTER, RAY_JOB),
-            check_token_auth,
-        ),
-        rule(
-            "ray-pod-security-restricted",
-            "Every Ray container, the autoscaler and the job submitter meet the restricted Pod Security Standard.",
-            (RAY_CLUSTER, RAY_JOB),
-            check_pod_security,
-        ),
-        rule(
-            "ray-namespace-not-system",
-            "Ray never runs in a system namespace.",
-            (NAMESPACE, RAY_CLUSTER, RAY_JOB),
-            check_not_system_namespace,
-        ),
-        rule(
-            "k8s-namespace-pod-security",
-            "Namespaces enforce the restricted Pod Security Standard.",
-            (NAMESPACE,),
-            check_namespace_pod_security,
-        ),
-        rule(
-            "k8s-network-policy-scoped",
-            "No NetworkPolicy admits every source or lets out everywhere on every port.",
-            (NETWORK_POLICY,),
-            check_network_policy_scoped,
-        ),
-        rule(
-            "gcs-bucket-recoverable",
-            "Buckets keep deleted objects restorable (soft delete >= 7 days, or versioning).",
-            (BUCKET,),
-            check_bucket_recoverable,
-        ),
-        rule(
-            "images-pinned-by-digest-production",
-            "Production images are pinned by digest (advisory).",
-            (RAY_CLUSTER, RAY_JOB),
-            check_images_pinned,
-            True,
-        ),
-    )
+SECURITY_RULES: tuple[Rule, ...] = (
+    Rule(
+        "gke-control-plane-not-public",
+        "No authorized network is 0.0.0.0/0; production control planes are private, DNS-only, or limited to "
+        "listed networks.",
+        (CLUSTER,),
+        check_control_plane,
+    ),
+    Rule(
+        "gke-legacy-auth-off",
+        "Legacy ABAC and client certificates are explicitly off.",
+        (CLUSTER,),
+        check_legacy_auth_off,
+    ),
+    Rule(
+        "gke-shielded-nodes",
+        "Every node pool runs shielded nodes with secure boot and integrity monitoring.",
+        (CLUSTER, NODE_POOL),
+        check_shielded_nodes,
+    ),
+    Rule(
+        "iam-no-project-wide-grants",
+        "Project-wide IAM grants are limited to GKE's node service account role.",
+        PROJECT_IAM_TYPES,
+        check_project_roles,
+    ),
+    Rule(
+        "ray-token-auth",
+        "Every Ray cluster requires Ray's auth token.",
+        (RAY_CLUSTER, RAY_JOB),
+        check_token_auth,
+    ),
+    Rule(
+        "ray-pod-security-restricted",
+        "Every Ray container, the autoscaler and the job submitter meet the restricted Pod Security Standard.",
+        (RAY_CLUSTER, RAY_JOB),
+        check_pod_security,
+    ),
+    Rule(
+        "ray-namespace-not-system",
+        "Ray never runs in a system namespace.",
+        (NAMESPACE, RAY_CLUSTER, RAY_JOB),
+        check_not_system_namespace,
+    ),
+    Rule(
+        "k8s-namespace-pod-security",
+        "Namespaces enforce the restricted Pod Security Standard.",
+        (NAMESPACE,),
+        check_namespace_pod_security,
+    ),
+    Rule(
+        "k8s-network-policy-scoped",
+        "No NetworkPolicy admits every source or lets out everywhere on every port.",
+        (NETWORK_POLICY,),
+        check_network_policy_scoped,
+    ),
+    Rule(
+        "gcs-bucket-recoverable",
+        "Buckets keep deleted objects restorable (soft delete >= 7 days, or versioning).",
+        (BUCKET,),
+        check_bucket_recoverable,
+    ),
+    Rule(
+        "images-pinned-by-digest-production",
+        "Production images are pinned by digest (advisory).",
+        (RAY_CLUSTER, RAY_JOB),
+        check_images_pinned,
+        True,
+    ),
+)
 
 
 # ---- the whole stack ------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class StackRule:
-    """A rule over every resource of a stack: ``check`` returns ``(urn, message)`` pairs."""
-
-    name: str
-    description: str
-    check: Callable[[Sequence[Resource], RuleContext], list[tuple[str, str]]]
-
-
 def _deny_all(policy: Mapping[str, Any]) -> bool:
     spec = policy.get("spec") or {}
     return (
@@ -434,16 +419,15 @@ def check_tpu_metrics_egress(resources: Sequence[Resource], ctx: RuleContext) ->
     return found
 
 
-def stack_rules() -> tuple[StackRule, ...]:
-    return (
-        StackRule(
-            "k8s-ray-namespace-default-deny",
-            "Every namespace with a Ray cluster denies all ingress and egress by default.",
-            check_default_deny,
-        ),
-        StackRule(
-            "ray-tpu-metrics-egress",
-            "With monitoring on, Ray pods may reach the TPU device plugin's metrics port (2112) on the nodes.",
-            check_tpu_metrics_egress,
-        ),
-    )
+SECURITY_STACK_RULES: tuple[StackRule, ...] = (
+    StackRule(
+        "k8s-ray-namespace-default-deny",
+        "Every namespace with a Ray cluster denies all ingress and egress by default.",
+        check_default_deny,
+    ),
+    StackRule(
+        "ray-tpu-metrics-egress",
+        "With monitoring on, Ray pods may reach the TPU device plugin's metrics port (2112) on the nodes.",
+        check_tpu_metrics_egress,
+    ),
+)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from html import escape
 
 from tpuray.components.review.pool_views import PoolView, ray_workers_text
+from tpuray.components.topology import GENERATIONS
 
 __all__ = ["render_svg"]
 
@@ -32,7 +33,21 @@ MARGIN = 16
 MAX_SLICES_DRAWN = 8
 """Slices drawn per pool; the rest are summarised as text so a 64-slice pool stays readable."""
 
-COLORS = {"v4": "#4e79a7", "v5e": "#59a14f", "v5p": "#e15759", "v6e": "#f28e2b", "tpu7x": "#b07aa1"}
+PALETTE = (
+    "#4e79a7",
+    "#59a14f",
+    "#e15759",
+    "#f28e2b",
+    "#b07aa1",
+    "#76b7b2",
+    "#edc948",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
+)
+"""Tableau 10, in the order the catalog's generations take it; a generation added to the catalog gets the next."""
+COLORS = {g.name: PALETTE[i % len(PALETTE)] for i, g in enumerate(GENERATIONS)}
+"""Each generation's colour, by its place in the catalog (:data:`tpuray.components.topology.GENERATIONS`)."""
 
 
 def _host_size(pool: PoolView) -> tuple[int, int]:
@@ -58,7 +73,7 @@ def _slice(pool: PoolView, index: int, x: int, y: int) -> list[str]:
     s = pool.tpu_slice
     sw, sh = _slice_size(pool)
     hw, hh = _host_size(pool)
-    color = COLORS.get(s.generation, "#888888")
+    color = COLORS[s.generation]
     dashed = ' stroke-dasharray="5,3"' if index >= pool.min_slices else ""
     out = [
         f'<g class="slice" data-pool="{escape(pool.name)}" data-slice="{index}">',

@@ -14,16 +14,15 @@ from kuberay_schema import schema_errors, tpu_chip_mismatches
 
 from tpuray.components.config import StackConfig, parse_stack_config
 from tpuray.components.gke_cluster import NODE_SA_ROLES, GkeCluster
-from tpuray.components.planning.from_config import ray_cluster_params
 from tpuray.components.planning.kuberay import RayJobParams
 from tpuray.components.planning.node_pools import slice_pool_node_pools
-from tpuray.components.ray_cluster import RayTpuCluster, RayTpuJob, RayTpuJobArgs
+from tpuray.components.planning.stack_plan import plan_stack
+from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
 from tpuray.components.review.engine import STANDIN_ENDPOINT, ProgramRun
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, RAY_JOB
-from tpuray.components.stack_args import gke_cluster_args, ray_tpu_cluster_args, tpu_slice_pool_args
 from tpuray.components.topology import TpuSlice
 from tpuray.components.tpu_locations import TPU_ZONES, zones_of
-from tpuray.components.tpu_slice_pool import TpuSlicePool
+from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
 
 
 def stack(**overrides: Any) -> StackConfig:
@@ -50,7 +49,7 @@ def assert_parented(rec: ProgramRun, component_type: str, expected_children: int
 # ---- GkeCluster ---------------------------------------------------------------------------------------
 def build_cluster(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:
-        c = GkeCluster("gke", gke_cluster_args(cfg, {"tpuray-stack": "test"}))
+        c = GkeCluster("gke", plan_stack(cfg, "test").gke)
         return {"kubeconfig": c.kubeconfig, "name": c.cluster_name}
 
     return build
@@ -143,10 +142,8 @@ def test_gke_cluster_existing_network_private_nats_only_its_subnet() -> None:
 # ---- TpuSlicePool -------------------------------------------------------------------------------------
 def build_pool(cfg: StackConfig, index: int = 0) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:
-        p = cfg.slice_pools[index]
-        comp = TpuSlicePool(
-            p.name, tpu_slice_pool_args(cfg, p, "tpu", "nodes@tpuray-test-proj.iam.gserviceaccount.com")
-        )
+        p = plan_stack(cfg, "test").pools[index]
+        comp = TpuSlicePool(p.name, TpuSlicePoolArgs(p, "tpu", "nodes@tpuray-test-proj.iam.gserviceaccount.com"))
         return {"names": comp.pool_names}
 
     return build
@@ -258,10 +255,8 @@ def _capacity_inputs(cap: str, i: dict[str, Any]) -> None:
 # ---- RayTpuCluster / RayTpuJob ------------------------------------------------------------------------
 def build_ray(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:
-        ray = RayTpuCluster(
-            "ray",
-            ray_tpu_cluster_args(cfg, ray_cluster_params(cfg), declare_cluster=True, depends_on=[]),
-        )
+        planned = plan_stack(cfg, "test").ray
+        ray = RayTpuCluster("ray", RayTpuClusterArgs(planned, depends_on=[]))
         job = RayTpuJob(
             "job",
             RayTpuJobArgs(
@@ -269,7 +264,7 @@ def build_ray(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
                     name="train",
                     namespace=cfg.ray.namespace,
                     entrypoint="python -m tpuray.workloads.train",
-                    cluster=ray_cluster_params(cfg),
+                    cluster=planned.params,
                     active_deadline_seconds=7200,
                     backoff_limit=1,
                 ),
@@ -323,7 +318,11 @@ def test_ray_cluster_and_job() -> None:
     assert ns["name"] == "ray" and ns["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     assert bucket["softDeletePolicy"]["retentionDurationSeconds"] == 7 * 86400
     secret = rec.one("kubernetes:core/v1:Secret")["inputs"]
-    assert secret["metadata"] == {"name": "tpu-ray-auth", "namespace": "ray", "labels": {}}
+    assert secret["metadata"] == {
+        "name": "tpu-ray-auth",
+        "namespace": "ray",
+        "labels": plan_stack(cfg, "test").k8s_labels,
+    }
     assert rec.one("random:index/randomPassword:RandomPassword")["inputs"]["length"] == 48
     policies = {p["inputs"]["metadata"]["name"] for p in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")}
     assert "default-deny-all" in policies and "tpu-ray-tpu-device-plugin" in policies and len(policies) == 7

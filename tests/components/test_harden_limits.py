@@ -12,12 +12,12 @@ from test_kueue import base, by_kind
 from tpuray.components.config import StackConfig
 from tpuray.components.config_types import GceName, GkeVersion, ImageRef, MachineType, ProjectId, Zone
 from tpuray.components.names import TPU_RESOURCE
-from tpuray.components.planning.from_config import ray_job_params
 from tpuray.components.planning.kuberay import RayJobParams, ray_job_manifest
 from tpuray.components.planning.kuberay_checks import MAX_RAY_CLUSTER_NAME, MAX_RAY_JOB_NAME, check_ray_job
 from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.planning.kueue_checks import MAX_POD_SETS, check_kueue_ray_job
 from tpuray.components.planning.quantity import parse_quantity
+from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.topology import TpuSlice
 
 
@@ -63,7 +63,7 @@ def test_tpu7x_has_a_one_chip_single_host_machine_type() -> None:
 
 # ---- KubeRay name limits ---------------------------------------------------------------------------------------
 def _job(name: str, cfg: StackConfig) -> dict[str, Any]:
-    params = ray_job_params(cfg)
+    params = plan_stack(cfg, "test").job
     return ray_job_manifest(params.__class__(**{**params.__dict__, "name": "j"})) | {"metadata": {"name": name}}
 
 
@@ -78,7 +78,7 @@ def test_kuberay_name_limits() -> None:
 
 def test_ray_job_manifest_refuses_a_48_character_name() -> None:
     cfg = StackConfig.model_validate(base())
-    params = ray_job_params(cfg)
+    params = plan_stack(cfg, "test").job
     with pytest.raises(ValueError, match="at most 47"):
         ray_job_manifest(RayJobParams(**{**params.__dict__, "name": "j" * 48}))
 
@@ -86,7 +86,7 @@ def test_ray_job_manifest_refuses_a_48_character_name() -> None:
 # ---- Kueue -----------------------------------------------------------------------------------------------------
 def test_kueue_admits_up_to_18_pod_sets() -> None:
     cfg = StackConfig.model_validate(base())
-    job = ray_job_manifest(ray_job_params(cfg))
+    job = ray_job_manifest(plan_stack(cfg, "test").job)
     assert MAX_POD_SETS == 18
     groups = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     for n, refused in ((16, False), (17, True)):  # head + n groups + the K8sJobMode submitter
@@ -100,7 +100,7 @@ def test_kueue_admits_up_to_18_pod_sets() -> None:
 def test_system_quota_counts_the_submitter_template_the_job_carries() -> None:
     cfg = StackConfig.model_validate(base())
     plan = kueue_spec(cfg)
-    job = ray_job_manifest(ray_job_params(cfg))
+    job = ray_job_manifest(plan_stack(cfg, "test").job)
     spec = job["spec"]
     head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
     submitter = spec["submitterPodTemplate"]["spec"]["containers"][0]["resources"]["requests"]
@@ -117,7 +117,7 @@ def test_system_quota_counts_the_submitter_template_the_job_carries() -> None:
 
 def test_queue_labelled_job_on_an_existing_cluster_is_refused_as_tpurays_rule() -> None:
     cfg = StackConfig.model_validate(base())
-    job = ray_job_manifest(ray_job_params(cfg))
+    job = ray_job_manifest(plan_stack(cfg, "test").job)
     both = copy.deepcopy(job)
     both["spec"]["clusterSelector"] = {"ray.io/cluster": "x"}
     assert any("(Kueue)" in p for p in check_kueue_ray_job(both))  # Kueue's webhook refuses this one

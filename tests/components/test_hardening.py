@@ -24,7 +24,6 @@ from tpuray.components.names import (
     TPU_PROCESS_BASE_PORT,
     TPU_RUNTIME_PORTS,
 )
-from tpuray.components.planning.from_config import stack_manifests
 from tpuray.components.planning.kuberay import ray_start_ports
 from tpuray.components.planning.network_policy import (
     DEFAULT_DENY,
@@ -33,8 +32,8 @@ from tpuray.components.planning.network_policy import (
     network_policies,
 )
 from tpuray.components.planning.pod_security import restricted_problems
+from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL
-from tpuray.components.stack_args import gke_cluster_args, tpu_slice_pool_args
 
 ROOT = er.ROOT
 
@@ -66,7 +65,7 @@ def _pods(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def test_every_container_meets_restricted_and_the_crds(env: str, operator: str) -> None:
     cfg = load_stack_file(ROOT / f"Pulumi.{env}.yaml")
     cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"operator": operator})})
-    for manifest in stack_manifests(cfg):
+    for manifest in plan_stack(cfg, "test").manifests:
         assert schema_errors(manifest) == []
         for where, pod in _pods(manifest):
             # pod-level too (checkov CKV_K8S_29), for the containers KubeRay and GKE's webhooks add
@@ -84,14 +83,14 @@ def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_token_auth_by_env_on_the_addon_and_by_auth_options_on_helm() -> None:
-    addon_cluster, addon_job = stack_manifests(stack())
+    addon_cluster, addon_job = plan_stack(stack(), "test").manifests
     assert "authOptions" not in addon_cluster["spec"]
     for _, pod in _pods(addon_cluster) + _pods(addon_job):
         env = _env(pod["containers"][0])
         assert env["RAY_AUTH_MODE"]["value"] == "token"
         assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "tpu-ray-auth", "key": "auth_token"}
 
-    helm_cluster, helm_job = stack_manifests(stack(ray={"operator": "helm"}))
+    helm_cluster, helm_job = plan_stack(stack(ray={"operator": "helm"}), "test").manifests
     assert helm_cluster["spec"]["authOptions"] == {"mode": "token", "secretName": "tpu-ray-auth"}
     for _, pod in _pods(helm_cluster):  # KubeRay injects the variables
         assert "RAY_AUTH_MODE" not in _env(pod["containers"][0])
@@ -104,7 +103,7 @@ def test_token_auth_by_env_on_the_addon_and_by_auth_options_on_helm() -> None:
 
 
 def test_every_ray_port_is_pinned_and_allowed_between_the_pods_of_a_cluster() -> None:
-    cluster, _job = stack_manifests(stack())
+    cluster, _job = plan_stack(stack(), "test").manifests
     head = cluster["spec"]["headGroupSpec"]
     worker = cluster["spec"]["workerGroupSpecs"][0]
     for params in (head["rayStartParams"], worker["rayStartParams"]):
@@ -158,7 +157,7 @@ def test_only_the_submitter_and_the_operator_reach_the_head_besides_its_peers() 
 # ---- components -------------------------------------------------------------------------------------------------
 def build_cluster(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:
-        c = GkeCluster("gke", gke_cluster_args(cfg, {"tpuray-stack": "test"}))
+        c = GkeCluster("gke", plan_stack(cfg, "test").gke)
         return {"name": c.cluster_name}
 
     return build
@@ -209,12 +208,14 @@ def test_private_and_dns_control_plane_endpoints(endpoint: str) -> None:
 
 
 def test_tpu_node_pools_are_shielded() -> None:
-    from tpuray.components.tpu_slice_pool import TpuSlicePool
+    from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
 
     cfg = stack()
 
     def build() -> dict[str, Any]:
-        TpuSlicePool("v6e", tpu_slice_pool_args(cfg, cfg.slice_pools[0], "tpu", "nodes@x.iam.gserviceaccount.com"))
+        TpuSlicePool(
+            "v6e", TpuSlicePoolArgs(plan_stack(cfg, "test").pools[0], "tpu", "nodes@x.iam.gserviceaccount.com")
+        )
         return {}
 
     rec, _ = er.run(build)
@@ -270,7 +271,7 @@ def test_ray_pods_reach_the_tpu_device_plugin_on_the_nodes_only() -> None:
 # ---- least privilege: the TPU workers run user code ---------------------------------------------------------------
 @pytest.mark.parametrize("env", ["dev", "prod", "prod-dws"])
 def test_workers_and_submitter_get_no_api_token_and_not_the_heads_account(env: str) -> None:
-    for manifest in stack_manifests(load_stack_file(ROOT / f"Pulumi.{env}.yaml")):
+    for manifest in plan_stack(load_stack_file(ROOT / f"Pulumi.{env}.yaml"), "test").manifests:
         for where, pod in _pods(manifest):
             if where == "head":  # KubeRay binds this account to the autoscaler Role; the autoscaler needs it
                 assert pod["serviceAccountName"] == RAY_SERVICE_ACCOUNT

@@ -22,7 +22,6 @@ from tpuray.components.config import (
     parse_stack_config,
 )
 from tpuray.components.planning.entrypoint import train_entrypoint
-from tpuray.components.planning.from_config import stack_manifests
 from tpuray.components.planning.kuberay import (
     RayClusterParams,
     RayJobParams,
@@ -32,6 +31,7 @@ from tpuray.components.planning.kuberay import (
     worker_group_spec,
 )
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job
+from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.topology import TpuSlice
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
@@ -219,7 +219,7 @@ def test_stack_entrypoint_parses_with_the_workload_cli(stack: str) -> None:
     from kuberay_schema import ROOT
 
     cfg = load_stack_file(ROOT / f"Pulumi.{stack}.yaml")
-    job = stack_manifests(cfg)[-1]
+    job = plan_stack(cfg, "test").manifests[-1]
     argv = shlex.split(job["spec"]["entrypoint"])
     assert argv[:3] == ["python", "-m", "tpuray.workloads.train"]
     ns = train.build_parser().parse_args(argv[3:])
@@ -250,10 +250,10 @@ def _dws(ray: dict[str, Any]) -> Any:
 
 
 def test_an_ephemeral_job_releases_its_slices_within_a_minute_by_default() -> None:
-    (job,) = stack_manifests(load_stack_file(ROOT_DIR / "Pulumi.prod-dws.yaml"))
+    (job,) = plan_stack(load_stack_file(ROOT_DIR / "Pulumi.prod-dws.yaml"), "test").manifests
     assert job["spec"]["shutdownAfterJobFinishes"] is True
     assert job["spec"]["ttlSecondsAfterFinished"] == DEFAULT_JOB_TTL_SECONDS <= 60
-    (job,) = stack_manifests(_dws({"ttlSecondsAfterFinished": 0}))
+    (job,) = plan_stack(_dws({"ttlSecondsAfterFinished": 0}), "test").manifests
     assert job["spec"]["ttlSecondsAfterFinished"] == 0
     assert schema_errors(job) == []
 

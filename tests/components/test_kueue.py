@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kuberay_schema import schema_errors as kuberay_schema_errors
 from kueue_schema import cel_problems, schema_errors, scope_of
 
+from tpuray.components.component_args import KueuePlan
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.kueue import KUEUE_CHART, KueueQueues, KueueQueuesArgs
 from tpuray.components.names import (
@@ -24,11 +25,11 @@ from tpuray.components.names import (
     KUEUE_QUEUE_NAME_LABEL,
     TPU_RESOURCE,
 )
-from tpuray.components.planning.from_config import ray_cluster_params, ray_job_params, stack_manifests
 from tpuray.components.planning.kuberay import ray_job_manifest
 from tpuray.components.planning.kueue import DWS_PROVISIONING_CLASS, KueueSpec, kueue_spec
 from tpuray.components.planning.kueue_checks import MAX_POD_SETS, check_kueue_ray_job
 from tpuray.components.planning.node_pools import slice_pool_node_pools
+from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.tpu_locations import TPU_ZONES
 
 DWS = er.ROOT / "Pulumi.prod-dws.yaml"
@@ -170,7 +171,7 @@ def test_head_submitter_and_each_worker_group_land_on_the_intended_flavor() -> N
     flavors = sorted(
         by_kind(plan, "ResourceFlavor"), key=lambda f: [c["name"] for c in cq].index(f["metadata"]["name"])
     )
-    job = ray_job_manifest(ray_job_params(cfg))
+    job = ray_job_manifest(plan_stack(cfg, "test").job)
     spec = job["spec"]["rayClusterSpec"]
     assert assign(spec["headGroupSpec"]["template"]["spec"], flavors, quota) == plan.system_flavor
     submitter = {"containers": [{"resources": {"requests": {"cpu": "500m"}}}]}  # KubeRay's default: no selector
@@ -231,7 +232,7 @@ def test_quota_sums_pod_sizes_in_any_quantity_form_the_config_accepts() -> None:
 def test_ephemeral_job_is_queue_labelled_suspended_and_carries_the_training_pool() -> None:
     cfg = dws()
     plan = kueue_spec(cfg)
-    [job] = stack_manifests(cfg)  # no shared RayCluster in ephemeral mode
+    [job] = plan_stack(cfg, "test").manifests  # no shared RayCluster in ephemeral mode
     assert job["kind"] == "RayJob" and kuberay_schema_errors(job) == []
     labels = job["metadata"]["labels"]
     assert labels[KUEUE_QUEUE_NAME_LABEL] == plan.local_queue == by_kind(plan, "LocalQueue")[0]["metadata"]["name"]
@@ -248,7 +249,7 @@ def test_ephemeral_job_is_queue_labelled_suspended_and_carries_the_training_pool
 
 
 def test_kueue_job_checks_catch_what_kueue_rejects() -> None:
-    job = ray_job_manifest(ray_job_params(dws()))
+    job = ray_job_manifest(plan_stack(dws(), "test").job)
     cases: list[tuple[str, Any]] = [
         ("enableInTreeAutoscaling", lambda j: j["spec"]["rayClusterSpec"].update(enableInTreeAutoscaling=True)),
         ("shutdownAfterJobFinishes", lambda j: j["spec"].update(shutdownAfterJobFinishes=False)),
@@ -270,8 +271,9 @@ def test_kueue_job_checks_catch_what_kueue_rejects() -> None:
 def test_shared_mode_leaves_queued_pools_out_of_the_long_lived_cluster() -> None:
     v = base(ray={"jobMode": "shared"}, workload={"slicePool": "res"})
     cfg = parse_stack_config(v)
-    assert [g.name for g in ray_cluster_params(cfg).groups] == ["res"]
-    cluster, job = stack_manifests(cfg)
+    planned = plan_stack(cfg, "test")
+    assert not planned.ephemeral and [g.name for g in planned.ray.params.groups] == ["res"]
+    cluster, job = planned.manifests
     assert [g["groupName"] for g in cluster["spec"]["workerGroupSpecs"]] == ["res"]
     assert "suspend" not in job["spec"] and KUEUE_QUEUE_NAME_LABEL not in job["metadata"]["labels"]
 
@@ -375,12 +377,14 @@ def test_pool_rules_name_their_pool() -> None:
 
 
 def test_every_pool_queued_still_renders_in_ephemeral_mode() -> None:
-    """The shared RayCluster would have no worker group; ephemeral mode declares none and still has its job."""
+    """A shared RayCluster would have no worker group; ephemeral mode declares none and still has its job."""
     v = base(workload={})
     v["slicePools"] = [v["slicePools"][1]]
     cfg = parse_stack_config(v)
-    assert ray_cluster_params(cfg).groups == ()
-    [job] = stack_manifests(cfg)
+    planned = plan_stack(cfg, "test")
+    assert planned.ephemeral and not planned.ray.declare_cluster
+    assert [g.name for g in planned.ray.params.groups] == ["dws"]  # the job's own cluster, not a shared one
+    [job] = planned.manifests
     assert job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["groupName"] == "dws"
     with pytest.raises(ConfigError, match=r"ray\.jobMode"):
         parse_stack_config({**v, "ray": {"jobMode": "shared"}})
@@ -399,7 +403,7 @@ def test_component_declares_the_pinned_chart_and_every_object_after_it() -> None
     plan = kueue_spec(dws())
 
     def build() -> dict[str, Any]:
-        KueueQueues("kueue", KueueQueuesArgs(spec=plan, chart_version="0.19.2", namespace="kueue-system"))
+        KueueQueues("kueue", KueueQueuesArgs(KueuePlan(spec=plan, chart_version="0.19.2", namespace="kueue-system")))
         return {}
 
     rec, _ = er.run(build)

@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 from conftest import STACKS
 
+from tpuray.components.cli import build_parser
 from tpuray.components.names import TPU_RESOURCE
 from tpuray.components.review.plan import Plan
 from tpuray.components.review.pool_views import PoolView, RayGroup
 from tpuray.components.review.render import summary_table, topology_markdown
 from tpuray.components.review.resource_types import RAY_CLUSTER
-from tpuray.components.review.svg import MAX_SLICES_DRAWN, render_svg
-from tpuray.components.topology import TpuSlice
+from tpuray.components.review.svg import COLORS, MAX_SLICES_DRAWN, render_svg
+from tpuray.components.topology import GENERATIONS, TpuSlice
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -204,3 +205,15 @@ def test_plan_draws_which_pools_kueue_reaches(plans: dict[str, Plan]) -> None:
     # without Kueue every pool is reached directly
     assert {p.admission for p in plans["prod"].pools} == {"direct"}
     assert "via direct;" in render_svg("prod", plans["prod"].pools)
+
+
+def test_every_catalog_generation_has_its_own_colour_and_is_named_in_the_cli_help() -> None:
+    """Colours and help text come from the catalog: a new generation needs only its row."""
+    names = [g.name for g in GENERATIONS]
+    assert list(COLORS) == names
+    assert len(set(COLORS.values())) == len(names)
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    topology = sub.choices["topology"]  # type: ignore[index]
+    text = next(a.help for a in topology._actions if a.dest == "generation") or ""
+    for g in GENERATIONS:
+        assert all(n in text for n in (g.name, *g.aliases)), g.name

@@ -15,15 +15,9 @@ from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
 
 from tpuray.components.review.plan import Plan
 from tpuray.components.review.policy_pack import POLICIES
-from tpuray.components.review.policy_rules import (
-    CLUSTER,
-    NODE_POOL,
-    RAY_CLUSTER,
-    RULES,
-    SERVICE,
-    Resource,
-    check_resources,
-)
+from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, SERVICE
+from tpuray.components.review.rule_types import Resource
+from tpuray.components.review.rules import RULES, check_resources
 
 BY_NAME = {p.name: p for p in POLICIES}
 

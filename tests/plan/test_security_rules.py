@@ -16,7 +16,6 @@ from test_policy_rules import BY_NAME, violations
 
 from tpuray.components.review.plan import Plan, render_stack
 from tpuray.components.review.policy_pack import STACK_POLICIES
-from tpuray.components.review.policy_rules import RULES, STACK_RULES
 from tpuray.components.review.resource_types import (
     BUCKET,
     CLUSTER,
@@ -26,6 +25,7 @@ from tpuray.components.review.resource_types import (
     RAY_CLUSTER,
     RAY_JOB,
 )
+from tpuray.components.review.rules import RULES, STACK_RULES
 from tpuray.components.review.security_rules import PROJECT_IAM_TYPES
 
 Pick = Callable[[str, str, str | None], dict[str, Any]]

@@ -1,0 +1,315 @@
+"""The one mapping from a :class:`~tpuray.components.config.StackConfig` to what the stack declares.
+
+:func:`plan_stack` returns a :class:`StackPlan`: plain data for every component (the GKE cluster, each TPU slice
+pool with its node pool specs, the KubeRay cluster and job, Kueue, monitoring), the resource labels and whether the
+training job brings its own cluster. :func:`~tpuray.components.stack.deploy` only instantiates components from it,
+adding the links only a running program has (the cluster's name output, the node service account, ``depends_on``,
+the Ray token secret); ``tpuray plan`` reads its pools, dashboard and budget from the same object. Each default
+lives in the config model and nowhere else.
+
+Pure Python; imports no Pulumi.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tpuray.components.component_args import (
+    AuthorizedNetwork,
+    ControlPlane,
+    GkeClusterArgs,
+    KueuePlan,
+    Maintenance,
+    MaintenanceExclusion,
+    MaintenanceWindow,
+    Network,
+    RayClusterPlan,
+    SlicePoolPlan,
+    StackMonitoringArgs,
+)
+from tpuray.components.config import CostConfig, Queued, SlicePoolConfig, StackConfig
+from tpuray.components.config_types import label_value
+from tpuray.components.images import ArtifactRepository, parse_image
+from tpuray.components.names import (
+    KUEUE_PRIORITY_CLASS_LABEL,
+    KUEUE_QUEUE_NAME_LABEL,
+    RAY_SERVICE_ACCOUNT,
+    RAY_WORKER_SERVICE_ACCOUNT,
+    SYSTEM_POOL,
+)
+from tpuray.components.planning.dashboard import dashboard_plan, idle_alert_plan
+from tpuray.components.planning.entrypoint import train_entrypoint
+from tpuray.components.planning.gmp import kueue_monitoring, ray_training_monitoring
+from tpuray.components.planning.kuberay import (
+    RayClusterParams,
+    RayJobParams,
+    TpuWorkerGroup,
+    ray_cluster_manifest,
+    ray_job_manifest,
+)
+from tpuray.components.planning.kueue import kueue_spec, priority_class_name
+from tpuray.components.planning.node_pools import slice_pool_node_pools
+from tpuray.components.planning.ray_auth import RayAuth, auth_secret_name
+
+__all__ = ["StackPlan", "image_repositories", "plan_stack", "resource_labels"]
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    """Everything the stack's program declares, as plain data, in the components' own types."""
+
+    stack: str
+    project: str
+    """The GCP provider's project."""
+    region: str
+    """The GCP provider's region."""
+    zone: str | None
+    """The GCP provider's default zone."""
+    resource_labels: dict[str, str]
+    """GCP labels on every labelled resource."""
+    k8s_labels: dict[str, str]
+    """Kubernetes labels on every object tpuray renders."""
+    gke: GkeClusterArgs
+    pools: tuple[SlicePoolPlan, ...]
+    """One per slice pool, in config order."""
+    ray: RayClusterPlan
+    """The Ray namespace, identity, bucket and policies, and the long-lived RayCluster unless ``ephemeral``."""
+    ephemeral: bool
+    """The training job brings its own cluster (``ray.jobMode: ephemeral``): no long-lived RayCluster."""
+    job: RayJobParams
+    """The training RayJob."""
+    kueue: KueuePlan | None
+    """Kueue and its queues (``kueue.enabled``)."""
+    monitoring: StackMonitoringArgs | None
+    """The dashboard and idle-slice alert (``monitoring.enabled``)."""
+    cost: CostConfig
+    """The budget ``tpuray plan`` holds the declared pools to (declares nothing)."""
+
+    @property
+    def manifests(self) -> list[dict[str, Any]]:
+        """Every KubeRay manifest, in declaration order: the shared RayCluster (unless ephemeral), then the RayJob."""
+        job = ray_job_manifest(self.job)
+        return [job] if self.ephemeral else [ray_cluster_manifest(self.ray.params), job]
+
+
+def resource_labels(stack_name: str) -> dict[str, str]:
+    """GCP labels on every labelled resource; the stack's value is also a Kubernetes label value (both rules)."""
+    return {"managed-by": "pulumi", "tpuray-stack": label_value(stack_name)}
+
+
+def image_repositories(images: Sequence[str]) -> list[ArtifactRepository]:
+    """The distinct Artifact Registry repositories the images come from (public images need no grant)."""
+    repos = [parse_image(i).artifact_repository for i in images]
+    return list(dict.fromkeys(r for r in repos if r is not None))
+
+
+def plan_stack(config: StackConfig, stack_name: str) -> StackPlan:
+    """Everything the stack ``stack_name`` declares from ``config``."""
+    cfg = config
+    labels = resource_labels(stack_name)
+    k8s_labels = {"app.kubernetes.io/managed-by": "pulumi", "tpuray.io/stack": labels["tpuray-stack"]}
+    job = _ray_job(cfg, k8s_labels)
+    # Ephemeral jobs bring their own cluster: the namespace, identity, token and network policies are declared
+    # for that cluster (its pods carry its name), and no long-lived RayCluster is.
+    ephemeral = cfg.ray.job_mode == "ephemeral" and job.cluster is not None
+    cluster = job.cluster if ephemeral and job.cluster else _ray_cluster(cfg, k8s_labels)
+    return StackPlan(
+        stack=stack_name,
+        project=cfg.project,
+        region=cfg.region,
+        zone=cfg.zone,
+        resource_labels=labels,
+        k8s_labels=k8s_labels,
+        gke=_gke(cfg, labels),
+        pools=tuple(_pool(cfg, p, labels) for p in cfg.slice_pools),
+        ray=_ray(cfg, cluster, declare_cluster=not ephemeral, labels=labels),
+        ephemeral=ephemeral,
+        job=job,
+        kueue=_kueue(cfg, k8s_labels) if cfg.kueue.enabled else None,
+        monitoring=(
+            StackMonitoringArgs(
+                project=cfg.project,
+                dashboard=dashboard_plan(cfg, stack_name),
+                idle_alert=idle_alert_plan(cfg, stack_name),
+                user_labels=dict(labels),
+            )
+            if cfg.monitoring.enabled
+            else None
+        ),
+        cost=cfg.cost,
+    )
+
+
+def _gke(cfg: StackConfig, labels: Mapping[str, str]) -> GkeClusterArgs:
+    c, net, m = cfg.cluster, cfg.network, cfg.maintenance
+    return GkeClusterArgs(
+        project=cfg.project,
+        region=cfg.region,
+        location=cfg.location,
+        cluster=ControlPlane(
+            name=c.name,
+            release_channel=c.release_channel,
+            min_master_version=cfg.master_version,
+            private_nodes=c.private_nodes,
+            control_plane_endpoint=c.control_plane_endpoint,
+            master_authorized_networks=tuple(AuthorizedNetwork(n.cidr, n.name) for n in c.master_authorized_networks),
+            deletion_protection=c.deletion_protection,
+            node_service_account_id=c.node_service_account_id,
+            system_machine_type=c.system_machine_type,
+            system_nodes=c.system_nodes,
+        ),
+        network=Network(
+            create=net.create,
+            name=net.name,
+            subnetwork=net.subnetwork,
+            subnet_cidr=net.subnet_cidr,
+            pods_cidr=net.pods_cidr,
+            services_cidr=net.services_cidr,
+            pods_range_name=net.pods_range_name,
+            services_range_name=net.services_range_name,
+        ),
+        maintenance=Maintenance(
+            window=MaintenanceWindow(m.window.start, m.window.end, m.window.recurrence) if m.window else None,
+            exclusions=tuple(MaintenanceExclusion(e.name, e.start, e.end, e.scope) for e in m.exclusions),
+        ),
+        ray_operator_addon=cfg.ray.operator == "addon",
+        image_repositories=image_repositories([cfg.ray.image, cfg.ray.worker_image or cfg.ray.image]),
+        resource_labels=dict(labels),
+    )
+
+
+def _pool(cfg: StackConfig, pool: SlicePoolConfig, labels: Mapping[str, str]) -> SlicePoolPlan:
+    zone = cfg.pool_zone(pool)
+    return SlicePoolPlan(
+        name=pool.name,
+        tpu_slice=pool.tpu_slice,
+        slices=pool.slices,
+        min_slices=pool.min_slices,
+        capacity=pool.capacity.type,
+        zone=zone,
+        node_pools=tuple(slice_pool_node_pools(pool, zone, cfg.cluster.name)),
+        auto_upgrade=pool.auto_upgrade,
+        project=cfg.project,
+        location=cfg.location,
+        resource_labels=dict(labels),
+    )
+
+
+def _ray(
+    cfg: StackConfig, params: RayClusterParams, *, declare_cluster: bool, labels: Mapping[str, str]
+) -> RayClusterPlan:
+    return RayClusterPlan(
+        project=cfg.project,
+        cluster_name=cfg.cluster.name,
+        params=params,
+        bucket_location=cfg.checkpoints.location or cfg.region,
+        retention_days=cfg.checkpoints.retention_days,
+        soft_delete_days=cfg.checkpoints.soft_delete_days,
+        versioning=cfg.checkpoints.versioning,
+        operator=cfg.ray.operator,
+        helm_chart_version=cfg.ray.helm_chart_version,
+        resource_labels=dict(labels),
+        operator_namespace=cfg.ray.job_api_namespace,
+        node_cidr=cfg.network.subnet_cidr,
+        monitoring=(
+            ray_training_monitoring(
+                params.name, params.namespace, params.labels, addon_monitoring=cfg.ray.operator == "addon"
+            ),
+        ),
+        declare_cluster=declare_cluster,
+    )
+
+
+def _kueue(cfg: StackConfig, k8s_labels: Mapping[str, str]) -> KueuePlan:
+    return KueuePlan(
+        spec=kueue_spec(cfg, k8s_labels),
+        chart_version=cfg.kueue.chart_version,
+        namespace=cfg.kueue.namespace,
+        monitoring=tuple(kueue_monitoring(cfg.kueue.namespace, k8s_labels)),
+    )
+
+
+def _ray_auth(cfg: StackConfig) -> RayAuth:
+    """The stack's Ray token: a Secret named after the RayCluster, passed by authOptions or by env."""
+    return RayAuth(secret_name=auth_secret_name(cfg.cluster.name), auth_options=cfg.ray.uses_auth_options)
+
+
+def _ray_cluster(cfg: StackConfig, labels: Mapping[str, str]) -> RayClusterParams:
+    """The stack's RayCluster: a CPU head on the system pool and one TPU worker group per slice pool.
+
+    Queued pools are left out: only a ProvisioningRequest makes GKE create their nodes, and only a Kueue-admitted
+    RayJob brings one (``ray.jobMode: ephemeral``); a long-lived cluster's pods would wait forever.
+    """
+    r = cfg.ray
+    return RayClusterParams(
+        name=cfg.cluster.name,
+        namespace=r.namespace,
+        ray_version=r.version,
+        head_image=r.image,
+        worker_image=r.worker_image or r.image,
+        service_account=RAY_SERVICE_ACCOUNT,
+        worker_service_account=RAY_WORKER_SERVICE_ACCOUNT,
+        groups=tuple(TpuWorkerGroup.from_pool(p) for p in cfg.slice_pools if not isinstance(p.capacity, Queued)),
+        head_cpu=r.head_cpu,
+        head_memory=r.head_memory,
+        worker_cpu=r.worker_cpu,
+        worker_memory=r.worker_memory,
+        head_node_pool=SYSTEM_POOL,
+        checkpoint_bucket=cfg.checkpoint_bucket,
+        checkpoint_mount_path=cfg.checkpoints.mount_path,
+        labels=dict(labels),
+        auth=_ray_auth(cfg),
+    )
+
+
+def _ray_job(cfg: StackConfig, labels: Mapping[str, str]) -> RayJobParams:
+    """The stack's training job: on the stack's running RayCluster (``ray.jobMode: shared``), or with a cluster
+    of its own that Kueue admits whole (``ephemeral``)."""
+    name = f"{cfg.cluster.name}-train"
+    checkpoint_dir = cfg.checkpoints.mount_path  # Ray Train's storage path: the run's checkpoints go to <it>/<name>/
+    if cfg.ray.job_mode == "ephemeral":
+        return _ephemeral_job(cfg, name, checkpoint_dir, labels)
+    return RayJobParams(
+        name=name,
+        namespace=cfg.ray.namespace,
+        entrypoint=train_entrypoint(cfg.workload, cfg.workload_pool(), name, checkpoint_dir),
+        cluster_selector=cfg.cluster.name,
+        shutdown_after_job_finishes=False,
+        ttl_seconds_after_finished=0,
+        backoff_limit=0,
+        labels=dict(labels),
+        submitter_image=cfg.ray.image,
+        auth=_ray_auth(cfg),
+    )
+
+
+def _ephemeral_job(cfg: StackConfig, name: str, checkpoint_dir: str, labels: Mapping[str, str]) -> RayJobParams:
+    """A suspended, queue-labelled RayJob whose own cluster holds the training pool's slices, all of them.
+
+    The worker group is rendered as the shared cluster renders it, at a fixed size: Kueue admits a whole
+    cluster (no in-tree autoscaling without workload slicing) and only the pool the entrypoint trains on, since
+    every group would hold quota, and a queued pool would wait for capacity, whether the job uses it or not.
+    """
+    pool = cfg.workload_pool()
+    group = replace(TpuWorkerGroup.from_pool(pool), min_replicas=pool.slices, max_replicas=pool.slices)
+    cluster = replace(_ray_cluster(cfg, labels), name=name, groups=(group,))
+    job_labels = {
+        **labels,
+        KUEUE_QUEUE_NAME_LABEL: cfg.kueue.local_queue,
+        KUEUE_PRIORITY_CLASS_LABEL: priority_class_name(cfg.cluster.name, cfg.kueue.priority),
+    }
+    return RayJobParams(
+        name=name,
+        namespace=cfg.ray.namespace,
+        entrypoint=train_entrypoint(cfg.workload, pool, name, checkpoint_dir),
+        cluster=cluster,
+        shutdown_after_job_finishes=True,
+        ttl_seconds_after_finished=cfg.ray.job_ttl_seconds,
+        backoff_limit=0,
+        labels=job_labels,
+        suspend=True,
+        submitter_image=cfg.ray.image,
+        auth=_ray_auth(cfg),
+    )
