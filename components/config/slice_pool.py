@@ -22,7 +22,7 @@ from tpuray.components.config_types import (
     Zone,
     gke_version_key,
 )
-from tpuray.components.topology import FLEX_START_MIN_GKE_VERSION, GENERATIONS, TopologyError, TpuSlice, generation
+from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice, generation
 
 
 class Autoscaling(ConfigModel):
@@ -102,8 +102,8 @@ class SlicePoolConfig(ConfigModel):
     def min_gke_version(self) -> str:
         """Lowest GKE version that serves this pool: its slice, and flex-start's own minimum for TPUs."""
         need = [self.tpu_slice.min_gke_version]
-        if isinstance(self.capacity, FlexStart | Queued):
-            need.append(FLEX_START_MIN_GKE_VERSION)
+        if self.capacity.gke_minimum is not None:
+            need.append(self.capacity.gke_minimum.version)
         return max(need, key=gke_version_key)
 
 
