@@ -71,6 +71,27 @@ class Taint:
     def k8s_effect(self) -> str:
         return "".join(part.capitalize() for part in self.effect.split("_"))
 
+    def toleration(self) -> Toleration:
+        """The toleration of exactly this taint."""
+        return Toleration(key=self.key, operator="Equal", value=self.value, effect=self.k8s_effect)
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """A pod's toleration (Kubernetes spelling)."""
+
+    key: str
+    operator: str
+    effect: str
+    value: str | None = None
+
+    def k8s(self) -> dict[str, str]:
+        d = {"key": self.key, "operator": self.operator}
+        if self.value is not None:
+            d["value"] = self.value
+        d["effect"] = self.effect
+        return d
+
 
 TPU_TAINT = Taint(key=TPU_RESOURCE, value="present", effect="NO_SCHEDULE")
 """Keeps non-TPU pods off TPU nodes; TPU pods carry the matching toleration."""

@@ -95,6 +95,10 @@ class Generation:
     """Multi-host shapes outside the 3D cube rule (2D: all multi-host shapes)."""
     flex_start: bool = True
     """GKE flex-start (and flex-start with queued provisioning) serves this generation."""
+    zones: tuple[str, ...] = ()
+    """The zones that offer it, as the Cloud TPU "regions and zones" page lists them
+    (https://cloud.google.com/tpu/docs/regions-zones, read 2026-12-01; :mod:`tpuray.components.tpu_locations` says
+    what is kept and left out, and checks stacks against these)."""
 
     @property
     def multi_host_machine_type(self) -> str:
@@ -128,6 +132,7 @@ GENERATIONS: tuple[Generation, ...] = (
         multi_host_base_topologies=_3D_BASE,
         # https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start : "TPU v3 and v4 are not supported."
         flex_start=False,
+        zones=("us-central2-b",),
     ),
     # https://cloud.google.com/tpu/docs/v5e : 2D, 1/4/8-chip VMs, largest slice 16x16 (256 chips).
     Generation(
@@ -146,6 +151,17 @@ GENERATIONS: tuple[Generation, ...] = (
         hbm_gib_per_chip=16,
         single_host_topologies={"1x1": "ct5lp-hightpu-1t", "2x2": "ct5lp-hightpu-4t", "2x4": "ct5lp-hightpu-8t"},
         multi_host_base_topologies=_2D_MULTI_HOST,
+        zones=(
+            "asia-southeast1-b",
+            "europe-west4-b",
+            "us-central1-a",
+            "us-east5-a",
+            "us-east5-b",
+            "us-east5-c",
+            "us-south1-a",
+            "us-west1-c",
+            "us-west4-a",
+        ),
     ),
     # https://cloud.google.com/tpu/docs/v5p : 3D, 4-chip VMs, ordered dimensions. A pod has 8960 chips, but "the
     # largest job that can be scheduled is a 96 cube (6144 chip) job" (16x16x24).
@@ -167,6 +183,7 @@ GENERATIONS: tuple[Generation, ...] = (
         ordered_dims=True,
         single_host_topologies={"2x2x1": "ct5p-hightpu-4t"},
         multi_host_base_topologies=_3D_BASE,
+        zones=("europe-west4-b", "us-central1-a", "us-east5-a", "us-east5-b", "us-east5-c", "us-south1-a"),
     ),
     # https://cloud.google.com/tpu/docs/v6e : 2D, 1/4/8-chip VMs, largest slice 16x16 (256 chips).
     Generation(
@@ -186,6 +203,18 @@ GENERATIONS: tuple[Generation, ...] = (
         min_gke_version="1.31.2-gke.1115000",
         single_host_topologies={"1x1": "ct6e-standard-1t", "2x2": "ct6e-standard-4t", "2x4": "ct6e-standard-8t"},
         multi_host_base_topologies=_2D_MULTI_HOST,
+        zones=(
+            "asia-northeast1-b",
+            "europe-west4-a",
+            "us-central1-b",
+            "us-east1-d",
+            "us-east4-a",
+            "us-east4-b",
+            "us-east5-a",
+            "us-east5-b",
+            "us-east5-c",
+            "us-west1-c",
+        ),
     ),
     # https://cloud.google.com/tpu/docs/tpu7x and
     # https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood : 3D, 4-chip VMs, up to 9216 chips
@@ -217,6 +246,7 @@ GENERATIONS: tuple[Generation, ...] = (
         # page (https://cloud.google.com/tpu/docs/request-using-flex-start, "Limitations") names only v6e and v5e;
         # neither lists TPU7x, so flex-start and queued provisioning of tpu7x are refused until a page does.
         flex_start=False,
+        zones=("us-central1-c",),
     ),
 )
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from tpuray.components import topology
+
 __all__ = [
     "TPU_REGIONS",
     "TPU_ZONES",
@@ -28,57 +30,54 @@ __all__ = [
     "location_problems",
     "pool_zone_problem",
     "region_problem",
+    "tpu_regions",
+    "tpu_zones",
     "zone_problem",
     "zones_of",
 ]
 
 TPU_ZONES_SOURCE = "https://cloud.google.com/tpu/docs/regions-zones"
 
-TPU_ZONES: Mapping[str, frozenset[str]] = {
-    # North America
-    "us-central1-a": frozenset({"v5p", "v5e"}),
-    "us-central1-b": frozenset({"v6e"}),
-    "us-central1-c": frozenset({"tpu7x"}),
-    "us-central2-b": frozenset({"v4"}),
-    "us-east1-d": frozenset({"v6e"}),
-    "us-east4-a": frozenset({"v6e"}),  # single-tenant
-    "us-east4-b": frozenset({"v6e"}),  # single-tenant
-    "us-east5-a": frozenset({"v6e", "v5p", "v5e"}),  # v5e single-tenant
-    "us-east5-b": frozenset({"v6e", "v5p", "v5e"}),  # v5p, v5e single-tenant
-    "us-east5-c": frozenset({"v6e", "v5p", "v5e"}),  # single-tenant
-    "us-south1-a": frozenset({"v5e", "v5p"}),  # v5p single-tenant
-    "us-west1-c": frozenset({"v5e", "v6e"}),  # v6e single-tenant
-    "us-west4-a": frozenset({"v5e"}),
-    # Europe
-    "europe-west4-a": frozenset({"v6e"}),
-    "europe-west4-b": frozenset({"v5p", "v5e"}),
-    # Asia Pacific
-    "asia-northeast1-b": frozenset({"v6e"}),
-    "asia-southeast1-b": frozenset({"v5e"}),
-}
-"""Zone -> the TPU generations (canonical names of :data:`~tpuray.components.topology.GENERATIONS`) it offers."""
 
-TPU_REGIONS: frozenset[str] = frozenset(z.rsplit("-", 1)[0] for z in TPU_ZONES)
-"""The regions that hold at least one TPU zone."""
+def tpu_zones() -> dict[str, frozenset[str]]:
+    """Zone -> the TPU generations (canonical names) it offers, from each catalog row's ``zones``: a new generation
+    brings its zones in its own row."""
+    table: dict[str, set[str]] = {}
+    for g in topology.GENERATIONS:  # read each time: a catalog row added at run time brings its zones
+        for z in g.zones:
+            table.setdefault(z, set()).add(g.name)
+    return {z: frozenset(gens) for z, gens in sorted(table.items())}
+
+
+def tpu_regions() -> frozenset[str]:
+    """The regions that hold at least one TPU zone."""
+    return frozenset(z.rsplit("-", 1)[0] for z in tpu_zones())
+
+
+TPU_ZONES: Mapping[str, frozenset[str]] = tpu_zones()
+"""The built-in catalog's zones (a snapshot for readers; the rules below read the catalog each time)."""
+TPU_REGIONS: frozenset[str] = tpu_regions()
 
 
 def zones_of(generation: str) -> list[str]:
     """The zones that offer ``generation`` (a canonical name), sorted."""
-    return sorted(z for z, gens in TPU_ZONES.items() if generation in gens)
+    return sorted(z for z, gens in tpu_zones().items() if generation in gens)
 
 
 def region_problem(region: str) -> str | None:
     """Why ``region`` cannot host a tpuray stack (it has no TPU zone), or None."""
-    if region in TPU_REGIONS:
+    regions = tpu_regions()
+    if region in regions:
         return None
-    return f"{region!r} has no Cloud TPU zone ({TPU_ZONES_SOURCE}); regions with TPUs: {', '.join(sorted(TPU_REGIONS))}"
+    return f"{region!r} has no Cloud TPU zone ({TPU_ZONES_SOURCE}); regions with TPUs: {', '.join(sorted(regions))}"
 
 
 def zone_problem(zone: str) -> str | None:
     """Why ``zone`` is not a zone tpuray can place TPUs in (no TPU generation there), or None."""
-    if zone in TPU_ZONES:
+    zones = tpu_zones()
+    if zone in zones:
         return None
-    return f"{zone!r} offers no Cloud TPU ({TPU_ZONES_SOURCE}); TPU zones: {', '.join(sorted(TPU_ZONES))}"
+    return f"{zone!r} offers no Cloud TPU ({TPU_ZONES_SOURCE}); TPU zones: {', '.join(zones)}"
 
 
 def pool_zone_problem(zone: str, generation: str, pool: str | None = None) -> str | None:
@@ -87,7 +86,7 @@ def pool_zone_problem(zone: str, generation: str, pool: str | None = None) -> st
     ``pool``: where the pool has no zone of its own and takes the stack's, the pool's path and name (the message
     then says whose zone it is).
     """
-    if generation in TPU_ZONES.get(zone, frozenset()):
+    if generation in tpu_zones().get(zone, frozenset()):
         return None
     offered = ", ".join(zones_of(generation)) or "none in the table"
     if pool is not None:
@@ -115,7 +114,7 @@ def location_problems(
             field = f"slicePools[{i}].zone"
         else:  # a stack zone offering no TPU at all is reported once, above
             pool = f"slicePools[{i}] ({name})"
-            problem = pool_zone_problem(zone, generation, pool) if zone is not None and zone in TPU_ZONES else None
+            problem = pool_zone_problem(zone, generation, pool) if zone is not None and zone in tpu_zones() else None
             field = "zone"
         if problem:
             found.append((field, problem))

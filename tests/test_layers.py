@@ -125,3 +125,51 @@ def test_only_the_config_package_builds_a_config_error() -> None:
     assert (
         "components/config/errors.py" in builders or "components/config/loaders.py" in builders
     )  # the check sees calls
+
+
+# Issue 19: a capacity type's behaviour is its class's traits (config/capacity.py); the planners ask the capacity
+# object, never test its class.
+PLANNERS = ("components/planning", "components/review", "components/pricing", "components/doctor")
+PLANNER_FILES = ("components/tpu_slice_pool.py",)
+
+
+def _capacity_class_names() -> set[str]:
+    import tpuray.components.config.capacity as capacity
+
+    return {
+        name for name, obj in vars(capacity).items() if isinstance(obj, type) and issubclass(obj, capacity.CapacityType)
+    }
+
+
+def _isinstance_on(path: Path, names: set[str]) -> list[int]:
+    """Lines of the ``isinstance(x, C)`` calls in ``path`` whose second argument names one of ``names`` (``C``,
+    ``a.C``, ``C | D``, ``(C, D)``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance"):
+            continue
+        if len(node.args) == 2:
+            named = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+            named |= {n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)}
+            if named & names:
+                found.append(node.lineno)
+    return found
+
+
+def test_no_planner_tests_the_class_of_a_capacity() -> None:
+    names = _capacity_class_names()
+    assert {"OnDemand", "Spot", "Reservation", "FlexStart", "Queued", "CapacityType"} <= names
+    files = [p for folder in PLANNERS for p in (ROOT / folder).rglob("*.py")]
+    files += [ROOT / f for f in PLANNER_FILES]
+    assert len(files) > 20
+    found = {p.relative_to(ROOT).as_posix(): lines for p in files if (lines := _isinstance_on(p, names))}
+    assert found == {}
+
+
+def test_the_capacity_isinstance_check_sees_a_call(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "def f(c, x):\n    isinstance(x, int)\n    return isinstance(c.capacity, FlexStart | cap.Queued)\n"
+        "def g(c):\n    return isinstance(c, (str, Spot))\n"
+    )
+    assert _isinstance_on(sample, _capacity_class_names()) == [3, 5]

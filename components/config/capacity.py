@@ -1,9 +1,19 @@
-"""The capacity types of a slice pool (on-demand, spot, reservation, flex-start, queued)."""
+"""The capacity types of a slice pool (on-demand, spot, reservation, flex-start, queued) and what each one needs.
+
+Each class carries its traits (:class:`CapacityType`'s class variables and properties): the GKE node pool fields it
+sets, the taints its nodes get and the tolerations its pods need, whether only Kueue reaches it, whether its slices
+may sit in the long-lived shared RayCluster, the drain grace and deadline of its pods, the VMs' maximum run time,
+the node pool inputs whose change replaces the pool, and the price it pays. The planners ask the capacity object;
+none of them tests its class or its ``type`` string. A new capacity type is one class here (a member of
+:data:`CapacityClass`), or, from outside, one :func:`register_capacity` call.
+"""
 
 from __future__ import annotations
 
 import typing
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     Field,
@@ -18,21 +28,129 @@ from tpuray.components.config_types import (
     GceName,
     ProjectId,
 )
+from tpuray.components.names import GKE_QUEUED_TAINT_KEY, Taint, Toleration
+from tpuray.components.topology import FLEX_START_MIN_GKE_VERSION
+
+PriceBasis = Literal["on-demand", "spot", "committed", "flex-start"]
+"""Which public (or supplied) price a chip-hour of a capacity type pays (``pricing.table``)."""
 
 
-class OnDemand(ConfigModel):
+@dataclass(frozen=True)
+class ReservationAffinitySpec:
+    """A node pool's ``nodeConfig.reservationAffinity``."""
+
+    consume_reservation_type: str
+    key: str | None = None
+    values: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class GkeMinimum:
+    """A GKE version a capacity type needs, beyond the slice's own minimum."""
+
+    feature: str
+    """Short id (the doctor's check is ``gke-version.<feature>``)."""
+    what: str
+    version: str
+    source: str
+
+
+FLEX_START_GKE = GkeMinimum(
+    "flex-start",
+    "flex-start for TPUs",
+    FLEX_START_MIN_GKE_VERSION,
+    "https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start",
+)
+
+
+class CapacityType(ConfigModel):
+    """What every capacity type says of itself; the defaults are plain on-demand VMs.
+
+    Traits are class variables (the same for every pool of the type) or properties (they read the pool's values).
+    """
+
+    # ---- node pool fields ----------------------------------------------------------------------------------
+    spot: ClassVar[bool] = False
+    """``nodeConfig.spot``."""
+    flex_start: ClassVar[bool] = False
+    """``nodeConfig.flexStart``: flex-start (DWS) VMs, created on demand; the pool starts empty, its nodes are not
+    auto-repaired, and it scales with location policy ANY even single-host (GKE's flex-start and
+    ProvisioningRequest docs)."""
+    queued_provisioning: ClassVar[bool] = False
+    """``queuedProvisioning.enabled``: GKE creates the nodes only for a granted ProvisioningRequest."""
+    node_taints: ClassVar[tuple[Taint, ...]] = ()
+    """Taints tpuray declares on the pool's nodes beside the TPU taint."""
+    tolerations: ClassVar[tuple[Toleration, ...]] = ()
+    """Tolerations of taints GKE itself puts on the pool's nodes; the pods (and the pool's Kueue flavor) carry them
+    beside those of the TPU taint and :attr:`node_taints` (``planning.scheduling``)."""
+    replacing_inputs: ClassVar[tuple[str, ...]] = ()
+    """Node pool input paths this type sets whose change makes the provider replace the pool (ForceNew in the
+    Terraform Google provider's ``resource_container_node_pool.go`` and ``node_config.go``)."""
+    wire_signatures: ClassVar[tuple[Mapping[str, object], ...]] = ()
+    """How a declared node pool's inputs (camelCase paths) show this type: any one signature whose every path has
+    its value. The type whose matching signature is the longest wins; no match is on-demand."""
+    # ---- scheduling, lifetime, price ------------------------------------------------------------------------
+    needs_kueue: ClassVar[bool] = False
+    """Only a Kueue-admitted workload reaches this capacity (its admission check makes GKE create the nodes)."""
+    in_shared_cluster: ClassVar[bool] = True
+    """Its slices may sit in the long-lived shared RayCluster (False: only an ephemeral RayJob brings its nodes)."""
+    drain_grace_seconds: ClassVar[int] = 300
+    """The worker pods' ``terminationGracePeriodSeconds``. Capacity other than spot is taken away by host
+    maintenance, upgrades, flex-start's maxRunDuration or Kueue preemption
+    (https://cloud.google.com/kubernetes-engine/docs/concepts/handle-disruption-gpu-tpu); a pod deletion honours
+    the whole grace period, and 5 minutes is tpuray's budget for a checkpoint of the slice (not a GKE limit)."""
+    drain_deadline_seconds: ClassVar[int] = 270
+    """What the preStop hook tells Ray is left: the grace less the hook's start-up and the container's shutdown."""
+    price_basis: ClassVar[PriceBasis] = "on-demand"
+    gke_minimum: ClassVar[GkeMinimum | None] = None
+
+    @property
+    def reservation_affinity(self) -> ReservationAffinitySpec | None:
+        """``nodeConfig.reservationAffinity`` (None: GKE's default)."""
+        return None
+
+    @property
+    def node_pool_max_run_seconds(self) -> int | None:
+        """``nodeConfig.maxRunDuration`` in seconds."""
+        return None
+
+    @property
+    def provisioning_request_max_run_seconds(self) -> int | None:
+        """The ProvisioningRequest's ``maxRunDurationSeconds`` (a queued type)."""
+        return None
+
+    @property
+    def max_run_seconds(self) -> int | None:
+        """The VMs' lifetime, wherever GKE takes it from (passed to the workers as ``TPURAY_MAX_RUN_SECONDS``)."""
+        return self.node_pool_max_run_seconds or self.provisioning_request_max_run_seconds
+
+
+class OnDemand(CapacityType):
     """Standard on-demand VMs."""
 
     type: Literal["on-demand"] = "on-demand"
 
 
-class Spot(ConfigModel):
+class Spot(CapacityType):
     """Spot VMs: cheaper, preemptible at any time."""
 
     type: Literal["spot"]
 
+    spot: ClassVar[bool] = True
+    replacing_inputs: ClassVar[tuple[str, ...]] = ("nodeConfig.spot",)
+    wire_signatures: ClassVar[tuple[Mapping[str, object], ...]] = (
+        {"nodeConfig.spot": True},
+        {"nodeConfig.preemptible": True},
+    )
+    # Compute Engine stops a preempted VM 30 s after the notice, and the kubelet's graceful node shutdown gives
+    # non-system pods about 15 s of it, best effort (https://cloud.google.com/kubernetes-engine/docs/how-to/preemptible-vms,
+    # https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms): the deadline must fit in those 15 s.
+    drain_grace_seconds: ClassVar[int] = 30
+    drain_deadline_seconds: ClassVar[int] = 10
+    price_basis: ClassVar[PriceBasis] = "spot"
 
-class Reservation(ConfigModel):
+
+class Reservation(CapacityType):
     """Consume a specific reservation; ``project`` names the owner of a shared reservation.
 
     https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations : the reservation affinity value is
@@ -43,13 +161,42 @@ class Reservation(ConfigModel):
     name: GceName
     project: ProjectId | None = None
 
+    replacing_inputs: ClassVar[tuple[str, ...]] = ("nodeConfig.reservationAffinity",)
+    wire_signatures: ClassVar[tuple[Mapping[str, object], ...]] = (
+        {"nodeConfig.reservationAffinity.consumeReservationType": "SPECIFIC_RESERVATION"},
+    )
+    # A TPU reservation comes with a committed use contract ("You can only use a reservation for TPUs if you have a
+    # committed use discount", https://cloud.google.com/tpu/docs/consumption-options).
+    price_basis: ClassVar[PriceBasis] = "committed"
+
     @property
     def reservation_value(self) -> str:
         """The reservation affinity value GKE expects: the name, or ``projects/<p>/reservations/<name>``."""
         return f"projects/{self.project}/reservations/{self.name}" if self.project else self.name
 
+    @property
+    def reservation_affinity(self) -> ReservationAffinitySpec:
+        return ReservationAffinitySpec(
+            consume_reservation_type="SPECIFIC_RESERVATION",
+            key="compute.googleapis.com/reservation-name",
+            values=(self.reservation_value,),
+        )
 
-class FlexStart(ConfigModel):
+
+class _FlexStartVms(CapacityType):
+    """Flex-start (DWS) VMs, with or without queued provisioning."""
+
+    flex_start: ClassVar[bool] = True
+    price_basis: ClassVar[PriceBasis] = "flex-start"
+    gke_minimum: ClassVar[GkeMinimum | None] = FLEX_START_GKE
+
+    @property
+    def reservation_affinity(self) -> ReservationAffinitySpec:
+        # DWS capacity is never taken from a reservation; queued provisioning requires this explicitly.
+        return ReservationAffinitySpec(consume_reservation_type="NO_RESERVATION")
+
+
+class FlexStart(_FlexStartVms):
     """Flex-start (DWS flex): VMs for at most ``maxRunDuration``, created on demand by the autoscaler."""
 
     type: Literal["flex-start"]
@@ -57,12 +204,25 @@ class FlexStart(ConfigModel):
 
     _parse = field_validator("max_run_duration", mode="before")(lambda v: duration_seconds(v))
 
+    replacing_inputs: ClassVar[tuple[str, ...]] = (
+        "nodeConfig.flexStart",
+        "nodeConfig.maxRunDuration",
+        "nodeConfig.reservationAffinity",
+    )
+    wire_signatures: ClassVar[tuple[Mapping[str, object], ...]] = ({"nodeConfig.flexStart": True},)
 
-class Queued(ConfigModel):
+    @property
+    def node_pool_max_run_seconds(self) -> int:
+        # Flex-start VMs carry maxRunDuration on the node pool.
+        return self.max_run_duration
+
+
+class Queued(_FlexStartVms):
     """Flex-start with queued provisioning (DWS): the whole slice is granted at once through a ProvisioningRequest.
 
     ``maxRunDuration`` belongs to the ProvisioningRequest (``maxRunDurationSeconds``), not to the node pool
-    (https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest).
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest). "To use flex-start with queued
+    provisioning, you have to add the --flex-start and --enable-queued-provisioning flags" (same page).
     """
 
     type: Literal["queued"]
@@ -73,18 +233,106 @@ class Queued(ConfigModel):
     def _parse(cls, v: object) -> int | None:
         return None if v is None else duration_seconds(v)
 
+    queued_provisioning: ClassVar[bool] = True
+    # Nodes of queued-provisioning pools carry GKE's gke-queued taint until a ProvisioningRequest claims them.
+    tolerations: ClassVar[tuple[Toleration, ...]] = (
+        Toleration(key=GKE_QUEUED_TAINT_KEY, operator="Exists", effect="NoSchedule"),
+    )
+    replacing_inputs: ClassVar[tuple[str, ...]] = (
+        "queuedProvisioning",
+        "nodeConfig.flexStart",
+        "nodeConfig.reservationAffinity",
+    )
+    wire_signatures: ClassVar[tuple[Mapping[str, object], ...]] = (
+        {"queuedProvisioning.enabled": True, "nodeConfig.flexStart": True},
+        {"queuedProvisioning.enabled": True},
+    )
+    needs_kueue: ClassVar[bool] = True
+    in_shared_cluster: ClassVar[bool] = False
+
+    @property
+    def provisioning_request_max_run_seconds(self) -> int | None:
+        return self.max_run_duration
+
 
 CapacityClass = OnDemand | Spot | Reservation | FlexStart | Queued
-"""Every capacity type: a new one is a class here and a member of this union; the tables below follow."""
+"""Every built-in capacity type: a new one is a class here and a member of this union; the tables below follow."""
 Capacity = Annotated[CapacityClass, Field(discriminator="type")]
 
 
-def capacity_type(cls: type[ConfigModel]) -> str:
+def capacity_type(cls: type[CapacityType]) -> str:
     """The ``type`` tag of a capacity class (its ``type: Literal[...]`` field)."""
     (tag,) = typing.get_args(cls.model_fields["type"].annotation)
     return str(tag)
 
 
-CAPACITY_CLASSES: dict[str, type[ConfigModel]] = {capacity_type(c): c for c in typing.get_args(CapacityClass)}
-"""Each capacity class by its ``type`` tag."""
+CAPACITY_CLASSES: dict[str, type[CapacityType]] = {capacity_type(c): c for c in typing.get_args(CapacityClass)}
+"""Each capacity class by its ``type`` tag: the registry the slice pool's ``capacity`` union is built from."""
 CAPACITY_TYPES: tuple[str, ...] = tuple(CAPACITY_CLASSES)
+"""The built-in types' tags (read :func:`capacity_types` for the registered ones too)."""
+
+
+def capacity_types() -> tuple[str, ...]:
+    """Every registered capacity type's tag, built-in ones first."""
+    return tuple(CAPACITY_CLASSES)
+
+
+def capacity_class(tag: str) -> type[CapacityType]:
+    """The class of a capacity type tag (a plan's or a stack's string); ValueError names the valid choices."""
+    try:
+        return CAPACITY_CLASSES[tag]
+    except KeyError:
+        raise ValueError(f"unknown capacity type {tag!r}; valid choices: {', '.join(CAPACITY_CLASSES)}") from None
+
+
+def capacity_of_node_pool(inputs: Mapping[str, Any]) -> str:
+    """The capacity type a declared node pool's inputs (camelCase, as the plan writes them) show: the type with the
+    longest matching :attr:`~CapacityType.wire_signatures`, else the type with none (on-demand)."""
+
+    def value(path: str) -> object:
+        node: object = inputs
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        return node
+
+    best, best_len = None, 0
+    for tag, cls in CAPACITY_CLASSES.items():
+        for sig in cls.wire_signatures:
+            if len(sig) > best_len and all(value(p) == v for p, v in sig.items()):
+                best, best_len = tag, len(sig)
+    if best is not None:
+        return best
+    (plain,) = (tag for tag, cls in CAPACITY_CLASSES.items() if not cls.wire_signatures)
+    return plain
+
+
+def register_capacity(cls: type[CapacityType]) -> None:
+    """Add a capacity type from outside this module (an extension, a test): the registry, the ``capacity`` union of
+    :class:`~tpuray.components.config.SlicePoolConfig` and the models embedding it are rebuilt.
+    :func:`unregister_capacity` undoes it."""
+    tag = capacity_type(cls)
+    if tag in CAPACITY_CLASSES:
+        raise ValueError(f"capacity type {tag!r} is already registered")
+    CAPACITY_CLASSES[tag] = cls
+    _rebuild()
+
+
+def unregister_capacity(cls: type[CapacityType]) -> None:
+    """Remove a capacity type :func:`register_capacity` added (a built-in one stays)."""
+    tag = capacity_type(cls)
+    if tag in CAPACITY_TYPES or CAPACITY_CLASSES.get(tag) is not cls:
+        raise ValueError(f"capacity type {tag!r} was not registered by register_capacity")
+    del CAPACITY_CLASSES[tag]
+    _rebuild()
+
+
+def _rebuild() -> None:
+    """Point ``SlicePoolConfig.capacity`` at the registry's union (its discriminator stays) and rebuild every model
+    whose schema embeds it. Imported here: those models import this module."""
+    from tpuray.components.config.cost import CostConfig, SuppliedRateConfig
+    from tpuray.components.config.slice_pool import SlicePoolConfig
+    from tpuray.components.config.stack import StackConfig
+
+    SlicePoolConfig.__pydantic_fields__["capacity"].annotation = typing.Union[tuple(CAPACITY_CLASSES.values())]  # type: ignore[assignment]  # noqa: UP007
+    for model in (SlicePoolConfig, SuppliedRateConfig, CostConfig, StackConfig):
+        model.model_rebuild(force=True)

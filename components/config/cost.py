@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import (
     Field,
@@ -14,6 +14,7 @@ from tpuray.components.config.base import (
     ConfigModel,
     field_msg,
 )
+from tpuray.components.config.capacity import capacity_class, capacity_type
 from tpuray.components.config.slice_pool import SlicePoolConfig
 
 
@@ -23,11 +24,17 @@ class SuppliedRateConfig(ConfigModel):
     type, with where it comes from."""
 
     generation: str
-    capacity: Literal["on-demand", "spot", "reservation", "flex-start", "queued"]
+    capacity: Annotated[str, Field(description="a capacity type (slicePools[].capacity.type)")]
     usd_per_chip_hour: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]
     source: Annotated[str, Field(min_length=1, max_length=200, description="where the rate comes from")]
 
     _gen = field_validator("generation")(lambda v: SlicePoolConfig._known_generation(v))
+
+    @field_validator("capacity")
+    @classmethod
+    def _known_capacity(cls, v: str) -> str:
+        # The registry, read at validation time: a registered capacity type is priced like a built-in one.
+        return capacity_type(capacity_class(v))
 
 
 class CostConfig(ConfigModel):

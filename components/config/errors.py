@@ -17,7 +17,7 @@ from pydantic.alias_generators import to_camel
 from tpuray.components.config.base import (
     FIELD_SEP,
 )
-from tpuray.components.config.capacity import CAPACITY_TYPES
+from tpuray.components.config.capacity import capacity_types
 from tpuray.components.config.stack import StackConfig
 
 
@@ -44,7 +44,7 @@ class ConfigError(ValueError):
 def _path(loc: Iterable[int | str]) -> str:
     out, previous = "", None
     for part in loc:
-        tag, previous = previous == "capacity" and part in CAPACITY_TYPES, part
+        tag, previous = previous == "capacity" and part in capacity_types(), part
         if tag:
             continue  # the discriminated union's tag adds nothing a reader needs
         if isinstance(part, int):
@@ -129,9 +129,9 @@ def problems(err: ValidationError, model: type[BaseModel] | None = None) -> list
             msg = _unknown_key(tuple(e["loc"]), root)
         elif e["type"] == "union_tag_invalid":
             tag = str(e.get("ctx", {}).get("tag", ""))[:40]
-            msg = f"unknown capacity type {tag!r}; valid choices: {', '.join(CAPACITY_TYPES)}"
+            msg = f"unknown capacity type {tag!r}; valid choices: {', '.join(capacity_types())}"
         elif e["type"] == "union_tag_not_found":
-            msg = f"missing 'type'; valid choices: {', '.join(CAPACITY_TYPES)}"
+            msg = f"missing 'type'; valid choices: {', '.join(capacity_types())}"
         elif e["type"] == "literal_error" and "expected" in e.get("ctx", {}):
             msg = f"not allowed; valid choices: {e['ctx']['expected']}"
         for line in msg.split("\n"):

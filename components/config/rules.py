@@ -19,7 +19,6 @@ from tpuray.components.config.base import (
     ConfigModel,
     field_msg,
 )
-from tpuray.components.config.capacity import Queued
 from tpuray.components.config.cluster import (
     ClusterConfig,
     NetworkConfig,
@@ -144,7 +143,7 @@ def capacity_rules(view: StackView) -> list[str]:
     """Rules tying capacity types to Kueue, the job mode and maintenance."""
     found: list[str] = []
     pools, cluster, ray, kueue, maintenance = view.pools, view.cluster, view.ray, view.kueue, view.maintenance
-    queued = [(i, p) for i, p in pools if isinstance(p.capacity, Queued)]
+    queued = [(i, p) for i, p in pools if p.capacity.needs_kueue]
     if kueue is not None and not kueue.enabled:
         for i, p in queued:
             found.append(
@@ -164,7 +163,7 @@ def capacity_rules(view: StackView) -> list[str]:
     if ray is not None and ray.job_mode == "shared" and pools:
         target = view.workload_pool
         job_pool = next((p for _, p in pools if target is None or p.name == target), None)
-        if job_pool is not None and isinstance(job_pool.capacity, Queued):
+        if job_pool is not None and not job_pool.capacity.in_shared_cluster:
             found.append(
                 field_msg(
                     "ray.jobMode",

@@ -17,12 +17,12 @@ from tpuray.components.config.base import (
     ConfigModel,
     field_msg,
 )
-from tpuray.components.config.capacity import Capacity, FlexStart, OnDemand, Queued
+from tpuray.components.config.capacity import Capacity, OnDemand
 from tpuray.components.config_types import (
     Zone,
     gke_version_key,
 )
-from tpuray.components.topology import FLEX_START_MIN_GKE_VERSION, GENERATIONS, TopologyError, TpuSlice, generation
+from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice, generation
 
 
 class Autoscaling(ConfigModel):
@@ -62,7 +62,7 @@ class SlicePoolConfig(ConfigModel):
         auto, cap = self.autoscaling, self.capacity
         if auto.min_slices > self.slices:
             raise ValueError(field_msg("autoscaling.minSlices", f"{auto.min_slices} exceeds slices={self.slices}"))
-        if isinstance(cap, Queued) and not (auto.enabled and auto.min_slices == 0):
+        if cap.queued_provisioning and not (auto.enabled and auto.min_slices == 0):
             raise ValueError(
                 field_msg(
                     "autoscaling",
@@ -70,12 +70,12 @@ class SlicePoolConfig(ConfigModel):
                     "nodes when a ProvisioningRequest is granted); set autoscaling: {enabled: true, minSlices: 0}",
                 )
             )
-        if isinstance(cap, FlexStart) and not auto.enabled:
+        if cap.flex_start and not auto.enabled:
             raise ValueError(
                 field_msg("autoscaling", "flex-start pools have no static node count: set autoscaling.enabled: true")
             )
         gen = generation(self.generation)
-        if isinstance(cap, FlexStart | Queued) and not gen.flex_start:
+        if cap.flex_start and not gen.flex_start:
             # https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start : "TPU v3 and v4 are not supported."
             served = ", ".join(g.name for g in GENERATIONS if g.flex_start)
             raise ValueError(
@@ -102,8 +102,8 @@ class SlicePoolConfig(ConfigModel):
     def min_gke_version(self) -> str:
         """Lowest GKE version that serves this pool: its slice, and flex-start's own minimum for TPUs."""
         need = [self.tpu_slice.min_gke_version]
-        if isinstance(self.capacity, FlexStart | Queued):
-            need.append(FLEX_START_MIN_GKE_VERSION)
+        if self.capacity.gke_minimum is not None:
+            need.append(self.capacity.gke_minimum.version)
         return max(need, key=gke_version_key)
 
 

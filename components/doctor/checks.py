@@ -18,8 +18,6 @@ from packaging.version import InvalidVersion, Version
 from tpuray.components.config import (
     MIN_KUBERAY_AUTH_OPTIONS,
     MIN_RAY_TOKEN_AUTH,
-    FlexStart,
-    Queued,
     SlicePoolConfig,
     StackConfig,
 )
@@ -37,7 +35,7 @@ from tpuray.components.names import (
 )
 from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.planning.stack_plan import plan_stack
-from tpuray.components.topology import FLEX_START_MIN_GKE_VERSION, RAY_ADDON_MIN_GKE_VERSION, generation
+from tpuray.components.topology import RAY_ADDON_MIN_GKE_VERSION, generation
 
 __all__ = ["CheckResult", "ImageVersions", "Status", "run_checks"]
 
@@ -182,8 +180,8 @@ def _gke_minimums(cfg: StackConfig) -> list[tuple[str, str, str, str]]:
     for name in dict.fromkeys(p.generation for p in cfg.slice_pools):
         need = generation(name).min_gke_version or RAY_ADDON_MIN_GKE_VERSION
         out.append((f"gke-version.{name}", f"TPU {name}", need, _SRC_TPU7X if name == "tpu7x" else _SRC_GKE_TPU))
-    if any(isinstance(p.capacity, FlexStart | Queued) for p in cfg.slice_pools):
-        out.append(("gke-version.flex-start", "flex-start for TPUs", FLEX_START_MIN_GKE_VERSION, _SRC_FLEX))
+    for m in dict.fromkeys(p.capacity.gke_minimum for p in cfg.slice_pools if p.capacity.gke_minimum):
+        out.append((f"gke-version.{m.feature}", m.what, m.version, m.source))
     return out
 
 

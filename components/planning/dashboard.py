@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuray.components import metric_names as m
-from tpuray.components.config import Queued, SlicePoolConfig, StackConfig, slice_shape
+from tpuray.components.config import SlicePoolConfig, StackConfig, slice_shape
 from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.topology import TpuSlice
 
@@ -251,9 +251,9 @@ def _kueue_panels(pools: Sequence[SlicePoolConfig], cluster_queue: str) -> list[
         Panel("admissionWait", "Kueue admission wait, p90 (s)", p90(m.KUEUE_ADMISSION_WAIT), "s", False,
               (m.KUEUE_ADMISSION_WAIT,))
     ]  # fmt: skip
-    if any(isinstance(p.capacity, Queued) for p in pools):
-        # A queued pool's admission check is its ProvisioningRequest: quota reservation -> admission is the time
-        # GKE took to provision the slice.
+    if any(p.capacity.queued_provisioning for p in pools):
+        # A queued-provisioning pool's admission check is its ProvisioningRequest: quota reservation -> admission is
+        # the time GKE took to provision the slice.
         panels.append(
             Panel("sliceProvisioning", "Slice provisioning (DWS), p90 (s)",
                   p90(m.KUEUE_ADMISSION_CHECKS_WAIT), "s", False, (m.KUEUE_ADMISSION_CHECKS_WAIT,))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from tpuray.components.config import CAPACITY_TYPES
+from tpuray.components.config.capacity import CapacityType
 
 __all__ = ["DRAIN_REASON", "DrainPlan", "drain_plan", "pre_stop_command", "pre_stop_hook"]
 
@@ -33,22 +33,10 @@ class DrainPlan:
     start-up and the container's shutdown after SIGTERM."""
 
 
-# Spot: Compute Engine stops a preempted VM 30 s after the notice, and the kubelet's graceful node shutdown gives
-# non-system pods about 15 s of it, best effort (https://cloud.google.com/kubernetes-engine/docs/how-to/preemptible-vms,
-# https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms): the deadline must fit in those 15 s.
-# Other capacity is taken away by host maintenance, upgrades, flex-start's maxRunDuration or Kueue preemption
-# (https://cloud.google.com/kubernetes-engine/docs/concepts/handle-disruption-gpu-tpu); a pod deletion honours the
-# whole grace period, and 5 minutes is tpuray's budget for a checkpoint of the slice (not a GKE limit).
-_SPOT = DrainPlan(grace_seconds=30, deadline_seconds=10)
-_DEFAULT = DrainPlan(grace_seconds=300, deadline_seconds=270)
-_BY_CAPACITY = {"spot": _SPOT}
-
-
-def drain_plan(capacity: str) -> DrainPlan:
-    """The grace period and drain deadline of a capacity type (``SlicePoolConfig.capacity.type``)."""
-    if capacity not in CAPACITY_TYPES:
-        raise ValueError(f"capacity: {capacity!r}; valid choices: {', '.join(CAPACITY_TYPES)}")
-    return _BY_CAPACITY.get(capacity, _DEFAULT)
+def drain_plan(capacity: CapacityType | type[CapacityType]) -> DrainPlan:
+    """The grace period and drain deadline of a capacity type (its ``drain_*_seconds`` traits, where their sources
+    are cited)."""
+    return DrainPlan(grace_seconds=capacity.drain_grace_seconds, deadline_seconds=capacity.drain_deadline_seconds)
 
 
 _NODE_ID = (

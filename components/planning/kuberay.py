@@ -17,12 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tpuray.components.config import DEFAULT_JOB_TTL_SECONDS, FlexStart, Queued, SlicePoolConfig
+from tpuray.components.config import DEFAULT_JOB_TTL_SECONDS, SlicePoolConfig
 from tpuray.components.names import (
-    GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
-    GKE_QUEUED_TAINT_KEY,
-    GKE_TOPOLOGY_LABEL,
     HEAD_PORTS,
     MAX_RUN_ENV,
     POOL_LABEL,
@@ -37,10 +34,9 @@ from tpuray.components.names import (
     SUBMITTER_ROLE_LABEL,
     TPU_RESOURCE,
     TPU_RUNTIME_PORTS,
-    TPU_TAINT,
     WEBHOOK_POD_LABEL,
 )
-from tpuray.components.planning.drain import drain_plan, pre_stop_hook
+from tpuray.components.planning.drain import DrainPlan, drain_plan, pre_stop_hook
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job, raise_problems
 from tpuray.components.planning.pod_security import (
     RAY_GID,
@@ -49,6 +45,7 @@ from tpuray.components.planning.pod_security import (
     pod_security_context,
 )
 from tpuray.components.planning.ray_auth import RayAuth
+from tpuray.components.planning.scheduling import PoolScheduling
 from tpuray.components.topology import TpuSlice
 
 __all__ = [
@@ -84,12 +81,12 @@ class TpuWorkerGroup:
     replicas: int
     min_replicas: int
     max_replicas: int
-    queued: bool = False
-    """Queued-provisioning pool: tolerate the ``gke-queued`` taint."""
-    capacity: str = "on-demand"
-    """The pool's capacity type: sets the grace period and drain deadline of its pods (planning.drain)."""
+    scheduling: PoolScheduling
+    """The pool's node selector and tolerations."""
+    drain: DrainPlan
+    """The grace period and drain deadline of its pods (from the capacity type, planning.drain)."""
     max_run_seconds: int | None = None
-    """The VMs' ``maxRunDuration`` (flex-start, queued): passed to the workers as ``TPURAY_MAX_RUN_SECONDS``."""
+    """The VMs' lifetime (the capacity's ``max_run_seconds``): passed to the workers as ``TPURAY_MAX_RUN_SECONDS``."""
 
     @classmethod
     def from_pool(cls, pool: SlicePoolConfig) -> TpuWorkerGroup:
@@ -99,9 +96,9 @@ class TpuWorkerGroup:
             replicas=pool.slices,
             min_replicas=pool.min_slices,
             max_replicas=pool.slices,
-            queued=isinstance(pool.capacity, Queued),
-            capacity=pool.capacity.type,
-            max_run_seconds=pool.capacity.max_run_duration if isinstance(pool.capacity, FlexStart | Queued) else None,
+            scheduling=PoolScheduling.of(pool),
+            drain=drain_plan(pool.capacity),
+            max_run_seconds=pool.capacity.max_run_seconds,
         )
 
 
@@ -246,12 +243,7 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
     s = g.tpu_slice
     volumes, mounts = _volumes(p)
     tpu = str(s.chips_per_host)
-    tolerations: list[dict[str, Any]] = [
-        {"key": TPU_TAINT.key, "operator": "Equal", "value": TPU_TAINT.value, "effect": TPU_TAINT.k8s_effect}
-    ]
-    if g.queued:
-        tolerations.append({"key": GKE_QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
-    drain = drain_plan(g.capacity)
+    drain = g.drain
     env = _auth_env(p)
     if g.max_run_seconds is not None:
         env = [*env, {"name": MAX_RUN_ENV, "value": str(g.max_run_seconds)}]
@@ -280,12 +272,8 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
                 "serviceAccountName": p.worker_service_account,
                 "automountServiceAccountToken": False,
                 "securityContext": pod_security_context(),
-                "nodeSelector": {
-                    GKE_ACCELERATOR_LABEL: s.gke_accelerator,
-                    GKE_TOPOLOGY_LABEL: s.topology,
-                    POOL_LABEL: g.name,
-                },
-                "tolerations": tolerations,
+                "nodeSelector": g.scheduling.pod_node_selector(),
+                "tolerations": g.scheduling.k8s_tolerations(),
                 "terminationGracePeriodSeconds": drain.grace_seconds,
                 "containers": [
                     {

@@ -3,13 +3,14 @@
 Pure Python; imports no Pulumi. From the same :class:`~tpuray.components.topology.TpuSlice` as the node pools and
 the KubeRay worker groups:
 
-- one ResourceFlavor per slice pool, whose node labels are the labels the pool's nodes carry and the worker group
-  selects, and whose tolerations are the TPU taint's (plus GKE's ``gke-queued`` taint for queued pools), and one
-  for the CPU system pool that runs the Ray heads and the RayJob submitters;
+- one ResourceFlavor per slice pool, whose node labels and tolerations are the pool's
+  :class:`~tpuray.components.planning.scheduling.PoolScheduling` (what its worker group selects and tolerates),
+  and one for the CPU system pool that runs the Ray heads and the RayJob submitters;
 - one ClusterQueue covering ``cpu``, ``memory`` and ``google.com/tpu`` (Kueue never admits a pod set that asks
   for a resource no resource group covers), with ``google.com/tpu`` quota = each pool's chips at its maximum size
   and flavors in config order, so a pod set that selects only a slice shape falls back from pool to pool;
-- a LocalQueue in the Ray namespace, three WorkloadPriorityClasses, and for each queued pool an AdmissionCheck with
+- a LocalQueue in the Ray namespace, three WorkloadPriorityClasses, and for each pool whose capacity type has
+  ``queued_provisioning`` an AdmissionCheck with
   its ProvisioningRequestConfig (class ``queued-provisioning.gke.io``, managed resource ``google.com/tpu``) applied
   to that pool's flavor only.
 
@@ -28,20 +29,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components.config import Queued, SlicePoolConfig, StackConfig
+from tpuray.components.config import SlicePoolConfig, StackConfig
 from tpuray.components.names import (
-    GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
-    GKE_QUEUED_TAINT_KEY,
-    GKE_TOPOLOGY_LABEL,
-    POOL_LABEL,
     SYSTEM_POOL,
     TPU_RESOURCE,
-    TPU_TAINT,
 )
 from tpuray.components.planning.kuberay import SUBMITTER_REQUESTS
 from tpuray.components.planning.node_pools import bounded_name
 from tpuray.components.planning.quantity import format_cpu, format_memory, parse_quantity
+from tpuray.components.planning.scheduling import PoolScheduling
 
 __all__ = [
     "API_VERSION",
@@ -85,7 +82,7 @@ class PoolQuota:
     cpu: str
     memory: str
     admission_check: str | None
-    """The ProvisioningRequest admission check of a queued pool (None otherwise)."""
+    """The ProvisioningRequest admission check of a queued-provisioning pool (None otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -113,21 +110,12 @@ def _object(
     return {"apiVersion": API_VERSION, "kind": kind, "metadata": meta, **body}
 
 
-def _tolerations(pool: SlicePoolConfig) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [
-        {"key": TPU_TAINT.key, "operator": "Equal", "value": TPU_TAINT.value, "effect": TPU_TAINT.k8s_effect}
-    ]
-    if isinstance(pool.capacity, Queued):
-        out.append({"key": GKE_QUEUED_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
-    return out
-
-
 def _pool_quota(cfg: StackConfig, pool: SlicePoolConfig) -> PoolQuota:
     s = pool.tpu_slice
     pods = pool.slices * s.hosts
     check = (
         bounded_name(f"{cfg.cluster.name}-{pool.name}-dws", _GCE_NAME_MAX)
-        if isinstance(pool.capacity, Queued)
+        if pool.capacity.queued_provisioning
         else None
     )
     return PoolQuota(
@@ -167,13 +155,9 @@ def kueue_spec(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> Kue
         _object("ResourceFlavor", system_flavor, labels, spec={"nodeLabels": {GKE_NODEPOOL_LABEL: SYSTEM_POOL}})
     ]
     for pool, q in zip(cfg.slice_pools, quotas, strict=True):
-        s = pool.tpu_slice
-        node_labels = {POOL_LABEL: pool.name, GKE_ACCELERATOR_LABEL: s.gke_accelerator, GKE_TOPOLOGY_LABEL: s.topology}
-        objects.append(
-            _object(
-                "ResourceFlavor", q.flavor, labels, spec={"nodeLabels": node_labels, "tolerations": _tolerations(pool)}
-            )
-        )
+        scheduling = PoolScheduling.of(pool)
+        spec = {"nodeLabels": scheduling.pod_node_selector(), "tolerations": scheduling.k8s_tolerations()}
+        objects.append(_object("ResourceFlavor", q.flavor, labels, spec=spec))
     for level, value in PRIORITY_VALUES.items():
         objects.append(
             _object(
@@ -188,13 +172,13 @@ def kueue_spec(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> Kue
     for pool, q in zip(cfg.slice_pools, quotas, strict=True):
         if q.admission_check is None:
             continue
-        assert isinstance(pool.capacity, Queued)
         prc_spec: dict[str, Any] = {
             "provisioningClassName": DWS_PROVISIONING_CLASS,
             "managedResources": [TPU_RESOURCE],
         }
-        if pool.capacity.max_run_duration is not None:
-            prc_spec["parameters"] = {"maxRunDurationSeconds": str(pool.capacity.max_run_duration)}
+        max_run = pool.capacity.provisioning_request_max_run_seconds
+        if max_run is not None:
+            prc_spec["parameters"] = {"maxRunDurationSeconds": str(max_run)}
         objects.append(_object("ProvisioningRequestConfig", q.admission_check, labels, spec=prc_spec))
         objects.append(
             _object(

@@ -9,7 +9,9 @@ below are testable without a resource engine:
 - single-host shapes: one node pool named ``<pool>`` of ``slices`` nodes, autoscaling ``minSlices..slices``;
 - placement: COMPACT with ``tpu_topology`` (multi-host v4/v5e/v5p/v6e), a HIGH_THROUGHPUT workload policy named
   in ``policy_name`` with no type (multi-host tpu7x), nothing for single-host (GKE rejects a topology there);
-- capacity: on-demand, spot, a specific reservation, flex-start, queued provisioning.
+- capacity: the fields the pool's capacity type sets (``config.capacity``: spot, reservation affinity, flex-start,
+  queued provisioning, max run duration, no auto-repair, starting empty and location policy ANY for flex-start VMs);
+- labels and taints: the pool's :class:`~tpuray.components.planning.scheduling.PoolScheduling`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tpuray.components.config import FlexStart, OnDemand, Queued, Reservation, SlicePoolConfig, Spot
+from tpuray.components.config import SlicePoolConfig
+from tpuray.components.config.capacity import ReservationAffinitySpec
 from tpuray.components.config_types import bounded_name
-from tpuray.components.names import POD_TYPE_LABEL, POOL_LABEL, SLICE_LABEL, TPU_TAINT, Taint
+from tpuray.components.names import TPU_TAINT, Taint
+from tpuray.components.planning.scheduling import PoolScheduling
 from tpuray.components.topology import TpuSlice
 
 __all__ = [
@@ -42,7 +46,7 @@ class AutoscalingSpec:
     min_node_count: int
     max_node_count: int
     location_policy: str | None
-    """``ANY`` for multi-host slices (and for DWS capacity), else the GKE default."""
+    """``ANY`` for multi-host slices (and for flex-start capacity), else the GKE default."""
 
 
 @dataclass(frozen=True)
@@ -61,13 +65,6 @@ class WorkloadPolicySpec:
     region: str
     type: str
     accelerator_topology: str
-
-
-@dataclass(frozen=True)
-class ReservationAffinitySpec:
-    consume_reservation_type: str
-    key: str | None = None
-    values: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -131,7 +128,7 @@ def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name:
     """
     s = pool.tpu_slice
     cap = pool.capacity
-    dws = isinstance(cap, FlexStart | Queued)
+    scheduling = PoolScheduling.of(pool)
     workload_policy: WorkloadPolicySpec | None = None
     placement: PlacementSpec | None = None
     if s.placement == "compact":
@@ -151,23 +148,7 @@ def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name:
         # and an empty one is left out of the request, so the declared inputs match what GKE stores.
         placement = PlacementSpec(type="", tpu_topology=s.topology, policy_name=workload_policy.name)
 
-    reservation: ReservationAffinitySpec | None
-    if isinstance(cap, Reservation):
-        reservation = ReservationAffinitySpec(
-            consume_reservation_type="SPECIFIC_RESERVATION",
-            key="compute.googleapis.com/reservation-name",
-            values=(cap.reservation_value,),
-        )
-    elif dws:
-        # DWS capacity is never taken from a reservation; queued provisioning requires this explicitly.
-        reservation = ReservationAffinitySpec(consume_reservation_type="NO_RESERVATION")
-    else:
-        assert isinstance(cap, OnDemand | Spot)
-        reservation = None
-
-    # Flex-start VMs carry maxRunDuration on the node pool; queued provisioning takes it from the ProvisioningRequest
-    # (maxRunDurationSeconds, https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest).
-    max_run: int | None = cap.max_run_duration if isinstance(cap, FlexStart) else None
+    max_run = cap.node_pool_max_run_seconds
     common: dict[str, Any] = {
         "pool": pool.name,
         "tpu_slice": s,
@@ -175,24 +156,23 @@ def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name:
         "node_locations": (zone,) if zone else None,
         "workload_policy": workload_policy,
         "placement": placement,
-        "spot": isinstance(cap, Spot),
-        # "To use flex-start with queued provisioning, you have to add the --flex-start and
-        # --enable-queued-provisioning flags" (https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest)
-        "flex_start": dws,
+        "spot": cap.spot,
+        "flex_start": cap.flex_start,
         "max_run_duration": f"{max_run}s" if max_run is not None else None,
-        "reservation_affinity": reservation,
-        "queued_provisioning": isinstance(cap, Queued),
-        # DWS nodes are not repaired in place (GKE docs for flex-start and queued provisioning).
-        "auto_repair": not dws,
+        "reservation_affinity": cap.reservation_affinity,
+        "queued_provisioning": cap.queued_provisioning,
+        # Flex-start nodes are not repaired in place (GKE docs for flex-start and queued provisioning).
+        "auto_repair": not cap.flex_start,
         "capacity": cap.type,
+        "taints": scheduling.node_taints,
     }
 
     def sized(min_nodes: int, max_nodes: int, location_policy: str | None) -> dict[str, Any]:
         if not pool.autoscaling.enabled:
             return {"node_count": max_nodes, "initial_node_count": None, "autoscaling": None}
-        # DWS pools start empty (queued provisioning requires it); others start at their minimum, and the
+        # Flex-start pools start empty (queued provisioning requires it); others start at their minimum, and the
         # autoscaler adds slices when KubeRay creates their pods.
-        initial = 0 if dws else min_nodes
+        initial = 0 if cap.flex_start else min_nodes
         return {
             "node_count": None,
             "initial_node_count": initial,
@@ -201,7 +181,6 @@ def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name:
             ),
         }
 
-    labels = {POOL_LABEL: pool.name, POD_TYPE_LABEL: s.pod_type}
     plans: list[NodePoolSpec] = []
     if s.multi_host:
         for i, name in enumerate(pool.node_pool_names):
@@ -211,7 +190,7 @@ def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name:
                     name=name,
                     slice_index=i,
                     slices=1,
-                    labels={**labels, SLICE_LABEL: name},
+                    labels=scheduling.slice_node_labels(name),
                     **common,
                     **sized(s.hosts if kept else 0, s.hosts, "ANY"),
                 )
@@ -222,9 +201,9 @@ def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name:
                 name=pool.node_pool_names[0],
                 slice_index=None,
                 slices=pool.slices,
-                labels={**labels, SLICE_LABEL: pool.name},
+                labels=scheduling.slice_node_labels(pool.name),
                 **common,
-                **sized(pool.min_slices * s.hosts, pool.slices * s.hosts, "ANY" if dws else None),
+                **sized(pool.min_slices * s.hosts, pool.slices * s.hosts, "ANY" if cap.flex_start else None),
             )
         )
     return plans

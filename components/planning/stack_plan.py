@@ -29,7 +29,7 @@ from tpuray.components.component_args import (
     SlicePoolPlan,
     StackMonitoringArgs,
 )
-from tpuray.components.config import CostConfig, Queued, SlicePoolConfig, StackConfig
+from tpuray.components.config import CostConfig, SlicePoolConfig, StackConfig
 from tpuray.components.config_types import label_value
 from tpuray.components.images import ArtifactRepository, parse_image
 from tpuray.components.names import (
@@ -251,7 +251,7 @@ def _ray_cluster(cfg: StackConfig, labels: Mapping[str, str]) -> RayClusterParam
         worker_image=r.worker_image or r.image,
         service_account=RAY_SERVICE_ACCOUNT,
         worker_service_account=RAY_WORKER_SERVICE_ACCOUNT,
-        groups=tuple(TpuWorkerGroup.from_pool(p) for p in cfg.slice_pools if not isinstance(p.capacity, Queued)),
+        groups=tuple(TpuWorkerGroup.from_pool(p) for p in cfg.slice_pools if p.capacity.in_shared_cluster),
         head_cpu=r.head_cpu,
         head_memory=r.head_memory,
         worker_cpu=r.worker_cpu,

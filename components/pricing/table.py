@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
+from tpuray.components.config.capacity import PriceBasis, capacity_class
 from tpuray.components.pricing.catalogue import CATALOGUE, Source, sentinel
 from tpuray.components.topology import TopologyError, TpuSlice, generation
 
@@ -30,30 +30,16 @@ __all__ = [
 HOURS_PER_MONTH = 730
 """Hours in the month a monthly figure is quoted for (Google Cloud's pricing calculator uses 730)."""
 
-PriceBasis = Literal["on-demand", "spot", "committed", "flex-start"]
-
 
 def price_basis(capacity_type: str) -> PriceBasis:
-    """The price a pool of this capacity type pays; the one place capacity types meet prices.
+    """The price a pool of this capacity type (a plan's ``capacity`` string) pays: the type's ``price_basis``.
 
     - ``on-demand`` and ``spot`` pay the public on-demand and spot (preemptible SKU) prices.
-    - ``reservation``: a TPU reservation comes with a committed use contract ("You can only use a reservation for
-      TPUs if you have a committed use discount", https://cloud.google.com/tpu/docs/consumption-options), so it
-      pays the committed price of that contract.
-    - ``flex-start`` and ``queued`` (flex-start with queued provisioning, the same VMs admitted through a
-      ProvisioningRequest: https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start) pay flex-start.
+    - ``reservation`` pays the committed price of its committed use contract.
+    - ``flex-start`` and ``queued`` (the same flex-start VMs admitted through a ProvisioningRequest:
+      https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start) pay flex-start.
     """
-    bases: dict[str, PriceBasis] = {
-        "on-demand": "on-demand",
-        "spot": "spot",
-        "reservation": "committed",
-        "flex-start": "flex-start",
-        "queued": "flex-start",
-    }
-    try:
-        return bases[capacity_type]
-    except KeyError:
-        raise ValueError(f"unknown capacity type {capacity_type!r}; valid choices: {', '.join(bases)}") from None
+    return capacity_class(capacity_type).price_basis
 
 
 @dataclass(frozen=True)

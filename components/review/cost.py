@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuray.components.config import NAMESPACE, CostConfig
+from tpuray.components.config.capacity import capacity_of_node_pool
 from tpuray.components.names import POOL_LABEL
 from tpuray.components.pricing.table import (
     HOURS_PER_MONTH,
@@ -105,16 +106,7 @@ def _region(inputs: Mapping[str, Any]) -> str:
 
 def _capacity(inputs: Mapping[str, Any]) -> str:
     """The capacity type a node pool was declared with (as ``planning/node_pools`` writes it)."""
-    node = inputs.get("nodeConfig") or {}
-    if (inputs.get("queuedProvisioning") or {}).get("enabled"):
-        return "queued"
-    if node.get("flexStart"):
-        return "flex-start"
-    if node.get("spot") or node.get("preemptible"):
-        return "spot"
-    if (node.get("reservationAffinity") or {}).get("consumeReservationType") == "SPECIFIC_RESERVATION":
-        return "reservation"
-    return "on-demand"
+    return capacity_of_node_pool(inputs)
 
 
 def _nodes(inputs: Mapping[str, Any]) -> tuple[int, int]:

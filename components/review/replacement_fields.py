@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 __all__ = ["NOT_ROLLED_OUT", "RECREATES_NODES", "REPLACES", "replacement_reason"]
 
+from tpuray.components.config.capacity import CAPACITY_CLASSES
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, RAY_JOB, RESOURCE_POLICY
 
 # node_config fields the provider updates in place; every other node_config field forces a new pool/cluster.
@@ -40,7 +41,6 @@ REPLACES: dict[str, tuple[str, ...]] = {
         "cluster",
         "location",
         "placementPolicy",  # the whole block, incl. type, policyName and tpuTopology
-        "queuedProvisioning",
         "initialNodeCount",
         "maxPodsPerNode",
         "networkConfig.createPodRange",
@@ -100,6 +100,16 @@ _ROLLED_OUT = {
 }  # fmt: skip
 
 
+def _replacing(type_: str) -> tuple[str, ...]:
+    """:data:`REPLACES` of the type, and for a node pool the inputs each capacity type sets that replace it (its
+    ``replacing_inputs``: ``queuedProvisioning``, and ``nodeConfig`` fields the rule above already covers), read
+    from the registry at call time so a registered capacity type is covered too."""
+    rules = REPLACES.get(type_, ())
+    if type_ == NODE_POOL:
+        rules += tuple(dict.fromkeys(f for c in CAPACITY_CLASSES.values() for f in c.replacing_inputs))
+    return rules
+
+
 def _matches(path: Sequence[str], rule: str) -> bool:
     parts = rule.split(".")
     return list(path[: len(parts)]) == parts
@@ -111,7 +121,7 @@ def replacement_reason(type_: str, path: Sequence[str], replace_on_changes: Sequ
     Ray custom resource), else None. ``replace_on_changes`` is the resource's own option."""
     if any(_matches(path, r) or r == "*" for r in replace_on_changes):
         return "replace"
-    for rule in REPLACES.get(type_, ()):
+    for rule in _replacing(type_):
         if _matches(path, rule):
             if rule == "nodeConfig" and len(path) > 1 and path[1] in _NODE_CONFIG_IN_PLACE:
                 continue

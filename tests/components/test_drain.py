@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from catalog import CAPACITIES, pool, ray_params
 
+from tpuray.components.config.capacity import Reservation, Spot, capacity_class
 from tpuray.components.planning.drain import DRAIN_REASON, DrainPlan, drain_plan, pre_stop_command
 from tpuray.components.planning.kuberay import TpuWorkerGroup, ray_cluster_spec
 from tpuray.components.topology import TpuSlice
@@ -30,7 +31,7 @@ def test_every_tpu_worker_drains_within_its_capacity_types_grace_period(capacity
     spec = ray_cluster_spec(ray_params(TpuWorkerGroup.from_pool(cfg)))
     [group] = spec["workerGroupSpecs"]
     pod = group["template"]["spec"]
-    plan = drain_plan(cfg.capacity.type)
+    plan = drain_plan(cfg.capacity)
     assert pod["terminationGracePeriodSeconds"] == plan.grace_seconds
     # the deadline Ray is told leaves the hook's start-up and the container's SIGTERM inside the grace period
     assert 0 < plan.deadline_seconds < plan.grace_seconds
@@ -44,11 +45,11 @@ def test_every_tpu_worker_drains_within_its_capacity_types_grace_period(capacity
 
 def test_spot_drains_inside_the_kubelets_shutdown_share() -> None:
     """Spot VMs stop 30 s after the notice and the kubelet gives pods about 15 of them: the deadline fits."""
-    spot = drain_plan("spot")
+    spot = drain_plan(Spot)
     assert spot.grace_seconds <= 30 and spot.deadline_seconds < 15
-    assert drain_plan("reservation").deadline_seconds > spot.deadline_seconds
-    with pytest.raises(ValueError, match="capacity"):
-        drain_plan("preemptible")
+    assert drain_plan(Reservation).deadline_seconds > spot.deadline_seconds
+    with pytest.raises(ValueError, match="capacity type 'preemptible'; valid choices: on-demand, spot"):
+        capacity_class("preemptible")
 
 
 def test_drain_reason_is_one_ray_drain_node_accepts() -> None:
