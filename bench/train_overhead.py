@@ -9,7 +9,9 @@ through Ray Train's portable API (``prepare_model`` + ``prepare_data_loader`` + 
 The time to the first step is broken down per side: until the worker process exists (placement and worker start
 on Ray; spawn on bare), until the loop starts (imports, Ray worker setup, backend setup), and the first step
 (the first compile). Prints one JSON line: ``{"step_time_ratio", "time_to_first_step_ratio",
-"portable_step_time_ratio", "compiles", "breakdown", ...}`` (targets: <= 1.10, <= 1.3, <= 1.10, equal compiles).
+"portable_step_time_ratio", "compiles", "graphs_per_step", "breakdown", ...}`` (targets: <= 1.10, <= 1.3, <= 1.10,
+equal compiles). ``graphs_per_step`` counts the graphs each step ran after the warm-up (torch_xla's
+``ExecuteTime``): how often the step's graph was cut.
 
     python bench/train_overhead.py [--steps 60] [--stack-file Pulumi.dev.yaml]
 """
@@ -51,6 +53,13 @@ def _compiles() -> int:
     return int((met.metric_data("CompileTime") or [0])[0])  # type: ignore[no-untyped-call]
 
 
+def _executions() -> int:
+    """Graphs run so far (torch_xla's ``ExecuteTime`` count): per step, how often the step's graph was cut."""
+    import torch_xla.debug.metrics as met
+
+    return int((met.metric_data("ExecuteTime") or [0])[0])  # type: ignore[no-untyped-call]
+
+
 def loop(shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
     """The measured loop; needs ``tpuray.workloads.chip()`` (set by the backend, or by hand in a bare process)."""
     loop_start = time.time()
@@ -67,8 +76,10 @@ def loop(shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
     model = GPT(shape).to(c.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = SyntheticTokens(shape.vocab_size)
-    times, first_done = [], 0.0
+    times, first_done, ran = [], 0.0, 0
     for step in range(steps):
+        if step == WARMUP:
+            ran = _executions()
         t = time.perf_counter()
         x = torch.from_numpy(data.batch(step, c.rank, c.world_size, batch, shape.seq_len)).to(c.device)
         loss = model.loss(x)
@@ -87,6 +98,7 @@ def loop(shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
         "process_start": _process_started(),
         "loop_start": loop_start,
         "compiles": _compiles(),
+        "graphs_per_step": (_executions() - ran) / (steps - WARMUP),
     }
 
 
@@ -111,9 +123,11 @@ def portable_loop(shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
     data = SyntheticTokens(shape.vocab_size)
     tokens = np.concatenate([data.batch(i, 0, 1, batch, shape.seq_len) for i in range(steps * world)])
     loader = ray.train.torch.prepare_data_loader(DataLoader(TensorDataset(torch.from_numpy(tokens)), batch_size=batch))
-    times, first_done = [], 0.0
+    times, first_done, ran = [], 0.0, 0
     t = time.perf_counter()
     for step, (x,) in enumerate(loader):
+        if step == WARMUP:
+            ran = _executions()
         logits = model(x[:, :-1])  # through the DDP wrapper, so its gradient hooks run
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1))
         loss.backward()  # type: ignore[no-untyped-call]
@@ -133,6 +147,7 @@ def portable_loop(shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
         "process_start": _process_started(),
         "loop_start": loop_start,
         "compiles": _compiles(),
+        "graphs_per_step": (_executions() - ran) / (steps - WARMUP),
     }
 
 
@@ -189,6 +204,7 @@ def summarise(results: list[dict[str, Any]], t0: float) -> dict[str, Any]:
             "first_step": max(r["first_done"] - r["loop_start"] for r in results),
         },
         "compiles": max(r["compiles"] for r in results),
+        "graphs_per_step": max(r["graphs_per_step"] for r in results),
     }
 
 
@@ -244,6 +260,10 @@ def main() -> int:
                     "portable_step_s": portable["step_s"],
                     "portable_step_time_ratio": portable["step_s"] / r["step_s"],
                     "compiles": {"optimizer_step": r["compiles"], "portable": portable["compiles"]},
+                    "graphs_per_step": {
+                        "optimizer_step": r["graphs_per_step"],
+                        "portable": portable["graphs_per_step"],
+                    },
                     "breakdown_s": {"ray": r["breakdown_s"], "portable": portable["breakdown_s"]},
                 }
             )
@@ -269,6 +289,7 @@ def main() -> int:
                 "portable_step_s": portable["step_s"],
                 "portable_step_time_ratio": portable["step_s"] / r["step_s"],
                 "compiles": {"optimizer_step": r["compiles"], "portable": portable["compiles"]},
+                "graphs_per_step": {"optimizer_step": r["graphs_per_step"], "portable": portable["graphs_per_step"]},
                 "breakdown_s": {
                     "ray": r["breakdown_s"],
                     "portable": portable["breakdown_s"],

@@ -20,14 +20,17 @@ __all__ = [
     "TESTED_RAY_VERSIONS",
     "RayHookMissing",
     "asked_scaling_config",
+    "check_trainer_configs",
     "chips_per_host",
     "disable_outward_cluster",
     "draining_nodes",
     "install_torch_device_manager",
     "live_node_ids",
     "normalize_torchtpu_topology",
+    "quiet_train_report_log",
     "raylet_pid",
     "require_hooks",
+    "torch_backend_base",
     "torch_device_manager_base",
 ]
 
@@ -147,6 +150,67 @@ def asked_scaling_config(worker_group: Any) -> Any:
     """The ``ScalingConfig`` the run asked for, read the way Ray's own ``_TorchBackend`` reads it (the worker
     group's ``_train_run_context``; Ray 2.60 has no public accessor). ``None`` if absent."""
     return getattr(getattr(worker_group, "_train_run_context", None), "scaling_config", None)
+
+
+# ---- Ray Train V2's trainer (ray/train/v2/api/data_parallel_trainer.py) ------------------------------------
+
+_TRAINER_MODULE = "ray/train/v2/api/data_parallel_trainer.py"
+_trainer_checks: list[Callable[[Any, Any], None]] = []
+
+
+def check_trainer_configs(check: Callable[[Any, Any], None]) -> None:
+    """Have every Ray Train V2 trainer call ``check(backend_config, scaling_config)`` as it is constructed, after
+    Ray's own checks: a config error is then raised by ``TorchTrainer(...)`` itself, before ``fit()`` starts a
+    controller or reserves a placement group. Ray 2.60 has no hook for a backend to see the scaling config
+    before the worker group starts, so this wraps ``DataParallelTrainer._validate_configs`` (called at the end
+    of its ``__init__``), once per process; adding the same ``check`` again does nothing."""
+    try:
+        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    except ImportError as e:
+        raise _missing("DataParallelTrainer", _TRAINER_MODULE) from e
+    original = getattr(DataParallelTrainer, "_validate_configs", None)
+    if original is None:
+        raise _missing("DataParallelTrainer._validate_configs", _TRAINER_MODULE)
+    with _installed_lock:
+        if check not in _trainer_checks:
+            _trainer_checks.append(check)
+        if getattr(original, "__wrapped__", None) is not None:
+            return
+
+        def validate_configs(self: Any) -> None:
+            original(self)
+            for c in list(_trainer_checks):
+                c(self.backend_config, self.scaling_config)
+
+        validate_configs.__wrapped__ = original  # type: ignore[attr-defined]
+        DataParallelTrainer._validate_configs = validate_configs  # type: ignore[method-assign]
+
+
+# ---- Ray Train's torch backend and its report log (ray/train/torch/config.py;
+#      ray/train/v2/_internal/execution/context.py) ---------------------------------------------------------
+
+
+def torch_backend_base() -> type[Any]:
+    """Ray's ``_TorchBackend`` (``ray/train/torch/config.py``): the backend ``TorchConfig`` names, which creates
+    the process group from ``TorchConfig.backend``."""
+    try:
+        from ray.train.torch.config import _TorchBackend
+    except ImportError as e:
+        raise _missing("_TorchBackend", "ray/train/torch/config.py") from e
+    return _TorchBackend
+
+
+def quiet_train_report_log() -> None:
+    """Silence Ray 2.60's INFO line per ``ray.train.report`` (its whole metrics dict), logged by a logger named by
+    its file's path (``logging.getLogger(__file__)`` in ``ray/train/v2/_internal/execution/context.py``), which
+    ``LoggingConfig(log_level=...)`` does not reach."""
+    import logging
+
+    try:
+        import ray.train.v2._internal.execution.context as train_context
+    except ImportError as e:
+        raise _missing("the train context module", "ray/train/v2/_internal/execution/context.py") from e
+    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
 
 
 # ---- TPU facts Ray computes (ray/_private/accelerators/tpu.py) --------------------------------------------

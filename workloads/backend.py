@@ -35,7 +35,7 @@ from ray.train.v2.api.config import ScalingConfig
 
 from tpuray.components.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL, TPU_MEGASCALE_PORT
 from tpuray.components.slice_labels import slice_from_labels
-from tpuray.components.topology import TopologyError, TpuSlice
+from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat, portable
 from tpuray.workloads.placement import ChipAssignment, PlacementError, Seat, assign_chips
 from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS, hostnames_from_env
@@ -43,7 +43,15 @@ from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS, hos
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ChipInfo", "XlaChipConfig", "chip", "mean_over_chips", "optimizer_step", "tpu_scaling_config"]
+__all__ = [
+    "ChipInfo",
+    "XlaChipConfig",
+    "check_scaling_config",
+    "chip",
+    "mean_over_chips",
+    "optimizer_step",
+    "tpu_scaling_config",
+]
 
 Collective = Literal["xla", "gloo"]
 
@@ -99,6 +107,43 @@ USE_GPU_WITH_XLA = (
     "use_gpu=True with XlaChipConfig: TPU chips are not GPUs; drop use_gpu and build the ScalingConfig with "
     "tpu_scaling_config('<gen>:<topology>') (one worker per chip)"
 )
+
+
+def check_scaling_config(backend_config: Any, scaling: Any) -> None:
+    """Refuse a ``ScalingConfig`` that :class:`XlaChipConfig` cannot run, naming the field and the valid form.
+
+    Runs as ``TorchTrainer(...)`` is constructed (:func:`tpuray.workloads._ray_compat.check_trainer_configs`),
+    so a bad config never starts a controller or reserves a placement group: a run that asks for GPUs would
+    otherwise wait for them, time out and retry without end (``FailureConfig.controller_failure_limit``
+    defaults to -1 in Ray 2.60). Other backends' configs pass through untouched.
+    """
+    if not isinstance(backend_config, XlaChipConfig):
+        return
+    hint = "build it with tpu_scaling_config('<gen>:<topology>', num_slices=N) (one worker per chip)"
+    if getattr(scaling, "use_gpu", False):
+        raise ValueError(USE_GPU_WITH_XLA)
+    if not getattr(scaling, "use_tpu", False):
+        raise ValueError(f"ScalingConfig.use_tpu is False with XlaChipConfig: its workers run on TPU chips; {hint}")
+    per_worker = (scaling.resources_per_worker or {}).get("TPU", 1)
+    if per_worker != 1:
+        raise ValueError(
+            f"ScalingConfig.resources_per_worker['TPU'] = {per_worker} with XlaChipConfig: must be 1; {hint}"
+        )
+    topology, accelerator = scaling.topology, scaling.accelerator_type
+    if not (topology and accelerator):
+        return  # Ray itself requires both for more than one worker; one worker holds one chip
+    gen = next((g.name for g in GENERATIONS if g.ray_accelerator_type == accelerator), None)
+    if gen is None:
+        known = ", ".join(g.ray_accelerator_type for g in GENERATIONS)
+        raise ValueError(f"ScalingConfig.accelerator_type {accelerator!r}: not a TPU generation ({known}); {hint}")
+    s = TpuSlice.parse(gen, topology)
+    for field in ("num_workers", "min_workers"):
+        n = getattr(scaling, field, None)
+        if isinstance(n, int) and n % s.chips:
+            raise ValueError(
+                f"ScalingConfig.{field} = {n}: not a whole number of {s} slices; with XlaChipConfig it must be a "
+                f"multiple of {s.chips} (one worker per chip); {hint}"
+            )
 
 
 def cpu_per_chip(s: TpuSlice) -> float:
@@ -322,8 +367,8 @@ class _XlaChipBackend(Backend):
         seats = [s for s, _ in reported]
         tpu_slice = slice_of([lb for _, lb in reported], n)
         asked = _ray_compat.asked_scaling_config(worker_group)
-        if getattr(asked, "use_gpu", False):
-            raise ValueError(USE_GPU_WITH_XLA)
+        if asked is not None:
+            check_scaling_config(cfg, asked)  # again, in case the trainer's construction hook did not run
         topology, accelerator = getattr(asked, "topology", None), getattr(asked, "accelerator_type", None)
         if topology and accelerator and (topology, accelerator) != (tpu_slice.topology, tpu_slice.ray_accelerator_type):
             raise PlacementError(
@@ -358,6 +403,10 @@ class XlaChipConfig(TorchConfig):
     backend: str = "xla"
     base_port: int = DEFAULT_BASE_PORT
     megascale_port: int = TPU_MEGASCALE_PORT
+
+    def __post_init__(self) -> None:
+        # a TorchTrainer built with this config checks its ScalingConfig as it is constructed
+        _ray_compat.check_trainer_configs(check_scaling_config)
 
     @property
     def backend_cls(self) -> type[Backend]:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tpuray.workloads import _ray_compat
 from tpuray.workloads.drain import CheckpointSignal
 from tpuray.workloads.goodput import GoodputRecorder
 from tpuray.workloads.metrics import ModelShape, throughput
@@ -196,7 +197,7 @@ def train_gpt(config: dict[str, Any]) -> None:
     from tpuray.workloads.model import GPT
 
     t_start, wall_start = time.perf_counter(), time.time()
-    _quiet_report_log()
+    _ray_compat.quiet_train_report_log()  # the progress lines say what its per-report lines would
     job: GptJob = config["job"]
     c = _torch_tpu_runtime() if config.get("runtime") == "torch_tpu" else _xla_runtime()
     rec = GoodputRecorder(job.run_dir, enabled=c.rank == 0, started=wall_start)
@@ -329,15 +330,6 @@ def _slice(job: GptJob) -> Any:
     from tpuray.components.topology import TpuSlice
 
     return TpuSlice.parse(job.slice_spec)
-
-
-def _quiet_report_log() -> None:
-    """Ray 2.60 logs every ``ray.train.report`` with its whole metrics dict at INFO, from a logger named by its
-    file's path (``logging.getLogger(__file__)`` in ``train/v2/_internal/execution/context.py``), which
-    ``LoggingConfig(log_level=...)`` does not reach: the progress lines say what those would."""
-    import ray.train.v2._internal.execution.context as train_context
-
-    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
 
 
 def _xla_on_tpu() -> bool:

@@ -7,6 +7,9 @@ installs on every worker before the train function runs.
   https://docs.pytorch.org/xla/release/r2.9/perf/ddp.html), and on the emulated slice (``PJRT_DEVICE=CPU``)
   :class:`XlaOverGloo`, which runs every collective through gloo on CPU copies (XLA collectives do not cross CPU
   processes, and gloo on an XLA tensor does nothing). So a plain ``optimizer.step()`` sees averaged gradients.
+  The copy runs the step's whole pending graph (forward, backward, the loss), as ``optimizer_step``'s gradient
+  copy does: two graphs per step on both paths (measured: ``bench/train_overhead.py``'s ``graphs_per_step``),
+  not a third one for the loss the loop reads.
 - ``prepare_data_loader`` gives each chip its shard (``DistributedSampler`` reads the process group's rank and
   size: the XLA rank and the chip count), moves each batch to the chip, and cuts the XLA graph once per batch:
   Ray's loader wrapper enters the device manager's stream context once per batch it moves, and that context is
@@ -122,6 +125,20 @@ def _process_group_class() -> type[Any]:
     def cpu(t: torch.Tensor) -> torch.Tensor:
         return t if t.device.type == "cpu" else t.cpu()
 
+    def host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """CPU copies of ``tensors``. Where one is an XLA tensor, the step's pending graph runs whole first
+        (``torch_xla.sync()``): copying only these would run the graph up to them, and the next read of another
+        tensor of the step (the loss a loop prints) would run a second graph for it."""
+        if any(t.device.type == "xla" for t in tensors):
+            import torch_xla
+
+            torch_xla.sync()
+        return [cpu(t) for t in tensors]
+
+    def blank(t: torch.Tensor) -> torch.Tensor:
+        """A CPU buffer for a collective to overwrite: reading ``t`` itself would run a graph for nothing."""
+        return t if t.device.type == "cpu" else torch.empty(t.shape, dtype=t.dtype)
+
     def back(dst: torch.Tensor, src: torch.Tensor) -> None:
         if dst is not src:
             with torch.no_grad():
@@ -147,25 +164,26 @@ def _process_group_class() -> type[Any]:
         def group_name(self) -> str:
             return self._group_name
 
-        def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
-            host = [cpu(t) for t in tensors]
-            self._gloo.allreduce(host, opts).wait()
-            for t, h in zip(tensors, host, strict=True):
+        def _in_place(self, op: str, tensors: list[torch.Tensor], opts: Any, *, read: bool = True) -> Any:
+            """Run gloo's in-place collective ``op`` on CPU copies of ``tensors`` (blank buffers unless ``read``)
+            and write the results back."""
+            copies = host(tensors) if read else [blank(t) for t in tensors]
+            getattr(self._gloo, op)(copies, opts).wait()
+            for t, h in zip(tensors, copies, strict=True):
                 back(t, h)
             return _done(tensors)
 
+        def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
+            return self._in_place("allreduce", tensors, opts)
+
         def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> Any:  # type: ignore[override]
-            host = [cpu(t) for t in tensors]
-            self._gloo.broadcast(host, opts).wait()
-            for t, h in zip(tensors, host, strict=True):
-                back(t, h)
-            return _done(tensors)
+            return self._in_place("broadcast", tensors, opts, read=opts.rootRank == self.rank())
 
         def allgather(  # type: ignore[override]
             self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None
         ) -> Any:
-            host_out = [[cpu(t) if t.device.type == "cpu" else t.cpu() for t in o] for o in outputs]
-            self._gloo.allgather(host_out, [cpu(t) for t in inputs], opts or AllgatherOptions()).wait()
+            host_out = [[blank(t) for t in o] for o in outputs]
+            self._gloo.allgather(host_out, host(inputs), opts or AllgatherOptions()).wait()
             for o, h in zip(outputs, host_out, strict=True):
                 for t, x in zip(o, h, strict=True):
                     back(t, x)

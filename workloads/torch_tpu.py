@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ray.train.torch import TorchConfig
-from ray.train.torch.config import _TorchBackend
 
 from tpuray.components.topology import TpuSlice
+from tpuray.workloads import _ray_compat
 from tpuray.workloads.worker_env import hostnames_from_env, torch_tpu_env
 
 __all__ = ["TorchTpuConfig", "torch_tpu_trainer"]
@@ -36,7 +36,7 @@ def _fill_env(slice_spec: str, environ: Mapping[str, str] | None = None) -> dict
     return missing
 
 
-class _TorchTpuBackend(_TorchBackend):
+class _TorchTpuBackend(_ray_compat.torch_backend_base()):  # type: ignore[misc]
     def on_start(self, worker_group: Any, backend_config: Any) -> None:
         worker_group.execute(_fill_env, backend_config.slice_spec)  # before Ray creates the tpu_dist group
         super().on_start(worker_group, backend_config)

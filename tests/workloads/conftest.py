@@ -1,13 +1,41 @@
-"""Shared fixtures: stack files for local runs (the ``slow`` marker is tests/conftest.py's)."""
+"""Shared fixtures: stack files for local runs and the emulated cluster the train tests share (the ``slow`` marker
+is tests/conftest.py's)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+SHARED_SLICES = (("v5e:2x2", 2), ("v5p:2x2x2", 1), ("v6e:1x1", 1))
+"""The shared cluster: two single-host v5e 2x2 slices (4 chips on one VM each; Tune's two slices), a multi-host
+v5p 2x2x2 slice (8 chips on two VMs) and a one-chip v6e 1x1 slice (its own generation, so no request for it lands
+on the other slices' VMs)."""
+
+
+@pytest.fixture(scope="session")
+def emulated_slices() -> Iterator[None]:
+    """One emulated cluster (:data:`SHARED_SLICES`) for every test that trains on it and leaves it as it found it:
+    starting one costs tens of seconds of the suite's two cores. This driver is connected to it."""
+    ray = pytest.importorskip("ray")
+    from tpuray.components.topology import TpuSlice
+    from tpuray.workloads.emulation import EmulatedCluster
+
+    with EmulatedCluster([(TpuSlice.parse(spec), n) for spec, n in SHARED_SLICES]) as c:
+        ray.init(address=c.address, log_to_driver=False)
+        yield
+        ray.shutdown()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests on the shared cluster run last (in their own order): it lives until the session ends, and the tests
+    that start clusters of their own (a driver connects to one cluster at a time) run before it starts."""
+    items.sort(key=lambda item: "emulated_slices" in getattr(item, "fixturenames", ()))
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_SLICE_NAME_LABEL, RAY_TOPOLOGY_LABEL, RAY_WORKER_ID_LABEL
 from tpuray.components.topology import TopologyError, TpuSlice
 from tpuray.workloads import XlaChipConfig, chip, tpu_scaling_config
-from tpuray.workloads.backend import GENERATION_PIN, slice_of
+from tpuray.workloads.backend import GENERATION_PIN, check_scaling_config, slice_of
 from tpuray.workloads.placement import PlacementError
 
 
@@ -59,6 +59,61 @@ def test_a_worker_count_that_is_not_whole_slices_is_refused_before_anything_star
             accelerator_type=good.accelerator_type,
             resources_per_worker=good.resources_per_worker,
         )
+
+
+_GPU = {"num_workers": 4, "use_gpu": True}  # the GPU script's own line, kept by mistake
+
+
+@pytest.mark.parametrize(
+    ("asked", "message"),
+    [
+        (_GPU, r"use_gpu=True with XlaChipConfig.*tpu_scaling_config\('<gen>:<topology>'"),
+        ({"num_workers": 4}, r"ScalingConfig.use_tpu is False with XlaChipConfig.*tpu_scaling_config\("),
+        (
+            {
+                "num_workers": 8,
+                "use_tpu": True,
+                "topology": "2x2x2",
+                "accelerator_type": "TPU-V5P",
+                "resources_per_worker": {"TPU": 4},
+            },
+            r"ScalingConfig.resources_per_worker\['TPU'\] = 4 with XlaChipConfig: must be 1",
+        ),
+    ],
+    ids=["use_gpu", "no_tpu", "tpu_per_host"],
+)
+def test_a_scaling_config_xla_cannot_run_is_refused_when_the_trainer_is_built(
+    asked: dict[str, object], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``TorchTrainer(...)`` itself raises, so no controller starts and no placement group is asked for (a run
+    asking for GPUs would wait for them and retry without end); other backends' configs are untouched."""
+    import ray
+    from ray.train import ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("a refused config reached Ray")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    with pytest.raises(ValueError, match=message):
+        TorchTrainer(lambda: None, scaling_config=ScalingConfig(**asked), torch_config=XlaChipConfig())  # type: ignore[arg-type]
+    TorchTrainer(lambda: None, scaling_config=ScalingConfig(**_GPU), torch_config=TorchConfig())  # type: ignore[arg-type]
+    TorchTrainer(
+        lambda: None, scaling_config=tpu_scaling_config("v5p:2x2x2", num_slices=2), torch_config=XlaChipConfig()
+    )
+    assert not ray.is_initialized()
+
+
+def test_a_worker_count_changed_after_construction_is_refused_by_the_backend_check() -> None:
+    """Ray checks whole slices when the ScalingConfig is built; a count set afterwards meets tpuray's check."""
+    from ray.train.torch import TorchTrainer
+
+    s = TpuSlice.parse("v5p:2x2x2")
+    cfg = tpu_scaling_config(s)
+    cfg.num_workers = 12
+    with pytest.raises(ValueError, match=r"ScalingConfig.num_workers = 12: not a whole number of v5p:2x2x2 .* 8"):
+        TorchTrainer(lambda: None, scaling_config=cfg, torch_config=XlaChipConfig())
+    check_scaling_config(XlaChipConfig(), tpu_scaling_config(s, num_slices=3))  # 24 workers: three slices
 
 
 def test_chip_outside_a_run_says_where_it_works() -> None:

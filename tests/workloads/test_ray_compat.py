@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,3 +81,47 @@ def test_an_untested_ray_version_is_said(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(ray, "__version__", "9.99.0")
     with pytest.warns(UserWarning, match="tested with Ray 2.60, this is Ray 9.99.0"):
         _ray_compat.require_hooks()
+
+
+def test_ddp_over_the_emulated_group_runs_two_graphs_per_step(clean: None) -> None:
+    """A plain loop on the emulated slice's process group: DDP's gloo copy of the gradients runs the step's whole
+    pending graph (forward, backward, loss), so the loss the loop reads costs no graph of its own; with the update
+    (run at the next batch) that is two graphs per step, as on the ``optimizer_step`` path."""
+    import socket
+
+    import ray.air._internal.device_manager as dm
+    import torch
+    import torch.distributed as dist
+    import torch_xla
+    import torch_xla.debug.metrics as met
+    from torch.nn.parallel import DistributedDataParallel
+
+    def graphs_run() -> int:
+        return int((met.metric_data("ExecuteTime") or [0])[0])  # type: ignore[no-untyped-call]
+
+    portable.install("CPU")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    backend = portable.register_emulated_backend()
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        dev = torch_xla.device()
+        torch.manual_seed(0)
+        model = DistributedDataParallel(torch.nn.Linear(8, 1).to(dev), device_ids=[dev], output_device=dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        manager: Any = dm.get_torch_device_manager_by_context()
+        ran = [graphs_run()]
+        for _ in range(6):
+            with manager.get_stream_context(None):  # what prepare_data_loader's wrapper enters per batch
+                x = torch.randn(4, 8).to(dev)
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            float(loss.detach())
+            ran.append(graphs_run())
+    finally:
+        dist.destroy_process_group()
+    per_step = [b - a for a, b in itertools.pairwise(ran)]
+    assert per_step[-3:] == [2, 2, 2], per_step
