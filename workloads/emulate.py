@@ -17,10 +17,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from tpuray.components.config import ConfigError, load_stack_file
+from tpuray.components.config import ConfigError, find_stack_file, load_stack_file
 from tpuray.components.topology import TopologyError, TpuSlice
 
 __all__ = ["build_parser", "main"]
+
+
+def _at_least_one(text: str) -> int:
+    """An argparse type: a whole number >= 1 (argparse names the flag in its error)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,19 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--stack", help="emulate the workload pool of Pulumi.<stack>.yaml (here or a parent dir)")
     where.add_argument("--stack-file", type=Path, help="path of a Pulumi stack file")
     where.add_argument("--topology", help="slice shape GEN:TOPOLOGY[:MACHINE_TYPE], e.g. v5p:2x2x2")
-    p.add_argument("--num-slices", type=int, help="emulated slices (default: the stack's pool, else 1)")
+    p.add_argument("--num-slices", type=_at_least_one, help="emulated slices (default: the stack's pool, else 1)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
     return p
 
 
 def _stack_file(args: argparse.Namespace) -> Path:
-    if args.stack_file:
-        return Path(args.stack_file)
-    name = f"Pulumi.{args.stack}.yaml"
-    for d in (Path.cwd(), *Path.cwd().parents):
-        if (d / name).is_file():
-            return d / name
-    raise ConfigError([("--stack", f"no {name} in {Path.cwd()} or its parents; pass --stack-file")])
+    return Path(args.stack_file) if args.stack_file else find_stack_file(args.stack, Path.cwd())
 
 
 def _shape(args: argparse.Namespace) -> tuple[TpuSlice, int]:
@@ -54,10 +59,7 @@ def _shape(args: argparse.Namespace) -> tuple[TpuSlice, int]:
     else:
         pool = load_stack_file(_stack_file(args)).workload_pool()
         s, n = pool.tpu_slice, pool.slices
-    n = args.num_slices if args.num_slices is not None else n
-    if n < 1:
-        raise ConfigError([("--num-slices", f"must be >= 1, got {n}")])
-    return s, n
+    return s, args.num_slices if args.num_slices is not None else n
 
 
 def main(argv: Sequence[str] | None = None) -> int:

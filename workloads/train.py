@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import annotated_types
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
@@ -32,8 +32,10 @@ from tpuray.components.config import (
     ConfigError,
     StackConfig,
     WorkloadConfig,
+    exclusive_sources,
+    find_stack_file,
     load_stack_file,
-    problems,
+    validated_as,
 )
 from tpuray.components.config_types import RunName
 from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL
@@ -176,14 +178,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _find_stack_file(stack: str, start: Path) -> Path:
-    name = f"Pulumi.{stack}.yaml"
-    for d in (start, *start.parents):
-        if (d / name).is_file():
-            return d / name
-    raise ConfigError([("--stack", f"no {name} in {start} or its parents; pass --stack-file")])
-
-
 def slice_from_cluster(slices: Sequence[SliceInfo]) -> TpuSlice:
     """The slice shape of a cluster that has exactly one shape (from Ray's pod type and topology labels)."""
     shapes = {(s.pod_type, s.topology, s.chips // max(1, len(s.worker_ids))) for s in slices}
@@ -233,34 +227,28 @@ def _validated(
     """``model`` from ``base`` with the given flags laid over it. A flag's text is parsed by the model (lax, as
     a command line is text); a problem names the flag, and the valid range where the model bounds the field."""
     given = _given(args, flags)
-    try:
-        return model.model_validate(_overlay(base, given), strict=False)
-    except ValidationError as e:
-        by_path = {".".join(f.path): f for f in flags}
-        named: list[tuple[str, str]] = []
-        for path, msg in problems(e, model):
-            flag = by_path.get(path)
-            if flag is not None and getattr(args, flag.dest, None) is not None:
-                rng = flag.valid_range()
-                if msg.startswith("Input should be"):  # pydantic's own words: add the bounds and the value
-                    msg = f"{msg}{'; valid range: ' + rng if rng else ''}; got {getattr(args, flag.dest)!r}"
-                named.append((flag.name, msg))
-            else:
-                named.append((f"{where}.{path}", msg))
-        raise ConfigError(named) from None
+    by_path = {".".join(f.path): f for f in flags}
+
+    def name(path: str, msg: str) -> tuple[str, str]:
+        flag = by_path.get(path)
+        if flag is None or getattr(args, flag.dest, None) is None:
+            return f"{where}.{path}", msg
+        rng = flag.valid_range()
+        if msg.startswith("Input should be"):  # pydantic's own words: add the bounds and the value
+            msg = f"{msg}{'; valid range: ' + rng if rng else ''}; got {getattr(args, flag.dest)!r}"
+        return flag.name, msg
+
+    return validated_as(model, _overlay(base, given), name, strict=False)
 
 
 def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Settings:
     """The effective settings: the workload from ``--workload`` (on a cluster) or the stack file (``stack``),
     else the model's defaults, with the flags the user gave laid over it; checked before any cluster work."""
-    if args.workload is not None and stack is not None:
-        raise ConfigError([("--workload", "comes instead of --stack/--stack-file; pass one of them")])
+    exclusive_sources({"--workload": args.workload is not None, "--stack/--stack-file": stack is not None})
     if args.workload is not None:
-        try:
-            base = WorkloadConfig.model_validate_json(args.workload).model_dump(by_alias=True)
-        except ValidationError as e:
-            found = problems(e, WorkloadConfig)
-            raise ConfigError([("--workload" + ("" if p == "(root)" else f".{p}"), m) for p, m in found]) from None
+        base = validated_as(
+            WorkloadConfig, args.workload, lambda p, m: ("--workload" + ("" if p == "(root)" else f".{p}"), m)
+        ).model_dump(by_alias=True)
     else:
         base = (stack.workload if stack else WorkloadConfig()).model_dump(by_alias=True)
     workload = _validated(WorkloadConfig, base, args, WORKLOAD_FLAGS, "workload")
@@ -391,7 +379,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     t0, wall0 = time.perf_counter(), time.time()
     stack: StackConfig | None = None
     if args.stack_file or args.stack or (args.local and not args.topology and args.workload is None):
-        stack = load_stack_file(args.stack_file or _find_stack_file(args.stack or "dev", Path.cwd()))
+        stack = load_stack_file(args.stack_file or find_stack_file(args.stack or "dev", Path.cwd()))
     s = settings(args, stack)  # every setting checked before any cluster work
     w = s.workload
     pool = stack.workload_pool() if stack else None

@@ -44,11 +44,14 @@ from tpuray.components.config.loaders import (
     NAMESPACE,
     RAY_AUTH_TOKEN_KEY,
     SECRET_KEYS,
+    exclusive_sources,
+    find_stack_file,
     load_stack_file,
     parse_stack_config,
     pulumi_values,
     stack_of_file,
     stack_values,
+    validated_as,
 )
 from tpuray.components.config.maintenance import (
     MaintenanceConfig,
@@ -136,6 +139,8 @@ __all__ = [
     "capacity_rules",
     "capacity_type",
     "control_plane_rules",
+    "exclusive_sources",
+    "find_stack_file",
     "gke_version_key",
     "is_production_stack",
     "load_stack_file",
@@ -151,5 +156,6 @@ __all__ = [
     "stack_of_file",
     "stack_rules",
     "stack_values",
+    "validated_as",
     "view_of_values",
 ]

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import (
-    ValidationError,
-)
+from pydantic import BaseModel, ValidationError
 
 from tpuray.components.config.errors import ConfigError, problems
 from tpuray.components.config.rules import (
@@ -99,3 +97,39 @@ def load_stack_file(path: str | Path, stack: str | None = None) -> StackConfig:
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
         raise ConfigError([("config", "a stack file needs a top-level 'config:' mapping")], str(p))
     return parse_stack_config(stack_values(doc["config"], str(p)), str(p), stack or stack_of_file(p))
+
+
+def find_stack_file(stack: str, start: Path, flag: str = "--stack") -> Path:
+    """``Pulumi.<stack>.yaml`` in ``start`` or the nearest of its parents that has one; the error names ``flag``."""
+    name = f"Pulumi.{stack}.yaml"
+    for d in (start, *start.parents):
+        if (d / name).is_file():
+            return d / name
+    raise ConfigError([(flag, f"no {name} in {start} or its parents; pass --stack-file")])
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated_as(
+    model: type[M],
+    data: Mapping[str, Any] | str,
+    name: Callable[[str, str], tuple[str, str]],
+    *,
+    strict: bool | None = None,
+) -> M:
+    """``model`` from ``data`` (a mapping, or JSON text); every problem is worded by :func:`problems` and placed by
+    ``name(path, message) -> (field, message)`` (a command line names its flag), all in one :class:`ConfigError`."""
+    try:
+        if isinstance(data, str):
+            return model.model_validate_json(data, strict=strict)
+        return model.model_validate(data, strict=strict)
+    except ValidationError as e:
+        raise ConfigError([name(path, msg) for path, msg in problems(e, model)]) from None
+
+
+def exclusive_sources(given: Mapping[str, bool]) -> None:
+    """At most one of the named sources (flags) is given; the error names the first and the others."""
+    named = [k for k, v in given.items() if v]
+    if len(named) > 1:
+        raise ConfigError([(named[0], f"comes instead of {'/'.join(named[1:])}; pass one of them")])

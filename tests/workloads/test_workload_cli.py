@@ -147,7 +147,11 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_bad_inputs_fail_before_any_cluster(
-    stack_file: Path, tmp_path: Path, no_cluster: None, capsys: pytest.CaptureFixture[str]
+    stack_file: Path,
+    tmp_path: Path,
+    no_cluster: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     emulate = importlib.import_module("tpuray.workloads.emulate")  # the module (the package exports a function)
     # a setting the stack's model refuses: refused the same way for a flag, before Ray starts (was: exit 0)
@@ -168,6 +172,13 @@ def test_bad_inputs_fail_before_any_cluster(
     assert summary(out) is None and "needs 2" in err and "has 1" in err
     assert emulate.main(["--topology", "v5p:2x2x3", "--", "true"]) == 2
     assert "2x2x3" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # argparse names the flag
+        emulate.main(["--topology", "v5e:2x2", "--num-slices", "0", "--", "true"])
+    assert exit_.value.code == 2 and "--num-slices: must be >= 1, got 0" in capsys.readouterr().err
+    # a missing stack file names --stack and how to give one (config.find_stack_file, shared by both commands)
+    monkeypatch.chdir(tmp_path)
+    assert emulate.main(["--stack", "nowhere", "--", "true"]) == 2
+    assert "--stack: no Pulumi.nowhere.yaml" in capsys.readouterr().err
 
 
 # ---- end to end on the emulated dev slice --------------------------------------------------------------------
