@@ -12,18 +12,15 @@ Pure Python; imports no Pulumi.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, TypeVar, cast
 
 from tpuray.components.component_args import (
-    AuthorizedNetwork,
     ControlPlane,
     GkeClusterArgs,
     KueuePlan,
     Maintenance,
-    MaintenanceExclusion,
-    MaintenanceWindow,
     Network,
     RayClusterPlan,
     SlicePoolPlan,
@@ -142,38 +139,30 @@ def plan_stack(config: StackConfig, stack_name: str) -> StackPlan:
     )
 
 
+D = TypeVar("D")
+
+
+def _fields_of(target: Callable[..., D], source: object, **given: Any) -> D:
+    """``target`` (a plain dataclass) from the same-named attributes of ``source``, with ``given`` ones set: the
+    component's inputs are the config's values, not copies written out field by field."""
+    names = [f.name for f in fields(cast(Any, target)) if f.name not in given]
+    return target(**{n: getattr(source, n) for n in names}, **given)
+
+
 def _gke(cfg: StackConfig, labels: Mapping[str, str]) -> GkeClusterArgs:
-    c, net, m = cfg.cluster, cfg.network, cfg.maintenance
+    c, m = cfg.cluster, cfg.maintenance
     return GkeClusterArgs(
         project=cfg.project,
         region=cfg.region,
         location=cfg.location,
-        cluster=ControlPlane(
-            name=c.name,
-            release_channel=c.release_channel,
+        cluster=_fields_of(
+            ControlPlane,
+            c,
             min_master_version=cfg.master_version,
-            private_nodes=c.private_nodes,
-            control_plane_endpoint=c.control_plane_endpoint,
-            master_authorized_networks=tuple(AuthorizedNetwork(n.cidr, n.name) for n in c.master_authorized_networks),
-            deletion_protection=c.deletion_protection,
-            node_service_account_id=c.node_service_account_id,
-            system_machine_type=c.system_machine_type,
-            system_nodes=c.system_nodes,
+            master_authorized_networks=tuple(c.master_authorized_networks),
         ),
-        network=Network(
-            create=net.create,
-            name=net.name,
-            subnetwork=net.subnetwork,
-            subnet_cidr=net.subnet_cidr,
-            pods_cidr=net.pods_cidr,
-            services_cidr=net.services_cidr,
-            pods_range_name=net.pods_range_name,
-            services_range_name=net.services_range_name,
-        ),
-        maintenance=Maintenance(
-            window=MaintenanceWindow(m.window.start, m.window.end, m.window.recurrence) if m.window else None,
-            exclusions=tuple(MaintenanceExclusion(e.name, e.start, e.end, e.scope) for e in m.exclusions),
-        ),
+        network=_fields_of(Network, cfg.network),
+        maintenance=Maintenance(window=m.window, exclusions=tuple(m.exclusions)),
         ray_operator_addon=cfg.ray.operator == "addon",
         image_repositories=image_repositories([cfg.ray.image, cfg.ray.worker_image or cfg.ray.image]),
         resource_labels=dict(labels),
