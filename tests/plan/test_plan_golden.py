@@ -132,3 +132,28 @@ def test_dws_golden_holds_the_kueue_objects_and_the_queued_job() -> None:
     md = (GOLDEN / "prod-dws" / "topology.md").read_text()
     assert "admission: Kueue + ProvisioningRequest: flavor `tpuray-dws-v6e-dws`" in md and "32 chips of quota" in md
     assert "| v6e-dws | v6e 4x4 (v6e-16) | 0-2 | 4 | 4 | 32 | 8 | 32 | queued |" in md
+
+
+def test_manifests_are_the_bytes_of_yaml_safe_dump() -> None:
+    """manifest_files may use libyaml's emitter: it must write what yaml.safe_dump writes, for the values that
+    differ most between emitters (unicode, long and multi-line strings, quoting, empty and nested collections)."""
+    import yaml
+
+    from tpuray.components.review.render import manifest_files
+
+    obj = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "m", "labels": {"a/b": "yes", "n": "012", "e": ""}},
+        "data": {
+            "long": "word " * 40,
+            "lines": "first\nsecond\n  indented\n",
+            "unicode": "chips × hosts — ✓",
+            "quoted": "a: b # c",
+            "nums": [1, 2.5, True, None, [], {}],
+        },
+    }
+    files = manifest_files([{"type": "kubernetes:core/v1:ConfigMap", "name": "m", "inputs": obj}])
+    assert files == {
+        "configmap-m.yaml": yaml.safe_dump(obj, sort_keys=True, default_flow_style=False, allow_unicode=True)
+    }
