@@ -81,8 +81,8 @@ def slice_from_labels(
     gen: Generation | None
     if pod is not None:
         try:
-            gen = generation(TpuSlice.parse_pod_type(pod[1]).generation)
-            shape = TpuSlice.parse_pod_type(pod[1], topology)
+            shape = TpuSlice.parse_pod_type(pod[1], topology)  # with no topology label, the default shape
+            gen = generation(shape.generation)
         except TopologyError as e:
             raise TopologyError(topo[0] if topo and e.field == "topology" else pod[0], _reason(e)) from None
     else:
