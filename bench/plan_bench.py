@@ -5,7 +5,8 @@ seconds (user + system, the process and its children; medians of runs taken in a
 Prints one JSON line::
 
     {"bare_import_s": ..., "used_import_s": ..., "plan_prod_s": ..., "plan_large_s": ..., "large_pools": 64,
-     "ratio_large": ..., "ratio_large_vs_used": ..., "per_pool_ms": ..., "target_ratio_large": 2.0, ...}
+     "ratio_large": ..., "ratio_large_vs_used": ..., "per_pool_ms": ..., "target_prod_vs_used": 1.2,
+     "target_large_vs_used": 1.3, "ok": ...}
 
 Two baselines, because pulumi-gcp and pulumi-kubernetes load their modules lazily: ``bare_import_s`` is the
 literal ``import pulumi, pulumi_gcp.container, pulumi_kubernetes`` (which executes almost none of their code);
@@ -31,7 +32,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BARE_IMPORT = "import pulumi, pulumi_gcp.container, pulumi_kubernetes"
-TARGET_RATIO = 2.0
+# Issue 19's targets, against the import of the SDK modules the program uses (the part of a plan that is not ours).
+TARGET_PROD_VS_USED = 1.2
+TARGET_LARGE_VS_USED = 1.3
 # Shapes the large stack cycles through: multi-host and single-host, every compact-placement generation that prod's
 # zone (us-east5-a) offers (v4 is only in us-central2-b: https://cloud.google.com/tpu/docs/regions-zones).
 SHAPES = (("v5p", "2x2x2"), ("v6e", "4x4"), ("v5e", "4x8"), ("v5p", "2x2x4"), ("v6e", "2x2"), ("v5e", "2x2"))
@@ -123,9 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_large": round(large / bare, 2),
         "ratio_large_vs_used": round(large / used, 2),
         "per_pool_ms": round(1000 * (large - prod) / (args.pools - prod_pools), 1),
-        "target_ratio_large": TARGET_RATIO,
-        "ok": large / bare < TARGET_RATIO,
-        "ok_vs_used": large / used < TARGET_RATIO,
+        "target_prod_vs_used": TARGET_PROD_VS_USED,
+        "target_large_vs_used": TARGET_LARGE_VS_USED,
+        "ok": prod / used <= TARGET_PROD_VS_USED and large / used <= TARGET_LARGE_VS_USED,
     }
     print(json.dumps(result))
     return 0
