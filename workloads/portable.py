@@ -10,8 +10,8 @@ installs on every worker before the train function runs.
   The copy runs the step's whole pending graph (forward, backward, the loss), as ``optimizer_step``'s gradient
   copy does: two graphs per step on both paths (measured: ``bench/train_overhead.py``'s ``graphs_per_step``),
   not a third one for the loss the loop reads. On that group the wrapper is :class:`XlaDDP`, which compiles no
-  more graphs per run than ``optimizer_step`` does (the same three on the bench's model; each change below is
-  measured by ``tests/workloads/test_ray_compat.py``): it syncs the initial parameters and buffers from rank 0 over
+  more graphs per run than ``optimizer_step`` does on the same loop (``tests/workloads/test_ray_compat.py``: 3 each;
+  plain DDP 8 or 9): it syncs the initial parameters and buffers from rank 0 over
   gloo on CPU copies (DDP's own sync concatenates them on the XLA device: 2 or 3 graphs), and lays out its single
   gradient bucket once at construction, in parameter order (DDP lays it out again after the first backward, in
   the order the gradients became ready: the step's graph then changes twice, 3 more graphs). On the ``xla``
