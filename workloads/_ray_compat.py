@@ -12,6 +12,7 @@ Read from the ray 2.60.0 wheel (files under ``site-packages/ray/``, named at eac
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -60,6 +61,8 @@ def _missing(what: str, source: str) -> RayHookMissing:
 
 _DEVICE_MANAGER_MODULE = "ray/air/_internal/device_manager/__init__.py"
 _LOADER_MODULE = "ray/train/torch/train_loop_utils.py"
+# Each Ray Train has its own prepare_model: Ray Train V2's (what ray.train.torch.prepare_model is with V2 on) and V1's.
+_PREPARE_MODEL_MODULES = ("ray.train.v2.torch.train_loop_utils", "ray.train.torch.train_loop_utils")
 
 
 def torch_device_manager_base() -> type[Any]:
@@ -89,6 +92,14 @@ def require_hooks() -> None:
     # _WrappedDataLoader (prepare_data_loader) looks its manager up by device type through this module global.
     if not hasattr(loop, "get_torch_device_manager_by_device_type"):
         raise _missing("train_loop_utils.get_torch_device_manager_by_device_type", _LOADER_MODULE)
+    for name in _PREPARE_MODEL_MODULES:  # what prepare_model wraps the model in
+        source = name.replace(".", "/") + ".py"
+        try:
+            module = importlib.import_module(name)
+        except ImportError as e:
+            raise _missing(name, source) from e
+        if not hasattr(module, "DistributedDataParallel"):
+            raise _missing(f"{name}.DistributedDataParallel", source)
     if ".".join(ray.__version__.split(".")[:2]) not in TESTED_RAY_VERSIONS:
         import warnings
 
@@ -102,17 +113,18 @@ _installed_lock = threading.Lock()
 
 
 def _loader_module() -> Any:
-    import importlib
-
     return importlib.import_module("ray.train.torch.train_loop_utils")
 
 
-def install_torch_device_manager(manager: Any, device_type: str) -> None:
-    """Make ``manager`` this process's torch device manager for Ray Train's portable API.
+def install_torch_device_manager(manager: Any, device_type: str, ddp_class: type[Any]) -> None:
+    """Make ``manager`` this process's torch device manager for Ray Train's portable API, and ``ddp_class`` (a
+    ``DistributedDataParallel`` subclass) the wrapper its ``prepare_model`` builds.
 
     Sets the manager Ray caches per process (so ``get_device()``/``get_devices()``/``prepare_model`` use it
     whatever accelerator the worker holds) and routes the data loader wrapper's by-type lookup for
-    ``device_type`` to it (Ray 2.60 raises "Device type xla cannot be recognized" there).
+    ``device_type`` to it (Ray 2.60 raises "Device type xla cannot be recognized" there). ``prepare_model``
+    calls the ``DistributedDataParallel`` its module imported (``train_loop_utils.DistributedDataParallel``, in Ray
+    Train V2's module and V1's).
     """
     require_hooks()
     import ray.air._internal.device_manager as dm
@@ -129,6 +141,8 @@ def install_torch_device_manager(manager: Any, device_type: str) -> None:
 
         by_device_type.__wrapped__ = original  # type: ignore[attr-defined]
         loop.get_torch_device_manager_by_device_type = by_device_type
+        for name in _PREPARE_MODEL_MODULES:
+            setattr(importlib.import_module(name), "DistributedDataParallel", ddp_class)  # noqa: B010
 
 
 def uninstall_torch_device_manager() -> None:
@@ -141,6 +155,10 @@ def uninstall_torch_device_manager() -> None:
     with _installed_lock:
         current = loop.get_torch_device_manager_by_device_type
         loop.get_torch_device_manager_by_device_type = getattr(current, "__wrapped__", current)
+        from torch.nn.parallel import DistributedDataParallel
+
+        for name in _PREPARE_MODEL_MODULES:
+            setattr(importlib.import_module(name), "DistributedDataParallel", DistributedDataParallel)  # noqa: B010
 
 
 # ---- Ray Train V2's worker group (ray/train/v2/_internal/execution/worker_group/worker_group.py) -------------

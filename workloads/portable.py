@@ -9,7 +9,13 @@ installs on every worker before the train function runs.
   processes, and gloo on an XLA tensor does nothing). So a plain ``optimizer.step()`` sees averaged gradients.
   The copy runs the step's whole pending graph (forward, backward, the loss), as ``optimizer_step``'s gradient
   copy does: two graphs per step on both paths (measured: ``bench/train_overhead.py``'s ``graphs_per_step``),
-  not a third one for the loss the loop reads.
+  not a third one for the loss the loop reads. On that group the wrapper is :class:`XlaDDP`, which compiles no
+  more graphs per run than ``optimizer_step`` does on the same loop (``tests/workloads/test_ray_compat.py``: 3 each;
+  plain DDP 8 or 9): it syncs the initial parameters and buffers from rank 0 over
+  gloo on CPU copies (DDP's own sync concatenates them on the XLA device: 2 or 3 graphs), and lays out its single
+  gradient bucket once at construction, in parameter order (DDP lays it out again after the first backward, in
+  the order the gradients became ready: the step's graph then changes twice, 3 more graphs). On the ``xla``
+  group (TPUs) it is plain ``DistributedDataParallel``.
 - ``prepare_data_loader`` gives each chip its shard (``DistributedSampler`` reads the process group's rank and
   size: the XLA rank and the chip count), moves each batch to the chip, and cuts the XLA graph once per batch:
   Ray's loader wrapper enters the device manager's stream context once per batch it moves, and that context is
@@ -29,7 +35,7 @@ from tpuray.workloads import _ray_compat
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["EMULATED_BACKEND", "XlaDeviceManager", "install", "register_emulated_backend", "uninstall"]
+__all__ = ["EMULATED_BACKEND", "XlaDDP", "XlaDeviceManager", "install", "register_emulated_backend", "uninstall"]
 
 EMULATED_BACKEND = "tpuray_xla_gloo"
 """The process-group backend name of :class:`XlaOverGloo` (the emulated slice's default group)."""
@@ -90,13 +96,68 @@ def _device_manager_class() -> type[Any]:
 XlaDeviceManager: type[Any] | None = None
 
 
+def _ddp_class() -> type[Any]:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    class XlaDDP(DistributedDataParallel):
+        """``DistributedDataParallel`` as ``prepare_model`` builds it; on the emulated slice's group, without the
+        graphs DDP's setup would compile (see the module docstring)."""
+
+        def __init__(self, module: torch.nn.Module, **kwargs: Any) -> None:
+            if dist.get_backend(kwargs.get("process_group")) != EMULATED_BACKEND:
+                super().__init__(module, **kwargs)
+                return
+            sync = bool(kwargs.pop("init_sync", True))
+            if "bucket_cap_mb" not in kwargs:  # one bucket: each bucket's gloo copy would cut the step's graph
+                size = sum(p.numel() * p.element_size() for p in module.parameters())
+                kwargs["bucket_cap_mb"] = size / 2**20 + 1
+            super().__init__(module, init_sync=False, **kwargs)
+            if sync:
+                self._sync_from_rank_0()
+            reducer: Any = self.reducer
+            if not (hasattr(reducer, "_push_all_rebuilt_params") and hasattr(reducer, "_rebuild_buckets")):
+                raise RuntimeError(
+                    f"torch {torch.__version__}'s DDP reducer has no _push_all_rebuilt_params/_rebuild_buckets "
+                    "(torch/nn/parallel/distributed.py's join hook uses them in torch 2.9): tpuray.workloads' "
+                    "emulated slice is tested with torch 2.9"
+                )
+            # What DDP's join hook does (_DDPJoinHook): lay the buckets out now, once, so DDP does not again
+            # after the first backward.
+            reducer._push_all_rebuilt_params()
+            reducer._rebuild_buckets()
+
+        def _sync_from_rank_0(self) -> None:
+            """Rank 0's parameters and buffers on every rank, one gloo broadcast per dtype of CPU copies (reading
+            an uploaded parameter copies it, compiling nothing; writing one back uploads it)."""
+            ignore = self.parameters_to_ignore
+            named = [*self.module.named_parameters(), *self.module.named_buffers()]
+            state = [t.detach() for n, t in named if n not in ignore]
+            for dtype in dict.fromkeys(t.dtype for t in state):
+                same = [t for t in state if t.dtype == dtype]
+                flat = torch.cat([t.cpu().reshape(-1) for t in same])
+                dist.broadcast(flat, 0, group=self.process_group)
+                if self.process_group.rank() != 0:
+                    with torch.no_grad():
+                        for t, h in zip(same, flat.split([t.numel() for t in same]), strict=True):  # type: ignore[no-untyped-call]
+                            t.copy_(h.view_as(t))
+
+    return XlaDDP
+
+
+XlaDDP: type[Any] | None = None
+
+
 def install(pjrt_device: str) -> None:
     """Make Ray Train's portable API use this worker's XLA device (run on the worker, before the train function);
     ``pjrt_device`` is what the device must be (``TPU``, or ``CPU`` on the emulated slice)."""
-    global XlaDeviceManager
+    global XlaDeviceManager, XlaDDP
     if XlaDeviceManager is None:
         XlaDeviceManager = _device_manager_class()
-    _ray_compat.install_torch_device_manager(XlaDeviceManager(pjrt_device), "xla")
+    if XlaDDP is None:
+        XlaDDP = _ddp_class()
+    _ray_compat.install_torch_device_manager(XlaDeviceManager(pjrt_device), "xla", XlaDDP)
 
 
 def uninstall() -> None:
