@@ -30,6 +30,7 @@ __all__ = [
     "normalize_torchtpu_topology",
     "quiet_train_report_log",
     "raylet_pid",
+    "ready_train_autoscaling_coordinator",
     "require_hooks",
     "torch_backend_base",
     "torch_device_manager_base",
@@ -287,3 +288,25 @@ def raylet_pid(node: Any) -> int:
 def live_node_ids(cluster: Any) -> list[str]:
     """Node ids (hex) the GCS counts alive, through a ``ray.cluster_utils.Cluster``'s ``global_state``."""
     return [str(n) for n in cluster.global_state._live_node_ids()]
+
+
+def ready_train_autoscaling_coordinator(timeout_s: float = 120.0) -> None:
+    """Start Ray Train V2's AutoscalingCoordinator actor and wait until it answers.
+
+    The controller creates that actor with its first resource request and gives the call 5 s
+    (``AUTOSCALING_REQUESTS_GET_TIMEOUT_S``, ray/train/v2/_internal/execution/scaling_policy/
+    autoscaling_coordinator_client.py, Ray 2.60). On an emulated slice whose few cores are busy starting the workers,
+    creating the actor can take longer, and Ray then logs "Failed to send resource request" (harmless by its own
+    words, but an error-looking line in a healthy run). The actor is named and detached with ``get_if_exists``
+    (ray/data/_internal/cluster_autoscaler/default_autoscaling_coordinator.py, Ray 2.60): created here first, the
+    controller finds it ready.
+    """
+    import ray
+
+    source = "ray/data/_internal/cluster_autoscaler/default_autoscaling_coordinator.py"
+    try:
+        module = importlib.import_module("ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator")
+        create = module.get_or_create_autoscaling_coordinator
+    except (ImportError, AttributeError):
+        raise _missing("get_or_create_autoscaling_coordinator", source) from None
+    ray.get(create().__ray_ready__.remote(), timeout=timeout_s)

@@ -42,6 +42,7 @@ from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL
 from tpuray.components.pricing.throughput import slice_usd_per_hour, tokens_per_usd
 from tpuray.components.slice_labels import slice_from_labels
 from tpuray.components.topology import TopologyError, TpuSlice
+from tpuray.workloads import _ray_compat
 from tpuray.workloads.data import DatasetError, TokenFile, open_dataset
 from tpuray.workloads.goodput import EVENTS_FILE, JOB_END, JOB_START, compute_goodput, read_events, record_job_event
 from tpuray.workloads.gpt_loop import CheckpointError, GptJob
@@ -426,6 +427,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             assert tpu_slice is not None
             cluster = EmulatedCluster(tpu_slice, slices=emulate).__enter__()
             ray.init(address=cluster.address, log_to_driver=True)
+            _ray_compat.ready_train_autoscaling_coordinator()  # before the controller asks it (see there why)
         elif not ray.is_initialized():
             ray.init(address=args.address or "auto", log_to_driver=True)
         if tpu_slice is None:

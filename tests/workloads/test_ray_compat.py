@@ -75,6 +75,14 @@ def test_a_missing_hook_is_named_with_the_ray_version(clean: None, monkeypatch: 
         portable.install("CPU")
 
 
+def test_a_missing_autoscaling_coordinator_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator as coordinator
+
+    monkeypatch.delattr(coordinator, "get_or_create_autoscaling_coordinator")
+    with pytest.raises(_ray_compat.RayHookMissing, match="no get_or_create_autoscaling_coordinator"):
+        _ray_compat.ready_train_autoscaling_coordinator()
+
+
 def test_an_untested_ray_version_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 
