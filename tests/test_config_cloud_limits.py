@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_config_harden import base  # the minimal valid stack those rules start from
 
 from tpuray.components.cloud_limits import KUEUE_API_FIRST_CHART, KUEUE_RENDERED_API
 from tpuray.components.config import ConfigError, load_stack_file, parse_stack_config
@@ -17,17 +18,6 @@ from tpuray.components.topology import GENERATIONS
 from tpuray.components.tpu_locations import TPU_REGIONS, TPU_ZONES, zones_of
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def base(**overrides: Any) -> dict[str, Any]:
-    v: dict[str, Any] = {
-        "project": "tpuray-test-proj",
-        "region": "us-east5",
-        "zone": "us-east5-a",
-        "slicePools": [{"name": "res", "generation": "v5p", "topology": "2x2x2", "capacity": {"type": "on-demand"}}],
-    }
-    v.update(overrides)
-    return v
 
 
 def problems_of(values: dict[str, Any]) -> dict[str, str]:
