@@ -15,9 +15,11 @@ __all__ = [
     "CPU_MACHINE_SERIES",
     "KUEUE_API_FIRST_CHART",
     "KUEUE_RENDERED_API",
-    "addon_auth_options_problem",
+    "RAY_OPERATOR_FIX",
+    "env_token_problem",
     "exclusion_span_problem",
     "kueue_chart_problem",
+    "ray_addon_problem",
     "system_machine_type_problem",
 ]
 
@@ -124,23 +126,44 @@ def exclusion_span_problem(scope: str, start: datetime, end: datetime, release_c
 
 
 # ---- token auth on the GKE Ray add-on ---------------------------------------------------------------------------
-# Issue 20, item 1. KubeRay sends the token on its own dashboard calls (RayJob status) only with
-# spec.authOptions.mode: token (KubeRay v1.7 utils/util.go GetRayDashboardClientFunc), and a KubeRay older than 1.6
-# has no authOptions: its CRD prunes the field and the cluster runs with no auth at all
-# (https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-auth.html). GKE publishes no KubeRay version
-# for its Ray Operator add-on: its release notes and the add-on pages
-# (https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/enable-ray-on-gke) name a minimum GKE
-# version for the add-on, never the KubeRay it runs, so no GKE version floor guarantees >= 1.6. authOptions alone
-# on the add-on can therefore leave the cluster open: refused. (The add-on default, the token by env variables in
-# every container, never leaves it open; what it cannot do is authenticate the operator's status calls.)
+# Issue 20, item 1. Ray's token auth can reach the KubeRay operator two ways, and on the GKE Ray add-on neither is
+# safe for a RayJob:
+# - KubeRay sends the token on its own dashboard calls (the RayJob's status, GetJobInfo) only when the RayCluster has
+#   spec.authOptions.mode: token (KubeRay v1.7 ray-operator/controllers/ray/utils/util.go
+#   GetRayDashboardClientFunc). With the token in env variables only, those calls get 401 and the RayJob ends Failed
+#   although Ray runs.
+# - authOptions needs KubeRay >= 1.6: an older CRD prunes the field and the cluster runs with no auth at all
+#   (https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-auth.html). GKE publishes no KubeRay
+#   version for its Ray Operator add-on: its release notes and the add-on pages
+#   (https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/enable-ray-on-gke) name a minimum GKE
+#   version, never the KubeRay it runs, so no GKE version guarantees >= 1.6.
+# Which one holds cannot be known statically, so the add-on is refused for a RayJob (every tpuray stack renders
+# one) and for authOptions; the KubeRay Helm chart, whose version the stack pins, does both.
+RAY_OPERATOR_FIX = "set ray.operator: helm (the default): KubeRay ray.helmChartVersion with authOptions"
+"""How to fix every stack the add-on rule refuses."""
+_STATUS_NEEDS_AUTH_OPTIONS = (
+    "KubeRay sends the Ray token on its RayJob status calls only with authOptions (env variables only: 401, the "
+    "RayJob ends Failed)"
+)
 
 
-def addon_auth_options_problem(operator: str, auth_options: bool | None) -> str | None:
-    """Why ``ray.authOptions`` cannot be used with ``ray.operator``, or None."""
-    if operator != "addon" or not auth_options:
+def ray_addon_problem(operator: str, *, ray_job: bool, auth_options: bool) -> str | None:
+    """Why the GKE Ray add-on (``operator == "addon"``) cannot run this token-authenticated Ray cluster, or None.
+
+    ``ray_job``: a RayJob runs on the cluster (KubeRay polls its status from the Ray dashboard); ``auth_options``:
+    the token goes through the RayCluster's ``authOptions`` (else by env variables only). Without either, the add-on
+    is safe: the env token keeps the cluster closed, and nothing of KubeRay's needs the dashboard.
+    """
+    if operator != "addon" or not (ray_job or auth_options):
         return None
     return (
-        "the GKE Ray add-on's KubeRay version is not published (no GKE version guarantees KubeRay >= 1.6), and a "
-        "KubeRay older than 1.6 drops authOptions and runs Ray without authentication: set ray.operator: helm to use "
-        "authOptions, or leave ray.authOptions unset (the add-on then gets the token by environment variables)"
+        f"the GKE Ray add-on cannot run a RayJob: {_STATUS_NEEDS_AUTH_OPTIONS}; an add-on KubeRay < 1.6 "
+        f"(GKE does not publish its version) drops authOptions and runs Ray without auth: {RAY_OPERATOR_FIX}"
     )
+
+
+def env_token_problem(*, ray_job: bool, auth_options: bool) -> str | None:
+    """Why a RayJob cannot run with the Ray token in env variables only (``auth_options`` off), or None."""
+    if not ray_job or auth_options:
+        return None
+    return f"{_STATUS_NEEDS_AUTH_OPTIONS}: leave ray.authOptions unset (on) with ray.operator: helm"

@@ -91,7 +91,9 @@ class GkeClusterArgs:
     network: Network
     maintenance: Maintenance
     ray_operator_addon: bool
-    """Enable the GKE Ray Operator add-on (KubeRay and the TPU webhook); off when KubeRay comes from Helm."""
+    """Enable the GKE Ray Operator add-on (KubeRay and the TPU webhook), else declare it off. tpuray's stacks never
+    enable it (KubeRay comes from its Helm chart): a RayJob on it cannot authenticate, see
+    :func:`tpuray.components.cloud_limits.ray_addon_problem`."""
     image_repositories: list[ArtifactRepository]
     """Artifact Registry repositories of the stack's images: the nodes may read these and no others."""
     resource_labels: dict[str, str] = field(default_factory=dict)
@@ -136,6 +138,9 @@ class RayClusterPlan:
     retention_days: int
     """Delete checkpoints older than this many days (0 keeps them)."""
     operator: Literal["addon", "helm"]
+    """``helm``: install KubeRay ``helm_chart_version`` from its chart (what tpuray's stacks do); ``addon``: the GKE
+    Ray add-on provides KubeRay, which ``RayTpuCluster`` refuses with authOptions or a RayJob's own cluster
+    (:func:`tpuray.components.cloud_limits.ray_addon_problem`)."""
     helm_chart_version: str
     soft_delete_days: int
     """Deleted or overwritten checkpoints stay restorable this long (GCS soft delete, 7-90 days)."""

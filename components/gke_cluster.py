@@ -2,8 +2,8 @@
 
 Declares: a VPC and subnet with pod/service secondary ranges (or uses an existing network), a Cloud Router and
 Cloud NAT when nodes are private, a least-privilege node service account (GKE's node role, Artifact Registry
-read on the image repositories only), the cluster (Ray Operator add-on with logging and monitoring, GCS FUSE CSI
-driver, Workload Identity, Dataplane V2, release channel, private nodes, a public endpoint limited to the
+read on the image repositories only), the cluster (GCS FUSE CSI driver, the Ray Operator add-on declared off unless
+asked for, Workload Identity, Dataplane V2, release channel, private nodes, a public endpoint limited to the
 authorized networks or a private or DNS-only endpoint, shielded nodes, legacy ABAC and client certificates off,
 default node pool removed) and a CPU system node pool for the Ray head and system pods. Outputs the cluster
 name, endpoint, location, a kubeconfig (secret, using ``gke-gcloud-auth-plugin``) and a Kubernetes provider for
@@ -104,7 +104,7 @@ def render_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
 
 
 class GkeCluster(pulumi.ComponentResource):
-    """A GKE cluster with the Ray add-on, Workload Identity and a CPU system pool."""
+    """A GKE cluster with Workload Identity, the GCS FUSE CSI driver and a CPU system pool."""
 
     cluster_name: pulumi.Output[str]
     endpoint: pulumi.Output[str]
@@ -218,21 +218,25 @@ class GkeCluster(pulumi.ComponentResource):
         node_metadata = gcp.container.ClusterNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")
 
         # ---- the cluster ----------------------------------------------------------------------------------
+        # The Ray add-on is declared off, not left out: the provider's ray_operator_config is Optional+Computed
+        # (terraform-provider-google resource_container_cluster.go), so leaving it out would keep an add-on a
+        # cluster already has running beside the Helm operator.
+        ray_addon = (
+            gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(
+                enabled=True,
+                ray_cluster_logging_config=(
+                    gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterLoggingConfigArgs(enabled=True)
+                ),
+                ray_cluster_monitoring_config=(
+                    gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterMonitoringConfigArgs(enabled=True)
+                ),
+            )
+            if args.ray_operator_addon
+            else gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(enabled=False)
+        )
         addons = gcp.container.ClusterAddonsConfigArgs(
             gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(enabled=True),
-            ray_operator_configs=[
-                gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(
-                    enabled=True,
-                    ray_cluster_logging_config=(
-                        gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterLoggingConfigArgs(enabled=True)
-                    ),
-                    ray_cluster_monitoring_config=(
-                        gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterMonitoringConfigArgs(enabled=True)
-                    ),
-                )
-            ]
-            if args.ray_operator_addon
-            else None,
+            ray_operator_configs=[ray_addon],
         )
         private = (
             gcp.container.ClusterPrivateClusterConfigArgs(

@@ -29,6 +29,7 @@ from typing import Literal
 __all__ = [
     "FLEX_START_MIN_GKE_VERSION",
     "GENERATIONS",
+    "MIN_GKE_VERSION",
     "Generation",
     "Placement",
     "TopologyError",
@@ -86,7 +87,7 @@ class Generation:
     multi_host_placement: Placement = "compact"
     """How GKE co-locates a multi-host slice: a COMPACT placement policy, or a workload policy (tpu7x)."""
     min_gke_version: str | None = None
-    """Lowest GKE version that serves this generation, if higher than the Ray add-on's own minimum."""
+    """Lowest GKE version that serves this generation, if higher than tpuray's own floor (``MIN_GKE_VERSION``)."""
     devices_per_chip: int = 1
     """PJRT devices per chip; torch_xla appends it to ``TPU_PROCESS_BOUNDS`` when it is 2 (tpu7x)."""
     single_host_topologies: Mapping[str, str] = field(default_factory=dict)
@@ -250,9 +251,12 @@ GENERATIONS: tuple[Generation, ...] = (
     ),
 )
 
-# Lowest GKE version with the Ray Operator add-on
-# (https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/enable-ray-on-gke).
-RAY_ADDON_MIN_GKE_VERSION = "1.30.0-gke.1747000"
+MIN_GKE_VERSION = "1.30.0-gke.1747000"
+"""Lowest GKE version tpuray declares a cluster at, for any slice (a generation's own minimum raises it). It is the
+Ray Operator add-on's minimum (https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/
+enable-ray-on-gke), tpuray's floor while it ran KubeRay from the add-on; kept with the Helm operator so no stack's
+control-plane floor moves backwards (v4, v5e and v5p alone would allow older GKE versions:
+https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus)."""
 
 FLEX_START_MIN_GKE_VERSION = "1.33.0-gke.1712000"
 """Flex-start for TPUs: "To run TPUs, use GKE version 1.33.0-gke.1712000 or later"
@@ -588,8 +592,8 @@ class TpuSlice:
 
     @property
     def min_gke_version(self) -> str:
-        """Lowest GKE version that runs this slice with the Ray Operator add-on."""
-        return self.spec.min_gke_version or RAY_ADDON_MIN_GKE_VERSION
+        """Lowest GKE version tpuray runs this slice on."""
+        return self.spec.min_gke_version or MIN_GKE_VERSION
 
     def summary(self) -> dict[str, object]:
         """The slice's facts as a JSON-ready dict (used by the CLI and stack outputs)."""

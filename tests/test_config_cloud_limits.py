@@ -1,7 +1,7 @@
 """Issue 20: values nothing knew are refused by name: regions and zones without TPUs (or without the pool's
-generation), machine types no CPU series has, a Kueue chart that does not serve the rendered API, and maintenance
-exclusions longer than GKE allows for their scope. Each rule's source is cited where it is written
-(``tpuray.components.tpu_locations`` and ``tpuray.components.cloud_limits``)."""
+generation), machine types no CPU series has, a Kueue chart that does not serve the rendered API, maintenance
+exclusions longer than GKE allows for their scope, and the GKE Ray add-on under the stack's RayJob. Each rule's
+source is cited where it is written (``tpuray.components.tpu_locations`` and ``tpuray.components.cloud_limits``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,15 @@ from typing import Any
 import pytest
 from test_config_harden import base  # the minimal valid stack those rules start from
 
-from tpuray.components.cloud_limits import KUEUE_API_FIRST_CHART, KUEUE_RENDERED_API
+from tpuray.components.cloud_limits import (
+    KUEUE_API_FIRST_CHART,
+    KUEUE_RENDERED_API,
+    env_token_problem,
+    ray_addon_problem,
+)
 from tpuray.components.config import ConfigError, load_stack_file, parse_stack_config
 from tpuray.components.planning.kueue import API_VERSION
+from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.topology import GENERATIONS
 from tpuray.components.tpu_locations import TPU_REGIONS, TPU_ZONES, zones_of
 
@@ -155,3 +161,50 @@ def test_flex_start_and_queued_provisioning_do_not_serve_tpu7x(capacity: dict[st
     ]
     found = problems_of(base(region="us-central1", zone="us-central1-c", slicePools=pools))
     assert "does not serve TPU tpu7x" in found["slicePools[0].capacity.type"]
+
+
+# ---- the GKE Ray add-on and the stack's RayJob (refused) --------------------------------------------------------
+@pytest.mark.parametrize("auth_options", [None, True, False])
+@pytest.mark.parametrize("job_mode", ["shared", "ephemeral"])
+def test_the_gke_ray_addon_is_refused_for_the_stacks_rayjob(auth_options: bool | None, job_mode: str) -> None:
+    """Every stack renders a training RayJob. On the add-on its status calls get 401 (token in env variables only)
+    or the cluster may run open (authOptions on an add-on KubeRay < 1.6, whose version GKE does not publish): the
+    refusal names ray.operator, says why, and gives the Helm operator as the fix."""
+    ray: dict[str, Any] = {"operator": "addon", "jobMode": job_mode}
+    if auth_options is not None:
+        ray["authOptions"] = auth_options
+    found = problems_of(base(ray=ray, kueue={"enabled": job_mode == "ephemeral"}))
+    message = found["ray.operator"]
+    for why in ("401", "RayJob ends Failed", "< 1.6", "does not publish", "drops authOptions", "without auth"):
+        assert why in message, why
+    assert "set ray.operator: helm" in message and "ray.helmChartVersion" in message
+
+
+def test_the_helm_operator_is_the_default_and_the_addon_stays_off() -> None:
+    cfg = parse_stack_config(base())
+    assert (cfg.ray.operator, cfg.ray.uses_auth_options, cfg.ray.job_api_namespace) == (
+        "helm",
+        True,
+        "kuberay-system",
+    )
+    plan = plan_stack(cfg, "test")
+    assert plan.gke.ray_operator_addon is False and plan.ray.operator == "helm"
+    cluster, job = plan.manifests  # the shared RayCluster carries the token for the job that runs on it
+    assert cluster["spec"]["authOptions"] == {"mode": "token", "secretName": "tpuray-ray-auth"}
+    assert job["spec"]["clusterSelector"]
+
+
+def test_the_token_in_env_variables_only_is_refused_for_the_stacks_rayjob() -> None:
+    assert "401" in problems_of(base(ray={"authOptions": False}))["ray.authOptions"]
+
+
+def test_the_addon_rule_holds_only_where_kuberay_needs_the_token() -> None:
+    """The rule itself: a shared cluster with no RayJob and the env token is the one safe use of the add-on (what
+    the RayTpuCluster component still allows a platform team)."""
+    assert ray_addon_problem("addon", ray_job=False, auth_options=False) is None
+    assert ray_addon_problem("helm", ray_job=True, auth_options=True) is None
+    assert ray_addon_problem("addon", ray_job=True, auth_options=False) is not None
+    assert ray_addon_problem("addon", ray_job=False, auth_options=True) is not None
+    assert env_token_problem(ray_job=False, auth_options=False) is None
+    assert env_token_problem(ray_job=True, auth_options=True) is None
+    assert env_token_problem(ray_job=True, auth_options=False) is not None

@@ -684,9 +684,32 @@ def test_minor_exclusions_longer_than_any_support(stack: str, scope: str, extra_
 
 
 @CORPUS
-@given(stacks)
-def test_auth_options_on_the_addon(stack: str) -> None:
-    check(stack, ("ray.authOptions", setter("ray", "authOptions", value=True)), "ray.operator: helm")
+@given(stacks, st.sampled_from([None, True, False]), st.sampled_from(["shared", "ephemeral"]))
+def test_the_gke_ray_addon_with_the_stacks_rayjob(stack: str, auth_options: bool | None, job_mode: str) -> None:
+    """Issue 20: every stack renders a training RayJob (shared or ephemeral), whose status KubeRay reads with the
+    token only through authOptions, which an add-on KubeRay older than 1.6 drops: the add-on is refused at
+    ``ray.operator`` whatever ``authOptions`` says (ephemeral stacks get Kueue, which that mode needs)."""
+
+    def edit(values: dict[str, Any]) -> None:
+        ray = values.setdefault("ray", {})
+        ray.update({"operator": "addon", "jobMode": job_mode})
+        if auth_options is not None:
+            ray["authOptions"] = auth_options
+        if job_mode == "ephemeral":
+            values["kueue"] = {"enabled": True}
+
+    check(stack, ("ray.operator", edit), "ray.operator: helm")
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["1.6.0", "1.7.0", "1.7.1"]))
+def test_the_token_in_env_variables_only(stack: str, chart: str) -> None:
+    """The Helm operator without authOptions: the RayJob's status calls carry no token either (issue 20)."""
+
+    def edit(values: dict[str, Any]) -> None:
+        values.setdefault("ray", {}).update({"authOptions": False, "helmChartVersion": chart})
+
+    check(stack, ("ray.authOptions", edit), "401")
 
 
 @CORPUS

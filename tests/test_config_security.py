@@ -122,6 +122,7 @@ def test_token_auth_needs_a_ray_and_kuberay_that_have_it() -> None:
     v["ray"] = {**v["ray"], "version": "2.51.0"}
     assert "no token authentication" in problems_of(v)["ray.version"]
     v["ray"] = {**v["ray"], "version": "2.60.0", "operator": "helm", "helmChartVersion": "1.5.0"}
-    assert "authOptions: false" in problems_of(v)["ray.helmChartVersion"]
-    v["ray"]["authOptions"] = False  # the token then goes into every container, which any KubeRay passes through
-    assert parse_stack_config(v, "test", "prod").ray.uses_auth_options is False
+    assert "chart 1.6.0 or later" in problems_of(v)["ray.helmChartVersion"]
+    # the token only in env variables would pass through any KubeRay, but the RayJob's status calls then get 401
+    v["ray"]["authOptions"] = False
+    assert "401" in problems_of(v)["ray.authOptions"]

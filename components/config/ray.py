@@ -11,7 +11,7 @@ from pydantic import (
     model_validator,
 )
 
-from tpuray.components.cloud_limits import addon_auth_options_problem
+from tpuray.components.cloud_limits import env_token_problem, ray_addon_problem
 from tpuray.components.config.base import (
     NAME_PATTERN,
     ConfigModel,
@@ -66,18 +66,22 @@ class RayConfig(ConfigModel):
     )
     worker_image: ImageRef | None = Field(default=None, description="TPU worker image (workloads/Dockerfile)")
     namespace: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63), AfterValidator(_own_namespace)] = "ray"
-    operator: Literal["addon", "helm"] = Field(default="addon", description="GKE Ray add-on or the Helm chart")
+    operator: Literal["addon", "helm"] = Field(
+        default="helm",
+        description="helm: tpuray installs KubeRay from its Helm chart (helmChartVersion), so the operator is known "
+        "to take authOptions and authenticates its RayJob status calls; addon (the GKE Ray add-on) is refused: GKE "
+        "does not publish its KubeRay version, and the stack's RayJob fails or the cluster runs open on it",
+    )
     auth_options: bool | None = Field(
         default=None,
-        description="token auth through KubeRay's authOptions (KubeRay >= 1.6); default: on with the Helm operator, "
-        "off with the GKE add-on (its KubeRay version is not published), which gets RAY_AUTH_MODE=token env instead",
+        description="token auth through KubeRay's authOptions (KubeRay >= 1.6), on by default; false is refused: "
+        "with the token in env variables only, KubeRay's RayJob status calls get 401 and the job ends Failed",
     )
     helm_chart_version: SemVer = "1.7.0"
     operator_namespace: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)] | None = Field(
         default=None,
         description="namespace of in-cluster KubeRay operator pods allowed to call the head's job API (RayJob "
-        "status); default kuberay-system with helm, none with the add-on (GKE hosts it and does not document where "
-        "it connects from)",
+        f"status); default {KUBERAY_NAMESPACE}, where the Helm chart is installed",
     )
     head_cpu: CpuQuantity = "4"
     head_memory: MemoryQuantity = "16Gi"
@@ -114,7 +118,11 @@ class RayConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _token_auth_needs(self) -> RayConfig:
-        if problem := addon_auth_options_problem(self.operator, self.auth_options):  # cloud_limits says why
+        # Every stack renders a training RayJob (stack_plan), whose status KubeRay reads from the dashboard with
+        # the token only through authOptions: cloud_limits says why the add-on and env-only tokens are refused.
+        if problem := ray_addon_problem(self.operator, ray_job=True, auth_options=self.uses_auth_options):
+            raise ValueError(field_msg("operator", problem))
+        if problem := env_token_problem(ray_job=True, auth_options=self.uses_auth_options):
             raise ValueError(field_msg("authOptions", problem))
         # Older versions ignore the setting instead of failing: the cluster would run without authentication.
         if _version_key(self.version) < _version_key(MIN_RAY_TOKEN_AUTH):
@@ -145,26 +153,23 @@ class RayConfig(ConfigModel):
                     "KubeRay operator's own namespace (e.g. kuberay-system)",
                 )
             )
-        old_chart = _version_key(self.helm_chart_version) < _version_key(MIN_KUBERAY_AUTH_OPTIONS)
-        if self.operator == "helm" and self.uses_auth_options and old_chart:
+        if _version_key(self.helm_chart_version) < _version_key(MIN_KUBERAY_AUTH_OPTIONS):
             raise ValueError(
                 field_msg(
                     "helmChartVersion",
                     f"KubeRay {self.helm_chart_version} has no authOptions (needs >= {MIN_KUBERAY_AUTH_OPTIONS}); its "
-                    "CRD would drop the field and leave the cluster unauthenticated: upgrade, or set "
-                    "ray.authOptions: false",
+                    "CRD would drop the field and leave the cluster unauthenticated: use chart "
+                    f"{MIN_KUBERAY_AUTH_OPTIONS} or later",
                 )
             )
         return self
 
     @property
-    def job_api_namespace(self) -> str | None:
+    def job_api_namespace(self) -> str:
         """The operator namespace the NetworkPolicy lets reach the head's job API."""
-        if self.operator_namespace is not None:
-            return self.operator_namespace
-        return KUBERAY_NAMESPACE if self.operator == "helm" else None
+        return self.operator_namespace or KUBERAY_NAMESPACE
 
     @property
     def uses_auth_options(self) -> bool:
-        """Token auth through KubeRay's ``authOptions`` (else the variables go into every container)."""
-        return self.auth_options if self.auth_options is not None else self.operator == "helm"
+        """Token auth through KubeRay's ``authOptions`` (the validators refuse the stack without it)."""
+        return self.auth_options is not False

@@ -114,5 +114,5 @@ def slice_shape(s: TpuSlice) -> tuple[str, str]:
 
 
 def required_gke_version(pools: Iterable[SlicePoolConfig]) -> str:
-    """The lowest GKE version that serves every pool (slice, Ray add-on, capacity type); at least one pool."""
+    """The lowest GKE version that serves every pool (slice, capacity type, tpuray's floor); at least one pool."""
     return max((p.min_gke_version for p in pools), key=gke_version_key)

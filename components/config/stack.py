@@ -101,7 +101,7 @@ class StackConfig(ConfigModel):
 
     @property
     def required_master_version(self) -> str:
-        """The lowest GKE version that serves every slice of this stack with the Ray add-on."""
+        """The lowest GKE version that serves every slice of this stack (``topology.MIN_GKE_VERSION`` at least)."""
         return required_gke_version(self.slice_pools)
 
     @property

@@ -35,7 +35,7 @@ from tpuray.components.names import (
 )
 from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.planning.stack_plan import plan_stack
-from tpuray.components.topology import RAY_ADDON_MIN_GKE_VERSION, generation
+from tpuray.components.topology import MIN_GKE_VERSION, generation
 
 __all__ = ["CheckResult", "ImageVersions", "Status", "run_checks"]
 
@@ -43,7 +43,6 @@ Status = Literal["pass", "warn", "fail"]
 
 # ---- sources (public pages each fact is read from) --------------------------------------------------------
 _SRC_GKE_TPU = "https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus"
-_SRC_RAY_ADDON = "https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/enable-ray-on-gke"
 _SRC_FLEX = "https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start"
 _SRC_TPU7X = "https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood"
 _SRC_KUBERAY_AUTH = "https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-auth.html"
@@ -175,10 +174,8 @@ def _short(names: Iterable[str], limit: int = 5) -> str:
 def _gke_minimums(cfg: StackConfig) -> list[tuple[str, str, str, str]]:
     """(check id, what needs it, minimum, source) for everything the stack runs."""
     out: list[tuple[str, str, str, str]] = []
-    if cfg.ray.operator == "addon":
-        out.append(("gke-version.ray-addon", "the Ray Operator add-on", RAY_ADDON_MIN_GKE_VERSION, _SRC_RAY_ADDON))
     for name in dict.fromkeys(p.generation for p in cfg.slice_pools):
-        need = generation(name).min_gke_version or RAY_ADDON_MIN_GKE_VERSION
+        need = generation(name).min_gke_version or MIN_GKE_VERSION
         out.append((f"gke-version.{name}", f"TPU {name}", need, _SRC_TPU7X if name == "tpu7x" else _SRC_GKE_TPU))
     for m in dict.fromkeys(p.capacity.gke_minimum for p in cfg.slice_pools if p.capacity.gke_minimum):
         out.append((f"gke-version.{m.feature}", m.what, m.version, m.source))
@@ -210,27 +207,14 @@ def _find_deployment(objs: ClusterObjects, name: str, namespace: str | None = No
 
 
 def check_kuberay_operator(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
+    # The config refuses every stack without the Helm operator and authOptions (cloud_limits.ray_addon_problem).
     ray = cfg.ray
-    floor = MIN_KUBERAY_AUTH_OPTIONS if ray.uses_auth_options else None
-    needs = f"KubeRay >= {floor} (token auth through authOptions)" if floor else "a KubeRay operator"
+    floor = MIN_KUBERAY_AUTH_OPTIONS
+    needs = f"KubeRay >= {floor} (token auth through authOptions)"
     dep = _find_deployment(objs, KUBERAY_OPERATOR_NAME)
-    fix_install = (
-        f"install the kuberay-operator Helm chart {ray.helm_chart_version} (pulumi up installs it with ray.operator: "
-        "helm)"
-        if ray.operator == "helm"
-        else "enable the Ray Operator add-on (gcloud container clusters update --enable-ray-operator)"
-    )
-    src = _SRC_KUBERAY_AUTH if floor else _SRC_KUBERAY_HELM
+    fix_install = f"install the kuberay-operator Helm chart {ray.helm_chart_version} (pulumi up installs it)"
+    src = _SRC_KUBERAY_AUTH
     if dep is None:
-        if ray.operator == "addon":
-            return CheckResult(
-                "kuberay-operator",
-                "warn",
-                f"the stack needs {needs}; GKE hosts the add-on's operator out of sight, so its version is unknown "
-                "(the CRD check still reads what the API server accepts)",
-                _SRC_RAY_ADDON,
-                "nothing, if the add-on is enabled; else " + fix_install,
-            )
         return CheckResult(
             "kuberay-operator",
             "fail",
@@ -252,9 +236,9 @@ def check_kuberay_operator(cfg: StackConfig, objs: ClusterObjects) -> CheckResul
         )
     if have is None:
         return CheckResult("kuberay-operator", "warn", fact + " (unknown)", src, fix_install)
-    if floor and have < Version(floor):
+    if have < Version(floor):
         return CheckResult("kuberay-operator", "fail", fact, src, f"upgrade KubeRay (its chart and CRDs) to {floor}+")
-    if ray.operator == "helm" and have != _version(ray.helm_chart_version):
+    if have != _version(ray.helm_chart_version):
         return CheckResult(
             "kuberay-operator",
             "warn",
@@ -349,11 +333,8 @@ def check_tpu_webhook(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
         "Ray TPU pods need the KubeRay TPU webhook (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES): a mutating webhook on pod "
         f"CREATE for {', '.join(f'{k}={v}' for k, v in WEBHOOK_POD_LABEL.items())}"
     )
-    fix = (
-        "enable the Ray Operator add-on, which bundles it"
-        if cfg.ray.operator == "addon"
-        else "install the kuberay-tpu-webhook Helm chart (ai-on-gke ray-on-gke/tpu/kuberay-tpu-webhook)"
-    )
+    # The KubeRay Helm chart does not bundle it (the GKE Ray add-on did; the config refuses the add-on).
+    fix = "install the kuberay-tpu-webhook Helm chart (ai-on-gke ray-on-gke/tpu/kuberay-tpu-webhook)"
     if not found:
         return CheckResult("tpu-webhook", "fail", f"{fact}; none registered", _SRC_WEBHOOK, fix)
     return CheckResult("tpu-webhook", "pass", f"{fact}; found {_short(found)}", _SRC_WEBHOOK, fix)

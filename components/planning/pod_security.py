@@ -4,8 +4,8 @@ Pure data; imports no Pulumi. Ray containers meet the Kubernetes ``restricted`` 
 (https://kubernetes.io/docs/concepts/security/pod-security-standards/#restricted): non-root, no privilege
 escalation, every capability dropped, the runtime's default seccomp profile. TPU containers need no privileged
 mode on the GKE versions tpuray requires (GKE documents ``privileged: true`` only for versions before 1.28:
-https://cloud.google.com/kubernetes-engine/docs/how-to/tpus; tpuray needs >= 1.30 for the Ray add-on), and the
-GCS FUSE sidecar GKE injects follows ``restricted`` too (gcs-fuse-csi-driver ``pkg/webhook/sidecar_spec.go``:
+https://cloud.google.com/kubernetes-engine/docs/how-to/tpus; tpuray declares >= 1.30, ``topology.MIN_GKE_VERSION``),
+and the GCS FUSE sidecar GKE injects follows ``restricted`` too (gcs-fuse-csi-driver ``pkg/webhook/sidecar_spec.go``:
 uid 65534, no escalation, ALL dropped, RuntimeDefault), so the namespace enforces ``restricted``.
 """
 

@@ -21,6 +21,7 @@ from tpuray.components.names import (
     NODE_SERVICE_ACCOUNT_ROLE,
     RAY_AUTH_MODE_ENV,
     RAY_AUTH_TOKEN_ENV,
+    RAY_CLUSTER_POD_LABEL,
 )
 from tpuray.components.planning.pod_security import PSA_LEVEL, restricted_problems
 from tpuray.components.review.resource_types import (
@@ -29,6 +30,7 @@ from tpuray.components.review.resource_types import (
     NAMESPACE,
     NETWORK_POLICY,
     NODE_POOL,
+    POD_MONITORING,
     RAY_CLUSTER,
     RAY_JOB,
 )
@@ -367,8 +369,14 @@ def check_default_deny(resources: Sequence[Resource], ctx: RuleContext) -> list[
 
 
 def _monitoring_on(resources: Sequence[Resource]) -> bool:
-    """Some GKE cluster of the stack has the Ray add-on's cluster monitoring on."""
+    """Something scrapes the Ray pods' metrics port, where Ray's reporter agent exports the chips' metrics: a
+    Managed Prometheus PodMonitoring of a Ray cluster's pods (tpuray's own), or the Ray add-on's cluster monitoring
+    on some GKE cluster of the stack."""
     for r in resources:
+        if r.type == POD_MONITORING and RAY_CLUSTER_POD_LABEL in (
+            get_path(r.props, "spec", "selector", "matchLabels") or {}
+        ):
+            return True
         if r.type != CLUSTER:
             continue
         for cfg in _list(get_path(r.props, "addonsConfig", "rayOperatorConfigs")):

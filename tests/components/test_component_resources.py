@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import engine_run as er
@@ -73,10 +74,8 @@ def test_gke_cluster_new_private_network() -> None:
 
     c = rec.one(CLUSTER)["inputs"]
     assert c["name"] == "tpu" and c["location"] == "us-east5-a"
-    ray = c["addonsConfig"]["rayOperatorConfigs"]
-    assert ray == [
-        {"enabled": True, "rayClusterLoggingConfig": {"enabled": True}, "rayClusterMonitoringConfig": {"enabled": True}}
-    ]
+    # KubeRay comes from its Helm chart: the add-on is declared off, so a cluster that had it loses it
+    assert c["addonsConfig"]["rayOperatorConfigs"] == [{"enabled": False}]
     assert c["addonsConfig"]["gcsFuseCsiDriverConfig"] == {"enabled": True}
     assert c["workloadIdentityConfig"] == {"workloadPool": "tpuray-test-proj.svc.id.goog"}
     assert c["datapathProvider"] == "ADVANCED_DATAPATH"
@@ -115,11 +114,10 @@ def test_gke_cluster_new_private_network() -> None:
     assert kc["clusters"][0]["cluster"]["server"] == f"https://{STANDIN_ENDPOINT}"
 
 
-def test_gke_cluster_existing_network_public_nodes_and_helm_operator() -> None:
+def test_gke_cluster_existing_network_public_nodes() -> None:
     cfg = stack(
         network={"create": False, "name": "shared", "subnetwork": "gke"},
         cluster={"name": "tpu", "privateNodes": False, "regional": True},
-        ray={"operator": "helm"},
     )
     rec, _ = er.run(build_cluster(cfg))
     assert not rec.of_type("gcp:compute/network:Network") and not rec.of_type("gcp:compute/routerNat:RouterNat")
@@ -127,8 +125,17 @@ def test_gke_cluster_existing_network_public_nodes_and_helm_operator() -> None:
     assert c["network"] == "projects/tpuray-test-proj/global/networks/shared"
     assert c["subnetwork"] == "projects/tpuray-test-proj/regions/us-east5/subnetworks/gke"
     assert c["location"] == "us-east5"
-    assert "rayOperatorConfigs" not in c["addonsConfig"]
     assert "privateClusterConfig" not in c
+
+
+def test_gke_cluster_component_still_enables_the_ray_addon_when_asked() -> None:
+    """A platform team's own GkeClusterArgs may ask for the add-on (no stack does): on, with its logging and
+    monitoring."""
+    args = replace(plan_stack(stack(), "test").gke, ray_operator_addon=True)
+    rec, _ = er.run(lambda: {"name": GkeCluster("gke", args).cluster_name})
+    assert rec.one(CLUSTER)["inputs"]["addonsConfig"]["rayOperatorConfigs"] == [
+        {"enabled": True, "rayClusterLoggingConfig": {"enabled": True}, "rayClusterMonitoringConfig": {"enabled": True}}
+    ]
 
 
 def test_gke_cluster_existing_network_private_nats_only_its_subnet() -> None:
@@ -291,10 +298,10 @@ def test_ray_cluster_and_job() -> None:
     ray, job = build.holder["ray"], build.holder["job"]  # type: ignore[attr-defined]
     # namespace, bucket, GSA, bucket grant, WI binding, KSA, RayCluster, token + Secret, 6 NetworkPolicies
     # +1 service account, +1 binding: the workers'; +1 NetworkPolicy (egress to the TPU device plugin's metrics port)
-    # and +1 PodMonitoring (the training metrics)
-    assert_parented(rec, "tpuray:index:RayTpuCluster", 19)
+    # and +1 PodMonitoring (the training metrics); +1 the KubeRay operator's Helm release (ray.operator: helm)
+    assert_parented(rec, "tpuray:index:RayTpuCluster", 20)
     assert_parented(rec, "tpuray:index:RayTpuJob", 1)
-    assert not rec.of_type("kubernetes:helm.sh/v3:Release")
+    assert len(rec.of_type("kubernetes:helm.sh/v3:Release")) == 1
 
     bucket = rec.one("gcp:storage/bucket:Bucket")["inputs"]
     assert bucket["name"] == cfg.checkpoint_bucket == out["bucket"]
@@ -342,12 +349,12 @@ def test_ray_cluster_and_job() -> None:
 
 
 def test_helm_operator_mode_installs_the_pinned_chart() -> None:
-    cfg = stack(ray={"operator": "helm", "helmChartVersion": "1.7.0"})
+    cfg = stack(ray={"helmChartVersion": "1.6.0"})
     rec, _ = er.run(build_ray(cfg))
     rel = rec.one("kubernetes:helm.sh/v3:Release")["inputs"]
     assert (rel["chart"], rel["version"], rel["repositoryOpts"]["repo"]) == (
         "kuberay-operator",
-        "1.7.0",
+        "1.6.0",
         "https://ray-project.github.io/kuberay-helm/",
     )
 
@@ -397,3 +404,22 @@ def test_cluster_maintenance_window_exclusions_and_pool_auto_upgrade() -> None:
     assert "maintenancePolicy" not in rec.one(CLUSTER)["inputs"]
     rec, _ = er.run(build_pool(stack()))
     assert all(p["inputs"]["management"]["autoUpgrade"] is True for p in rec.of_type(NODE_POOL))
+
+
+def test_ray_cluster_component_refuses_the_addon_where_the_token_cannot_reach_kuberay() -> None:
+    """The component keeps the add-on option for a platform team's own plan, under the same rule as the config:
+    not with authOptions (an add-on KubeRay < 1.6 would drop them), not for a RayJob's own cluster (its status calls
+    carry no env token); a shared cluster with the token in env variables is allowed."""
+    planned = plan_stack(stack(), "test").ray
+    assert planned.params.auth is not None
+    env_token = replace(planned.params, auth=replace(planned.params.auth, auth_options=False))
+    refused = r"RayTpuClusterArgs\.plan\.operator: the GKE Ray add-on .*ray\.operator: helm"
+    with pytest.raises(ValueError, match=refused):
+        RayTpuCluster("ray", RayTpuClusterArgs(replace(planned, operator="addon")))
+    with pytest.raises(ValueError, match=refused):
+        RayTpuCluster(
+            "ray", RayTpuClusterArgs(replace(planned, operator="addon", params=env_token, declare_cluster=False))
+        )
+    shared = replace(planned, operator="addon", params=env_token)
+    rec, _ = er.run(lambda: {"name": RayTpuCluster("ray", RayTpuClusterArgs(shared)).name})
+    assert rec.one(RAY_CLUSTER) and not rec.of_type("kubernetes:helm.sh/v3:Release")  # the add-on brings KubeRay

@@ -4,13 +4,14 @@ NetworkPolicy) and what the Pulumi components declare under the SDK mock engine.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import engine_run as er
 import pytest
 from kuberay_schema import schema_errors
 
-from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
+from tpuray.components.config import StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.gke_cluster import GkeCluster
 from tpuray.components.names import (
     HEAD_PORTS,
@@ -24,7 +25,7 @@ from tpuray.components.names import (
     TPU_PROCESS_BASE_PORT,
     TPU_RUNTIME_PORTS,
 )
-from tpuray.components.planning.kuberay import ray_start_ports
+from tpuray.components.planning.kuberay import ray_cluster_manifest, ray_start_ports
 from tpuray.components.planning.network_policy import (
     DEFAULT_DENY,
     NetworkPolicyParams,
@@ -61,10 +62,12 @@ def _pods(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 # ---- pure planners ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("env", ["dev", "prod"])
-@pytest.mark.parametrize("operator", ["addon", "helm"])
-def test_every_container_meets_restricted_and_the_crds(env: str, operator: str) -> None:
+@pytest.mark.parametrize("auth_options", [True, False])
+def test_every_container_meets_restricted_and_the_crds(env: str, auth_options: bool) -> None:
+    # auth_options False: the token in env variables, which the planners still render for a component's own RayAuth
+    # (the config refuses it for a stack: its RayJob's status calls would get 401)
     cfg = load_stack_file(ROOT / f"Pulumi.{env}.yaml")
-    cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"operator": operator})})
+    cfg = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"auth_options": auth_options})})
     for manifest in plan_stack(cfg, "test").manifests:
         assert schema_errors(manifest) == []
         for where, pod in _pods(manifest):
@@ -82,24 +85,23 @@ def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in container.get("env", [])}
 
 
-def test_token_auth_by_env_on_the_addon_and_by_auth_options_on_helm() -> None:
-    addon_cluster, addon_job = plan_stack(stack(), "test").manifests
-    assert "authOptions" not in addon_cluster["spec"]
-    for _, pod in _pods(addon_cluster) + _pods(addon_job):
+def test_token_auth_by_auth_options_and_by_env_only_where_a_component_asks() -> None:
+    cluster, job = plan_stack(stack(), "test").manifests
+    assert cluster["spec"]["authOptions"] == {"mode": "token", "secretName": "tpu-ray-auth"}
+    for _, pod in _pods(cluster):  # KubeRay injects the variables
+        assert "RAY_AUTH_MODE" not in _env(pod["containers"][0])
+    # the submitter always carries them (KubeRay keeps variables that are already set)
+    assert "RAY_AUTH_TOKEN" in _env(_pods(job)[0][1]["containers"][0])
+
+    # the env path: what the planners render for a RayAuth without authOptions (no stack: see test_config_cloud_limits)
+    params = plan_stack(stack(), "test").ray.params
+    assert params.auth is not None
+    env_cluster = ray_cluster_manifest(replace(params, auth=replace(params.auth, auth_options=False)))
+    assert "authOptions" not in env_cluster["spec"]
+    for _, pod in _pods(env_cluster):
         env = _env(pod["containers"][0])
         assert env["RAY_AUTH_MODE"]["value"] == "token"
         assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "tpu-ray-auth", "key": "auth_token"}
-
-    helm_cluster, helm_job = plan_stack(stack(ray={"operator": "helm"}), "test").manifests
-    assert helm_cluster["spec"]["authOptions"] == {"mode": "token", "secretName": "tpu-ray-auth"}
-    for _, pod in _pods(helm_cluster):  # KubeRay injects the variables
-        assert "RAY_AUTH_MODE" not in _env(pod["containers"][0])
-    # the submitter always carries them (KubeRay keeps variables that are already set)
-    assert "RAY_AUTH_TOKEN" in _env(_pods(helm_job)[0][1]["containers"][0])
-    # the add-on cannot opt in to authOptions: its KubeRay version is unknown, and one older than 1.6 drops them
-    # and runs Ray open (issue 20); the refusal names the key and the fix
-    with pytest.raises(ConfigError, match=r"ray\.authOptions: .*ray\.operator: helm"):
-        stack(ray={"authOptions": True})
 
 
 def test_every_ray_port_is_pinned_and_allowed_between_the_pods_of_a_cluster() -> None:
@@ -229,10 +231,9 @@ def test_tpu_node_pools_are_shielded() -> None:
 
 
 def test_which_operator_namespace_may_call_the_job_api() -> None:
-    assert stack(ray={"operator": "helm"}).ray.job_api_namespace == "kuberay-system"
-    assert stack().ray.job_api_namespace is None  # the add-on: GKE does not say where its operator connects from
+    assert stack().ray.job_api_namespace == "kuberay-system"  # where the Helm chart installs the operator
     assert stack(ray={"operatorNamespace": "ray-operator"}).ray.job_api_namespace == "ray-operator"
-    cfg = stack(ray={"operator": "helm"})
+    cfg = stack()
 
     def build() -> dict[str, Any]:
         from tpuray.components.stack import deploy

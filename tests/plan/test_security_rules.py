@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ import pytest
 from pulumi_policy import EnforcementLevel, PolicyResource, StackValidationArgs
 from test_policy_rules import BY_NAME, violations
 
+from tpuray.components.planning.kuberay import ray_cluster_manifest
+from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.review.plan import Plan, render_stack
 from tpuray.components.review.policy_pack import STACK_POLICIES
 from tpuray.components.review.resource_types import (
@@ -22,6 +25,7 @@ from tpuray.components.review.resource_types import (
     NAMESPACE,
     NETWORK_POLICY,
     NODE_POOL,
+    POD_MONITORING,
     RAY_CLUSTER,
     RAY_JOB,
 )
@@ -129,23 +133,27 @@ def test_project_wide_grants_rule(resource_of: Pick) -> None:
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_token_auth_rule(resource_of: Pick, stack: str) -> None:
+def test_token_auth_rule(resource_of: Pick, plans: dict[str, Plan], stack: str) -> None:
     policy = BY_NAME["ray-token-auth"]
     ray = resource_of(stack, RAY_CLUSTER, None)
+    assert ray["inputs"]["spec"]["authOptions"]["mode"] == "token"  # KubeRay injects the variables then
     assert violations(policy, ray) == []
-    head = ray["inputs"]["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-    head["env"] = [e for e in head["env"] if e["name"] != "RAY_AUTH_MODE"]
+    del ray["inputs"]["spec"]["authOptions"]
     assert any("headGroupSpec" in m and "RAY_AUTH_MODE" in m for m in violations(policy, ray))
-    ray["inputs"]["spec"]["authOptions"] = {"mode": "token", "secretName": "x"}  # KubeRay injects it then
-    assert violations(policy, ray) == []
-    worker = copy.deepcopy(resource_of(stack, RAY_CLUSTER, None))
+    # the token by env variables: what the planners render for a component's own RayAuth without authOptions
+    params = plan_stack(plans[stack].config, stack).ray.params
+    assert params.auth is not None
+    by_env = copy.deepcopy(ray)
+    by_env["inputs"] = ray_cluster_manifest(replace(params, auth=replace(params.auth, auth_options=False)))
+    assert "authOptions" not in by_env["inputs"]["spec"] and violations(policy, by_env) == []
+    worker = copy.deepcopy(by_env)
     container = worker["inputs"]["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     token = next(e for e in container["env"] if e["name"] == "RAY_AUTH_TOKEN")
     token.pop("valueFrom")
     token["value"] = "in-plain-sight"
     assert any("from a Secret" in m for m in violations(policy, worker))
     if stack == "prod":  # the v6e pool autoscales: the autoscaler sidecar needs the token as well
-        scaler = resource_of(stack, RAY_CLUSTER, None)
+        scaler = copy.deepcopy(by_env)
         del scaler["inputs"]["spec"]["autoscalerOptions"]["env"]
         assert any("autoscalerOptions" in m for m in violations(policy, scaler))
 
@@ -233,12 +241,22 @@ def test_tpu_metrics_egress_stack_rule(plans: dict[str, Plan], stack: str) -> No
     (pol,) = [r for r in moved if r["name"] == plugin]
     pol["inputs"]["spec"]["egress"][0]["ports"][0]["port"] = 2113
     assert stack_violations(rule, moved)
-    off = copy.deepcopy(blocked)
-    for r in off:
+    # monitoring is tpuray's PodMonitoring of the Ray pods (the stacks run no Ray add-on), or the add-on's
+    assert [
+        c["enabled"]
+        for r in resources
+        if r["type"] == CLUSTER
+        for c in r["inputs"]["addonsConfig"]["rayOperatorConfigs"]
+    ] == [False]
+    off = [r for r in blocked if r["type"] != POD_MONITORING]
+    assert len(off) < len(blocked) and stack_violations(rule, off) == []
+    addon = copy.deepcopy(off)
+    for r in addon:
         if r["type"] == CLUSTER:
-            for cfg in r["inputs"]["addonsConfig"]["rayOperatorConfigs"]:
-                cfg["rayClusterMonitoringConfig"]["enabled"] = False
-    assert stack_violations(rule, off) == []
+            r["inputs"]["addonsConfig"]["rayOperatorConfigs"] = [
+                {"enabled": True, "rayClusterMonitoringConfig": {"enabled": True}}
+            ]
+    assert stack_violations(rule, addon)
 
 
 def test_bucket_rule(resource_of: Pick) -> None:
