@@ -329,14 +329,20 @@ def check_tpu_webhook(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
         and _mutates_pod_create(hook)
         and ("tpu" in f"{_name(cfg_obj)} {hook.get('name')}".lower() or _selects_ray_pods(hook))
     ]
+    multi_host = sorted(p.name for p in cfg.slice_pools if p.tpu_slice.multi_host)
     fact = (
-        "Ray TPU pods need the KubeRay TPU webhook (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES): a mutating webhook on pod "
-        f"CREATE for {', '.join(f'{k}={v}' for k, v in WEBHOOK_POD_LABEL.items())}"
+        "multi-host Ray TPU pods need the KubeRay TPU webhook (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES): a mutating "
+        f"webhook on pod CREATE for {', '.join(f'{k}={v}' for k, v in WEBHOOK_POD_LABEL.items())}"
     )
-    # The KubeRay Helm chart does not bundle it (the GKE Ray add-on did; the config refuses the add-on).
+    # The KubeRay Helm chart does not bundle it (the GKE Ray add-on did; the config refuses the add-on). A
+    # single-host pod is its slice's only worker: the workload reads worker 0 without it (workloads/backend.py).
     fix = "install the kuberay-tpu-webhook Helm chart (ai-on-gke ray-on-gke/tpu/kuberay-tpu-webhook)"
+    if not found and not multi_host:
+        return CheckResult(
+            "tpu-webhook", "pass", f"{fact}; none registered, and no pool is multi-host", _SRC_WEBHOOK, fix
+        )
     if not found:
-        return CheckResult("tpu-webhook", "fail", f"{fact}; none registered", _SRC_WEBHOOK, fix)
+        return CheckResult("tpu-webhook", "fail", f"{fact} ({_short(multi_host)}); none registered", _SRC_WEBHOOK, fix)
     return CheckResult("tpu-webhook", "pass", f"{fact}; found {_short(found)}", _SRC_WEBHOOK, fix)
 
 

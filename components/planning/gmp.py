@@ -1,13 +1,13 @@
-"""Managed Service for Prometheus objects for what the GKE Ray add-on's monitoring does not scrape. Pure data.
+"""Managed Service for Prometheus objects for the Ray pods' and Kueue's metrics. Pure data.
 
-The add-on's Ray cluster monitoring collects Ray's own series from the Ray pods' metrics port
-(https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/collect-view-logs-metrics). tpuray adds,
-as ``monitoring.googleapis.com/v1`` objects (GMP v0.17 CRDs; https://cloud.google.com/stackdriver/docs/
-managed-prometheus/setup-managed#gmp-pod-monitoring):
+The GKE Ray add-on's cluster monitoring would collect Ray's own series from the Ray pods' metrics port
+(https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/collect-view-logs-metrics); tpuray's
+stacks run KubeRay from its Helm chart without the add-on. tpuray declares, as ``monitoring.googleapis.com/v1``
+objects (GMP v0.17 CRDs; https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed#gmp-pod-monitoring):
 
-- a PodMonitoring of the Ray cluster's pods that keeps only the training job's own gauges (``ray_tpuray_*``,
-  exported through ``ray.util.metrics`` on the same port), so nothing the add-on collects is ingested twice;
-  without the add-on's monitoring it keeps every Ray series;
+- a PodMonitoring of the Ray cluster's pods that keeps every Ray series, the training job's own gauges among
+  them (``ray_tpuray_*``, exported through ``ray.util.metrics`` on the same port); beside the add-on's monitoring
+  (``addon_monitoring``) it keeps only those gauges, so nothing is ingested twice;
 - with Kueue, a PodMonitoring of Kueue's controller manager: its metrics endpoint is HTTPS with authentication
   and authorization (https://kueue.sigs.k8s.io/docs/tasks/manage/observability/setup_prometheus/), so a service
   account bound to the chart's metrics-reader ClusterRole holds the token, and GMP's collectors may read that

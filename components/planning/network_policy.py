@@ -7,7 +7,7 @@ Deny by default (ingress and egress), then allow exactly:
   runtime's ports between the hosts of a slice and across slices (slice builder 8471, megascale 8081, the
   per-chip PJRT process ports 8476+);
 - to the head's dashboard/job port: the RayJob submitter pods and the KubeRay operator's namespace;
-- to every Ray pod's metrics port: Managed Service for Prometheus collectors (the add-on's Ray monitoring);
+- to every Ray pod's metrics port: Managed Service for Prometheus collectors (tpuray's PodMonitoring);
 - out of every Ray pod: DNS, the GKE metadata server (Workload Identity tokens, also for the GCS FUSE sidecar) and
   HTTPS (Google APIs for GCS FUSE, the Kubernetes API for the Ray autoscaler);
 - out of the cluster's Ray pods to the GKE TPU device plugin's metrics port (2112) on the nodes, and only there:
@@ -18,8 +18,8 @@ Deny by default (ingress and egress), then allow exactly:
 
 What the collectors need needs nothing else here: Managed Service for Prometheus collectors run in ``gmp-system``
 on the host network and scrape pods (the ingress rule above) and the plugin on its node
-(https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed); the add-on's Ray monitoring is a
-PodMonitoring those collectors apply (https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/
+(https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed), for tpuray's PodMonitoring as for the
+Ray add-on's monitoring, which is one too (https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/
 collect-view-logs-metrics); their egress to Cloud Monitoring is theirs, outside this namespace.
 
 ``kubectl port-forward`` enters the pod's network namespace through the kubelet, which NetworkPolicy does not
@@ -71,8 +71,8 @@ METADATA_SERVER = (("169.254.169.254/32", 80), ("169.254.169.252/32", 988))
 (https://cloud.google.com/kubernetes-engine/docs/how-to/workload-identity)."""
 HTTPS_PORT = 443
 GMP_NAMESPACE = "gmp-system"
-"""Where Google Cloud Managed Service for Prometheus runs its collectors, which scrape the Ray metrics the GKE Ray
-add-on's monitoring collects (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed)."""
+"""Where Google Cloud Managed Service for Prometheus runs its collectors, which scrape the Ray pods' metrics for
+tpuray's PodMonitoring (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed)."""
 
 
 @dataclass(frozen=True)

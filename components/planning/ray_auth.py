@@ -9,8 +9,9 @@ same Secret (key ``auth_token``) that the Pulumi program generates:
   Ray container and the RayJob submitter, and uses the token itself for the job API
   (https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-auth.html).
 - any KubeRay: both variables written into every Ray container (KubeRay's ``ray-cluster.auth-manual.yaml``
-  sample); the worker's ``wait-gcs-ready`` init container inherits them. The GKE Ray add-on does not publish
-  its KubeRay version, so this is its default.
+  sample); the worker's ``wait-gcs-ready`` init container inherits them. The operator's own job API calls then
+  carry no token, so a RayJob's status gets 401: the stacks always use ``authOptions``
+  (:mod:`tpuray.components.cloud_limits`), and this way is left to a component's own ``RayAuth``.
 
 The RayJob submitter always gets the variables in its pod template: KubeRay skips variables already set.
 """

@@ -13,7 +13,9 @@ from fake_api import PATHS, serve, write_kubeconfig
 from fixtures import FIXTURES, STACK, write_snapshot, write_stack
 
 from tpuray.components import cli
-from tpuray.components.doctor.reader import LIST_FILES, SNAPSHOT_FILES, VERSION_FILE
+from tpuray.components.config import parse_stack_config
+from tpuray.components.doctor.checks import check_tpu_webhook
+from tpuray.components.doctor.reader import LIST_FILES, SNAPSHOT_FILES, VERSION_FILE, ClusterObjects
 from tpuray.components.names import (
     IMAGE_RAY_VERSION_LABEL,
     IMAGE_TORCH_VERSION_LABEL,
@@ -201,3 +203,25 @@ def test_the_dockerfile_stamps_the_labels_the_doctor_reads() -> None:
 def test_snapshot_files_are_documented() -> None:
     readme = (ROOT / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in SNAPSHOT_FILES)
+
+
+def test_the_tpu_webhook_is_needed_only_by_multi_host_slices() -> None:
+    """The KubeRay Helm chart brings no TPU webhook: a stack with a multi-host pool fails without one, naming the
+    pool; a single-host-only stack passes (its pod is worker 0 of its slice)."""
+    objs = ClusterObjects((), (), (), (), (), "v1.33.0-gke.1", "test")
+    pools = {
+        "single": [{"name": "one", "generation": "v5e", "topology": "2x2"}],
+        "multi": [
+            {"name": "one", "generation": "v5e", "topology": "2x2"},
+            {"name": "big", "generation": "v5p", "topology": "2x2x2"},
+        ],
+    }
+    results = {}
+    for name, slice_pools in pools.items():
+        cfg = parse_stack_config(
+            {"project": "tpuray-test-proj", "region": "us-east5", "zone": "us-east5-a", "slicePools": slice_pools}
+        )
+        results[name] = check_tpu_webhook(cfg, objs)
+    assert results["single"].status == "pass" and "no pool is multi-host" in results["single"].fact
+    assert results["multi"].status == "fail" and "(big)" in results["multi"].fact
+    assert "kuberay-tpu-webhook" in results["multi"].fix

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import GOLDEN, ROOT, STACKS
@@ -62,6 +63,24 @@ def test_goldens_say_what_the_stacks_say() -> None:
     md = (GOLDEN / "prod" / "topology.md").read_text()
     assert "| v5p-train | v5p 4x4x4 (v5p-128) | 2-2 | 16 | 4 | 128 | 32 | 128 |" in md
     assert "| v6e-flex | v6e 4x4 (v6e-16) | 0-1 | 4 | 4 | 16 | 4 | 16 |" in md
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_golden_stacks_run_the_helm_operator_with_the_ray_addon_off(stack: str) -> None:
+    """Issue 20: KubeRay from its chart, the token through authOptions, the GKE Ray add-on declared off."""
+    plan = json.loads((GOLDEN / stack / "plan.json").read_text())
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for r in plan["resources"]:
+        by_type.setdefault(r["type"], []).append(r["inputs"])
+    (cluster,) = by_type["gcp:container/cluster:Cluster"]
+    assert cluster["addonsConfig"]["rayOperatorConfigs"] == [{"enabled": False}]
+    charts = [r for r in by_type["kubernetes:helm.sh/v3:Release"] if r["chart"] == "kuberay-operator"]
+    assert [(c["namespace"], c["version"]) for c in charts] == [("kuberay-system", "1.7.0")]
+    clusters = [c["spec"] for c in by_type.get("kubernetes:ray.io/v1:RayCluster", [])]
+    clusters += [
+        j["spec"]["rayClusterSpec"] for j in by_type["kubernetes:ray.io/v1:RayJob"] if "rayClusterSpec" in j["spec"]
+    ]
+    assert len(clusters) == 1 and clusters[0]["authOptions"]["mode"] == "token"
 
 
 def test_same_stack_same_bytes(plans: dict[str, Plan], tmp_path: Path) -> None:
