@@ -217,3 +217,63 @@ def test_the_portable_path_compiles_the_graphs_optimizer_step_does() -> None:
     assert all(c[1] == c[-1] for c in compiles[True]), compiles  # no graph compiled after the second step
     assert params[True][0] == params[True][1]  # both chips, though each started and trained differently
     assert params[False][0] == params[False][1]
+
+
+def _accumulate(rank: int, world: int, port: int, out: Any) -> None:
+    """One chip of two: a backward inside ``no_sync()`` then one outside it, through ``prepare_model``'s wrapper;
+    puts (rank, gradient after the first, gradient after the second, whether a comm hook was refused)."""
+    import importlib
+    import os
+
+    os.environ["PJRT_DEVICE"] = "CPU"
+    import torch
+    import torch.distributed as dist
+    import torch_xla
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        portable.register_emulated_backend(), init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    portable.install("CPU")
+    dev = torch_xla.device()
+    loop: Any = importlib.import_module("ray.train.v2.torch.train_loop_utils")
+    model = loop.DistributedDataParallel(torch.nn.Linear(2, 1, bias=False).to(dev), device_ids=[dev])
+    weight = model.module.weight
+    with model.no_sync():  # gradient accumulation: this backward must not average
+        model(torch.full((3, 2), float(rank + 1)).to(dev)).sum().backward()
+    local = weight.grad.cpu().tolist()
+    model(torch.full((1, 2), 10.0 * (rank + 1)).to(dev)).sum().backward()
+    averaged = weight.grad.cpu().tolist()
+    try:
+        model.register_comm_hook(None, lambda state, bucket: bucket)
+        refused = False
+    except NotImplementedError:
+        refused = True
+    out.put((rank, local, averaged, refused))
+    portable.uninstall()
+    dist.destroy_process_group()
+
+
+def test_no_sync_accumulates_and_the_next_backward_averages_the_sum() -> None:
+    """DDP's gradient accumulation on the emulated slice's wrapper: inside ``no_sync()`` each chip keeps its own
+    gradient; the next backward averages the accumulated sums over the chips. DDP's reducer hooks are refused by
+    name, not silently ignored."""
+    import multiprocessing as mp
+    import socket
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [ctx.Process(target=_accumulate, args=(r, 2, port, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = sorted(out.get(timeout=300) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    # d(sum(w . x))/dw is the batch's sum of x: 3 rows of (r + 1), then one row of 10 (r + 1)
+    assert [local for _, local, _, _ in results] == [[[3.0, 3.0]], [[6.0, 6.0]]]
+    mean = ((3.0 + 10.0) + (6.0 + 20.0)) / 2
+    assert [avg for _, _, avg, _ in results] == [[[mean, mean]], [[mean, mean]]]
+    assert all(refused for *_, refused in results)
