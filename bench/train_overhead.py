@@ -5,13 +5,14 @@ gradient average (``tpuray.workloads.optimizer_step`` over gloo). The Ray side i
 ``XlaChipConfig`` + ``tpu_scaling_config`` on the emulated slice (cluster already running, as on GKE); the bare
 side is the same number of ``multiprocessing`` processes given the same chip assignment by hand. Bare runs before
 and after the Ray runs, so drifting machine load shows up on both sides. A second Ray run trains the same model
-through Ray Train's portable API (``prepare_model`` + ``prepare_data_loader`` + a plain ``optimizer.step()``).
+with the same loop through Ray Train's portable API (``prepare_model`` + ``prepare_data_loader`` + a plain
+``optimizer.step()``); only the calls of the API under test differ (:func:`loop`).
 The time to the first step is broken down per side: until the worker process exists (placement and worker start
 on Ray; spawn on bare), until the loop starts (imports, Ray worker setup, backend setup), and the first step
 (the first compile). Prints one JSON line: ``{"step_time_ratio", "time_to_first_step_ratio",
 "portable_step_time_ratio", "compiles", "graphs_per_step", "breakdown", ...}`` (targets: <= 1.10, <= 1.3, <= 1.10,
-equal compiles). ``graphs_per_step`` counts the graphs each step ran after the warm-up (torch_xla's
-``ExecuteTime``): how often the step's graph was cut.
+equal compiles; ``compiles_by_step`` has each chip's count after each step). ``graphs_per_step`` counts the
+graphs each step ran after the warm-up (torch_xla's ``ExecuteTime``): how often the step's graph was cut.
 
     python bench/train_overhead.py [--steps 60] [--stack-file Pulumi.dev.yaml]
 """
@@ -60,93 +61,80 @@ def _executions() -> int:
     return int((met.metric_data("ExecuteTime") or [0])[0])  # type: ignore[no-untyped-call]
 
 
-def loop(shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
-    """The measured loop; needs ``tpuray.workloads.chip()`` (set by the backend, or by hand in a bare process)."""
+def next_token_loss(model: Any, x: Any) -> Any:
+    """The loss both loops compute, through ``model``'s own forward (so a DDP wrapper's hooks run)."""
+    import torch.nn.functional as F
+
+    logits = model(x[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1))
+
+
+def loop(shape: ModelShape, batch: int, steps: int, portable: bool = False) -> dict[str, Any]:
+    """The measured loop, the same on both paths except for the API under test: with ``portable``, Ray Train's
+    portable API (``prepare_model``, ``prepare_data_loader``, a plain ``optimizer.step()``; no tpuray or XLA
+    call); else tpuray's XLA-aware verbs (``chip()``'s device, ``optimizer_step``, ``torch_xla.sync()``), which
+    need ``chip()`` (set by the backend, or by hand in a bare process)."""
     loop_start = time.time()
+    import numpy as np
     import torch
     import torch_xla
 
-    from tpuray.workloads import chip, optimizer_step
     from tpuray.workloads.data import SyntheticTokens
     from tpuray.workloads.model import GPT
 
     torch.set_num_threads(1)
-    c = chip()
     torch.manual_seed(0)
-    model = GPT(shape).to(c.device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = SyntheticTokens(shape.vocab_size)
-    times, first_done, ran = [], 0.0, 0
-    for step in range(steps):
+    if portable:
+        import ray.train
+        import ray.train.torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+        world = ray.train.get_context().get_world_size()
+        rank = ray.train.get_context().get_world_rank()
+        model = ray.train.torch.prepare_model(GPT(shape))
+        tokens = np.concatenate([data.batch(i, 0, 1, batch, shape.seq_len) for i in range(steps * world)])
+        loader = DataLoader(TensorDataset(torch.from_numpy(tokens)), batch_size=batch)
+        batches: Any = (x for (x,) in ray.train.torch.prepare_data_loader(loader))
+    else:
+        from tpuray.workloads import chip, optimizer_step
+
+        c = chip()
+        rank = c.rank
+        model = GPT(shape).to(c.device)
+        batches = (
+            torch.from_numpy(data.batch(step, c.rank, c.world_size, batch, shape.seq_len)).to(c.device)
+            for step in range(steps)
+        )
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    times, compiles_by_step, first_done, ran = [], [], 0.0, 0
+    t = time.perf_counter()
+    for step, x in enumerate(batches):
         if step == WARMUP:
             ran = _executions()
-        t = time.perf_counter()
-        x = torch.from_numpy(data.batch(step, c.rank, c.world_size, batch, shape.seq_len)).to(c.device)
-        loss = model.loss(x)
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer_step(opt)
+        loss = next_token_loss(model, x)
+        loss.backward()
+        if portable:
+            opt.step()  # DDP averaged the gradients; the loader cuts the graph at the next batch
+        else:
+            optimizer_step(opt)
         opt.zero_grad(set_to_none=True)
-        torch_xla.sync()
+        if not portable:
+            torch_xla.sync()
         float(loss.detach())  # wait for the device each step: a fair per-step time on both sides
         times.append(time.perf_counter() - t)
-        if step == 0:
-            first_done = time.time()
-    return {
-        "step_s": median(times[WARMUP:]),
-        "first_done": first_done,
-        "rank": c.rank,
-        "process_start": _process_started(),
-        "loop_start": loop_start,
-        "compiles": _compiles(),
-        "graphs_per_step": (_executions() - ran) / (steps - WARMUP),
-    }
-
-
-def portable_loop(shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
-    """The same model and data through Ray Train's portable API only: no tpuray or XLA call in the loop."""
-    loop_start = time.time()
-    import numpy as np
-    import ray.train
-    import ray.train.torch
-    import torch
-    import torch.nn.functional as F
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from tpuray.workloads.data import SyntheticTokens
-    from tpuray.workloads.model import GPT
-
-    torch.set_num_threads(1)
-    world = ray.train.get_context().get_world_size()
-    torch.manual_seed(0)
-    model = ray.train.torch.prepare_model(GPT(shape))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    data = SyntheticTokens(shape.vocab_size)
-    tokens = np.concatenate([data.batch(i, 0, 1, batch, shape.seq_len) for i in range(steps * world)])
-    loader = ray.train.torch.prepare_data_loader(DataLoader(TensorDataset(torch.from_numpy(tokens)), batch_size=batch))
-    times, first_done, ran = [], 0.0, 0
-    t = time.perf_counter()
-    for step, (x,) in enumerate(loader):
-        if step == WARMUP:
-            ran = _executions()
-        logits = model(x[:, :-1])  # through the DDP wrapper, so its gradient hooks run
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1))
-        loss.backward()  # type: ignore[no-untyped-call]
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        float(loss.detach())
-        times.append(time.perf_counter() - t)
+        compiles_by_step.append(_compiles())
         if step == 0:
             first_done = time.time()
         t = time.perf_counter()
-    import torch.distributed as dist
-
     return {
         "step_s": median(times[WARMUP:]),
         "first_done": first_done,
-        "rank": dist.get_rank() if dist.is_initialized() else 0,
+        "rank": rank,
         "process_start": _process_started(),
         "loop_start": loop_start,
         "compiles": _compiles(),
+        "compiles_by_step": compiles_by_step,
         "graphs_per_step": (_executions() - ran) / (steps - WARMUP),
     }
 
@@ -154,8 +142,7 @@ def portable_loop(shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
 def _ray_train_fn(config: dict[str, Any]) -> None:
     import ray.train
 
-    fn = portable_loop if config["portable"] else loop
-    out = fn(config["shape"], config["batch"], config["steps"])
+    out = loop(config["shape"], config["batch"], config["steps"], config["portable"])
     ray.train.report(out)
     Path(config["out"], f"{out['rank']}.json").write_text(json.dumps(out))
 
@@ -204,6 +191,7 @@ def summarise(results: list[dict[str, Any]], t0: float) -> dict[str, Any]:
             "first_step": max(r["first_done"] - r["loop_start"] for r in results),
         },
         "compiles": max(r["compiles"] for r in results),
+        "compiles_by_step": {r["rank"]: r["compiles_by_step"] for r in results},
         "graphs_per_step": max(r["graphs_per_step"] for r in results),
     }
 
@@ -260,6 +248,10 @@ def main() -> int:
                     "portable_step_s": portable["step_s"],
                     "portable_step_time_ratio": portable["step_s"] / r["step_s"],
                     "compiles": {"optimizer_step": r["compiles"], "portable": portable["compiles"]},
+                    "compiles_by_step": {
+                        "optimizer_step": r["compiles_by_step"],
+                        "portable": portable["compiles_by_step"],
+                    },
                     "graphs_per_step": {
                         "optimizer_step": r["graphs_per_step"],
                         "portable": portable["graphs_per_step"],

@@ -221,22 +221,7 @@ def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
 
 
 def _gloo_average(optimizer: torch.optim.Optimizer, world: int) -> None:
-    import torch
-    import torch.distributed as dist
-
-    params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
-    if not params:
-        return
-    device = params[0].device
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads]).cpu()
-    dist.all_reduce(flat)
-    flat = (flat / world).to(device)
-    offset = 0
-    for p in params:
-        n = p.numel()
-        p.grad = flat[offset : offset + n].view_as(p)
-        offset += n
+    portable.gloo_average([p for g in optimizer.param_groups for p in g["params"] if p.requires_grad], world)
 
 
 # ---- run on each worker (module-level so Ray pickles them by reference) -----------------------------------

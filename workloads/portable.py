@@ -2,30 +2,33 @@
 installs on every worker before the train function runs.
 
 - ``ray.train.torch.get_device()``/``get_devices()`` return the worker's XLA device (:class:`XlaDeviceManager`).
-- ``prepare_model`` moves the model there and wraps it in ``DistributedDataParallel`` over the job's default
-  process group: ``xla`` on TPUs (the torch_xla DDP guide,
-  https://docs.pytorch.org/xla/release/r2.9/perf/ddp.html), and on the emulated slice (``PJRT_DEVICE=CPU``)
-  :class:`XlaOverGloo`, which runs every collective through gloo on CPU copies (XLA collectives do not cross CPU
-  processes, and gloo on an XLA tensor does nothing). So a plain ``optimizer.step()`` sees averaged gradients.
-  The copy runs the step's whole pending graph (forward, backward, the loss), as ``optimizer_step``'s gradient
-  copy does: two graphs per step on both paths (measured: ``bench/train_overhead.py``'s ``graphs_per_step``),
-  not a third one for the loss the loop reads. On that group the wrapper is :class:`XlaDDP`, which compiles no
-  more graphs per run than ``optimizer_step`` does on the same loop (``tests/workloads/test_ray_compat.py``: 3 each;
-  plain DDP 8 or 9): it syncs the initial parameters and buffers from rank 0 over
-  gloo on CPU copies (DDP's own sync concatenates them on the XLA device: 2 or 3 graphs), and lays out its single
-  gradient bucket once at construction, in parameter order (DDP lays it out again after the first backward, in
-  the order the gradients became ready: the step's graph then changes twice, 3 more graphs). On the ``xla``
-  group (TPUs) it is plain ``DistributedDataParallel``.
+- ``prepare_model`` moves the model there and wraps it in :class:`XlaDDP`, a ``DistributedDataParallel`` over the
+  job's default process group. On TPUs that group is ``xla`` and the wrapper is plain DDP (the torch_xla DDP guide,
+  https://docs.pytorch.org/xla/release/r2.9/perf/ddp.html). On the emulated slice (``PJRT_DEVICE=CPU``) the group
+  is :class:`XlaOverGloo`, which runs collectives through gloo on CPU copies (XLA collectives do not cross CPU
+  processes, and gloo on an XLA tensor does nothing), and the wrapper keeps DDP's interface but not its reducer:
+  it syncs the initial parameters and buffers from rank 0 over gloo, and at the end of each backward averages the
+  gradients with :func:`gloo_average`, what ``optimizer_step`` uses. So a plain ``optimizer.step()`` sees averaged
+  gradients, and the portable path compiles the same graphs at the same steps as ``optimizer_step``
+  (``tests/workloads/test_ray_compat.py``; ``bench/train_overhead.py``: 3 each on the dev GPT). DDP's reducer
+  compiled 1 to 6 more: it lays its gradient bucket out on the XLA device (a graph of its own), broadcasts the
+  layout, and lays it out again after the first backward.
+- Every optimizer step ends the step's XLA graph (a global ``optimizer.step()`` post-hook: what torch_xla's
+  ``xm.optimizer_step`` + ``MpDeviceLoader`` loop does), so a loop with no XLA call runs, like
+  ``optimizer_step``'s loop, one graph per step on TPUs and two on the emulated slice (its gradient average reads
+  the gradients: forward and backward, then the update).
 - ``prepare_data_loader`` gives each chip its shard (``DistributedSampler`` reads the process group's rank and
   size: the XLA rank and the chip count), moves each batch to the chip, and cuts the XLA graph once per batch:
   Ray's loader wrapper enters the device manager's stream context once per batch it moves, and that context is
-  the step boundary here (``torch_xla.sync()``, what ``MpDeviceLoader`` does per batch).
+  a step boundary too (``torch_xla.sync()``, what ``MpDeviceLoader`` does per batch; a no-op after the optimizer
+  step's). Ray's wrapper moves batch ``i + 1`` when it hands out batch ``i``, and none after the last: without the
+  optimizer step's cut, the last step would run the previous update in its own graph, one more compile per run.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -35,7 +38,15 @@ from tpuray.workloads import _ray_compat
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["EMULATED_BACKEND", "XlaDDP", "XlaDeviceManager", "install", "register_emulated_backend", "uninstall"]
+__all__ = [
+    "EMULATED_BACKEND",
+    "XlaDDP",
+    "XlaDeviceManager",
+    "gloo_average",
+    "install",
+    "register_emulated_backend",
+    "uninstall",
+]
 
 EMULATED_BACKEND = "tpuray_xla_gloo"
 """The process-group backend name of :class:`XlaOverGloo` (the emulated slice's default group)."""
@@ -101,41 +112,71 @@ def _ddp_class() -> type[Any]:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
+    engine: Any = torch.autograd.Variable._execution_engine
+
     class XlaDDP(DistributedDataParallel):
-        """``DistributedDataParallel`` as ``prepare_model`` builds it; on the emulated slice's group, without the
-        graphs DDP's setup would compile (see the module docstring)."""
+        """``DistributedDataParallel`` as ``prepare_model`` builds it. On the emulated slice's group it keeps DDP's
+        interface (``module``, ``no_sync()``) but averages the gradients as ``optimizer_step`` does, instead of
+        through DDP's reducer (see the module docstring)."""
 
         def __init__(self, module: torch.nn.Module, **kwargs: Any) -> None:
-            if dist.get_backend(kwargs.get("process_group")) != EMULATED_BACKEND:
+            group = kwargs.get("process_group")
+            self._emulated = dist.get_backend(group) == EMULATED_BACKEND
+            if not self._emulated:
                 super().__init__(module, **kwargs)
                 return
-            sync = bool(kwargs.pop("init_sync", True))
-            if "bucket_cap_mb" not in kwargs:  # one bucket: each bucket's gloo copy would cut the step's graph
-                size = sum(p.numel() * p.element_size() for p in module.parameters())
-                kwargs["bucket_cap_mb"] = size / 2**20 + 1
-            super().__init__(module, init_sync=False, **kwargs)
-            if sync:
-                self._sync_from_rank_0()
-            reducer: Any = self.reducer
-            if not (hasattr(reducer, "_push_all_rebuilt_params") and hasattr(reducer, "_rebuild_buckets")):
+            if not hasattr(engine, "queue_callback"):
                 raise RuntimeError(
-                    f"torch {torch.__version__}'s DDP reducer has no _push_all_rebuilt_params/_rebuild_buckets "
-                    "(torch/nn/parallel/distributed.py's join hook uses them in torch 2.9): tpuray.workloads' "
-                    "emulated slice is tested with torch 2.9"
+                    f"torch {torch.__version__}'s autograd engine has no queue_callback (DDP's own end-of-backward "
+                    "hook in torch 2.9): tpuray.workloads' emulated slice is tested with torch 2.9"
                 )
-            # What DDP's join hook does (_DDPJoinHook): lay the buckets out now, once, so DDP does not again
-            # after the first backward.
-            reducer._push_all_rebuilt_params()
-            reducer._rebuild_buckets()
+            torch.nn.Module.__init__(self)
+            self.module = module
+            pg = group if group is not None else dist.group.WORLD
+            if pg is None:
+                raise RuntimeError("XlaDDP needs a process group: the backend creates it before the train function")
+            self.process_group = pg
+            self.require_backward_grad_sync = True  # what DistributedDataParallel.no_sync() switches off
+            self.broadcast_buffers = bool(kwargs.get("broadcast_buffers", True))
+            ignore = set(getattr(module, "_ddp_params_and_buffers_to_ignore", ()))
+            self._params = [p for n, p in module.named_parameters() if p.requires_grad and n not in ignore]
+            self._buffers_to_sync = [b for n, b in module.named_buffers() if n not in ignore]
+            self._average_queued = False
+            if kwargs.get("init_sync", True):
+                self._from_rank_0([p.detach() for p in self._params] + self._buffers_to_sync)
+            for p in self._params:
+                p.register_post_accumulate_grad_hook(self._grad_ready)  # type: ignore[no-untyped-call]
 
-        def _sync_from_rank_0(self) -> None:
-            """Rank 0's parameters and buffers on every rank, one gloo broadcast per dtype of CPU copies (reading
-            an uploaded parameter copies it, compiling nothing; writing one back uploads it)."""
-            ignore = self.parameters_to_ignore
-            named = [*self.module.named_parameters(), *self.module.named_buffers()]
-            state = [t.detach() for n, t in named if n not in ignore]
-            for dtype in dict.fromkeys(t.dtype for t in state):
-                same = [t for t in state if t.dtype == dtype]
+        def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+            if not self._emulated:
+                return super().forward(*inputs, **kwargs)  # type: ignore[no-untyped-call]
+            if self.broadcast_buffers and self._buffers_to_sync and torch.is_grad_enabled():
+                self._from_rank_0(self._buffers_to_sync)  # as DDP does before each forward
+            return self.module(*inputs, **kwargs)
+
+        def register_comm_hook(self, state: object, hook: Any) -> None:
+            if self._emulated:
+                raise NotImplementedError(
+                    "the emulated slice averages gradients with optimizer_step's gloo average, not DDP's reducer: "
+                    "communication hooks run only on TPUs (the xla process group)"
+                )
+            super().register_comm_hook(state, hook)
+
+        def _grad_ready(self, _param: torch.Tensor) -> None:
+            # Once per backward, after every gradient is accumulated (DDP queues its own reduction the same way).
+            if self.require_backward_grad_sync and not self._average_queued:
+                self._average_queued = True
+                engine.queue_callback(self._average)
+
+        def _average(self) -> None:
+            self._average_queued = False
+            gloo_average(self._params, self.process_group.size())
+
+        def _from_rank_0(self, tensors: list[torch.Tensor]) -> None:
+            """Rank 0's values of ``tensors`` on every rank, one gloo broadcast per dtype of CPU copies (reading
+            an uploaded tensor copies it, compiling nothing; writing one back uploads it)."""
+            for dtype in dict.fromkeys(t.dtype for t in tensors):
+                same = [t for t in tensors if t.dtype == dtype]
                 flat = torch.cat([t.cpu().reshape(-1) for t in same])
                 dist.broadcast(flat, 0, group=self.process_group)
                 if self.process_group.rank() != 0:
@@ -146,7 +187,38 @@ def _ddp_class() -> type[Any]:
     return XlaDDP
 
 
+def gloo_average(params: Sequence[torch.Tensor], world: int) -> None:
+    """Replace each gradient of ``params`` by its mean over the ``world`` chips of the default process group, in one
+    gloo all-reduce of a CPU copy (an XLA all-reduce across CPU processes silently returns the local value, and gloo
+    cannot read XLA tensors). A missing gradient counts as zeros. ``optimizer_step`` and the emulated slice's
+    :class:`XlaDDP` both average with this."""
+    import torch
+    import torch.distributed as dist
+
+    if not params:
+        return
+    device = params[0].device
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads]).cpu()
+    dist.all_reduce(flat)
+    flat = (flat / world).to(device)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset : offset + n].view_as(p)
+        offset += n
+
+
 XlaDDP: type[Any] | None = None
+
+
+def _cut_after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    import torch_xla
+
+    torch_xla.sync()
+
+
+_step_hook: Any = None
 
 
 def install(pjrt_device: str) -> None:
@@ -158,10 +230,22 @@ def install(pjrt_device: str) -> None:
     if XlaDDP is None:
         XlaDDP = _ddp_class()
     _ray_compat.install_torch_device_manager(XlaDeviceManager(pjrt_device), "xla", XlaDDP)
+    global _step_hook
+    if _step_hook is None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        # Every optimizer step ends the step's graph, as torch_xla's xm.optimizer_step + MpDeviceLoader loop does:
+        # Ray's loader cuts when it moves the next batch, so never before the last one, whose step would then
+        # run the previous update in its own graph (one more compile per run).
+        _step_hook = register_optimizer_step_post_hook(_cut_after_step)
 
 
 def uninstall() -> None:
+    global _step_hook
     _ray_compat.uninstall_torch_device_manager()
+    if _step_hook is not None:
+        _step_hook.remove()
+        _step_hook = None
 
 
 # ---- the emulated slice's process group -------------------------------------------------------------------

@@ -8,9 +8,9 @@ on GPUs with ``ScalingConfig(num_workers=N, use_gpu=True)``. Only the trainer's 
 The emulated cluster is the one this folder's conftest shares with the other train tests: two single-host v5e 2x2
 slices (4 chips each; Tune's two slices), a multi-host v5p 2x2x2 slice (8 chips on two VMs) and a one-chip v6e.
 Every worker a run starts costs seconds of CPU (it imports torch and torch_xla and compiles its steps) on the
-suite's two cores, so each run here proves all it can: the v5p run every per-chip fact; each of the Tune test's
-four v5e runs the same facts plus the tuning ones; and the best trial, resumed for four more epochs, the resume
-through ``get_checkpoint()``.
+suite's two cores, so each run here proves all it can: the v5p run every per-chip fact, and resumed for two more
+epochs, the resume through ``get_checkpoint()`` on two hosts; each of the Tune test's four v5e runs the same
+facts plus the tuning ones; and the best trial, resumed for four more epochs, the resume on one host.
 """
 
 from __future__ import annotations
@@ -133,8 +133,8 @@ def _check_chips(s: TpuSlice, runs: list[dict[str, Any]], *, warmed_up: bool = T
     for epoch in range(len(runs[0]["seen"])):
         seen = [v for r in runs for v in r["seen"][epoch]]
         assert len(seen) == len(set(seen)) == SAMPLES  # the chips' shards split the data set
-    # no graph grows without end and nothing recompiles per step: after the warm-up (DDP rebuilds its buckets after
-    # the first step; the first rank-0 checkpoint reads the parameters) the compile count stays put
+    # no graph grows without end and nothing recompiles per step: after the warm-up (the first update's graph, the
+    # first rank-0 checkpoint reading the parameters) the compile count stays put
     for r in runs:
         assert not warmed_up or r["compiles"][-1] == r["compiles"][-2], r["compiles"]
 
@@ -170,6 +170,14 @@ def test_gpu_style_script_runs_per_chip_on_a_multi_host_slice(emulated_slices: N
     _check_chips(MULTI, runs)
     assert len({r["slice"] for r in runs}) == 1
     assert _mean_loss(runs, -1) < 0.5 * _mean_loss(runs, 0)  # the loss fell
+    # two epochs more: Ray Train resumes the run (same storage and name) from its last checkpoint, on both hosts
+    again = _trainer(MULTI, {"out": str(tmp_path), "epochs": 6, "lr": 0.1}, tmp_path, "run", []).fit()
+    assert again.error is None and again.metrics["epoch"] == 6
+    resumed = _runs(tmp_path, "run", 4)
+    assert len(resumed) == MULTI.chips  # it started at epoch 4 (get_checkpoint) on every chip
+    _check_chips(MULTI, resumed)
+    assert resumed[0]["params"] != runs[0]["params"]  # it trained on from there
+    assert _mean_loss(resumed, -1) < _mean_loss(runs, -1)  # and the loss kept falling
 
 
 def tune_trial(config: dict[str, Any]) -> None:
@@ -212,7 +220,7 @@ def test_tune_runs_one_trial_per_free_slice_and_the_best_resumes(emulated_slices
     assert ray.available_resources().get("TPU", 0) == ray.cluster_resources()["TPU"]  # every slice released
 
     # the best trial's run, four epochs more: Ray Train resumes it (same storage and name) from its last checkpoint;
-    # the compile count settles over the first two (DDP's bucket rebuild, the first rank-0 checkpoints)
+    # the compile count settles over the first two (the first update, the first rank-0 checkpoints)
     name = f"lr{best}"
     config = {"out": str(tmp_path), "epochs": 6, "lr": best, "tag": name}
     again = _trainer(SINGLE, config, tmp_path, name, []).fit()
