@@ -14,6 +14,15 @@ literal ``import pulumi, pulumi_gcp.container, pulumi_kubernetes`` (which execut
 large plan's resource types), the floor for any in-process run of this program.
 ``per_pool_ms`` is the marginal cost of a slice pool: (large - prod) / (64 - prod's pools).
 Run from the project root: ``python bench/plan_bench.py [--repeat 3]``.
+
+What a plan pays past ``used_import_s`` (cProfile and per-function CPU timers, on 2 shared cores): tpuray's own
+imports (pydantic, the config models, planners and review modules: about 0.2 s); the Pulumi SDK registering each
+resource (transferring and serializing its inputs, expanding every ``depends_on`` and checking it for cycles, the
+mock monitor's round trip: most of the 64-pool plan's remaining second); and tpuray's own work (the config twice,
+the plan, the policy rules, writing the files: about 0.15 s at 64 pools, 0.04 s for prod). Two things the figures
+depend on: with ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every run compiles tpuray's ~80 modules
+from source (about 0.07 s), while the SDK's come compiled from site-packages; and the used import touches neither
+``pulumi_random`` nor ``pulumi_kubernetes.networking.v1``, whose resources the program declares (about 0.15 s).
 """
 
 from __future__ import annotations

@@ -362,6 +362,16 @@ def valid_topologies(gen_name: str) -> tuple[str, ...]:
     return tuple(_fmt(d) for d in sorted(shapes, key=lambda d: (math.prod(d), d)))
 
 
+@functools.cache
+def _valid_topologies_by_chips(gen_name: str) -> dict[int, tuple[str, ...]]:
+    """:func:`valid_topologies` by chip count, which is what a pod type names (read once per generation, not once
+    per pod type: the 3D space has hundreds of shapes)."""
+    by_chips: dict[int, list[str]] = {}
+    for t in valid_topologies(gen_name):
+        by_chips.setdefault(math.prod(_parse_dims(t)), []).append(t)
+    return {chips: tuple(shapes) for chips, shapes in by_chips.items()}
+
+
 def _nearest(gen: Generation, dims: tuple[int, ...], n: int = 3) -> list[str]:
     """The ``n`` valid shapes closest to ``dims`` in log space (so 4x4x8 is as near 4x4x4 as 4x4x16 is)."""
     want = [math.log2(max(d, 1)) for d in (*dims, 1, 1)[:3]]
@@ -492,7 +502,7 @@ class TpuSlice:
                     "topology", f"{topology!r} has {s.chips} chips but pod type {pod_type!r} has {chips}"
                 )
             return s
-        shapes = [t for t in valid_topologies(gen.name) if math.prod(_parse_dims(t)) == chips]
+        shapes = _valid_topologies_by_chips(gen.name).get(chips, ())
         if not shapes:
             sizes = sorted({math.prod(_parse_dims(t)) * per for t in valid_topologies(gen.name)})
             raise TopologyError(

@@ -22,6 +22,7 @@ from tpuray.components.config import (
     stack_values,
 )
 from tpuray.components.project_file import config_declarations
+from tpuray.components.stack_yaml import YamlError, load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 STACKS = {"dev": ROOT / "Pulumi.dev.yaml", "prod": ROOT / "Pulumi.prod.yaml"}
@@ -154,6 +155,33 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     bad.write_text("encryptionsalt: x\n")
     with pytest.raises(ConfigError, match="config"):
         load_stack_file(bad)
+
+
+@pytest.mark.parametrize("stack", sorted(ROOT.glob("Pulumi*.yaml")), ids=lambda p: p.name)
+def test_stack_files_read_as_yaml_safe_load_reads_them(stack: Path) -> None:
+    """load_yaml may build its nodes with libyaml: the objects are still yaml.safe_load's."""
+    assert load_yaml(stack.read_text()) == yaml.safe_load(stack.read_text())
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: 1\nb: 2\na: 3\n", "duplicate key 'a' at line 3, column 1 (first at line 1, column 1)"),
+        ("[" * 100 + "]" * 100, "nested deeper than 64 levels"),
+        ("- " * 100 + "x", "nested deeper than 64 levels"),
+        ("[" * 5000 + "]" * 5000, "nested deeper than 64 levels"),  # past libyaml's own limit of 1000
+        ("a: &x [1, 2]\nb: *y\n", "not valid YAML: found undefined alias"),
+        (
+            "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(f"{n}: &{n} [{', '.join(['*' + p] * 10)}]\n" for p, n in zip("abcde", "bcdef", strict=True)),
+            "expands to more than 100000 values",
+        ),
+    ],
+)
+def test_yaml_pulumi_would_refuse_is_refused(text: str, message: str) -> None:
+    with pytest.raises(YamlError) as err:
+        load_yaml(text)
+    assert message in str(err.value)
 
 
 # ---- generated bad configs ----------------------------------------------------------------------------

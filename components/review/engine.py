@@ -325,6 +325,15 @@ def run_program(
 
 
 # ---- stack files -> config ------------------------------------------------------------------------------
+_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load_yaml(path: str | Path) -> Any:
+    """``yaml.safe_load`` of a file, with libyaml's parser when PyYAML has its bindings: the same objects, several
+    times faster on a stack file that lists many pools (https://github.com/yaml/pyyaml)."""
+    return yaml.load(Path(path).read_text(), Loader=_SafeLoader)
+
+
 def _wire(value: Any) -> str:
     """A config value as the CLI hands it to the program: strings as they are, everything else as JSON."""
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
@@ -334,9 +343,7 @@ def config_from_stack_file(path: str | Path, namespace: str, project_file: str |
     """The config the CLI would pass for a stack file: every ``<namespace>:`` key of the stack file (bare keys
     belong to the project too), then the ``default`` of every key ``Pulumi.yaml`` declares and the stack
     leaves unset (the CLI applies those, the SDK does not)."""
-    # libyaml's parser, when PyYAML has its bindings, builds the same objects as yaml.safe_load several times
-    # faster on a stack file that lists many pools (https://github.com/yaml/pyyaml)
-    doc = yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    doc = _load_yaml(path) or {}
     raw = doc.get("config") or {}
     out: dict[str, str] = {}
     for key, value in raw.items():
@@ -344,7 +351,7 @@ def config_from_stack_file(path: str | Path, namespace: str, project_file: str |
         if ns in ("", namespace):
             out[f"{namespace}:{name}"] = _wire(value)
     if project_file is not None and Path(project_file).is_file():
-        declared = (yaml.safe_load(Path(project_file).read_text()) or {}).get("config") or {}
+        declared = (_load_yaml(project_file) or {}).get("config") or {}
         for key, decl in declared.items():
             ns, _, name = str(key).rpartition(":")
             full = f"{ns or namespace}:{name}"
@@ -357,7 +364,7 @@ def project_name(root: str | Path, default: str) -> str:
     """The project name from ``Pulumi.yaml`` in ``root`` (the config namespace), else ``default``."""
     p = Path(root) / "Pulumi.yaml"
     if p.is_file():
-        doc = yaml.safe_load(p.read_text()) or {}
+        doc = _load_yaml(p) or {}
         if isinstance(doc, dict) and isinstance(doc.get("name"), str):
             return str(doc["name"])
     return default

@@ -24,7 +24,7 @@ from typing import Any
 from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_stack_file
 from tpuray.components.planning.stack_plan import StackPlan, plan_stack
 from tpuray.components.review import resource_types
-from tpuray.components.review.cost import BUDGET_RULE, budget_check, cost_json, cost_markdown
+from tpuray.components.review.cost import BUDGET_RULE, StackCost, budget_check, cost_json, cost_markdown
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
 from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, load_plan_file, mark, write_file
 from tpuray.components.review.pool_views import PoolView, pool_views
@@ -58,6 +58,8 @@ class Plan:
     run: dict[str, Any]
     violations: list[Violation]
     pools: list[PoolView]
+    cost: StackCost
+    """The declared pools' cost against the stack's budget (``cost.json``, the summary and the budget rule)."""
     warnings: list[Violation] = field(default_factory=list)
     """Advisory rules' findings: printed, never a failure."""
 
@@ -98,7 +100,7 @@ def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
     stack_plan = plan_stack(cfg, stack)
     resources = [Resource(type=r["type"], name=r["name"], props=r["inputs"], urn=r["urn"]) for r in run["resources"]]
     found = check_resources(resources)
-    over_budget = budget_check({"stack": stack, "resources": run["resources"]}, stack_plan.cost)[1]
+    cost, over_budget = budget_check({"stack": stack, "resources": run["resources"]}, stack_plan.cost)
     if over_budget:  # the budget rule reads the config's budget, so it runs here rather than in the pack
         found.append(Violation(BUDGET_RULE, f"urn:pulumi:{stack}::{run.get('project', '')}::stack", over_budget))
     return Plan(
@@ -108,6 +110,7 @@ def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
         run=run,
         violations=[v for v in found if not v.advisory],
         pools=pool_views(stack_plan, run["resources"]),
+        cost=cost,
         warnings=[v for v in found if v.advisory],
     )
 
@@ -127,9 +130,8 @@ def write_plan(plan: Plan, out: Path, root: Path | None = None) -> None:
     for name, text in manifest_files(plan.resources).items():
         write_file(manifests / name, text)
     write_file(out / "topology.md", topology_markdown(plan.stack, plan.pools, PICTURE))
-    cost = budget_check({"stack": plan.stack, "resources": plan.resources}, plan.stack_plan.cost)[0]
-    write_file(out / "cost.json", cost_json(cost))
-    write_file(out / "cost.md", cost_markdown(cost))
+    write_file(out / "cost.json", cost_json(plan.cost))
+    write_file(out / "cost.md", cost_markdown(plan.cost))
     write_file(out / PICTURE, render_svg(plan.stack, plan.pools))
     monitoring = plan.stack_plan.monitoring
     for name in (DASHBOARD_FILE, DASHBOARD_PICTURE):  # a plan without a dashboard leaves no earlier one behind
@@ -149,8 +151,7 @@ def dashboards(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def summary(plan: Plan) -> str:
     from tpuray.components.review.cost import pools_summary
 
-    cost = budget_check({"stack": plan.stack, "resources": plan.resources}, plan.stack_plan.cost)[0]
-    return "\n".join([summary_table(plan.stack, plan.resources, plan.pools), *pools_summary(cost)])
+    return "\n".join([summary_table(plan.stack, plan.resources, plan.pools), *pools_summary(plan.cost)])
 
 
 def load_plan_json(path: Path) -> dict[str, Any]:
