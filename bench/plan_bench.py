@@ -19,10 +19,11 @@ What a plan pays past ``used_import_s`` (cProfile and per-function CPU timers, o
 imports (pydantic, the config models, planners and review modules: about 0.2 s); the Pulumi SDK registering each
 resource (transferring and serializing its inputs, expanding every ``depends_on`` and checking it for cycles, the
 mock monitor's round trip: most of the 64-pool plan's remaining second); and tpuray's own work (the config twice,
-the plan, the policy rules, writing the files: about 0.15 s at 64 pools, 0.04 s for prod). Two things the figures
-depend on: with ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every run compiles tpuray's ~80 modules
-from source (about 0.07 s), while the SDK's come compiled from site-packages; and the used import touches neither
-``pulumi_random`` nor ``pulumi_kubernetes.networking.v1``, whose resources the program declares (about 0.15 s).
+the plan, the policy rules, writing the files: about 0.15 s at 64 pools, 0.04 s for prod). The figures depend
+on bytecode: with ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every run compiles tpuray's ~80 modules
+from source (about 0.07 s), while the SDK's come compiled from site-packages. The used import touches every SDK
+module a resource type of the plan names (``pulumi_random``, ``pulumi_kubernetes.networking.v1`` and
+``helm.v3`` included; before, it missed those, about 0.15 s too little).
 """
 
 from __future__ import annotations
@@ -68,6 +69,20 @@ def large_stack(pools: int) -> dict[str, Any]:
     return doc
 
 
+def _k8s_class(group: str, version: str, cls: str) -> str:
+    """The pulumi_kubernetes class of a ``kubernetes:<group>/<version>:<Kind>`` resource: the SDK's own module for
+    a built-in API group (``core``, ``networking.k8s.io``, ``helm.sh``: the first label of the group), else
+    ``CustomResource`` (a CRD such as ``ray.io/v1``)."""
+    import importlib
+
+    name = f"pulumi_kubernetes.{group.split('.')[0]}.{version}"
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError:
+        return "pulumi_kubernetes.apiextensions.CustomResource"
+    return f"{name}.{cls}" if hasattr(module, cls) else "pulumi_kubernetes.apiextensions.CustomResource"
+
+
 def used_import_code(resource_types: set[str]) -> str:
     """Python that imports the SDK modules those resource types live in and touches one class of each."""
     touches = {"pulumi_kubernetes.Provider"}
@@ -77,12 +92,12 @@ def used_import_code(resource_types: set[str]) -> str:
         if pkg == "gcp":
             touches.add(f"pulumi_gcp.{module.split('/')[0]}.{cls}")
         elif pkg == "kubernetes":
-            group = module.split("/")[0]
-            if group == "core":
-                touches.add(f"pulumi_kubernetes.core.v1.{cls}")
-            else:  # CRDs such as ray.io/v1 are CustomResource objects
-                touches.add("pulumi_kubernetes.apiextensions.CustomResource")
-    return "import pulumi, pulumi_gcp, pulumi_kubernetes\n" + "\n".join(sorted(touches))
+            group, _, version = module.partition("/")
+            touches.add(_k8s_class(group, version, cls))
+        elif pkg == "random":
+            touches.add(f"pulumi_random.{cls}")
+    imports = sorted({".".join(t.split(".")[:-1]) for t in touches} | {"pulumi"})
+    return "import " + ", ".join(imports) + "\n" + "\n".join(sorted(touches))
 
 
 def cpu(cmd: list[str]) -> float:
