@@ -34,9 +34,12 @@ from tpuray.components.topology import TpuSlice
 from tpuray.workloads.device_plugin import EmulatedDevicePlugin, process_usage
 from tpuray.workloads.worker_env import emulated_host_env
 
-__all__ = ["LOOPBACK", "EmulatedCluster", "HostNode", "emulate", "host_node_spec"]
+__all__ = ["LOOPBACK", "RAY_METRICS_INTERVAL_S", "EmulatedCluster", "HostNode", "emulate", "host_node_spec"]
 
 LOOPBACK = "127.0.0.1"
+RAY_METRICS_INTERVAL_S = 10.0
+"""Ray's own ``metrics_report_interval_ms`` default (10000 ms: ``ray._raylet.Config.metrics_report_interval_ms()`` in
+Ray 2.60), which KubeRay leaves as it is: how often a Ray cluster on GKE reports metrics."""
 """Every emulated node binds here: a local test cluster never listens on, or sends to, another address."""
 
 
@@ -83,6 +86,9 @@ class EmulatedCluster:
 
     ``tpu_slice`` with ``slices`` copies, or a list of ``(slice, copies)`` for a cluster of several shapes.
     Use as a context manager; ``address`` is what ``ray.init(address=...)`` takes.
+    ``metrics_interval_s``: how often Ray's processes report metrics to the node's agent (seconds; 1 here, so a
+    short emulated run's gauges are scrapeable before its workers end; Ray's default, what a KubeRay cluster on
+    GKE runs, is :data:`RAY_METRICS_INTERVAL_S`).
     """
 
     def __init__(
@@ -90,11 +96,15 @@ class EmulatedCluster:
         tpu_slice: TpuSlice | Sequence[tuple[TpuSlice, int]],
         slices: int = 1,
         name_prefix: str = "emulated",
+        metrics_interval_s: float = 1.0,
     ) -> None:
         self.layout = [(tpu_slice, slices)] if isinstance(tpu_slice, TpuSlice) else list(tpu_slice)
         for s, n in self.layout:
             if n < 1:
                 raise ValueError(f"an emulated cluster needs at least one {s} slice, got {n}")
+        if not metrics_interval_s > 0:
+            raise ValueError(f"metrics_interval_s: a number of seconds > 0 (e.g. 1), got {metrics_interval_s!r}")
+        self.metrics_interval_s = metrics_interval_s
         self.name_prefix = name_prefix
         self._cluster: Any = None
         self._tmp: str | None = None
@@ -157,9 +167,10 @@ class EmulatedCluster:
                 "dashboard_port": _free_port(),  # not 8265: other clusters on this machine may hold it
                 # Ray starts workers at nice 15; emulated chips share the machine's cores with everything
                 # else, and a deprioritised trainer measures the neighbours, not the code.
-                # Metrics reach the node's metrics agent every second, not every 10 s: a short emulated run's
-                # gauges are scrapeable before its workers end.
-                "_system_config": {"worker_niceness": 0, "metrics_report_interval_ms": 1000},
+                "_system_config": {
+                    "worker_niceness": 0,
+                    "metrics_report_interval_ms": round(self.metrics_interval_s * 1000),
+                },
             },
         )
         for s, n in self.layout:
@@ -285,15 +296,18 @@ def _cmdline(pid: int) -> bytes:
 
 
 @contextmanager
-def emulate(tpu_slice: TpuSlice | str | Sequence[tuple[TpuSlice, int]], slices: int = 1) -> Iterator[EmulatedCluster]:
-    """Run the body against a local Ray cluster emulating ``slices`` slices of ``tpu_slice``.
+def emulate(
+    tpu_slice: TpuSlice | str | Sequence[tuple[TpuSlice, int]], slices: int = 1, metrics_interval_s: float = 1.0
+) -> Iterator[EmulatedCluster]:
+    """Run the body against a local Ray cluster emulating ``slices`` slices of ``tpu_slice``
+    (``metrics_interval_s``: see :class:`EmulatedCluster`).
 
     ``RAY_ADDRESS`` points at the cluster inside the block, so ``ray.init()`` and ``TorchTrainer.fit()`` there
     (or in a subprocess) use it; everything is torn down on the way out, whatever the body does.
     """
     shape = TpuSlice.parse(tpu_slice) if isinstance(tpu_slice, str) else tpu_slice
     before = os.environ.get("RAY_ADDRESS")
-    with EmulatedCluster(shape, slices) as cluster:
+    with EmulatedCluster(shape, slices, metrics_interval_s=metrics_interval_s) as cluster:
         os.environ["RAY_ADDRESS"] = cluster.address
         try:
             yield cluster

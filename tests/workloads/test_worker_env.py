@@ -182,3 +182,11 @@ def test_base_port_names_its_valid_range() -> None:
     with pytest.raises(ValueError, match=r"base_port 65532: must be 1\.\.65531"):
         chip_env(s, 0, 0, [], base_port=65532)
     assert chip_env(s, 0, 3, [], base_port=65531)["TPU_PROCESS_PORT"] == "65534"
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan")])
+def test_an_emulated_clusters_metrics_interval_is_a_positive_number_of_seconds(bad: float) -> None:
+    from tpuray.workloads.emulation import EmulatedCluster
+
+    with pytest.raises(ValueError, match=r"metrics_interval_s: a number of seconds > 0"):
+        EmulatedCluster(TpuSlice.parse("v5e:2x2"), metrics_interval_s=bad)  # refused before any Ray process starts
