@@ -83,6 +83,9 @@ def ray_node() -> Iterator[tuple[str, dict[str, str]]]:
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "RAY_ADDRESS": address,
         "HOSTNAME": "tpu-worker-0",
+        # token auth off, as on emulate()'s throw-away clusters: a user's own ~/.ray/auth_token (Ray 2.60 writes one
+        # when it starts a local cluster with token auth) must not decide whether this node answers
+        "RAY_AUTH_MODE": "disabled",
     }
     head = subprocess.Popen(
         [
