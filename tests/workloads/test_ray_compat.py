@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -135,55 +136,89 @@ def test_ddp_over_the_emulated_group_runs_two_graphs_per_step(clean: None) -> No
     assert per_step[-3:] == [2, 2, 2], per_step
 
 
-def _compiles_per_path(rank: int, world: int, port: int, portable_path: bool, out: Any) -> None:
-    """One chip of an emulated 2-chip run: 6 steps of the same model, through ``prepare_model``'s DDP
-    wrapper (no XLA call in the loop) or ``optimizer_step``'s gradient average and ``torch_xla.sync()``; puts
-    (which path, compiles after each step, parameters after training)."""
-    import importlib
+@contextmanager
+def _emulated_chip(rank: int, world: int, port: int) -> Iterator[Any]:
+    """This spawned process as chip ``rank`` of ``world`` on the emulated slice: the slice's process group and Ray
+    Train's portable API installed, as the backend leaves them; yields the chip's XLA device."""
     import os
 
     os.environ["PJRT_DEVICE"] = "CPU"
     import torch
     import torch.distributed as dist
     import torch_xla
-    import torch_xla.debug.metrics as met
-
-    from tpuray.workloads import backend, portable
 
     torch.set_num_threads(1)
     dist.init_process_group(
         portable.register_emulated_backend(), init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     portable.install("CPU")
-    dev = torch_xla.device()
-    # optimizer_step has no initial sync: its chips start from one seed. The portable path's start from different
-    # ones, and only prepare_model's wrapper (what Ray Train V2 calls) syncs them.
-    torch.manual_seed(rank if portable_path else 0)
-    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to(dev)
-    model: torch.nn.Module = net
-    if portable_path:
-        loop: Any = importlib.import_module("ray.train.v2.torch.train_loop_utils")
-        model = loop.DistributedDataParallel(net, device_ids=[dev], output_device=dev)
-    # AdamW: its first step also creates its state, so the first update's graph differs from the later ones.
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
-    compiles = []
-    for step in range(6):
-        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * rank + step)).to(dev)
-        loss = model(x).pow(2).mean()
-        loss.backward()
+    try:
+        yield torch_xla.device()
+    finally:
+        portable.uninstall()
+        dist.destroy_process_group()
+
+
+def _on_two_chips(target: Callable[..., None], *runs: tuple[Any, ...]) -> list[Any]:
+    """Each run of ``runs`` on two emulated chips of its own, all at once: ``target(rank, 2, port, *run, out)`` in a
+    spawned process per chip; returns what every chip put on ``out``."""
+    import multiprocessing as mp
+
+    from tpuray.workloads.emulation import _free_port
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = []
+    for run in runs:
+        port = _free_port()
+        procs += [ctx.Process(target=target, args=(r, 2, port, *run, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    return results
+
+
+def _compiles_per_path(rank: int, world: int, port: int, portable_path: bool, out: Any) -> None:
+    """One chip of an emulated 2-chip run: 6 steps of the same model, through ``prepare_model``'s DDP
+    wrapper (no XLA call in the loop) or ``optimizer_step``'s gradient average and ``torch_xla.sync()``; puts
+    (which path, compiles after each step, parameters after training)."""
+    import importlib
+
+    import torch
+    import torch_xla
+    import torch_xla.debug.metrics as met
+
+    from tpuray.workloads import backend
+
+    with _emulated_chip(rank, world, port) as dev:
+        # optimizer_step has no initial sync: its chips start from one seed. The portable path's start from
+        # different ones, and only prepare_model's wrapper (what Ray Train V2 calls) syncs them.
+        torch.manual_seed(rank if portable_path else 0)
+        net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to(dev)
+        model: torch.nn.Module = net
         if portable_path:
-            opt.step()
-        else:
-            backend._gloo_average(opt, world)
-            opt.step()
-        opt.zero_grad(set_to_none=True)
-        if not portable_path:
-            torch_xla.sync()
-        float(loss.detach())
-        compiles.append(int((met.metric_data("CompileTime") or [0])[0]))  # type: ignore[no-untyped-call]
-    out.put((portable_path, compiles, [p.detach().cpu().tolist() for p in net.parameters()]))
-    portable.uninstall()
-    dist.destroy_process_group()
+            loop: Any = importlib.import_module("ray.train.v2.torch.train_loop_utils")
+            model = loop.DistributedDataParallel(net, device_ids=[dev], output_device=dev)
+        # AdamW: its first step also creates its state, so the first update's graph differs from the later ones.
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+        compiles = []
+        for step in range(6):
+            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * rank + step)).to(dev)
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            if portable_path:
+                opt.step()
+            else:
+                backend._gloo_average(opt, world)
+                opt.step()
+            opt.zero_grad(set_to_none=True)
+            if not portable_path:
+                torch_xla.sync()
+            float(loss.detach())
+            compiles.append(int((met.metric_data("CompileTime") or [0])[0]))  # type: ignore[no-untyped-call]
+        out.put((portable_path, compiles, [p.detach().cpu().tolist() for p in net.parameters()]))
 
 
 def test_the_portable_path_compiles_the_graphs_optimizer_step_does() -> None:
@@ -192,22 +227,7 @@ def test_the_portable_path_compiles_the_graphs_optimizer_step_does() -> None:
     ``optimizer_step``, and a loop without an XLA call, whose graph Ray's loader does not cut before the last
     batch, one more. ``prepare_model``'s wrapper must compile the same graphs at the same steps, none after the
     first update's, and keep the chips in sync."""
-    import multiprocessing as mp
-    import socket
-
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = []
-    for portable_path in (False, True):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        procs += [ctx.Process(target=_compiles_per_path, args=(r, 2, port, portable_path, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=300) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
+    results = _on_two_chips(_compiles_per_path, (False,), (True,))
     compiles: dict[bool, list[list[int]]] = {False: [], True: []}
     params: dict[bool, list[Any]] = {False: [], True: []}
     for portable_path, n, state in results:
@@ -223,55 +243,31 @@ def _accumulate(rank: int, world: int, port: int, out: Any) -> None:
     """One chip of two: a backward inside ``no_sync()`` then one outside it, through ``prepare_model``'s wrapper;
     puts (rank, gradient after the first, gradient after the second, whether a comm hook was refused)."""
     import importlib
-    import os
 
-    os.environ["PJRT_DEVICE"] = "CPU"
     import torch
-    import torch.distributed as dist
-    import torch_xla
 
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        portable.register_emulated_backend(), init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
-    portable.install("CPU")
-    dev = torch_xla.device()
-    loop: Any = importlib.import_module("ray.train.v2.torch.train_loop_utils")
-    model = loop.DistributedDataParallel(torch.nn.Linear(2, 1, bias=False).to(dev), device_ids=[dev])
-    weight = model.module.weight
-    with model.no_sync():  # gradient accumulation: this backward must not average
-        model(torch.full((3, 2), float(rank + 1)).to(dev)).sum().backward()
-    local = weight.grad.cpu().tolist()
-    model(torch.full((1, 2), 10.0 * (rank + 1)).to(dev)).sum().backward()
-    averaged = weight.grad.cpu().tolist()
-    try:
-        model.register_comm_hook(None, lambda state, bucket: bucket)
-        refused = False
-    except NotImplementedError:
-        refused = True
-    out.put((rank, local, averaged, refused))
-    portable.uninstall()
-    dist.destroy_process_group()
+    with _emulated_chip(rank, world, port) as dev:
+        loop: Any = importlib.import_module("ray.train.v2.torch.train_loop_utils")
+        model = loop.DistributedDataParallel(torch.nn.Linear(2, 1, bias=False).to(dev), device_ids=[dev])
+        weight = model.module.weight
+        with model.no_sync():  # gradient accumulation: this backward must not average
+            model(torch.full((3, 2), float(rank + 1)).to(dev)).sum().backward()
+        local = weight.grad.cpu().tolist()
+        model(torch.full((1, 2), 10.0 * (rank + 1)).to(dev)).sum().backward()
+        averaged = weight.grad.cpu().tolist()
+        try:
+            model.register_comm_hook(None, lambda state, bucket: bucket)
+            refused = False
+        except NotImplementedError:
+            refused = True
+        out.put((rank, local, averaged, refused))
 
 
 def test_no_sync_accumulates_and_the_next_backward_averages_the_sum() -> None:
     """DDP's gradient accumulation on the emulated slice's wrapper: inside ``no_sync()`` each chip keeps its own
     gradient; the next backward averages the accumulated sums over the chips. DDP's reducer hooks are refused by
     name, not silently ignored."""
-    import multiprocessing as mp
-    import socket
-
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = [ctx.Process(target=_accumulate, args=(r, 2, port, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = sorted(out.get(timeout=300) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
+    results = sorted(_on_two_chips(_accumulate, ()))
     # d(sum(w . x))/dw is the batch's sum of x: 3 rows of (r + 1), then one row of 10 (r + 1)
     assert [local for _, local, _, _ in results] == [[[3.0, 3.0]], [[6.0, 6.0]]]
     mean = ((3.0 + 10.0) + (6.0 + 20.0)) / 2
