@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "YamlError", "load_yaml", "read_yaml_file"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "SafeLoader", "YamlError", "load_yaml", "read_yaml_file", "safe_load"]
 
 MAX_BYTES = 1 << 20
 """A stack file is a few KB; anything past 1 MiB is not one."""
@@ -36,14 +36,20 @@ def _mark(node: Node) -> str:
 
 
 if TYPE_CHECKING:
-    _SafeLoader = yaml.SafeLoader
+    SafeLoader = yaml.SafeLoader
 else:  # libyaml's parser when PyYAML has its bindings (https://github.com/yaml/pyyaml: "fast LibYAML-based
     # parser"): the same nodes, so the same objects, as the pure-Python one, several times faster on a stack file
     # that lists many pools; the checks below and the construction stay this module's Python either way
-    _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _StrictLoader(_SafeLoader):
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load`` of ``text`` through :data:`SafeLoader` (libyaml's parser when PyYAML has it): for YAML
+    already checked, or read as Pulumi's CLI reads it; :func:`load_yaml` for a file to check."""
+    return yaml.load(text, Loader=SafeLoader)
+
+
+class _StrictLoader(SafeLoader):
     """SafeLoader that refuses duplicate keys and counts every node as aliases expand it."""
 
     def __init__(self, stream: str) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from tpuray.components.stack_yaml import safe_load
 
 __all__ = ["Program", "ProgramRun", "RunError", "config_from_stack_file", "run_program"]
 
@@ -325,13 +325,9 @@ def run_program(
 
 
 # ---- stack files -> config ------------------------------------------------------------------------------
-_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def _load_yaml(path: str | Path) -> Any:
-    """``yaml.safe_load`` of a file, with libyaml's parser when PyYAML has its bindings: the same objects, several
-    times faster on a stack file that lists many pools (https://github.com/yaml/pyyaml)."""
-    return yaml.load(Path(path).read_text(), Loader=_SafeLoader)
+    """``yaml.safe_load`` of a file (libyaml's parser when PyYAML has it: :func:`stack_yaml.safe_load`)."""
+    return safe_load(Path(path).read_text())
 
 
 def _wire(value: Any) -> str:
