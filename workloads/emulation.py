@@ -37,10 +37,10 @@ from tpuray.workloads.worker_env import emulated_host_env
 __all__ = ["LOOPBACK", "RAY_METRICS_INTERVAL_S", "EmulatedCluster", "HostNode", "emulate", "host_node_spec"]
 
 LOOPBACK = "127.0.0.1"
+"""Every emulated node binds here: a local test cluster never listens on, or sends to, another address."""
 RAY_METRICS_INTERVAL_S = 10.0
 """Ray's own ``metrics_report_interval_ms`` default (10000 ms: ``ray._raylet.Config.metrics_report_interval_ms()`` in
 Ray 2.60), which KubeRay leaves as it is: how often a Ray cluster on GKE reports metrics."""
-"""Every emulated node binds here: a local test cluster never listens on, or sends to, another address."""
 
 
 @dataclass(frozen=True)

@@ -224,13 +224,12 @@ _step_hook: Any = None
 def install(pjrt_device: str) -> None:
     """Make Ray Train's portable API use this worker's XLA device (run on the worker, before the train function);
     ``pjrt_device`` is what the device must be (``TPU``, or ``CPU`` on the emulated slice)."""
-    global XlaDeviceManager, XlaDDP
+    global XlaDeviceManager, XlaDDP, _step_hook
     if XlaDeviceManager is None:
         XlaDeviceManager = _device_manager_class()
     if XlaDDP is None:
         XlaDDP = _ddp_class()
     _ray_compat.install_torch_device_manager(XlaDeviceManager(pjrt_device), "xla", XlaDDP)
-    global _step_hook
     if _step_hook is None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
