@@ -47,3 +47,23 @@ def test_config_check_rejects_a_corrupted_copy(tmp_path: Path, capsys: pytest.Ca
 def test_project_file_is_regenerated_byte_for_byte() -> None:
     text = (ROOT / "Pulumi.yaml").read_text()
     assert render_project_file(text) == text
+
+
+def test_the_command_runs_main_without_the_cyclic_collector_and_exits_with_its_code() -> None:
+    """``tpuray`` (``cli.run``) turns the collector off around ``main`` and exits with main's code; ``main`` alone
+    (what tests and embedding programs call) leaves it on."""
+    import gc
+    import subprocess
+    import sys
+
+    assert main(["topology", "v5e", "2x2", "--json"]) == 0 and gc.isenabled()
+    probe = (
+        "import gc, tpuray.components.cli as cli\n"
+        "def fake(argv=None):\n"
+        "    print(gc.isenabled(), flush=True)\n"
+        "    return 5\n"
+        "cli.main = fake\n"
+        "cli.run()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout.strip()) == (5, "False"), done.stderr

@@ -45,7 +45,7 @@ def test_wheel_layout(wheel: Path) -> None:
         for module in (ROOT / folder).rglob("*.py"):
             assert f"tpuray/{module.relative_to(ROOT).as_posix()}" in names, module.relative_to(ROOT)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "tpuray = tpuray.components.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "tpuray = tpuray.components.cli:run" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_imports_resolve_from_the_installed_wheel(target: Path, tmp_path: Path) -> None:
