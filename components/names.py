@@ -41,6 +41,11 @@ POD_TYPE_LABEL = "tpuray.io/pod-type"
 # ---- pods -------------------------------------------------------------------------------------------------
 WEBHOOK_POD_LABEL = {"app.kubernetes.io/name": "kuberay"}
 """The GKE TPU webhook only mutates pods with this label (KubeRay sets it too; set here so it is explicit)."""
+TPU_WEBHOOK = "kuberay-tpu-webhook"
+"""The Helm chart that sets TPU_WORKER_ID and TPU_WORKER_HOSTNAMES on multi-host Ray TPU pods, which the KubeRay
+chart does not install."""
+TPU_WEBHOOK_SOURCE = "https://github.com/GoogleCloudPlatform/ai-on-gke/tree/main/ray-on-gke/tpu/kuberay-tpu-webhook"
+"""Where its chart and install steps are."""
 KUBERAY_NAMESPACE = "kuberay-system"
 """Namespace of the KubeRay operator tpuray installs from the Helm chart (``ray.operator: helm``)."""
 SYSTEM_POOL = "system"

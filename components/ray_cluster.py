@@ -25,7 +25,7 @@ from tpuray.components.cloud_limits import ray_addon_problem
 from tpuray.components.component_args import RayClusterPlan
 from tpuray.components.config_types import service_account_id
 from tpuray.components.kueue import KubernetesObject
-from tpuray.components.names import KUBERAY_NAMESPACE, RAY_AUTH_TOKEN_KEY
+from tpuray.components.names import KUBERAY_NAMESPACE, RAY_AUTH_TOKEN_KEY, TPU_WEBHOOK, TPU_WEBHOOK_SOURCE
 from tpuray.components.planning.kuberay import (
     RayJobParams,
     dashboard_service_name,
@@ -118,8 +118,8 @@ class RayTpuCluster(pulumi.ComponentResource):
             # and TPU_WORKER_HOSTNAMES unless the kuberay-tpu-webhook is installed; `tpuray doctor` checks for it.
             if any(g.tpu_slice.multi_host for g in p.groups):
                 pulumi.log.warn(
-                    "multi-host TPU slices need the kuberay-tpu-webhook, which the KubeRay Helm chart does not "
-                    "install: install it (ai-on-gke ray-on-gke/tpu/kuberay-tpu-webhook); tpuray doctor checks it",
+                    f"multi-host TPU slices need the {TPU_WEBHOOK}, which the KubeRay Helm chart does not install: "
+                    f"install it ({TPU_WEBHOOK_SOURCE}); tpuray doctor checks it",
                     resource=self,
                 )
             operator.append(

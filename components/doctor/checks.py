@@ -31,6 +31,8 @@ from tpuray.components.names import (
     IMAGE_TORCH_VERSION_LABEL,
     IMAGE_TORCH_XLA_VERSION_LABEL,
     TPU_RESOURCE,
+    TPU_WEBHOOK,
+    TPU_WEBHOOK_SOURCE,
     WEBHOOK_POD_LABEL,
 )
 from tpuray.components.planning.kueue import kueue_spec
@@ -50,7 +52,6 @@ _SRC_KUBERAY_HELM = "https://github.com/ray-project/kuberay/tree/master/helm-cha
 _SRC_CRD_PRUNING = (
     "https://kubernetes.io/docs/tasks/extend-kubernetes/custom-resources/custom-resource-definitions/#field-pruning"
 )
-_SRC_WEBHOOK = "https://github.com/GoogleCloudPlatform/ai-on-gke/tree/main/ray-on-gke/tpu/kuberay-tpu-webhook"
 _SRC_DEVICE_PLUGIN = "https://cloud.google.com/kubernetes-engine/docs/how-to/tpus"
 _SRC_KUEUE = "https://kueue.sigs.k8s.io/docs/installation/"
 _SRC_DPV2 = "https://cloud.google.com/kubernetes-engine/docs/concepts/dataplane-v2"
@@ -336,14 +337,16 @@ def check_tpu_webhook(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
     )
     # The KubeRay Helm chart does not bundle it (the GKE Ray add-on did; the config refuses the add-on). A
     # single-host pod is its slice's only worker: the workload reads worker 0 without it (workloads/backend.py).
-    fix = "install the kuberay-tpu-webhook Helm chart (ai-on-gke ray-on-gke/tpu/kuberay-tpu-webhook)"
+    fix = f"install the {TPU_WEBHOOK} Helm chart ({TPU_WEBHOOK_SOURCE})"
     if not found and not multi_host:
         return CheckResult(
-            "tpu-webhook", "pass", f"{fact}; none registered, and no pool is multi-host", _SRC_WEBHOOK, fix
+            "tpu-webhook", "pass", f"{fact}; none registered, and no pool is multi-host", TPU_WEBHOOK_SOURCE, fix
         )
     if not found:
-        return CheckResult("tpu-webhook", "fail", f"{fact} ({_short(multi_host)}); none registered", _SRC_WEBHOOK, fix)
-    return CheckResult("tpu-webhook", "pass", f"{fact}; found {_short(found)}", _SRC_WEBHOOK, fix)
+        return CheckResult(
+            "tpu-webhook", "fail", f"{fact} ({_short(multi_host)}); none registered", TPU_WEBHOOK_SOURCE, fix
+        )
+    return CheckResult("tpu-webhook", "pass", f"{fact}; found {_short(found)}", TPU_WEBHOOK_SOURCE, fix)
 
 
 # ---- TPU nodes ----------------------------------------------------------------------------------------------
