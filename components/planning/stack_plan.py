@@ -102,27 +102,8 @@ def image_repositories(images: Sequence[str]) -> list[ArtifactRepository]:
     return list(dict.fromkeys(r for r in repos if r is not None))
 
 
-_last_plan: list[tuple[StackConfig, str, StackPlan]] = []
-"""The latest plan and what it was made from (at most one entry)."""
-
-
-def plan_stack(config: StackConfig, stack_name: str) -> StackPlan:
-    """Everything the stack ``stack_name`` declares from ``config``.
-
-    A config equal to the latest one's (the config is a frozen model, and the plan a function of it) gets that
-    same plan back, which its users only read: ``tpuray plan`` asks twice for one stack, the program's
-    :func:`~tpuray.components.stack.deploy` with the config it read from Pulumi and the plan's views with the one
-    it read from the stack file.
-    """
-    for cfg, name, plan in _last_plan:
-        if name == stack_name and cfg == config:
-            return plan
-    plan = _plan_stack(config, stack_name)
-    _last_plan[:] = [(config, stack_name, plan)]
-    return plan
-
-
-def _plan_stack(cfg: StackConfig, stack_name: str) -> StackPlan:
+def plan_stack(cfg: StackConfig, stack_name: str) -> StackPlan:
+    """Everything the stack ``stack_name`` declares from ``cfg``."""
     labels = resource_labels(stack_name)
     k8s_labels = {"app.kubernetes.io/managed-by": "pulumi", "tpuray.io/stack": labels["tpuray-stack"]}
     job = _ray_job(cfg, k8s_labels)

@@ -170,16 +170,3 @@ def test_missing_required_keys() -> None:
     with pytest.raises(ConfigError) as err:
         run_program("dev", config={})
     assert {p for p, _ in err.value.problems} >= {"project", "region", "slicePools"}
-
-
-def test_an_equal_config_gets_the_plan_already_made() -> None:
-    """``tpuray plan`` plans one stack twice (the program, then the plan's views), from two equal configs."""
-    from tpuray.components.planning.stack_plan import plan_stack
-
-    path = er.ROOT / "Pulumi.dev.yaml"
-    first = plan_stack(load_stack_file(path), "dev")
-    assert plan_stack(load_stack_file(path), "dev") is first  # another object, an equal config
-    other = plan_stack(load_stack_file(path), "dev2")
-    assert other is not first and other.stack == "dev2" and other.resource_labels["tpuray-stack"] == "dev2"
-    changed = load_stack_file(path).model_copy(update={"project": "another-project"})
-    assert plan_stack(changed, "dev").project == "another-project" != first.project
