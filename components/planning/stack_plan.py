@@ -102,8 +102,9 @@ def image_repositories(images: Sequence[str]) -> list[ArtifactRepository]:
     return list(dict.fromkeys(r for r in repos if r is not None))
 
 
-def plan_stack(cfg: StackConfig, stack_name: str) -> StackPlan:
-    """Everything the stack ``stack_name`` declares from ``cfg``."""
+def plan_stack(config: StackConfig, stack_name: str) -> StackPlan:
+    """Everything the stack ``stack_name`` declares from ``config``."""
+    cfg = config
     labels = resource_labels(stack_name)
     k8s_labels = {"app.kubernetes.io/managed-by": "pulumi", "tpuray.io/stack": labels["tpuray-stack"]}
     job = _ray_job(cfg, k8s_labels)
