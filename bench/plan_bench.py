@@ -20,13 +20,14 @@ SDKs' objects was half a plan's CPU, and ``used_import_s`` still pays it. So a t
 compare against it and show what tpuray's own part weighs (``ok_like_for_like``); ``ok`` is the issue's measure.
 Run from the project root: ``python bench/plan_bench.py [--repeat 3]``.
 
-What a plan pays past ``used_import_s`` (cProfile and per-function CPU timers, on 2 shared cores): tpuray's own
-imports (pydantic, the config models, planners and review modules: about 0.2 s); the Pulumi SDK registering each
-resource (transferring and serializing its inputs, expanding every ``depends_on`` and checking it for cycles, the
-mock monitor's round trip: most of the 64-pool plan's remaining second); and tpuray's own work (the config twice,
-the plan, the policy rules, writing the files: about 0.15 s at 64 pools, 0.04 s for prod). The figures depend
-on bytecode: with ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every run compiles tpuray's ~80 modules
-from source (about 0.07 s), while the SDK's come compiled from site-packages. The used import touches every SDK
+What a plan pays past ``used_import_nogc_s`` (collector off on both sides; in-process CPU timers and cProfile, on
+2 cores): tpuray's own imports (pydantic, the config models, planners and review modules: about 0.2 s); the plan's
+run, 0.2 s for prod and 0.7 s at 64 pools, most of it the Pulumi SDK registering each resource (serializing its
+inputs, expanding ``depends_on``, asyncio callbacks, the mock monitor's round trip) and the rest tpuray's own work
+(the config, the plan, the policy rules, writing the files: about 0.15 s at 64 pools). Cutting the node pools'
+~1,800 ``depends_on`` edges to the ~100 that ordering needs saved 5% of the 64-pool plan, within the noise, so the
+edges stay. The figures depend on bytecode: with ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every
+run compiles tpuray's ~80 modules from source (about 0.07 s), while the SDK's come compiled from site-packages. The used import touches every SDK
 module a resource type of the plan names (``pulumi_random``, ``pulumi_kubernetes.networking.v1`` and
 ``helm.v3`` included; before, it missed those, about 0.15 s too little).
 """
