@@ -27,9 +27,9 @@ inputs, expanding ``depends_on``, asyncio callbacks, the mock monitor's round tr
 (the config, the plan, the policy rules, writing the files: about 0.15 s at 64 pools). Cutting the node pools'
 ~1,800 ``depends_on`` edges to the ~100 that ordering needs saved 5% of the 64-pool plan, within the noise, so the
 edges stay. The figures depend on bytecode: with ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every
-run compiles tpuray's ~80 modules from source (about 0.07 s), while the SDK's come compiled from site-packages. The used import touches every SDK
-module a resource type of the plan names (``pulumi_random``, ``pulumi_kubernetes.networking.v1`` and
-``helm.v3`` included; before, it missed those, about 0.15 s too little).
+run compiles tpuray's ~80 modules from source (about 0.07 s), while the SDK's come compiled from site-packages.
+The used import touches every SDK module a resource type of the plan names (``pulumi_random``,
+``pulumi_kubernetes.networking.v1`` and ``helm.v3`` included; before, it missed those, about 0.15 s too little).
 """
 
 from __future__ import annotations
