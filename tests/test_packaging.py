@@ -4,6 +4,7 @@ top-level `components`/`workloads` package that would shadow a platform repo's o
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,12 +16,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# What .gitignore keeps out of the repo: a build sees only the project's own files.
+_NOT_SOURCE = (".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "out")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # setuptools writes build/ and *.egg-info into the tree it builds: a copy of its own keeps two builds (another
+    # worker's, a developer's) from writing into one another's
+    src = tmp_path_factory.mktemp("src") / "tpuray"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)], check=True, capture_output=True
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(src)], capture_output=True, text=True
     )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     (whl,) = out.glob("tpuray-*.whl")
     return whl
 
