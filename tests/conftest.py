@@ -17,6 +17,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: starts real processes (a Ray cluster, a Prometheus server); runs in CI")
 
 
+# tryfirst: xdist's own hook, which turns these marks into groups, is otherwise called before this one
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         group = CLUSTER_GROUP if item.get_closest_marker("slow") else item.nodeid.split("::", 1)[0]

@@ -1,0 +1,15 @@
+"""The suite's own scheduling: under pytest-xdist's ``--dist loadgroup`` (pyproject's addopts), each test must carry
+the group tests/conftest.py gives it, or xdist schedules every test on its own: two local Ray clusters then run at
+once on the two cores, and one module's fixtures are built on both workers (a pytest that drops the group:
+https://github.com/pytest-dev/pytest-xdist/issues/1386)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_this_test_runs_in_its_modules_group(request: pytest.FixtureRequest) -> None:
+    if not hasattr(request.config, "workerinput") or request.config.getoption("dist") != "no":
+        pytest.skip("not a pytest-xdist worker")  # a plain `pytest` run (no -n) schedules nothing
+    assert request.config.getvalue("loadgroup"), "the suite runs with --dist loadgroup (pyproject addopts)"
+    assert request.node.nodeid.endswith("@tests/test_suite_groups.py"), request.node.nodeid
