@@ -193,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run() -> NoReturn:
     """The ``tpuray`` command: :func:`main` in a process of its own, with Python's cyclic garbage collector off.
 
-    Why: importing the Pulumi SDKs creates about a million objects that live until exit, and every full collection
+    Why: importing the Pulumi SDKs creates about 350,000 tracked objects that live until exit; every full collection
     walks them all, once more at the interpreter's exit. That was half the CPU of a ``tpuray plan`` (the prod
     stack: 3.5 s with the collector, 1.7 s without; bench/plan_bench.py). A command is one short run: its cyclic
     garbage is freed with the process (peak memory measured +5 MB on a 64-pool plan). ``main`` itself, which tests
