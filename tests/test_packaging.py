@@ -16,8 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# What .gitignore keeps out of the repo: a build sees only the project's own files.
-_NOT_SOURCE = (".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "out")
+def _not_source() -> list[str]:
+    """What .gitignore keeps out of the repo (its plain name patterns), and .git: a build sees only the project's
+    own files."""
+    lines = (ROOT / ".gitignore").read_text().splitlines()
+    return [".git", *(ln.strip().rstrip("/") for ln in lines if ln.strip() and not ln.startswith(("#", "!")))]
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +28,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # setuptools writes build/ and *.egg-info into the tree it builds: a copy of its own keeps two builds (another
     # worker's, a developer's) from writing into one another's
     src = tmp_path_factory.mktemp("src") / "tpuray"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*_not_source()))
     out = tmp_path_factory.mktemp("dist")
     done = subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(src)], capture_output=True, text=True
