@@ -61,14 +61,6 @@ def _executions() -> int:
     return int((met.metric_data("ExecuteTime") or [0])[0])  # type: ignore[no-untyped-call]
 
 
-def next_token_loss(model: Any, x: Any) -> Any:
-    """The loss both loops compute, through ``model``'s own forward (so a DDP wrapper's hooks run)."""
-    import torch.nn.functional as F
-
-    logits = model(x[:, :-1])
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1))
-
-
 def loop(shape: ModelShape, batch: int, steps: int, portable: bool = False) -> dict[str, Any]:
     """The measured loop, the same on both paths except for the API under test: with ``portable``, Ray Train's
     portable API (``prepare_model``, ``prepare_data_loader``, a plain ``optimizer.step()``; no tpuray or XLA
@@ -80,7 +72,7 @@ def loop(shape: ModelShape, batch: int, steps: int, portable: bool = False) -> d
     import torch_xla
 
     from tpuray.workloads.data import SyntheticTokens
-    from tpuray.workloads.model import GPT
+    from tpuray.workloads.model import GPT, next_token_loss
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -113,7 +105,7 @@ def loop(shape: ModelShape, batch: int, steps: int, portable: bool = False) -> d
         if step == WARMUP:
             ran = _executions()
         loss = next_token_loss(model, x)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         if portable:
             opt.step()  # DDP averaged the gradients; the loader cuts the graph at the next batch
         else:

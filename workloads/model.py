@@ -11,7 +11,7 @@ from torch import nn
 
 from tpuray.workloads.metrics import ModelShape
 
-__all__ = ["GPT"]
+__all__ = ["GPT", "next_token_loss"]
 
 
 class _Block(nn.Module):
@@ -65,5 +65,11 @@ class GPT(nn.Module):
 
     def loss(self, tokens: torch.Tensor) -> torch.Tensor:
         """Next-token cross-entropy (nats) of ``tokens`` ``[batch, seq + 1]``."""
-        logits = self(tokens[:, :-1])
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
+        return next_token_loss(self, tokens)
+
+
+def next_token_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy (nats) of ``tokens`` ``[batch, seq + 1]`` through ``model``'s own forward: a
+    :class:`GPT`, or a wrapper of one such as ``prepare_model``'s DDP, whose gradient hooks then run."""
+    logits = model(tokens[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
