@@ -8,9 +8,11 @@ on GPUs with ``ScalingConfig(num_workers=N, use_gpu=True)``. Only the trainer's 
 The emulated cluster is the one this folder's conftest shares with the other train tests: two single-host v5e 2x2
 slices (4 chips each; Tune's two slices), a multi-host v5p 2x2x2 slice (8 chips on two VMs) and a one-chip v6e.
 Every worker a run starts costs seconds of CPU (it imports torch and torch_xla and compiles its steps) on the
-suite's two cores, so each run here proves all it can: the v5p run every per-chip fact, and resumed for two more
-epochs, the resume through ``get_checkpoint()`` on two hosts; each of the Tune test's four v5e runs the same
-facts plus the tuning ones; and the best trial, resumed for four more epochs, the resume on one host.
+suite's two cores, so each run here proves all it can: the v5p run every per-chip fact, the multi-host slice's
+seats and PJRT env among them (:func:`chip_seats.check_seats`, which the runs of tpuray's own verbs use too),
+and resumed for two more epochs, the resume through ``get_checkpoint()`` on two hosts; each of the Tune test's
+four v5e runs the same facts plus the tuning ones; and the best trial, resumed for four more epochs, the resume on
+one host.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chip_seats import ENV_PREFIXES, Seat, check_seats
 
 from tpuray.components.topology import TpuSlice
 from tpuray.workloads import XlaChipConfig, tpu_scaling_config
@@ -91,13 +94,16 @@ def gpu_style_train(config: dict[str, Any]) -> None:
                 torch.save({"model": net.state_dict(), "epoch": epoch + 1}, Path(tmp) / "model.pt")
                 saved = ray.train.Checkpoint.from_directory(tmp)
             ray.train.report({"loss": losses[-1], "epoch": epoch + 1}, checkpoint=saved)
-    labels = ray.get_runtime_context().get_node_labels()
+    runtime = ray.get_runtime_context()
+    labels = {str(k): str(v) for k, v in runtime.get_node_labels().items()}
     record = {
         "rank": rank,
         "world_size": ctx.get_world_size(),
         "dist_rank": dist.get_rank(),
         "dist_world_size": dist.get_world_size(),
-        "task_id": int(os.environ["CLOUD_TPU_TASK_ID"]),
+        "ray_chip": int(runtime.get_accelerator_ids()["TPU"][0]),  # the chip Ray gave this worker
+        "labels": labels,
+        "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
         "device": str(ray.train.torch.get_device()),
         "param_devices": sorted({str(p.device) for p in net.parameters()}),
         "params": [p.detach().cpu().reshape(-1).tolist() for p in net.parameters()],
@@ -105,7 +111,7 @@ def gpu_style_train(config: dict[str, Any]) -> None:
         "seen": seen,
         "losses": losses,
         "compiles": compiles,
-        "slice": str(labels.get("ray.io/tpu-slice-name")),
+        "slice": labels["ray.io/tpu-slice-name"],
         "began": began,
         "ended": time.time(),
     }
@@ -124,9 +130,9 @@ def _check_chips(s: TpuSlice, runs: list[dict[str, Any]], *, warmed_up: bool = T
     for r in runs:
         assert r["device"].startswith("xla") and r["param_devices"] == [r["device"]]  # the chip, not the host CPU
         assert r["world_size"] == r["dist_world_size"] == s.chips
-        # the XLA rank (the process group's, which shards the data) is the chip's TPU task id
-        assert r["dist_rank"] == r["task_id"]
-    assert sorted(r["dist_rank"] for r in runs) == list(range(s.chips))
+    # one worker per chip of one slice, each with its seat's PJRT env; the XLA rank (the process group's, which
+    # shards the data) is the chip's TPU task id
+    check_seats(s, [Seat(r["dist_rank"], r["ray_chip"], r["labels"], r["env"]) for r in runs])
     # every chip ends with the same parameters...
     assert all(r["params"] == runs[0]["params"] for r in runs)
     # ...though each saw its own shard of every epoch (DistributedSampler by XLA rank)
