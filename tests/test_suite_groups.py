@@ -13,3 +13,14 @@ def test_this_test_runs_in_its_modules_group(request: pytest.FixtureRequest) -> 
         pytest.skip("not a pytest-xdist worker")  # a plain `pytest` run (no -n) schedules nothing
     assert request.config.getvalue("loadgroup"), "the suite runs with --dist loadgroup (pyproject addopts)"
     assert request.node.nodeid.endswith("@tests/test_suite_groups.py"), request.node.nodeid
+
+
+def test_the_cluster_group_is_queued_first(request: pytest.FixtureRequest) -> None:
+    """xdist queues the groups in collection order (``--no-loadscope-reorder``; by default it queues them by size),
+    and the cluster group, the suite's longest chain, is collected first: a worker starts it at once."""
+    if not hasattr(request.config, "workerinput"):
+        pytest.skip("not a pytest-xdist worker")
+    assert request.config.getoption("loadscopereorder") is False, "pyproject addopts: --no-loadscope-reorder"
+    items = request.session.items
+    if any(item.get_closest_marker("slow") for item in items):  # not when a run selects no slow test
+        assert items[0].get_closest_marker("slow"), items[0].nodeid
