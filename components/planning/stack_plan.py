@@ -104,38 +104,37 @@ def image_repositories(images: Sequence[str]) -> list[ArtifactRepository]:
 
 def plan_stack(config: StackConfig, stack_name: str) -> StackPlan:
     """Everything the stack ``stack_name`` declares from ``config``."""
-    cfg = config
     labels = resource_labels(stack_name)
     k8s_labels = {"app.kubernetes.io/managed-by": "pulumi", "tpuray.io/stack": labels["tpuray-stack"]}
-    job = _ray_job(cfg, k8s_labels)
+    job = _ray_job(config, k8s_labels)
     # Ephemeral jobs bring their own cluster: the namespace, identity, token and network policies are declared
     # for that cluster (its pods carry its name), and no long-lived RayCluster is.
-    ephemeral = cfg.ray.job_mode == "ephemeral" and job.cluster is not None
-    cluster = job.cluster if ephemeral and job.cluster else _ray_cluster(cfg, k8s_labels)
+    ephemeral = config.ray.job_mode == "ephemeral" and job.cluster is not None
+    cluster = job.cluster if ephemeral and job.cluster else _ray_cluster(config, k8s_labels)
     return StackPlan(
         stack=stack_name,
-        project=cfg.project,
-        region=cfg.region,
-        zone=cfg.zone,
+        project=config.project,
+        region=config.region,
+        zone=config.zone,
         resource_labels=labels,
         k8s_labels=k8s_labels,
-        gke=_gke(cfg, labels),
-        pools=tuple(_pool(cfg, p, labels) for p in cfg.slice_pools),
-        ray=_ray(cfg, cluster, declare_cluster=not ephemeral, labels=labels),
+        gke=_gke(config, labels),
+        pools=tuple(_pool(config, p, labels) for p in config.slice_pools),
+        ray=_ray(config, cluster, declare_cluster=not ephemeral, labels=labels),
         ephemeral=ephemeral,
         job=job,
-        kueue=_kueue(cfg, k8s_labels) if cfg.kueue.enabled else None,
+        kueue=_kueue(config, k8s_labels) if config.kueue.enabled else None,
         monitoring=(
             StackMonitoringArgs(
-                project=cfg.project,
-                dashboard=dashboard_plan(cfg, stack_name),
-                idle_alert=idle_alert_plan(cfg, stack_name),
+                project=config.project,
+                dashboard=dashboard_plan(config, stack_name),
+                idle_alert=idle_alert_plan(config, stack_name),
                 user_labels=dict(labels),
             )
-            if cfg.monitoring.enabled
+            if config.monitoring.enabled
             else None
         ),
-        cost=cfg.cost,
+        cost=config.cost,
     )
 
 
