@@ -118,6 +118,15 @@ configuration", 8081). What the webhook numbers per container on v7x (``TestWebh
 8471, 8472) is ``TPU_PROCESS_PORT``, the per-process runtime port, which tpuray already gives each chip's process
 (``TPU_PROCESS_BASE_PORT`` + chip). So the NetworkPolicy keeps 8081 alone for megascale."""
 TPU_RUNTIME_PORTS = (("tpu-slicebuilder", TPU_SLICEBUILDER_PORT), ("tpu-megascale", TPU_MEGASCALE_PORT))
+TORCH_TPU_ENV_CALLBACK = "tpuray.workloads.torch_tpu.TorchTpuEnvCallback"
+"""The Ray Train callback that gives TorchTPU workers their env (``tpuray.workloads.torch_tpu``): named in
+``RAY_TRAIN_CALLBACKS`` on the TPU worker pods of a ``backend: torch_tpu`` stack."""
+RAY_TRAIN_CALLBACKS_ENV = "RAY_TRAIN_CALLBACKS"
+"""Ray Train V2 adds the callbacks this names to every trainer
+(``ray/train/v2/_internal/callbacks/env_callback.py``)."""
+RAY_TPU_RESOURCE_PER_CHIP_ENV = "RAY_TPU_RESOURCE_PER_CHIP"
+"""Ray counts this many ``TPU`` resources per chip (``ray/_private/accelerators/tpu.py``): the devices per chip where
+TorchTPU runs one worker per device."""
 """Ports the TPU runtime listens on in multi-host slices (KubeRay and GKE TPU samples)."""
 RAY_DASHBOARD_PORT = 8265
 RAY_GCS_PORT = 6379

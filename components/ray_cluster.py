@@ -34,6 +34,7 @@ from tpuray.components.planning.kuberay import (
 )
 from tpuray.components.planning.network_policy import NetworkPolicyParams, network_policies
 from tpuray.components.planning.pod_security import pod_security_labels
+from tpuray.components.runtime_ports import union_ports
 
 __all__ = [
     "KUBERAY_HELM_REPO",
@@ -145,7 +146,7 @@ class RayTpuCluster(pulumi.ComponentResource):
             NetworkPolicyParams(
                 namespace=p.namespace,
                 cluster=p.name,
-                max_chips_per_host=max(g.tpu_slice.chips_per_host for g in p.groups),
+                runtime_ranges=tuple(union_ports((g.tpu_slice for g in p.groups), p.backend)),
                 operator_namespace=plan.operator_namespace,
                 labels=p.labels,
                 node_cidr=plan.node_cidr,

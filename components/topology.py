@@ -89,7 +89,9 @@ class Generation:
     min_gke_version: str | None = None
     """Lowest GKE version that serves this generation, if higher than tpuray's own floor (``MIN_GKE_VERSION``)."""
     devices_per_chip: int = 1
-    """PJRT devices per chip; torch_xla appends it to ``TPU_PROCESS_BOUNDS`` when it is 2 (tpu7x)."""
+    """Runtime devices per chip, each driven by its own process under TorchTPU: 2 on tpu7x (torch_tpu 0.2.0
+    ``_internal/utils/hardware.py`` ``_DEVICES_PER_CHIP``; "exactly one torch process per TPU device",
+    ``_internal/distributed/device_mesh.py``); torch_xla 2.9 appends it to ``TPU_PROCESS_BOUNDS``."""
     single_host_topologies: Mapping[str, str] = field(default_factory=dict)
     """Single-host topology -> its machine type."""
     multi_host_base_topologies: tuple[str, ...] = ()
@@ -551,6 +553,20 @@ class TpuSlice:
     @property
     def multi_host(self) -> bool:
         return self.hosts > 1
+
+    @property
+    def devices_per_host(self) -> int:
+        """Runtime devices per VM: chips per host times the generation's devices per chip (8 on a 4-chip tpu7x VM).
+
+        What TorchTPU runs one process for, and what Ray counts as ``TPU`` resources on the node when
+        ``RAY_TPU_RESOURCE_PER_CHIP`` is the devices per chip (Ray 2.60 ``_private/accelerators/tpu.py``).
+        """
+        return self.chips_per_host * self.spec.devices_per_chip
+
+    @property
+    def devices(self) -> int:
+        """Runtime devices in the slice (:attr:`devices_per_host` times :attr:`hosts`)."""
+        return self.devices_per_host * self.hosts
 
     @property
     def cores(self) -> int:

@@ -17,8 +17,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from tpuray.components.names import RAY_TRAIN_CALLBACKS_ENV
+
 __all__ = [
     "TESTED_RAY_VERSIONS",
+    "TRAIN_CALLBACKS_ENV",
     "RayHookMissing",
     "asked_scaling_config",
     "check_trainer_configs",
@@ -34,6 +37,8 @@ __all__ = [
     "require_hooks",
     "torch_backend_base",
     "torch_device_manager_base",
+    "tpu_resource_per_chip",
+    "worker_group_callback_base",
 ]
 
 TESTED_RAY_VERSIONS = ("2.60",)
@@ -232,7 +237,37 @@ def quiet_train_report_log() -> None:
     logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
 
 
+# ---- Ray Train V2's callbacks (ray/train/v2/_internal/execution/callback.py,
+#      ray/train/v2/_internal/callbacks/env_callback.py, ray/train/v2/api/data_parallel_trainer.py) -------------
+
+TRAIN_CALLBACKS_ENV = RAY_TRAIN_CALLBACKS_ENV
+"""Ray Train V2 builds every trainer's callbacks from this variable first, a comma list of ``module.Class`` names
+of ``RayTrainCallback`` subclasses (``_initialize_env_callbacks``, called by ``_create_default_callbacks`` before
+its own ``BackendSetupCallback``): a cluster can add a callback to scripts that import nothing of it."""
+
+
+def worker_group_callback_base() -> type[Any]:
+    """Ray's ``WorkerGroupCallback``: its ``after_worker_group_start(worker_group)`` runs once the workers have
+    their ranks and train context, and, for a callback named in :data:`TRAIN_CALLBACKS_ENV`, before the
+    ``BackendSetupCallback`` creates the process group (``WorkerGroup._start`` calls them in list order)."""
+    try:
+        from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+    except ImportError as e:
+        raise _missing("WorkerGroupCallback", "ray/train/v2/_internal/execution/callback.py") from e
+    return WorkerGroupCallback
+
+
 # ---- TPU facts Ray computes (ray/_private/accelerators/tpu.py) --------------------------------------------
+
+
+def tpu_resource_per_chip() -> int:
+    """Ray's ``TPU`` resources per chip in this process (``get_tpu_resource_per_chip``: 1 unless
+    ``RAY_TPU_RESOURCE_PER_CHIP`` says otherwise); ``ScalingConfig`` and ``SlicePlacementGroup`` size by it."""
+    try:
+        from ray._private.accelerators.tpu import get_tpu_resource_per_chip
+    except ImportError as e:
+        raise _missing("get_tpu_resource_per_chip", "ray/_private/accelerators/tpu.py") from e
+    return int(get_tpu_resource_per_chip())
 
 
 def chips_per_host(topology: str, pod_type_prefix: str) -> int:

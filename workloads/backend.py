@@ -34,6 +34,7 @@ from ray.train.torch import TorchConfig
 from ray.train.v2.api.config import ScalingConfig
 
 from tpuray.components.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL, TPU_MEGASCALE_PORT
+from tpuray.components.runtime_ports import BACKENDS, RuntimeBackend
 from tpuray.components.slice_labels import slice_from_labels
 from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat, portable
@@ -59,7 +60,9 @@ Collective = Literal["xla", "gloo"]
 # (https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice).
 
 
-def tpu_scaling_config(topology: str | TpuSlice, *, num_slices: int = 1, **kwargs: Any) -> ScalingConfig:
+def tpu_scaling_config(
+    topology: str | TpuSlice, *, num_slices: int = 1, backend: RuntimeBackend = "xla", **kwargs: Any
+) -> ScalingConfig:
     """Ray Train's ``ScalingConfig`` for ``num_slices`` whole slices of ``topology``, one worker per chip.
 
     ``topology`` is a slice spec such as ``"v5p:4x4x4"`` or ``"v6e:2x4:ct6e-standard-4t"``, or a
@@ -71,8 +74,23 @@ def tpu_scaling_config(topology: str | TpuSlice, *, num_slices: int = 1, **kwarg
     refused with ``use_tpu``). The backend then checks the pod type and topology the workers landed on.
     Other keyword arguments go to ``ScalingConfig`` (not ``num_workers``, ``use_tpu``, ``topology``,
     ``accelerator_type`` or ``resources_per_worker``).
+
+    ``backend="torch_tpu"``: one worker per runtime device instead (two per chip on tpu7x: 16 workers for a
+    ``tpu7x:2x2x2``), for Ray's own TorchTPU path. Ray sizes TPU requests by chip unless this process has
+    ``RAY_TPU_RESOURCE_PER_CHIP`` set to the devices per chip (``ray/_private/accelerators/tpu.py``; a tpuray
+    stack sets it on every Ray pod of a tpu7x TorchTPU stack); without it a per-device run is refused here.
     """
     s = TpuSlice.parse(topology) if isinstance(topology, str) else topology
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r}: valid choices are {', '.join(BACKENDS)}")
+    per_chip = s.spec.devices_per_chip if backend == "torch_tpu" else 1
+    if per_chip > 1 and _ray_compat.tpu_resource_per_chip() != per_chip:
+        raise ValueError(
+            f"backend torch_tpu on {s}: a {s.generation} chip is {per_chip} devices, one worker each, but Ray counts "
+            f"{_ray_compat.tpu_resource_per_chip()} TPU resource(s) per chip in this process: set "
+            f"RAY_TPU_RESOURCE_PER_CHIP={per_chip} before Ray starts (the stack sets it on its Ray pods)"
+        )
+    workers_per_host = s.chips_per_host * per_chip
     if not isinstance(num_slices, int) or num_slices < 1:
         raise ValueError(f"num_slices must be a whole number of slices >= 1, got {num_slices!r}")
     if num_slices > 1 and not s.multi_host:
@@ -88,13 +106,13 @@ def tpu_scaling_config(topology: str | TpuSlice, *, num_slices: int = 1, **kwarg
     # A chip's share of its VM's CPUs: ray.util.tpu.get_tpu_worker_resources adds CPU: 1 to every bundle that
     # names none (one worker per VM), so per-chip workers would take chips_per_host CPUs per VM and leave none
     # for a Tune trial's own actor there (its slice group then stays PENDING); CPU: 0 is dropped by ScalingConfig.
-    resources: dict[str, float] = {"TPU": 1, "CPU": cpu_per_chip(s)}
+    resources: dict[str, float] = {"TPU": 1, "CPU": 1 / workers_per_host}
     if not s.multi_host:
         kwargs.setdefault("placement_strategy", "STRICT_PACK")
     if not ray_pins_slice(s):
         resources[f"accelerator_type:{s.ray_accelerator_type}"] = GENERATION_PIN
     return ScalingConfig(
-        num_workers=s.chips * num_slices,
+        num_workers=s.chips * per_chip * num_slices,
         use_tpu=True,
         topology=s.topology,
         accelerator_type=s.ray_accelerator_type,
@@ -144,11 +162,6 @@ def check_scaling_config(backend_config: Any, scaling: Any) -> None:
                 f"ScalingConfig.{field} = {n}: not a whole number of {s} slices; with XlaChipConfig it must be a "
                 f"multiple of {s.chips} (one worker per chip); {hint}"
             )
-
-
-def cpu_per_chip(s: TpuSlice) -> float:
-    """The CPU each per-chip worker asks for: one CPU per VM, shared by its chips."""
-    return 1 / s.chips_per_host
 
 
 GENERATION_PIN = 0.001

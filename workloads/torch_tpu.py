@@ -1,70 +1,166 @@
-"""The TorchTPU backend: ``torch_tpu`` through Ray Train's own TPU path (``ScalingConfig(use_tpu=True, ...)``).
+"""TorchTPU (``torch_tpu``) through Ray Train's own TPU path, with nothing of tpuray in the user's script.
 
-Ray Train drives torch_tpu with the ``tpu_dist`` process group and ``torch.device("tpu")``, one process per
-device as Ray's TorchTPU path expects (``ray.air._internal.device_manager.tpu``; ``_validate_tpu_resources``
-warns for anything but ``{"TPU": 1}`` per worker), so the scaling config is the same one-worker-per-chip
-:func:`~tpuray.workloads.tpu_scaling_config`. Ray 2.60 leaves ``TORCH_TPU_TOPOLOGY`` and
-``TORCH_TPU_SLICEBUILDER_ADDRESSES`` unset: :class:`TorchTpuConfig`'s backend fills them in on every worker
-(:func:`tpuray.workloads.worker_env.torch_tpu_env`) before Ray creates the process group.
+Ray 2.60 runs ``TorchTrainer`` with ``ScalingConfig(use_tpu=True, topology=..., accelerator_type=...,
+resources_per_worker={"TPU": 1})`` on the ``tpu_dist`` process group, one worker per runtime device
+(``ray/train/torch/config.py``), and sets ``RANK``, ``LOCAL_RANK``, ``NODE_RANK``, ``MASTER_*`` and, across slices,
+``MEGASCALE_*``. It leaves unset what torch_tpu needs to build the slice: ``TORCH_TPU_TOPOLOGY`` and
+``TORCH_TPU_SLICEBUILDER_ADDRESSES`` (torch_tpu's own ``set_tpu_launch_env`` derives them only in a launcher's
+parent process, which Ray has not). No pod template can hold the address list either: its entry ``r`` must be
+rank ``r``'s own host, and Ray decides the ranks only once the workers exist.
 
-torch_tpu is not on PyPI and there are no TPUs here: this path is tested for its configuration and env only.
+:class:`TorchTpuEnvCallback` fills the gap. The stack names it in ``RAY_TRAIN_CALLBACKS`` on every Ray pod
+(Ray Train V2 instantiates the callbacks that variable names for every trainer, ahead of its own), so a script
+written against Ray's documented TorchTPU API gets the env with no tpuray import; ``tpuray.workloads.train``'s
+``--backend torch_tpu`` passes the same callback itself. Once Ray has given the workers their ranks, and before its
+backend creates the process group, the callback asks each worker where it runs and sets, on every worker of each
+slice, the env of :func:`tpuray.workloads.worker_env.torch_tpu_env`. A variable already set is kept, as
+``set_tpu_launch_env`` keeps it.
+
+torch_tpu has no CPU mode (it registers its device only when it finds a TPU), so this path runs on TPUs only; its
+env is checked here against torch_tpu 0.2.0's own launcher code (``tests/torch_tpu_env``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ray.train.torch import TorchConfig
-
-from tpuray.components.topology import TpuSlice
+from tpuray.components.names import (
+    RAY_POD_TYPE_LABEL,
+    RAY_SLICE_NAME_LABEL,
+    RAY_TOPOLOGY_LABEL,
+    RAY_WORKER_ID_LABEL,
+    TORCH_TPU_ENV_CALLBACK,
+)
+from tpuray.components.slice_labels import slice_from_labels
+from tpuray.components.topology import TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat
-from tpuray.workloads.worker_env import hostnames_from_env, torch_tpu_env
+from tpuray.workloads.placement import PlacementError
+from tpuray.workloads.worker_env import DeviceSeat, torch_tpu_env
 
-__all__ = ["TorchTpuConfig", "torch_tpu_trainer"]
+__all__ = ["CALLBACK_PATH", "RankSeat", "TorchTpuEnvCallback", "slice_envs", "torch_tpu_trainer"]
 
-
-def _fill_env(slice_spec: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """In a Ray Train worker: set the TORCH_TPU_* variables that are still unset; returns what it set."""
-    env = os.environ if environ is None else environ
-    wanted = torch_tpu_env(TpuSlice.parse(slice_spec), hostnames_from_env(env))
-    missing = {k: v for k, v in wanted.items() if k not in env}
-    if environ is None:
-        os.environ.update(missing)
-    return missing
+CALLBACK_PATH = TORCH_TPU_ENV_CALLBACK
+"""What the stack puts in ``RAY_TRAIN_CALLBACKS`` on the TPU worker pods of a ``backend: torch_tpu`` stack."""
 
 
-class _TorchTpuBackend(_ray_compat.torch_backend_base()):  # type: ignore[misc]
-    def on_start(self, worker_group: Any, backend_config: Any) -> None:
-        worker_group.execute(_fill_env, backend_config.slice_spec)  # before Ray creates the tpu_dist group
-        super().on_start(worker_group, backend_config)
+@dataclass(frozen=True)
+class RankSeat:
+    """What one worker reports: its Ray ranks, its host and its slice."""
+
+    world_rank: int
+    local_rank: int
+    address: str
+    """The host's address (Ray's node IP: the pod IP on GKE)."""
+    slice_name: str
+    worker_id: int
+    labels: dict[str, str]
+    preset: dict[str, str]
+    """TORCH_TPU_* variables already set in the worker (kept)."""
 
 
-@dataclass
-class TorchTpuConfig(TorchConfig):
-    """A Ray Train ``TorchConfig`` (backend ``tpu_dist``) that fills in the TORCH_TPU_* env first."""
+def _report() -> RankSeat:
+    """Run on each worker: where it is (the train context exists: Ray builds it before these callbacks)."""
+    import ray
+    import ray.train
 
-    backend: str = "tpu_dist"
-    slice_spec: str = ""
+    ctx = ray.get_runtime_context()
+    labels = {str(k): str(v) for k, v in ctx.get_node_labels().items()}
+    train = ray.train.get_context()
+    return RankSeat(
+        world_rank=int(train.get_world_rank()),
+        local_rank=int(train.get_local_rank()),
+        address=str(ray.util.get_node_ip_address()),  # type: ignore[no-untyped-call]
+        slice_name=str(labels.get(RAY_SLICE_NAME_LABEL) or os.environ.get("TPU_NAME") or ctx.get_node_id()),
+        worker_id=int(labels.get(RAY_WORKER_ID_LABEL, os.environ.get("TPU_WORKER_ID", "0"))),
+        labels=labels,
+        preset={k: v for k, v in os.environ.items() if k.startswith("TORCH_TPU_")},
+    )
 
-    @property
-    def backend_cls(self) -> type:
-        return _TorchTpuBackend
+
+def _apply(env: dict[str, str]) -> dict[str, str]:
+    """Run on each worker: set what is unset; returns the worker's TorchTPU env as it now stands."""
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
+    return {k: os.environ[k] for k in env}
+
+
+def _slice_of(seats: Sequence[RankSeat]) -> TpuSlice:
+    """The shape of one slice's hosts, from the Ray node labels (pod type, topology) its workers report."""
+    shapes = {(s.labels.get(RAY_POD_TYPE_LABEL), s.labels.get(RAY_TOPOLOGY_LABEL)) for s in seats}
+    if len(shapes) != 1:
+        raise PlacementError(f"the workers of slice {seats[0].slice_name} report several shapes: {sorted(shapes)}")
+    hosts = {s.worker_id for s in seats}
+    try:
+        shape = slice_from_labels(seats[0].labels)
+    except TopologyError as e:
+        raise PlacementError(f"slice {seats[0].slice_name}: {e}") from None
+    # a v5e/v6e 2x4 is one 8-chip VM or two 4-chip VMs: the hosts Ray placed the workers on decide; any other
+    # count keeps the labels' shape, and slice_envs then refuses the workers as not one per device
+    per_host = len(seats) // max(1, len(hosts)) // shape.spec.devices_per_chip
+    try:
+        return slice_from_labels(seats[0].labels, chips_per_host=per_host)
+    except TopologyError:
+        return shape
+
+
+def slice_envs(seats: Sequence[RankSeat]) -> list[dict[str, str]]:
+    """The TorchTPU env of every worker, indexed like ``seats`` (which come in world-rank order): each slice's
+    workers share one env, the address list in the order of their ranks.
+
+    Raises :class:`PlacementError` when a slice's workers are not one per device of a whole slice.
+    """
+    by_slice: dict[str, list[int]] = {}
+    for i, s in enumerate(seats):
+        by_slice.setdefault(s.slice_name, []).append(i)
+    out: list[dict[str, str]] = [{} for _ in seats]
+    for name, members in by_slice.items():
+        group = [seats[i] for i in members]
+        tpu_slice = _slice_of(group)
+        try:
+            env = torch_tpu_env(tpu_slice, [DeviceSeat(s.address, s.worker_id, s.local_rank) for s in group])
+        except ValueError as e:
+            raise PlacementError(
+                f"slice {name}: {e}; TorchTPU runs one worker per device, {tpu_slice.devices} on a {tpu_slice} slice "
+                f"(ScalingConfig(use_tpu=True, topology={tpu_slice.topology!r}, resources_per_worker={{'TPU': 1}}))"
+            ) from None
+        for i in members:
+            out[i] = env
+    return out
+
+
+class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ignore[misc]
+    """Sets the TorchTPU env on every TPU worker before Ray's ``tpu_dist`` process group starts (see the module)."""
+
+    def after_worker_group_start(self, worker_group: Any) -> None:
+        import ray
+
+        if not worker_group.get_resources_per_worker().get("TPU", 0):
+            return  # not a TPU run
+        n = len(worker_group)
+        seats: list[RankSeat] = ray.get([worker_group.execute_single_async(i, _report) for i in range(n)])
+        envs = slice_envs(seats)
+        ray.get([worker_group.execute_single_async(i, _apply, env) for i, env in enumerate(envs)])
 
 
 def torch_tpu_trainer(job: Any, tpu_slice: TpuSlice, num_slices: int, run_config: Any) -> Any:
-    """The GPT job on torch_tpu: same train function, checkpoints and failure handling as the xla backend."""
+    """The GPT job on torch_tpu: Ray's own TorchTPU path (default ``TorchConfig``: ``tpu_dist``), one worker per
+    device, the same train function, checkpoints and failure handling as the xla backend."""
     from ray.train.torch import TorchTrainer
 
     from tpuray.workloads.backend import tpu_scaling_config
     from tpuray.workloads.gpt_loop import train_gpt
 
+    named = os.environ.get(_ray_compat.TRAIN_CALLBACKS_ENV, "")
+    if CALLBACK_PATH not in [c.strip() for c in named.split(",")]:
+        callbacks = [*(run_config.callbacks or []), TorchTpuEnvCallback()]
+        run_config = dataclasses.replace(run_config, callbacks=callbacks)
     return TorchTrainer(
         train_gpt,
         train_loop_config={"job": job, "runtime": "torch_tpu"},
-        scaling_config=tpu_scaling_config(tpu_slice, num_slices=num_slices),
-        torch_config=TorchTpuConfig(slice_spec=str(tpu_slice)),
+        scaling_config=tpu_scaling_config(tpu_slice, num_slices=num_slices, backend="torch_tpu"),
         run_config=run_config,
     )

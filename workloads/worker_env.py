@@ -6,7 +6,7 @@
   none). Ray sets none of ``TPU_PROCESS_BOUNDS``, ``TPU_CHIPS_PER_PROCESS_BOUNDS``, ``TPU_PROCESS_ADDRESSES``,
   ``TPU_PROCESS_PORT`` and ``CLOUD_TPU_TASK_ID``.
 - ``MEGASCALE_*`` across slices, from Ray's own ``ray.util.tpu.get_tpu_coordinator_env_vars``.
-- ``TORCH_TPU_*`` for the torch_tpu runtime, which Ray 2.60 leaves unset.
+- ``TORCH_TPU_*`` for the torch_tpu runtime, one process per device, which Ray 2.60 leaves unset.
 - What the GKE TPU webhook injects into a TPU pod (``TPU_NAME``, ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES``),
   for the local emulation, plus the emulation's CPU settings.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from tpuray.components.names import TPU_MEGASCALE_PORT, TPU_PROCESS_BASE_PORT, TPU_SLICEBUILDER_PORT
 from tpuray.components.topology import TpuSlice
@@ -24,9 +25,11 @@ __all__ = [
     "EMULATED_XLA_FLAGS",
     "LOCAL_WORKER_ENV",
     "RAY_SUBHOST_VARS",
+    "DeviceSeat",
     "bounds_size",
     "chip_env",
     "emulated_host_env",
+    "host_major_seats",
     "hostnames_from_env",
     "megascale_env",
     "process_addresses",
@@ -152,8 +155,10 @@ def megascale_env(
 
 
 def torch_tpu_topology(tpu_slice: TpuSlice) -> str:
-    """``TORCH_TPU_TOPOLOGY`` in the comma form Ray uses for torch_tpu: the chip grid padded to three dims
-    (``4x4`` -> ``4,4,1``), with ``,2`` appended on tpu7x, whose chips are two devices each.
+    """``TORCH_TPU_TOPOLOGY``: the whole slice's chip grid padded to three dims (``4x4`` -> ``4,4,1``), with the
+    devices per chip appended where a chip has two (tpu7x ``2x2x1`` -> ``2,2,1,2``), as torch_tpu 0.2.0 writes a
+    host's own (``_internal/utils/hardware.py``, ``_V7_TOPOLOGY``). On multi-host "only a topology supplied from
+    the outside describes the whole slice" (``set_tpu_launch_env``), so this one is always supplied.
 
     Ray releases after 2.60 ship this as ``ray._private.accelerators.tpu.normalize_torchtpu_topology``; it is
     called when present, and this same form is written otherwise (Ray 2.60 has no such helper).
@@ -167,15 +172,65 @@ def torch_tpu_topology(tpu_slice: TpuSlice) -> str:
     return dims + (f",{tpu_slice.spec.devices_per_chip}" if tpu_slice.spec.devices_per_chip > 1 else "")
 
 
-def torch_tpu_env(tpu_slice: TpuSlice, hostnames: Sequence[str], port: int = TPU_SLICEBUILDER_PORT) -> dict[str, str]:
-    """``TORCH_TPU_TOPOLOGY`` and ``TORCH_TPU_SLICEBUILDER_ADDRESSES``: one slice builder per host (VM), in
-    worker-id order, whatever the chips or devices per host; ``localhost`` on a single host."""
-    if tpu_slice.multi_host and len(hostnames) != tpu_slice.hosts:
-        raise ValueError(f"{tpu_slice} has {tpu_slice.hosts} hosts but {len(hostnames)} hostnames were given")
+@dataclass(frozen=True)
+class DeviceSeat:
+    """Where one TorchTPU process (one rank) runs: its host and its device on that host."""
+
+    host: str
+    """The host's address as the other hosts reach it (a pod IP, or a ``TPU_WORKER_HOSTNAMES`` entry)."""
+    worker_id: int
+    """The host's index in its slice (``TPU_WORKER_ID``, the ``ray.io/tpu-worker-id`` node label)."""
+    device: int
+    """The process's device on its host, 0 .. devices per host - 1 (Ray's ``LOCAL_RANK`` on that host)."""
+
+
+def host_major_seats(tpu_slice: TpuSlice, hostnames: Sequence[str]) -> list[DeviceSeat]:
+    """The slice's seats in torch_tpu's own launcher order: hosts as listed (worker-id order), then devices
+    (``for host in hosts for i in range(devices_per_host)``, ``build_slicebuilder_addresses``). A single host is
+    ``localhost``."""
     hosts = list(hostnames) if tpu_slice.multi_host else ["localhost"]
+    if len(hosts) != tpu_slice.hosts:
+        raise ValueError(f"{tpu_slice} has {tpu_slice.hosts} hosts but {len(hosts)} hostnames were given")
+    return [DeviceSeat(h, w, d) for w, h in enumerate(hosts) for d in range(tpu_slice.devices_per_host)]
+
+
+def torch_tpu_env(
+    tpu_slice: TpuSlice, seats: Sequence[DeviceSeat], port: int = TPU_SLICEBUILDER_PORT
+) -> dict[str, str]:
+    """The TorchTPU variables every rank of one slice shares, ``seats`` in the ranks' order within the slice.
+
+    ``TORCH_TPU_SLICEBUILDER_ADDRESSES`` has one ``host:port`` per rank, the same list on every rank, entry ``r``
+    the address rank ``r`` listens on: its host, at ``port`` + its device (torch_tpu 0.2.0
+    ``_internal/distributed/distributed.py``). torch_tpu's own launcher lists hosts then devices
+    (:func:`host_major_seats`); Ray 2.60 orders a slice's ranks by the worker actors' creation only
+    (``WorkerGroup._sort_workers_by_tpu_pod_name`` sorts by ``TPU_NAME``, the same on every host of a slice), so
+    the list follows the ranks: only then is ``address[RANK]`` on the rank's own host. ``TORCH_TPU_TOPOLOGY`` is
+    :func:`torch_tpu_topology`; ``TORCH_TPU_DEVICES_PER_HOST``, ``TORCH_TPU_BASE_PORT`` and ``NNODES`` are what
+    ``set_tpu_launch_env`` would read or derive from the same facts.
+
+    Raises ``ValueError`` when the seats are not one per device of the slice.
+    """
+    per_host = tpu_slice.devices_per_host
+    if len(seats) != tpu_slice.devices:
+        raise ValueError(f"{tpu_slice} has {tpu_slice.devices} devices but {len(seats)} ranks were given")
+    want = {(w, d) for w in range(tpu_slice.hosts) for d in range(per_host)}
+    have = {(s.worker_id, s.device) for s in seats}
+    if have != want:
+        raise ValueError(
+            f"the ranks of a {tpu_slice} slice must hold each (host, device) once, hosts 0..{tpu_slice.hosts - 1} "
+            f"and devices 0..{per_host - 1}; missing {sorted(want - have)[:4]}, extra {sorted(have - want)[:4]}"
+        )
+    if not 0 < port <= 65536 - per_host:
+        raise ValueError(f"port {port}: must be 1..{65536 - per_host}, so that {per_host} devices' ports fit")
+    host_of = {s.worker_id: s.host for s in seats}
+    if any(host_of[s.worker_id] != s.host for s in seats) or len(set(host_of.values())) != len(host_of):
+        raise ValueError(f"each host of the slice needs one address of its own: {sorted(host_of.items())}")
     return {
         "TORCH_TPU_TOPOLOGY": torch_tpu_topology(tpu_slice),
-        "TORCH_TPU_SLICEBUILDER_ADDRESSES": ",".join(f"{h}:{port}" for h in hosts),
+        "TORCH_TPU_SLICEBUILDER_ADDRESSES": ",".join(f"{s.host}:{port + s.device}" for s in seats),
+        "TORCH_TPU_DEVICES_PER_HOST": str(per_host),
+        "TORCH_TPU_BASE_PORT": str(port),
+        "NNODES": str(tpu_slice.hosts),
     }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import (
     Field,
@@ -18,6 +18,7 @@ from tpuray.components.config_types import (
     BucketName,
     MountPath,
 )
+from tpuray.components.runtime_ports import RuntimeBackend
 
 
 class CheckpointConfig(ConfigModel):
@@ -52,7 +53,7 @@ class ModelConfig(ConfigModel):
 class WorkloadConfig(ConfigModel):
     """Defaults of the training entrypoint (``python -m tpuray.workloads.train``)."""
 
-    backend: Literal["xla", "torch_tpu"] = "xla"
+    backend: RuntimeBackend = "xla"
     slice_pool: str | None = Field(default=None, description="pool the job runs on; defaults to the first")
     steps: Annotated[int, Field(ge=1, le=100_000_000)] = 60
     batch_size_per_chip: Annotated[int, Field(ge=1, le=65_536)] = 8

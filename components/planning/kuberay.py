@@ -30,8 +30,11 @@ from tpuray.components.names import (
     RAY_POD_TYPE_LABEL,
     RAY_TOPOLOGY_LABEL,
     RAY_TPU_RESOURCE,
+    RAY_TPU_RESOURCE_PER_CHIP_ENV,
+    RAY_TRAIN_CALLBACKS_ENV,
     RAY_WORKER_PORT_RANGE,
     SUBMITTER_ROLE_LABEL,
+    TORCH_TPU_ENV_CALLBACK,
     TPU_RESOURCE,
     TPU_RUNTIME_PORTS,
     WEBHOOK_POD_LABEL,
@@ -46,6 +49,7 @@ from tpuray.components.planning.pod_security import (
 )
 from tpuray.components.planning.ray_auth import RayAuth
 from tpuray.components.planning.scheduling import PoolScheduling
+from tpuray.components.runtime_ports import RuntimeBackend
 from tpuray.components.topology import TpuSlice
 
 __all__ = [
@@ -129,6 +133,8 @@ class RayClusterParams:
     labels: Mapping[str, str] = field(default_factory=dict)
     auth: RayAuth | None = None
     """Ray token authentication (every container, or KubeRay's authOptions)."""
+    backend: RuntimeBackend = "xla"
+    """The TPU runtime the workers run (``workload.backend``): ``torch_tpu`` runs one Ray worker per device."""
 
 
 @dataclass(frozen=True)
@@ -239,12 +245,34 @@ def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
     }
 
 
+def torch_tpu_env(p: RayClusterParams) -> list[dict[str, Any]]:
+    """What the TPU workers of a ``torch_tpu`` stack need for Ray's own TorchTPU path, in scripts that import
+    nothing of tpuray: the callback that sets each worker's TorchTPU env (``tpuray.workloads.torch_tpu``, in the
+    worker image), and, where a chip is two devices (tpu7x), Ray counting ``TPU`` per device, so that
+    ``ScalingConfig(use_tpu=True, ..., resources_per_worker={"TPU": 1})`` means one worker per device. Only on the
+    workers, where the job's driver runs (the head advertises no CPU and its image has no tpuray)."""
+    if p.backend != "torch_tpu":
+        return []
+    env = [{"name": RAY_TRAIN_CALLBACKS_ENV, "value": TORCH_TPU_ENV_CALLBACK}]
+    per_chip = {g.tpu_slice.spec.devices_per_chip for g in p.groups}
+    if per_chip != {1}:
+        # one value per process in Ray 2.60: the config refuses a torch_tpu stack mixing 1- and 2-device chips
+        env.append({"name": RAY_TPU_RESOURCE_PER_CHIP_ENV, "value": str(max(per_chip))})
+    return env
+
+
+def ray_tpu_resources(p: RayClusterParams, s: TpuSlice) -> int:
+    """The ``TPU`` resources Ray advertises on one host of ``s``: devices under TorchTPU, chips otherwise (Kueue
+    quota, ``google.com/tpu`` and cost stay in chips)."""
+    return s.devices_per_host if p.backend == "torch_tpu" else s.chips_per_host
+
+
 def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
     s = g.tpu_slice
     volumes, mounts = _volumes(p)
     tpu = str(s.chips_per_host)
     drain = g.drain
-    env = _auth_env(p)
+    env = [*_auth_env(p), *torch_tpu_env(p)]
     if g.max_run_seconds is not None:
         env = [*env, {"name": MAX_RUN_ENV, "value": str(g.max_run_seconds)}]
     return {
@@ -261,7 +289,7 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
             RAY_ACCELERATOR_TYPE_LABEL: s.ray_accelerator_type,
             POOL_LABEL: g.name,
         },
-        "resources": {RAY_TPU_RESOURCE: tpu},
+        "resources": {RAY_TPU_RESOURCE: str(ray_tpu_resources(p, s))},
         "template": {
             "metadata": _pod_metadata(p, {POOL_LABEL: g.name}),
             "spec": {

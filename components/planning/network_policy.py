@@ -4,8 +4,10 @@ Deny by default (ingress and egress), then allow exactly:
 
 - among the pods of one RayCluster: the Ray ports (pinned on every node by
   :data:`~tpuray.components.names.RAY_NODE_PORTS`, the head's ports and the worker port range) and the TPU
-  runtime's ports between the hosts of a slice and across slices (slice builder 8471, megascale 8081, the
-  per-chip PJRT process ports 8476+);
+  runtime's ports between the hosts of a slice and across slices, per process, as
+  :mod:`tpuray.components.runtime_ports` derives them for the stack's backend (PyTorch/XLA: slice builder 8471,
+  megascale 8081, the per-chip PJRT process ports 8476+; TorchTPU: a slice builder and a megascale port per
+  device, 8471+ and 8081+);
 - to the head's dashboard/job port: the RayJob submitter pods and the KubeRay operator's namespace;
 - to every Ray pod's metrics port: Managed Service for Prometheus collectors (tpuray's PodMonitoring);
 - out of every Ray pod: DNS, the GKE metadata server (Workload Identity tokens, also for the GCS FUSE sidecar) and
@@ -43,9 +45,6 @@ from tpuray.components.names import (
     RAY_NODE_PORTS,
     RAY_WORKER_PORT_RANGE,
     SUBMITTER_ROLE_LABEL,
-    TPU_MEGASCALE_PORT,
-    TPU_PROCESS_BASE_PORT,
-    TPU_SLICEBUILDER_PORT,
 )
 
 __all__ = [
@@ -81,8 +80,10 @@ class NetworkPolicyParams:
     cluster: str
     """The Ray cluster's name as tpuray labels its pods (``tpuray.io/ray-cluster``; a RayJob's own cluster gets a
     generated ``ray.io/cluster`` name, so KubeRay's label cannot be selected in advance)."""
-    max_chips_per_host: int
-    """Most chips on one host of any slice: chip ``r`` runs its PJRT process on ``8476 + r``."""
+    runtime_ranges: tuple[tuple[int, int], ...]
+    """The TPU runtime's ports between hosts and slices, as merged ``(first, last)`` TCP ranges
+    (:func:`tpuray.components.runtime_ports.union_ports` of the cluster's slices under the stack's backend); empty
+    with no TPU worker group."""
     operator_namespace: str | None = None
     """Where the KubeRay operator runs, if in the cluster; it calls the head's job API for RayJob status."""
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -90,19 +91,18 @@ class NetworkPolicyParams:
     """The nodes' subnet range: the TPU device plugin's metrics port is reachable there only. None: no such rule."""
 
 
-def ray_peer_ports(max_chips_per_host: int) -> list[dict[str, Any]]:
-    """Every port one pod of a RayCluster may open on another, as NetworkPolicy ports (TCP)."""
+def ray_peer_ports(runtime_ranges: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Every port one pod of a RayCluster may open on another, as NetworkPolicy ports (TCP): Ray's, then the TPU
+    runtime's (one-port ranges among the single ports, wider ones after Ray's worker range)."""
     singles = sorted(
         {port for _, port in HEAD_PORTS}
         | {port for _, port in RAY_NODE_PORTS}
-        | {TPU_SLICEBUILDER_PORT, TPU_MEGASCALE_PORT}
+        | {first for first, last in runtime_ranges if first == last}
     )
     ports: list[dict[str, Any]] = [{"protocol": "TCP", "port": p} for p in singles]
     lo, hi = RAY_WORKER_PORT_RANGE
     ports.append({"protocol": "TCP", "port": lo, "endPort": hi})
-    if max_chips_per_host > 0:
-        last = TPU_PROCESS_BASE_PORT + max_chips_per_host - 1
-        ports.append({"protocol": "TCP", "port": TPU_PROCESS_BASE_PORT, "endPort": last})
+    ports += [{"protocol": "TCP", "port": first, "endPort": last} for first, last in runtime_ranges if last > first]
     return ports
 
 
@@ -122,7 +122,7 @@ def _ray_pods(p: NetworkPolicyParams, **extra: str) -> dict[str, Any]:
 def network_policies(p: NetworkPolicyParams) -> list[dict[str, Any]]:
     """The namespace's policies: default deny, then the allowances above."""
     dashboard = [{"protocol": "TCP", "port": RAY_DASHBOARD_PORT}]
-    peers = ray_peer_ports(p.max_chips_per_host)
+    peers = ray_peer_ports(p.runtime_ranges)
     head_clients: list[dict[str, Any]] = [{"podSelector": {"matchLabels": dict(SUBMITTER_ROLE_LABEL)}}]
     if p.operator_namespace:
         head_clients.append(
@@ -203,7 +203,7 @@ def network_policies(p: NetworkPolicyParams) -> list[dict[str, Any]]:
                     },
                 )
             ]
-            if p.node_cidr and p.max_chips_per_host > 0
+            if p.node_cidr and p.runtime_ranges
             else []
         ),
         _policy(

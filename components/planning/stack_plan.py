@@ -249,6 +249,7 @@ def _ray_cluster(cfg: StackConfig, labels: Mapping[str, str]) -> RayClusterParam
         checkpoint_mount_path=cfg.checkpoints.mount_path,
         labels=dict(labels),
         auth=_ray_auth(cfg),
+        backend=cfg.workload.backend,
     )
 
 

@@ -111,7 +111,12 @@ def test_every_ray_port_is_pinned_and_allowed_between_the_pods_of_a_cluster() ->
     for params in (head["rayStartParams"], worker["rayStartParams"]):
         assert ray_start_ports().items() <= params.items()
     policies = network_policies(
-        NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=4, operator_namespace=None)
+        NetworkPolicyParams(
+            namespace="ray",
+            cluster="tpu",
+            runtime_ranges=((8081, 8081), (8471, 8471), (8476, 8479)),
+            operator_namespace=None,
+        )
     )
     peers = {RAY_CLUSTER_POD_LABEL: "tpu"}
     opened = allowed_ingress_ports(policies, peers)
@@ -129,7 +134,10 @@ def test_every_ray_port_is_pinned_and_allowed_between_the_pods_of_a_cluster() ->
 
 def test_only_the_submitter_and_the_operator_reach_the_head_besides_its_peers() -> None:
     params = NetworkPolicyParams(
-        namespace="ray", cluster="tpu", max_chips_per_host=8, operator_namespace="kuberay-system"
+        namespace="ray",
+        cluster="tpu",
+        runtime_ranges=((8081, 8081), (8471, 8471), (8476, 8483)),
+        operator_namespace="kuberay-system",
     )
     policies = network_policies(params)
     assert policies[0]["metadata"]["name"] == DEFAULT_DENY
@@ -144,7 +152,9 @@ def test_only_the_submitter_and_the_operator_reach_the_head_besides_its_peers() 
     sources = head_rules[0]["from"]
     assert {"podSelector": {"matchLabels": SUBMITTER_ROLE_LABEL}} in sources
     assert any(s.get("namespaceSelector") for s in sources)  # the Helm operator's namespace, for RayJob status
-    no_operator = network_policies(NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=8))
+    no_operator = network_policies(
+        NetworkPolicyParams(namespace="ray", cluster="tpu", runtime_ranges=((8081, 8081), (8471, 8471), (8476, 8483)))
+    )
     job_api = next(p for p in no_operator if p["metadata"]["name"] == "tpu-ray-head-job-api")
     assert job_api["spec"]["ingress"][0]["from"] == [{"podSelector": {"matchLabels": SUBMITTER_ROLE_LABEL}}]
     # the metrics port, to Managed Prometheus' collectors
@@ -255,7 +265,12 @@ def test_which_operator_namespace_may_call_the_job_api() -> None:
 def test_ray_pods_reach_the_tpu_device_plugin_on_the_nodes_only() -> None:
     """Ray's reporter agent reads each host's chip metrics at ``<node IP>:2112``: one egress rule, from this
     cluster's pods, to the nodes' range on that port; none without a node range or without TPU workers."""
-    params = NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=4, node_cidr="10.0.0.0/20")
+    params = NetworkPolicyParams(
+        namespace="ray",
+        cluster="tpu",
+        runtime_ranges=((8081, 8081), (8471, 8471), (8476, 8479)),
+        node_cidr="10.0.0.0/20",
+    )
     (plugin,) = [p for p in network_policies(params) if p["metadata"]["name"] == "tpu-ray-tpu-device-plugin"]
     assert plugin["spec"]["podSelector"] == {"matchLabels": {RAY_CLUSTER_POD_LABEL: "tpu"}}
     assert plugin["spec"]["policyTypes"] == ["Egress"]
@@ -263,8 +278,8 @@ def test_ray_pods_reach_the_tpu_device_plugin_on_the_nodes_only() -> None:
         {"to": [{"ipBlock": {"cidr": "10.0.0.0/20"}}], "ports": [{"protocol": "TCP", "port": 2112}]}
     ]
     for other in (
-        NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=4),
-        NetworkPolicyParams(namespace="ray", cluster="tpu", max_chips_per_host=0, node_cidr="10.0.0.0/20"),
+        NetworkPolicyParams(namespace="ray", cluster="tpu", runtime_ranges=((8081, 8081), (8471, 8471), (8476, 8479))),
+        NetworkPolicyParams(namespace="ray", cluster="tpu", runtime_ranges=(), node_cidr="10.0.0.0/20"),
     ):
         assert not [p for p in network_policies(other) if "device-plugin" in p["metadata"]["name"]]
 

@@ -1,25 +1,184 @@
-"""The TorchTPU backend's configuration and env (torch_tpu and TPUs are not available here)."""
+"""TorchTPU: the per-device env derivation, the Ray Train callback that sets it, and the per-device scaling config
+(torch_tpu and TPUs are not available here; tests/torch_tpu_env checks the env against torch_tpu's own code)."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_SLICE_NAME_LABEL, RAY_TOPOLOGY_LABEL, RAY_WORKER_ID_LABEL
 from tpuray.components.topology import TpuSlice
 from tpuray.workloads import torch_tpu
-from tpuray.workloads.torch_tpu import TorchTpuConfig
+from tpuray.workloads.placement import PlacementError
+from tpuray.workloads.torch_tpu import RankSeat, slice_envs
+from tpuray.workloads.worker_env import DeviceSeat, host_major_seats, torch_tpu_env
+
+SPECS = ["v5e:2x2", "v5e:4x4", "v5p:2x2x2", "v6e:4x4", "v6e:2x4:ct6e-standard-4t", "tpu7x:2x2x1", "tpu7x:2x2x2"]
 
 
-def test_fill_env_keeps_what_is_already_set() -> None:
-    s = TpuSlice.parse("v6e:4x4")
-    env = {"TPU_WORKER_HOSTNAMES": ",".join(f"h{w}" for w in range(s.hosts)), "TORCH_TPU_TOPOLOGY": "preset"}
-    filled = torch_tpu._fill_env(str(s), env)
-    assert "TORCH_TPU_TOPOLOGY" not in filled
-    assert filled["TORCH_TPU_SLICEBUILDER_ADDRESSES"].startswith("h0:")
+@pytest.mark.parametrize("spec", SPECS)
+def test_one_address_per_device_host_major(spec: str) -> None:
+    s = TpuSlice.parse(spec)
+    hosts = [f"h{w}" for w in range(s.hosts)]
+    env = torch_tpu_env(s, host_major_seats(s, hosts), port=8471)
+    addresses = env["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
+    per_host = s.chips_per_host * (2 if s.generation == "tpu7x" else 1)
+    assert len(addresses) == s.chips * (2 if s.generation == "tpu7x" else 1) == s.devices
+    where = hosts if s.multi_host else ["localhost"]
+    assert addresses == [f"{h}:{8471 + i}" for h in where for i in range(per_host)]
+    assert env["TORCH_TPU_DEVICES_PER_HOST"] == str(per_host)
+    assert env["NNODES"] == str(s.hosts)
+    dims = ",".join(map(str, s.dims))
+    assert env["TORCH_TPU_TOPOLOGY"] == (dims + ",2" if s.generation == "tpu7x" else dims)
 
 
-def test_one_worker_per_chip_and_the_run_config_of_the_xla_backend() -> None:
+@given(st.sampled_from(SPECS), st.randoms(use_true_random=False))
+def test_address_of_each_rank_is_its_own_host_whatever_the_rank_order(spec: str, rnd: random.Random) -> None:
+    s = TpuSlice.parse(spec)
+    seats = host_major_seats(s, [f"10.0.0.{w}" for w in range(s.hosts)])
+    rnd.shuffle(seats)  # Ray orders a slice's ranks by actor creation only
+    addresses = torch_tpu_env(s, seats)["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
+    for rank, seat in enumerate(seats):
+        host, port = addresses[rank].rsplit(":", 1)
+        assert host == seat.host and int(port) == 8471 + seat.device
+    assert len(set(addresses)) == len(addresses)
+
+
+def test_seats_that_are_not_one_per_device_are_refused() -> None:
+    s = TpuSlice.parse("tpu7x:2x2x2")
+    seats = host_major_seats(s, ["a", "b"])
+    with pytest.raises(ValueError, match="16 devices but 8 ranks"):
+        torch_tpu_env(s, seats[::2])
+    twice = [*seats[:-1], seats[0]]
+    with pytest.raises(ValueError, match=r"missing \[\(1, 7\)\]"):
+        torch_tpu_env(s, twice)
+    with pytest.raises(ValueError, match="address of its own"):
+        torch_tpu_env(s, [DeviceSeat("a", x.worker_id, x.device) for x in seats])
+
+
+def _labels(s: TpuSlice, name: str, worker_id: int) -> dict[str, str]:
+    return {
+        RAY_POD_TYPE_LABEL: s.pod_type,
+        RAY_TOPOLOGY_LABEL: s.topology,
+        RAY_SLICE_NAME_LABEL: name,
+        RAY_WORKER_ID_LABEL: str(worker_id),
+    }
+
+
+def _rank_seats(spec: str, slices: int, shuffle: int) -> list[RankSeat]:
+    s = TpuSlice.parse(spec)
+    out = []
+    for k in range(slices):
+        seats = host_major_seats(s, [f"10.{k}.0.{w}" for w in range(s.hosts)])
+        random.Random(shuffle + k).shuffle(seats)
+        name = f"slice-{k}"
+        out += [
+            RankSeat(0, x.device, x.host, name, x.worker_id, _labels(s, name, x.worker_id), {}) for x in seats
+        ]
+    return [RankSeat(i, x.local_rank, x.address, x.slice_name, x.worker_id, x.labels, {}) for i, x in enumerate(out)]
+
+
+@pytest.mark.parametrize("spec", ["v5p:2x2x2", "tpu7x:2x2x2", "v6e:2x4:ct6e-standard-4t"])
+def test_each_slice_of_a_multislice_run_gets_its_own_list(spec: str) -> None:
+    seats = _rank_seats(spec, slices=2, shuffle=3)
+    envs = slice_envs(seats)
+    s = TpuSlice.parse(spec)
+    for k in range(2):
+        members = [i for i, x in enumerate(seats) if x.slice_name == f"slice-{k}"]
+        assert len(members) == s.devices
+        lists = {envs[i]["TORCH_TPU_SLICEBUILDER_ADDRESSES"] for i in members}
+        assert len(lists) == 1  # the same list on every rank of the slice
+        addresses = lists.pop().split(",")
+        assert all(a.startswith(f"10.{k}.") for a in addresses)
+        for r, i in enumerate(members):  # entry r of the slice's list is that rank's own host and device
+            assert addresses[r] == f"{seats[i].address}:{8471 + seats[i].local_rank}"
+
+
+def test_a_slice_with_a_worker_per_chip_on_tpu7x_is_refused_with_the_fix() -> None:
+    seats = [x for x in _rank_seats("tpu7x:2x2x2", 1, 0) if x.local_rank < 4]
+    with pytest.raises(PlacementError, match=r"one worker per device, 16 on a tpu7x:2x2x2 slice"):
+        slice_envs(seats)
+
+
+def test_callback_sets_the_env_before_the_backend_and_keeps_what_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    seats = _rank_seats("v5p:2x2x2", 1, 5)
+    seats[2] = RankSeat(**{**seats[2].__dict__, "preset": {"TORCH_TPU_TOPOLOGY": "pinned"}})
+    applied: dict[int, dict[str, str]] = {}
+
+    class Group:
+        def __len__(self) -> int:
+            return len(seats)
+
+        def get_resources_per_worker(self) -> dict[str, float]:
+            return {"TPU": 1}
+
+        def execute_single_async(self, i: int, fn: Any, *args: Any) -> Any:
+            if fn is torch_tpu._report:
+                return seats[i]
+            applied[i] = args[0]
+            return args[0]
+
+    monkeypatch.setattr(ray, "get", lambda refs: list(refs))
+    torch_tpu.TorchTpuEnvCallback().after_worker_group_start(Group())
+    assert sorted(applied) == list(range(len(seats)))
+    assert {e["TORCH_TPU_SLICEBUILDER_ADDRESSES"] for e in applied.values()} == {
+        slice_envs(seats)[0]["TORCH_TPU_SLICEBUILDER_ADDRESSES"]
+    }
+
+
+def test_apply_keeps_a_variable_already_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_TPU_TOPOLOGY", "pinned")
+    monkeypatch.delenv("TORCH_TPU_BASE_PORT", raising=False)
+    got = torch_tpu._apply({"TORCH_TPU_TOPOLOGY": "2,2,2", "TORCH_TPU_BASE_PORT": "8471"})
+    assert got == {"TORCH_TPU_TOPOLOGY": "pinned", "TORCH_TPU_BASE_PORT": "8471"}
+
+
+def test_callback_leaves_runs_without_tpus_alone() -> None:
+    class Group:
+        def get_resources_per_worker(self) -> dict[str, float]:
+            return {"CPU": 1}
+
+        def execute_single_async(self, *a: Any) -> Any:
+            raise AssertionError("no TPU: nothing to ask the workers")
+
+    torch_tpu.TorchTpuEnvCallback().after_worker_group_start(Group())
+
+
+def test_the_callback_path_the_stack_names_is_this_class() -> None:
+    import importlib
+
+    module, name = torch_tpu.CALLBACK_PATH.rsplit(".", 1)
+    assert getattr(importlib.import_module(module), name) is torch_tpu.TorchTpuEnvCallback
+    # Ray Train V2 accepts only RayTrainCallback subclasses from RAY_TRAIN_CALLBACKS
+    from ray.train.v2._internal.callbacks.env_callback import _initialize_env_callbacks
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("RAY_TRAIN_CALLBACKS", torch_tpu.CALLBACK_PATH)
+        (cb,) = _initialize_env_callbacks()
+    assert isinstance(cb, torch_tpu.TorchTpuEnvCallback)
+
+
+def test_per_device_scaling_on_tpu7x_needs_ray_counting_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tpuray.workloads.backend import tpu_scaling_config
+
+    monkeypatch.delenv("RAY_TPU_RESOURCE_PER_CHIP", raising=False)
+    with pytest.raises(ValueError, match="RAY_TPU_RESOURCE_PER_CHIP=2"):
+        tpu_scaling_config("tpu7x:2x2x2", backend="torch_tpu")
+    monkeypatch.setenv("RAY_TPU_RESOURCE_PER_CHIP", "2")
+    sc = tpu_scaling_config("tpu7x:2x2x2", num_slices=2, backend="torch_tpu")
+    assert (sc.num_workers, sc.resources_per_worker) == (32, {"TPU": 1, "CPU": 1 / 8})
+    monkeypatch.delenv("RAY_TPU_RESOURCE_PER_CHIP")
+    v6e = tpu_scaling_config("v6e:4x4", backend="torch_tpu")  # one device per chip: as for xla
+    assert (v6e.num_workers, v6e.resources_per_worker) == (16, {"TPU": 1, "CPU": 1 / 4})
+
+
+def test_gpt_trainer_runs_ray_s_own_path_with_the_callback() -> None:
     from ray.train import RunConfig
 
     from tpuray.workloads.gpt_loop import GptJob
@@ -27,27 +186,7 @@ def test_one_worker_per_chip_and_the_run_config_of_the_xla_backend() -> None:
 
     s = TpuSlice.parse("v6e:4x4")
     job = GptJob(ModelShape(64, 1, 16, 2, 8), 4, 1, 1e-3, 2, str(s))
-    rc = RunConfig(name="r", storage_path="/tmp/x")
-    trainer = torch_tpu.torch_tpu_trainer(job, s, 1, rc)
-    sc = trainer.scaling_config
-    # one chip each, and a share of the host's CPU so that a Tune trial's actor fits beside the slice's workers
-    expected = {"TPU": 1, "CPU": 1 / s.chips_per_host}
-    assert (sc.num_workers, sc.resources_per_worker, sc.use_tpu) == (s.chips, expected, True)
-    assert trainer.run_config is rc  # checkpoints and failures handled as for --backend xla
-
-
-def test_backend_fills_env_before_ray_creates_the_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ray.train.torch.config import _TorchBackend
-
-    calls: list[str] = []
-    monkeypatch.setattr(_TorchBackend, "on_start", lambda self, wg, cfg: calls.append("process_group"))
-
-    class FakeWorkerGroup:
-        def execute(self, fn: Any, *args: Any) -> None:
-            calls.append(f"{fn.__name__}{args}")
-
-    s = TpuSlice.parse("v6e:2x2")
-    cfg = TorchTpuConfig(slice_spec=str(s))
-    assert cfg.backend == "tpu_dist"
-    cfg.backend_cls().on_start(FakeWorkerGroup(), cfg)
-    assert calls == [f"_fill_env{(str(s),)}", "process_group"]
+    trainer = torch_tpu.torch_tpu_trainer(job, s, 1, RunConfig(name="r", storage_path="/tmp/x"))
+    assert trainer.scaling_config.num_workers == s.devices
+    assert trainer.backend_config.backend == "tpu_dist"  # Ray's own choice for TPU workers (torch_trainer.py)
+    assert [type(c) for c in trainer.run_config.callbacks] == [torch_tpu.TorchTpuEnvCallback]

@@ -18,7 +18,6 @@ from tpuray.workloads.worker_env import (
     hostnames_from_env,
     megascale_env,
     task_id,
-    torch_tpu_env,
 )
 
 tpu = pytest.importorskip("torch_xla._internal.tpu")
@@ -128,24 +127,6 @@ def test_rejects_out_of_range_places() -> None:
 def test_hostnames_from_env() -> None:
     assert hostnames_from_env({"TPU_WORKER_HOSTNAMES": "a, b,c"}) == ["a", "b", "c"]
     assert hostnames_from_env({}) == []
-
-
-@pytest.mark.parametrize(
-    "spec", ["v5e:2x2", "v6e:4x4", "v4:2x2x2", "tpu7x:2x2x4", "tpu7x:2x2x1", "v5e:2x4:ct5lp-hightpu-4t"]
-)
-def test_torch_tpu_env_one_slice_builder_per_host(spec: str) -> None:
-    s = TpuSlice.parse(spec)
-    hosts = [f"h{w}" for w in range(s.hosts)] if s.multi_host else []
-    env = torch_tpu_env(s, hosts, port=1234)
-    dims = ",".join(map(str, s.dims))
-    # Ray's comma form: 2D padded to 3 dims, and a 4th dim of 2 devices per chip on tpu7x
-    assert env["TORCH_TPU_TOPOLOGY"] == (dims + ",2" if s.generation == "tpu7x" else dims)
-    addrs = env["TORCH_TPU_SLICEBUILDER_ADDRESSES"].split(",")
-    assert len(addrs) == s.hosts
-    assert addrs == ([f"{h}:1234" for h in hosts] if s.multi_host else ["localhost:1234"])
-    if s.multi_host:
-        with pytest.raises(ValueError, match="hostnames"):
-            torch_tpu_env(s, hosts[:-1])
 
 
 def test_megascale_only_across_slices() -> None:

@@ -1,0 +1,80 @@
+"""The TCP ports a slice's training processes listen on, per backend: one table the NetworkPolicy, the worker
+containers' ports and the worker env (``tpuray.workloads.worker_env``) all read.
+
+Pure Python, no Pulumi. Each range is derived from the :class:`~tpuray.components.topology.TpuSlice`: one port per
+process on a host, processes numbered from 0 on each host.
+
+- TorchTPU (``torch_tpu``): one process per runtime device (two per chip on tpu7x). Each device's slice builder
+  listens on its entry of ``TORCH_TPU_SLICEBUILDER_ADDRESSES``, ``host:base + i`` for the ``i``-th device of a host
+  (torch_tpu 0.2.0 ``_internal/distributed/distributed.py``, ``build_slicebuilder_addresses``; tpuray counts from
+  8471 as Ray and the KubeRay TPU webhook do, where torch_tpu's own launcher counts from 8070). Across slices Ray
+  2.60 gives each worker ``MEGASCALE_PORT = 8081 + LOCAL_RANK`` "to prevent port bind collisions when multiple
+  workers share a single TPU host" (``ray/train/torch/config.py``, ``_set_tpu_multislice_env_vars``).
+- PyTorch/XLA (``xla``): one process per chip on ``TPU_PROCESS_PORT = 8476 + chip`` (torch_xla 2.9
+  ``_internal/tpu.py``, ``configure_topology``), the slice builder on 8471, and one multislice coordinator port,
+  8081, shared by every process of a host as the KubeRay TPU webhook gives it
+  (``TestWebhookMutation_V6eMultiSlice`` in ai-on-gke/kuberay-tpu-webhook ``webhook_main_test.go``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from tpuray.components.names import TPU_MEGASCALE_PORT, TPU_PROCESS_BASE_PORT, TPU_SLICEBUILDER_PORT
+from tpuray.components.topology import TpuSlice
+
+__all__ = ["BACKENDS", "PortRange", "RuntimeBackend", "runtime_ports", "union_ports"]
+
+RuntimeBackend = Literal["xla", "torch_tpu"]
+BACKENDS: tuple[RuntimeBackend, ...] = ("xla", "torch_tpu")
+
+
+@dataclass(frozen=True)
+class PortRange:
+    """TCP ports ``first..last`` (inclusive) that one kind of runtime listener takes on every host."""
+
+    name: str
+    first: int
+    last: int
+    between: Literal["hosts", "slices"]
+    """``hosts``: reached from the other hosts of the slice; ``slices``: from the hosts of the other slices."""
+
+    @property
+    def ports(self) -> range:
+        return range(self.first, self.last + 1)
+
+
+def runtime_ports(tpu_slice: TpuSlice, backend: RuntimeBackend) -> tuple[PortRange, ...]:
+    """The ranges the processes of one host of ``tpu_slice`` listen on under ``backend``.
+
+    >>> [(r.name, r.first, r.last) for r in runtime_ports(TpuSlice.parse("tpu7x:2x2x2"), "torch_tpu")]
+    [('tpu-slicebuilder', 8471, 8478), ('tpu-megascale', 8081, 8088)]
+    """
+    if backend == "torch_tpu":
+        n = tpu_slice.devices_per_host
+        return (
+            PortRange("tpu-slicebuilder", TPU_SLICEBUILDER_PORT, TPU_SLICEBUILDER_PORT + n - 1, "hosts"),
+            PortRange("tpu-megascale", TPU_MEGASCALE_PORT, TPU_MEGASCALE_PORT + n - 1, "slices"),
+        )
+    if backend == "xla":
+        n = tpu_slice.chips_per_host
+        return (
+            PortRange("tpu-slicebuilder", TPU_SLICEBUILDER_PORT, TPU_SLICEBUILDER_PORT, "hosts"),
+            PortRange("tpu-process", TPU_PROCESS_BASE_PORT, TPU_PROCESS_BASE_PORT + n - 1, "hosts"),
+            PortRange("tpu-megascale", TPU_MEGASCALE_PORT, TPU_MEGASCALE_PORT, "slices"),
+        )
+    raise ValueError(f"backend {backend!r}: valid choices are {', '.join(BACKENDS)}")
+
+
+def union_ports(slices: Iterable[TpuSlice], backend: RuntimeBackend) -> list[tuple[int, int]]:
+    """Every port any of ``slices`` listens on under ``backend``, as sorted, merged ``(first, last)`` ranges."""
+    spans = sorted({(r.first, r.last) for s in slices for r in runtime_ports(s, backend)})
+    merged: list[tuple[int, int]] = []
+    for first, last in spans:
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return merged
