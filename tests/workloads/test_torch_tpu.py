@@ -76,9 +76,7 @@ def _rank_seats(spec: str, slices: int, shuffle: int) -> list[RankSeat]:
         seats = host_major_seats(s, [f"10.{k}.0.{w}" for w in range(s.hosts)])
         random.Random(shuffle + k).shuffle(seats)
         name = f"slice-{k}"
-        out += [
-            RankSeat(0, x.device, x.host, name, x.worker_id, _labels(s, name, x.worker_id), {}) for x in seats
-        ]
+        out += [RankSeat(0, x.device, x.host, name, x.worker_id, _labels(s, name, x.worker_id), {}) for x in seats]
     return [RankSeat(i, x.local_rank, x.address, x.slice_name, x.worker_id, x.labels, {}) for i, x in enumerate(out)]
 
 
