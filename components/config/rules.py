@@ -45,6 +45,7 @@ from tpuray.components.config_types import (
     derived_bucket_name,
     gke_version_key,
 )
+from tpuray.components.images import BACKEND_TAG_SUFFIXES, image_backend
 from tpuray.components.names import SYSTEM_POOL
 from tpuray.components.tpu_locations import location_problems
 
@@ -296,6 +297,38 @@ def pool_rules(view: StackView) -> list[str]:
     return found
 
 
+def backend_rules(view: StackView) -> list[str]:
+    """What the stack's TPU runtime (``workload.backend``) needs of its pools and its worker image."""
+    if view.workload is None:
+        return []
+    backend = view.workload.backend
+    found: list[str] = []
+    per_chip = {p.tpu_slice.spec.devices_per_chip: p for _, p in view.pools}
+    if backend == "torch_tpu" and len(per_chip) > 1:
+        gens = ", ".join(f"{p.name} ({p.generation}: {n} per chip)" for n, p in sorted(per_chip.items()))
+        found.append(
+            field_msg(
+                "workload.backend",
+                f"torch_tpu runs one Ray worker per device, and Ray 2.60 counts TPU devices per chip with one "
+                f"number per process (RAY_TPU_RESOURCE_PER_CHIP), but these pools differ: {gens}; put tpu7x pools "
+                "in a stack of their own, or use backend xla",
+            )
+        )
+    image = view.ray.worker_image if view.ray is not None else None
+    tagged = image_backend(image) if image is not None else None
+    if tagged is not None and tagged != backend:
+        found.append(
+            field_msg(
+                "ray.workerImage",
+                f"{image} is a {tagged} worker image (its tag ends in "
+                f"{next(k for k, v in BACKEND_TAG_SUFFIXES.items() if v == tagged)}) but workload.backend is "
+                f"{backend}: use the workloads/Dockerfile target of {backend} (tags ending in "
+                f"{next(k for k, v in BACKEND_TAG_SUFFIXES.items() if v == backend)})",
+            )
+        )
+    return found
+
+
 def namespace_rules(view: StackView) -> list[str]:
     """Kueue and Ray each run in a namespace of their own."""
     if view.kueue is None or view.ray is None or view.kueue.namespace != view.ray.namespace:
@@ -315,6 +348,7 @@ RULES: tuple[Callable[[StackView], list[str]], ...] = (
     capacity_rules,
     monitoring_rules,
     namespace_rules,
+    backend_rules,
 )
 """Every cross-section rule, each taking the one :class:`StackView`."""
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components.names import POOL_LABEL, TPU_RESOURCE
+from tpuray.components.names import POOL_LABEL, RAY_TPU_RESOURCE, TPU_RESOURCE
 from tpuray.components.planning.stack_plan import StackPlan
 from tpuray.components.review.kueue_view import KueueAdmission, kueue_admissions
 from tpuray.components.review.resource_types import NODE_POOL, RAY_CLUSTER, RAY_JOB
@@ -38,6 +38,9 @@ class RayGroup:
     max_replicas: int
     num_of_hosts: int
     tpu_per_pod: int
+    """Chips a worker pod requests (``google.com/tpu``)."""
+    ray_tpu_per_pod: int
+    """``TPU`` resources Ray advertises on the pod, one Ray worker each: chips, or devices under TorchTPU."""
 
 
 @dataclass(frozen=True)
@@ -84,12 +87,18 @@ class PoolView:
 
     @property
     def ray_workers_per_pod(self) -> int:
-        """Ray workers in one worker pod: one per chip the pod requests (``google.com/tpu``)."""
-        return self.ray_group.tpu_per_pod if self.ray_group else 0
+        """Ray workers in one worker pod: one per ``TPU`` resource Ray advertises there (a chip, or a device of a
+        tpu7x chip under TorchTPU)."""
+        return self.ray_group.ray_tpu_per_pod if self.ray_group else 0
+
+    @property
+    def worker_unit(self) -> str:
+        """What one Ray worker drives: ``chip``, or ``device`` where Ray counts two per chip."""
+        return "device" if self.ray_group and self.ray_group.ray_tpu_per_pod != self.ray_group.tpu_per_pod else "chip"
 
     @property
     def ray_workers_per_slice(self) -> int:
-        """Ray workers (one per chip) on one slice: its worker pods times the chips each pod requests."""
+        """Ray workers on one slice: its worker pods times the Ray workers each pod runs."""
         return self.ray_worker_pods_per_slice * self.ray_workers_per_pod
 
     @property
@@ -98,7 +107,7 @@ class PoolView:
 
     @property
     def max_ray_workers(self) -> int:
-        """Most Ray workers (one per chip) the pool runs: worker pods times chips per pod."""
+        """Most Ray workers the pool runs: worker pods times Ray workers per pod."""
         return self.slices_with_ray_workers * self.ray_workers_per_slice
 
     @property
@@ -111,9 +120,9 @@ def _plural(n: int, one: str, many: str) -> str:
     return f"{n:,} {one if n == 1 else many}"
 
 
-def ray_workers_text(workers: int, pods: int) -> str:
+def ray_workers_text(workers: int, pods: int, unit: str = "chip") -> str:
     """``"128 Ray workers (one per chip) on 32 pods"``: how the plan's files and summary name the two counts."""
-    return f"{_plural(workers, 'Ray worker', 'Ray workers')} (one per chip) on {_plural(pods, 'pod', 'pods')}"
+    return f"{_plural(workers, 'Ray worker', 'Ray workers')} (one per {unit}) on {_plural(pods, 'pod', 'pods')}"
 
 
 def _int(v: Any, default: int = 0) -> int:
@@ -155,6 +164,7 @@ def ray_groups(resources: Iterable[Mapping[str, Any]]) -> list[RayGroup]:
                     max_replicas=_int(g.get("maxReplicas"), _int(g.get("replicas"))),
                     num_of_hosts=_int(g.get("numOfHosts"), 1),
                     tpu_per_pod=tpu,
+                    ray_tpu_per_pod=_int((g.get("resources") or {}).get(RAY_TPU_RESOURCE), tpu),
                 )
             )
     return out

@@ -116,8 +116,8 @@ def topology_markdown(stack: str, pools: Sequence[PoolView], picture: str) -> st
             _admission_line(p),
             (
                 f"- Ray worker group `{group.name}` in RayCluster `{group.cluster}`: {group.num_of_hosts} pod(s) per "
-                f"slice x {group.tpu_per_pod} chips = {p.ray_workers_per_slice} Ray workers (one per chip) per "
-                f"slice, replicas {group.min_replicas}-{group.max_replicas}"
+                f"slice x {group.tpu_per_pod} chips = {p.ray_workers_per_slice} Ray workers "
+                f"(one per {p.worker_unit}) per slice, replicas {group.min_replicas}-{group.max_replicas}"
                 if group
                 else "- Ray worker group: none targets this pool"
             ),
@@ -150,7 +150,7 @@ def summary_table(stack: str, resources: Sequence[Mapping[str, Any]], pools: Seq
                 str(p.max_slices * s.hosts),
                 str(p.max_chips),
                 p.admission,
-                ray_workers_text(p.max_ray_workers, p.max_ray_worker_pods),
+                ray_workers_text(p.max_ray_workers, p.max_ray_worker_pods, p.worker_unit),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

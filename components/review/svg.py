@@ -125,7 +125,7 @@ def render_svg(stack: str, pools: Sequence[PoolView]) -> str:
         title = (
             f"{pool.name}: {s.generation} {s.topology} ({s.pod_type}), {pool.min_slices}-{pool.max_slices} slice(s) "
             f"x {s.hosts} host(s) x {s.chips_per_host} chips, {pool.capacity}, via {pool.admission}; "
-            f"{ray_workers_text(pool.max_ray_workers, pool.max_ray_worker_pods)}"
+            f"{ray_workers_text(pool.max_ray_workers, pool.max_ray_worker_pods, pool.worker_unit)}"
         )
         body.append(f'<text x="{MARGIN}" y="{y + 14}" font-size="13" font-weight="bold">{escape(title)}</text>')
         y += LABEL_H - 10

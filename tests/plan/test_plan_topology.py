@@ -154,6 +154,7 @@ def _pool(spec: str, slices: int, group: dict[str, Any] | None, min_slices: int 
             max_replicas=group["max"],
             num_of_hosts=group["pods"],
             tpu_per_pod=group["tpu"],
+            ray_tpu_per_pod=group["tpu"],
         )
         if group
         else None
