@@ -32,6 +32,7 @@ __all__ = [
     "RayClusterPlan",
     "SlicePoolPlan",
     "StackMonitoringArgs",
+    "TpuWebhookPlan",
 ]
 
 
@@ -155,6 +156,18 @@ class RayClusterPlan:
     declare_cluster: bool = True
     """Declare the long-lived RayCluster; off when every job brings its own (``ray.jobMode: ephemeral``), which
     still needs the namespace, identity and bucket declared here."""
+    tpu_webhook: bool = False
+    """The stack installs the KubeRay TPU webhook (``TpuWebhook``) before the Ray pods."""
+
+
+@dataclass(frozen=True)
+class TpuWebhookPlan:
+    """What ``TpuWebhook`` declares: the KubeRay TPU webhook's chart, and cert-manager's unless the cluster has it."""
+
+    chart_version: str
+    namespace: str
+    cert_manager_chart_version: str | None
+    """None: cert-manager is already in the cluster (``ray.tpuWebhook.certManager.install: false``)."""
 
 
 @dataclass(frozen=True)

@@ -116,11 +116,12 @@ class RayTpuCluster(pulumi.ComponentResource):
         operator: list[pulumi.Resource] = []
         if plan.operator == "helm":
             # The KubeRay chart has no TPU webhook (the GKE add-on bundled one): multi-host pods lack TPU_WORKER_ID
-            # and TPU_WORKER_HOSTNAMES unless the kuberay-tpu-webhook is installed; `tpuray doctor` checks for it.
-            if any(g.tpu_slice.multi_host for g in p.groups):
+            # and TPU_WORKER_HOSTNAMES unless the kuberay-tpu-webhook is installed (the stack's TpuWebhook, on by
+            # default for multi-host pools); `tpuray doctor` checks for it.
+            if not plan.tpu_webhook and any(g.tpu_slice.multi_host for g in p.groups):
                 pulumi.log.warn(
-                    f"multi-host TPU slices need the {TPU_WEBHOOK}, which the KubeRay Helm chart does not install: "
-                    f"install it ({TPU_WEBHOOK_SOURCE}); tpuray doctor checks it",
+                    f"multi-host TPU slices need the {TPU_WEBHOOK} and ray.tpuWebhook.enabled is false: install it "
+                    f"yourself ({TPU_WEBHOOK_SOURCE}); tpuray doctor checks it",
                     resource=self,
                 )
             operator.append(

@@ -25,6 +25,7 @@ from tpuray.components.planning.stack_plan import StackPlan, plan_stack
 from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
 from tpuray.components.stack_monitoring import StackMonitoring
 from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
+from tpuray.components.tpu_webhook import TpuWebhook, TpuWebhookArgs
 
 __all__ = ["Stack", "deploy", "topology_summary"]
 
@@ -42,6 +43,7 @@ class Stack:
     ray: RayTpuCluster
     job: RayTpuJob
     kueue: KueueQueues | None = None
+    tpu_webhook: TpuWebhook | None = None
     monitoring: StackMonitoring | None = None
 
     @property
@@ -100,13 +102,14 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
     ]
     on_both = pulumi.ResourceOptions(providers=[provider, cluster.provider])
     node_pools = [np for p in pools for np in p.node_pools]
-    ray = RayTpuCluster(
-        "ray",
-        RayTpuClusterArgs(
-            plan.ray, auth_token=_ray_token(), depends_on=[cluster.cluster, cluster.system_pool, *node_pools]
-        ),
-        on_both,
-    )
+    webhook = None
+    ray_after: list[pulumi.Resource] = [cluster.cluster, cluster.system_pool, *node_pools]
+    if plan.tpu_webhook is not None:
+        webhook = TpuWebhook(
+            "tpu-webhook", TpuWebhookArgs(plan.tpu_webhook, depends_on=[cluster.cluster, cluster.system_pool]), on_both
+        )
+        ray_after.append(webhook.release)  # TPU pods are mutated as they are created: the webhook serves first
+    ray = RayTpuCluster("ray", RayTpuClusterArgs(plan.ray, auth_token=_ray_token(), depends_on=ray_after), on_both)
     kueue = None
     job_after: list[pulumi.Resource] = [ray.ray_cluster] if ray.ray_cluster is not None else list(ray.prerequisites)
     if plan.kueue is not None:
@@ -129,6 +132,7 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
         ray=ray,
         job=job,
         kueue=kueue,
+        tpu_webhook=webhook,
         monitoring=monitoring,
     )
 

@@ -17,6 +17,7 @@ from tpuray.components.config.base import (
     ConfigModel,
     field_msg,
 )
+from tpuray.components.config.tpu_webhook import TpuWebhookConfig
 from tpuray.components.config_types import (
     CpuQuantity,
     ImageRef,
@@ -78,6 +79,7 @@ class RayConfig(ConfigModel):
         "with the token in env variables only, KubeRay's RayJob status calls get 401 and the job ends Failed",
     )
     helm_chart_version: SemVer = "1.7.0"
+    tpu_webhook: TpuWebhookConfig = TpuWebhookConfig()
     operator_namespace: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)] | None = Field(
         default=None,
         description="namespace of in-cluster KubeRay operator pods allowed to call the head's job API (RayJob "

@@ -25,6 +25,7 @@ from tpuray.components.component_args import (
     RayClusterPlan,
     SlicePoolPlan,
     StackMonitoringArgs,
+    TpuWebhookPlan,
 )
 from tpuray.components.config import CostConfig, SlicePoolConfig, StackConfig
 from tpuray.components.config_types import label_value
@@ -79,6 +80,8 @@ class StackPlan:
     """The training RayJob."""
     kueue: KueuePlan | None
     """Kueue and its queues (``kueue.enabled``)."""
+    tpu_webhook: TpuWebhookPlan | None
+    """The KubeRay TPU webhook (``ray.tpuWebhook``; by default when a slice pool is multi-host)."""
     monitoring: StackMonitoringArgs | None
     """The dashboard and idle-slice alert (``monitoring.enabled``)."""
     cost: CostConfig
@@ -124,6 +127,7 @@ def plan_stack(config: StackConfig, stack_name: str) -> StackPlan:
         ephemeral=ephemeral,
         job=job,
         kueue=_kueue(config, k8s_labels) if config.kueue.enabled else None,
+        tpu_webhook=_tpu_webhook(config),
         monitoring=(
             StackMonitoringArgs(
                 project=config.project,
@@ -207,6 +211,22 @@ def _ray(
             ),
         ),
         declare_cluster=declare_cluster,
+        tpu_webhook=_tpu_webhook(cfg) is not None,
+    )
+
+
+def _tpu_webhook(cfg: StackConfig) -> TpuWebhookPlan | None:
+    """The webhook, where the stack asks for it or (by default) has a multi-host pool: Ray finds a multi-host
+    slice's hosts only through the variables it injects (TPU_NAME, TPU_WORKER_ID, TPU_WORKER_HOSTNAMES)."""
+    w = cfg.ray.tpu_webhook
+    wanted = w.enabled if w.enabled is not None else any(p.tpu_slice.multi_host for p in cfg.slice_pools)
+    if not wanted:
+        return None
+    cm = w.cert_manager
+    return TpuWebhookPlan(
+        chart_version=w.chart_version,
+        namespace=w.namespace,
+        cert_manager_chart_version=cm.chart_version if cm.install else None,
     )
 
 

@@ -1,0 +1,77 @@
+"""``TpuWebhook``: the KubeRay TPU webhook and, unless the cluster has it, the cert-manager it needs.
+
+The webhook (https://github.com/ai-on-gke/kuberay-tpu-webhook, ``main.go``) mutates every new pod labelled
+``app.kubernetes.io/name: kuberay`` that requests ``google.com/tpu``: it sets ``TPU_NAME``, ``TPU_WORKER_ID``,
+``TPU_WORKER_HOSTNAMES`` (multi-host), the pod's hostname and subdomain in the cluster's headless service, and
+``MEGASCALE_*`` where ``MEGASCALE_NUM_SLICES`` is set. Ray labels its TPU nodes from those variables
+(``ray.io/tpu-slice-name``, ``ray.io/tpu-worker-id``) and reserves a multi-host slice by them, so a multi-host
+slice's Ray pods must be created after the webhook serves. Installed as its README says: cert-manager from the
+jetstack chart with its CRDs (the webhook's ``Certificate`` and its CA injection), then the webhook's chart from
+``oci://us-docker.pkg.dev/ai-on-gke/kuberay-tpu-webhook-helm``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from tpuray.components.component_args import TpuWebhookPlan
+from tpuray.components.names import TPU_WEBHOOK
+
+__all__ = ["CERT_MANAGER_NAMESPACE", "CERT_MANAGER_REPO", "TPU_WEBHOOK_CHART", "TpuWebhook", "TpuWebhookArgs"]
+
+TPU_WEBHOOK_CHART = "oci://us-docker.pkg.dev/ai-on-gke/kuberay-tpu-webhook-helm/kuberay-tpu-webhook"
+CERT_MANAGER_REPO = "https://charts.jetstack.io"
+CERT_MANAGER_NAMESPACE = "cert-manager"
+
+
+@dataclass
+class TpuWebhookArgs:
+    """Inputs of :class:`TpuWebhook`."""
+
+    plan: TpuWebhookPlan
+    """The charts and namespace (:func:`~tpuray.components.planning.stack_plan.plan_stack` builds it)."""
+    depends_on: list[pulumi.Resource] | None = None
+    """What every child waits for: the cluster and its system node pool."""
+
+
+class TpuWebhook(pulumi.ComponentResource):
+    """The KubeRay TPU webhook's Helm release, after cert-manager's."""
+
+    cert_manager: k8s.helm.v3.Release | None
+    release: k8s.helm.v3.Release
+
+    def __init__(self, name: str, args: TpuWebhookArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("tpuray:index:TpuWebhook", name, None, opts)
+        plan = args.plan
+        after = list(args.depends_on or [])
+        self.cert_manager = None
+        if plan.cert_manager_chart_version is not None:
+            self.cert_manager = k8s.helm.v3.Release(
+                f"{name}-cert-manager",
+                name="cert-manager",
+                chart="cert-manager",
+                version=plan.cert_manager_chart_version,
+                namespace=CERT_MANAGER_NAMESPACE,
+                create_namespace=True,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CERT_MANAGER_REPO),
+                # https://cert-manager.io/docs/installation/helm/: the CRDs with the release (crds.enabled), kept on
+                # uninstall (crds.keep, the chart's default) so that certificates are not deleted with it
+                values={"crds": {"enabled": True, "keep": True}},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+            )
+        self.release = k8s.helm.v3.Release(
+            f"{name}-{TPU_WEBHOOK}",
+            name=TPU_WEBHOOK,
+            chart=TPU_WEBHOOK_CHART,
+            version=plan.chart_version,
+            namespace=plan.namespace,
+            create_namespace=True,
+            values={"tpuWebhook": {"namespace": {"name": plan.namespace}}},
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*after, *([self.cert_manager] if self.cert_manager else [])]
+            ),
+        )
+        self.register_outputs({"namespace": plan.namespace, "chart_version": plan.chart_version})
