@@ -39,6 +39,7 @@ from tpuray.components.slice_labels import slice_from_labels
 from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat, portable
 from tpuray.workloads.placement import ChipAssignment, PlacementError, Seat, assign_chips
+from tpuray.workloads.runtimes import require_runtime
 from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS, hostnames_from_env
 
 if TYPE_CHECKING:
@@ -243,6 +244,7 @@ def _gloo_average(optimizer: torch.optim.Optimizer, world: int) -> None:
 def _seat(index: int) -> tuple[Seat, dict[str, str]]:
     import ray
 
+    require_runtime("xla")  # a torch_tpu worker image fails here, naming the image target to use
     ctx = ray.get_runtime_context()
     labels = {str(k): str(v) for k, v in ctx.get_node_labels().items()}
     chips = ctx.get_accelerator_ids().get("TPU", [])

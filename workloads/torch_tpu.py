@@ -39,6 +39,7 @@ from tpuray.components.slice_labels import slice_from_labels
 from tpuray.components.topology import TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat
 from tpuray.workloads.placement import PlacementError
+from tpuray.workloads.runtimes import require_runtime
 from tpuray.workloads.worker_env import DeviceSeat, torch_tpu_env
 
 __all__ = ["CALLBACK_PATH", "RankSeat", "TorchTpuEnvCallback", "slice_envs", "torch_tpu_trainer"]
@@ -67,6 +68,7 @@ def _report() -> RankSeat:
     import ray
     import ray.train
 
+    require_runtime("torch_tpu")  # a torch_xla worker image fails here, naming the image target to use
     ctx = ray.get_runtime_context()
     labels = {str(k): str(v) for k, v in ctx.get_node_labels().items()}
     train = ray.train.get_context()

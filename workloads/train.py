@@ -48,6 +48,7 @@ from tpuray.workloads.goodput import EVENTS_FILE, JOB_END, JOB_START, compute_go
 from tpuray.workloads.gpt_loop import CheckpointError, GptJob
 from tpuray.workloads.metrics import ModelShape
 from tpuray.workloads.placement import PlacementError, SliceInfo, cluster_slices, describe_slices, slices_for_job
+from tpuray.workloads.runtimes import RuntimeMismatch, require_runtime
 
 __all__ = ["RunSettings", "Settings", "build_parser", "main", "settings", "slice_from_cluster"]
 
@@ -402,7 +403,11 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     price = run_price(args, pool.name if pool else None, pool.capacity.type if pool else None)
 
     if w.backend == "torch_tpu" and args.local:
-        raise PlacementError("--backend torch_tpu needs real TPUs (torch_tpu has no CPU emulation)")
+        raise PlacementError(
+            "--backend torch_tpu --local: torch_tpu registers its device only when it finds a TPU, so there is no "
+            "local emulation of it; emulate with --backend xla (PyTorch/XLA on CPU), run torch_tpu on a cluster"
+        )
+    require_runtime(w.backend)  # the image's runtime, before any cluster work
 
     import ray
 
@@ -489,7 +494,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         summary = run(args)
-    except (ConfigError, TopologyError, DatasetError, PlacementError, CheckpointError, ValueError) as e:
+    except (
+        ConfigError,
+        TopologyError,
+        DatasetError,
+        PlacementError,
+        CheckpointError,
+        RuntimeMismatch,
+        ValueError,
+    ) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # Ray Train wraps a worker's error: report the user-facing cause if there is one
@@ -511,7 +524,7 @@ def _user_cause(e: BaseException) -> BaseException | None:
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, DatasetError | CheckpointError | PlacementError):
+        if isinstance(x, DatasetError | CheckpointError | PlacementError | RuntimeMismatch):
             return x
         stack += [y for y in (x.__cause__, x.__context__, getattr(x, "cause", None)) if isinstance(y, BaseException)]
         stack += [y for y in getattr(x, "worker_failures", {}).values() if isinstance(y, BaseException)]

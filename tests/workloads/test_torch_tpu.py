@@ -188,3 +188,33 @@ def test_gpt_trainer_runs_ray_s_own_path_with_the_callback() -> None:
     assert trainer.scaling_config.num_workers == s.devices
     assert trainer.backend_config.backend == "tpu_dist"  # Ray's own choice for TPU workers (torch_trainer.py)
     assert [type(c) for c in trainer.run_config.callbacks] == [torch_tpu.TorchTpuEnvCallback]
+
+
+def test_each_runtime_refuses_the_other_and_a_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    from tpuray.workloads.runtimes import RuntimeMismatch, require_runtime
+
+    require_runtime("xla")  # this environment is the torch_xla one
+    with pytest.raises(
+        RuntimeMismatch, match=r"needs torch_tpu, which this environment lacks; install tpuray\[torch-tpu\]"
+    ):
+        require_runtime("torch_tpu")
+    monkeypatch.setitem(sys.modules, "torch_tpu", types.ModuleType("torch_tpu"))
+    with pytest.raises(RuntimeMismatch, match="torch_tpu is already imported"):
+        require_runtime("xla")
+
+
+def test_train_refuses_torch_tpu_locally_and_in_an_xla_image_before_ray_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ray
+
+    from tpuray.workloads import train
+
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray started"))
+    assert train.main(["--local", "--topology", "v5e:2x2", "--backend", "torch_tpu", "--steps", "1"]) == 2
+    assert "no local emulation" in capsys.readouterr().err
+    assert train.main(["--address", "auto", "--topology", "v5e:2x2", "--backend", "torch_tpu", "--steps", "1"]) == 2
+    assert "needs torch_tpu, which this environment lacks" in capsys.readouterr().err
