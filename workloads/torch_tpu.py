@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,7 @@ from tpuray.components.topology import TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat
 from tpuray.workloads.placement import PlacementError
 from tpuray.workloads.runtimes import require_runtime
-from tpuray.workloads.worker_env import DeviceSeat, torch_tpu_env
+from tpuray.workloads.worker_env import DeviceSeat, hostnames_from_env, torch_tpu_env
 
 __all__ = ["CALLBACK_PATH", "RankSeat", "TorchTpuEnvCallback", "slice_envs", "torch_tpu_trainer"]
 
@@ -50,12 +51,11 @@ CALLBACK_PATH = TORCH_TPU_ENV_CALLBACK
 
 @dataclass(frozen=True)
 class RankSeat:
-    """What one worker reports: its Ray ranks, its host and its slice."""
+    """What one worker reports: its Ray rank, its host and its slice."""
 
     world_rank: int
-    local_rank: int
     address: str
-    """The host's address (Ray's node IP: the pod IP on GKE)."""
+    """The host's address: its ``TPU_WORKER_HOSTNAMES`` entry (the webhook's DNS name), else Ray's node IP."""
     slice_name: str
     worker_id: int
     labels: dict[str, str]
@@ -72,12 +72,15 @@ def _report() -> RankSeat:
     ctx = ray.get_runtime_context()
     labels = {str(k): str(v) for k, v in ctx.get_node_labels().items()}
     train = ray.train.get_context()
+    worker_id = int(labels.get(RAY_WORKER_ID_LABEL, os.environ.get("TPU_WORKER_ID", "0")))
+    hostnames = hostnames_from_env(os.environ)
+    # the host's name as the webhook gives it (torch_tpu's own launcher lists TPU_WORKER_HOSTNAMES), else its IP
+    address = hostnames[worker_id] if worker_id < len(hostnames) else str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
     return RankSeat(
         world_rank=int(train.get_world_rank()),
-        local_rank=int(train.get_local_rank()),
-        address=str(ray.util.get_node_ip_address()),  # type: ignore[no-untyped-call]
+        address=address,
         slice_name=str(labels.get(RAY_SLICE_NAME_LABEL) or os.environ.get("TPU_NAME") or ctx.get_node_id()),
-        worker_id=int(labels.get(RAY_WORKER_ID_LABEL, os.environ.get("TPU_WORKER_ID", "0"))),
+        worker_id=worker_id,
         labels=labels,
         preset={k: v for k, v in os.environ.items() if k.startswith("TORCH_TPU_")},
     )
@@ -122,8 +125,17 @@ def slice_envs(seats: Sequence[RankSeat]) -> list[dict[str, str]]:
     for name, members in by_slice.items():
         group = [seats[i] for i in members]
         tpu_slice = _slice_of(group)
+        # a rank's device is its place among the slice's ranks on its host, in rank order: Ray's LOCAL_RANK where
+        # each host has its own IP (a GKE pod), which Ray groups ranks by
+        on_host: Counter[int] = Counter()
+        devices: list[int] = []
+        for s in group:
+            devices.append(on_host[s.worker_id])
+            on_host[s.worker_id] += 1
         try:
-            env = torch_tpu_env(tpu_slice, [DeviceSeat(s.address, s.worker_id, s.local_rank) for s in group])
+            env = torch_tpu_env(
+                tpu_slice, [DeviceSeat(s.address, s.worker_id, d) for s, d in zip(group, devices, strict=True)]
+            )
         except ValueError as e:
             raise PlacementError(
                 f"slice {name}: {e}; TorchTPU runs one worker per device, {tpu_slice.devices} on a {tpu_slice} slice "

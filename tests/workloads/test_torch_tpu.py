@@ -76,8 +76,8 @@ def _rank_seats(spec: str, slices: int, shuffle: int) -> list[RankSeat]:
         seats = host_major_seats(s, [f"10.{k}.0.{w}" for w in range(s.hosts)])
         random.Random(shuffle + k).shuffle(seats)
         name = f"slice-{k}"
-        out += [RankSeat(0, x.device, x.host, name, x.worker_id, _labels(s, name, x.worker_id), {}) for x in seats]
-    return [RankSeat(i, x.local_rank, x.address, x.slice_name, x.worker_id, x.labels, {}) for i, x in enumerate(out)]
+        out += [RankSeat(0, x.host, name, x.worker_id, _labels(s, name, x.worker_id), {}) for x in seats]
+    return [RankSeat(i, x.address, x.slice_name, x.worker_id, x.labels, {}) for i, x in enumerate(out)]
 
 
 @pytest.mark.parametrize("spec", ["v5p:2x2x2", "tpu7x:2x2x2", "v6e:2x4:ct6e-standard-4t"])
@@ -92,12 +92,16 @@ def test_each_slice_of_a_multislice_run_gets_its_own_list(spec: str) -> None:
         assert len(lists) == 1  # the same list on every rank of the slice
         addresses = lists.pop().split(",")
         assert all(a.startswith(f"10.{k}.") for a in addresses)
-        for r, i in enumerate(members):  # entry r of the slice's list is that rank's own host and device
-            assert addresses[r] == f"{seats[i].address}:{8471 + seats[i].local_rank}"
+        on_host: dict[str, int] = {}
+        for r, i in enumerate(members):  # entry r of the slice's list is that rank's own host, its next device
+            device = on_host.setdefault(seats[i].address, 0)
+            on_host[seats[i].address] += 1
+            assert addresses[r] == f"{seats[i].address}:{8471 + device}"
+        assert sorted(on_host.values()) == [s.devices_per_host] * s.hosts
 
 
 def test_a_slice_with_a_worker_per_chip_on_tpu7x_is_refused_with_the_fix() -> None:
-    seats = [x for x in _rank_seats("tpu7x:2x2x2", 1, 0) if x.local_rank < 4]
+    seats = _rank_seats("tpu7x:2x2x2", 1, 0)[:8]
     with pytest.raises(PlacementError, match=r"one worker per device, 16 on a tpu7x:2x2x2 slice"):
         slice_envs(seats)
 
