@@ -67,8 +67,10 @@ class TpuWebhook(pulumi.ComponentResource):
             name=TPU_WEBHOOK,
             chart=TPU_WEBHOOK_CHART,
             version=plan.chart_version,
-            namespace=plan.namespace,
-            create_namespace=True,
+            # The chart creates its namespace itself (helm-chart/templates/deployment.yaml renders a Namespace
+            # named tpuWebhook.namespace.name), so the release's own record lives in `default`, as its README's
+            # `helm install` leaves it; --create-namespace of the same namespace would collide with the chart's.
+            namespace="default",
             values={"tpuWebhook": {"namespace": {"name": plan.namespace}}},
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[*after, *([self.cert_manager] if self.cert_manager else [])]

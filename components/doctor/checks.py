@@ -561,4 +561,7 @@ def run_checks(cfg: StackConfig, objs: ClusterObjects, image: ImageVersions | No
         results += check_kueue(cfg, objs)
     results.append(check_network_policy(cfg, objs))
     results += check_worker_image(cfg, objs, image)
+    from tpuray.components.doctor.torch_tpu_checks import runtime_checks  # it imports this module's helpers
+
+    results += runtime_checks(cfg, objs)
     return results

@@ -162,6 +162,12 @@ def healthy() -> dict[str, Any]:
     deployments = [
         _deployment("kuberay-system", "kuberay-operator", "quay.io/kuberay/operator:v1.7.0"),
         _deployment("kueue-system", "kueue-controller-manager", "registry.k8s.io/kueue/kueue:v0.19.2"),
+        # the webhook's chart 0.3.1 (helm-chart/values.yaml of ai-on-gke/kuberay-tpu-webhook)
+        _deployment(
+            "ray-system",
+            "kuberay-tpu-webhook",
+            "us-docker.pkg.dev/ai-on-gke/kuberay-tpu-webhook/tpu-webhook:v1.3.1-gke.2",
+        ),
     ]
     webhook = {
         "apiVersion": "admissionregistration.k8s.io/v1",

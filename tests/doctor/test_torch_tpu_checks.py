@@ -1,0 +1,85 @@
+"""The doctor's checks of a stack's TPU runtime: the webhook serves the stack's generations, and a torch_tpu stack's
+worker pods carry what Ray's own TorchTPU path needs from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tpuray.components.config import StackConfig, load_stack_file
+from tpuray.components.doctor.reader import ClusterObjects
+from tpuray.components.doctor.torch_tpu_checks import runtime_checks
+from tpuray.components.names import POOL_LABEL, TORCH_TPU_ENV_CALLBACK, TPU_RESOURCE
+
+ROOT = Path(__file__).resolve().parents[2]
+WEBHOOK_IMAGE = "us-docker.pkg.dev/ai-on-gke/kuberay-tpu-webhook/tpu-webhook"
+
+
+@pytest.fixture(scope="module")
+def torch_tpu_stack() -> StackConfig:
+    return load_stack_file(ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.torch-tpu.yaml", "torch-tpu")
+
+
+def _objects(webhook_tag: str | None, env: list[dict[str, str]] | None) -> ClusterObjects:
+    deployments = []
+    if webhook_tag is not None:
+        deployments.append(
+            {
+                "metadata": {"namespace": "ray-system", "name": "kuberay-tpu-webhook"},
+                "spec": {"template": {"spec": {"containers": [{"image": f"{WEBHOOK_IMAGE}:{webhook_tag}"}]}}},
+                "status": {"readyReplicas": 1},
+            }
+        )
+    pods = []
+    if env is not None:
+        container = {"name": "ray-worker", "env": env, "resources": {"limits": {TPU_RESOURCE: "4"}}}
+        pods = [
+            {
+                "metadata": {"namespace": "ray", "name": f"w{i}", "labels": {POOL_LABEL: "ironwood"}},
+                "spec": {"containers": [container]},
+            }
+            for i in range(4)
+        ]
+    return ClusterObjects((), tuple(pods), tuple(deployments), (), (), "v1.34.1-gke.1829001", "test")
+
+
+GOOD_ENV = [
+    {"name": "RAY_TRAIN_CALLBACKS", "value": TORCH_TPU_ENV_CALLBACK},
+    {"name": "RAY_TPU_RESOURCE_PER_CHIP", "value": "2"},
+]
+
+
+def _status(results: list[Any]) -> dict[str, str]:
+    return {r.id: r.status for r in results}
+
+
+def test_a_healthy_torch_tpu_cluster_passes(torch_tpu_stack: StackConfig) -> None:
+    assert _status(runtime_checks(torch_tpu_stack, _objects("v1.3.1-gke.2", GOOD_ENV))) == {
+        "tpu-webhook-version": "pass",
+        "torch-tpu-env": "pass",
+    }
+
+
+def test_a_webhook_older_than_tpu7x_support_fails(torch_tpu_stack: StackConfig) -> None:
+    (hook, _) = runtime_checks(torch_tpu_stack, _objects("v1.2.5-gke.0", GOOD_ENV))
+    assert hook.status == "fail" and ">= 1.3.1" in hook.fact and "v1.2.5-gke.0" in hook.fact
+    (missing, _) = runtime_checks(torch_tpu_stack, _objects(None, GOOD_ENV))
+    assert missing.status == "fail"
+    (unknown, _) = runtime_checks(torch_tpu_stack, _objects("latest", GOOD_ENV))
+    assert unknown.status == "warn"
+
+
+def test_worker_pods_without_the_callback_or_per_device_counting_fail(torch_tpu_stack: StackConfig) -> None:
+    (_, no_callback) = runtime_checks(torch_tpu_stack, _objects("v1.3.1-gke.2", GOOD_ENV[1:]))
+    assert no_callback.status == "fail" and "no RAY_TRAIN_CALLBACKS" in no_callback.fact
+    (_, per_chip) = runtime_checks(torch_tpu_stack, _objects("v1.3.1-gke.2", GOOD_ENV[:1]))
+    assert per_chip.status == "fail" and "RAY_TPU_RESOURCE_PER_CHIP is None" in per_chip.fact
+    (_, no_pods) = runtime_checks(torch_tpu_stack, _objects("v1.3.1-gke.2", None))
+    assert no_pods.status == "warn" and "unknown" in no_pods.fact
+
+
+def test_an_xla_single_host_stack_has_neither_check() -> None:
+    dev = load_stack_file(ROOT / "Pulumi.dev.yaml", "dev")
+    assert runtime_checks(dev, _objects(None, None)) == []
