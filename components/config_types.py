@@ -539,7 +539,8 @@ def _display_name(limit: int, allow_empty: bool) -> Callable[[str], str | None]:
             return None
         if not value or len(value) > limit or value.strip() != value or not _DISPLAY_NAME.fullmatch(value):
             return (
-                f"{_show(value)} is not a display name: 1-{limit} characters, {_DISPLAY_NAME_FORM}, without a "
+                f"{_show(value)} is not a display name: {0 if allow_empty else 1}-{limit} characters, "
+                f"{_DISPLAY_NAME_FORM}, without a "
                 "leading or trailing space"
             )
         return None

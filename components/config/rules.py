@@ -307,14 +307,16 @@ def pool_rules(view: StackView) -> list[str]:
 
 def model_fit_rules(view: StackView) -> list[str]:
     """The model's replicated training state fits one chip of the pool the job runs on (data parallel: every chip
-    holds all of it)."""
+    holds all of it). The bound is the chip's HBM; on tpu7x, whose chips are two PJRT devices each, a replica per
+    device would have half of it, which this lenient bound does not assume."""
     workload, pools = view.workload, view.pools
     if workload is None or not pools:
         return []
     target = workload.slice_pool
-    pool = next((p for _, p in pools if target is None or p.name == target), None)
-    if target is None and pools[0][0] != 0:
-        return []  # the first pool is the target, and it is not valid on its own: its own error says why
+    if target is None:  # the first pool; when it is not valid on its own, its own error says why
+        pool = pools[0][1] if pools[0][0] == 0 else None
+    else:
+        pool = next((p for _, p in pools if p.name == target), None)
     if pool is None:
         return []
     need, chip = workload.training_state_bytes, pool.tpu_slice.hbm_bytes_per_chip
