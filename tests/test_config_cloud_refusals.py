@@ -72,6 +72,35 @@ def test_the_clusterqueue_tpuray_renders_has_one_group_and_a_flavor_per_pool_plu
     assert len(checks) <= len(groups[0]["flavors"])
 
 
+def test_every_capacity_types_flavor_stays_within_the_resourceflavor_crds_bounds() -> None:
+    """ResourceFlavor nodeLabels (maxProperties) and tolerations (maxItems) are fixed by tpuray, not the config:
+    checked once for every capacity type, so the config needs no rule for them."""
+    spec = _kueue_crd("kueue.x-k8s.io_resourceflavors.yaml")["spec"]["versions"]
+    bounds = {v["name"]: v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"] for v in spec}
+    auto = {"enabled": True, "minSlices": 0}
+    capacities: list[dict[str, Any]] = [
+        {"type": "on-demand"},
+        {"type": "spot"},
+        {"type": "reservation", "name": "r1"},
+        {"type": "flex-start", "maxRunDuration": "24h"},
+        {"type": "queued"},
+    ]
+    values = base(
+        slicePools=[
+            {"name": f"p{i}", "generation": "v5p", "topology": "2x2x2", "capacity": c, "autoscaling": auto}
+            for i, c in enumerate(capacities)
+        ],
+        kueue={"enabled": True},
+        ray={"jobMode": "ephemeral"},
+    )
+    flavors = [o for o in kueue_spec(parse_stack_config(values)).objects if o["kind"] == "ResourceFlavor"]
+    assert len(flavors) == len(capacities) + 1
+    for props in bounds.values():
+        for f in flavors:
+            assert len(f["spec"]["nodeLabels"]) <= props["nodeLabels"]["maxProperties"], f
+            assert len(f["spec"].get("tolerations", [])) <= props["tolerations"]["maxItems"], f
+
+
 def test_64_pools_with_kueue_are_refused_and_without_kueue_pass() -> None:
     found = problems_of(base(slicePools=pools(64), kueue={"enabled": True}))
     assert "65 ResourceFlavors" in found["slicePools"] and "at most 64" in found["slicePools"]
