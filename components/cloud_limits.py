@@ -13,12 +13,16 @@ from datetime import datetime
 __all__ = [
     "ACCELERATOR_MACHINE_SERIES",
     "CPU_MACHINE_SERIES",
+    "GKE_MAX_NODES_PER_CLUSTER",
     "KUEUE_API_FIRST_CHART",
+    "KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP",
     "KUEUE_RENDERED_API",
     "RAY_OPERATOR_FIX",
+    "cluster_size_problem",
     "env_token_problem",
     "exclusion_span_problem",
     "kueue_chart_problem",
+    "kueue_flavors_problem",
     "ray_addon_problem",
     "system_machine_type_problem",
 ]
@@ -89,6 +93,51 @@ def kueue_chart_problem(chart_version: str, api_version: str = KUEUE_RENDERED_AP
         f"Kueue {chart_version} does not serve {api_version}, the API of the ResourceFlavors, ClusterQueue and "
         f"LocalQueue tpuray renders: use chart {first} or later "
         f"(https://github.com/kubernetes-sigs/kueue/releases/tag/v{first})"
+    )
+
+
+# ---- the ClusterQueue's lists ---------------------------------------------------------------------------------
+# Kueue v0.19.2's ClusterQueue CRD (config/components/crd/bases/kueue.x-k8s.io_clusterqueues.yaml, v1beta1 and
+# v1beta2 alike) bounds its lists: spec.resourceGroups maxItems 16, and in each group coveredResources maxItems 64,
+# flavors maxItems 64, each flavor's resources maxItems 64; admissionChecksStrategy.admissionChecks maxItems 64. The
+# API server refuses a longer list, so the ClusterQueue fails at `pulumi up`, after the node pools exist.
+# tpuray renders one resource group covering cpu, memory and google.com/tpu (3 of 64), with one flavor for the
+# system pool and one per slice pool, and at most one admission check per slice pool: the flavors are the one list
+# a stack can overflow (a stack within it has at most 63 admission checks). A test reads the CRD for this number.
+KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP = 64
+"""``spec.resourceGroups[].flavors`` maxItems of Kueue's ClusterQueue CRD (v0.19.2)."""
+
+
+def kueue_flavors_problem(slice_pools: int) -> str | None:
+    """Why a Kueue stack of ``slice_pools`` pools cannot have its ClusterQueue (one flavor each, plus the system
+    pool's, in one resource group), or None."""
+    flavors = slice_pools + 1
+    if flavors <= KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP:
+        return None
+    return (
+        f"{slice_pools} slice pools with kueue.enabled make {flavors} ResourceFlavors in the ClusterQueue's one "
+        f"resource group (one per pool and the system pool's); Kueue's CRD allows at most "
+        f"{KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP} (ClusterQueue spec.resourceGroups[].flavors maxItems): use at most "
+        f"{KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP - 1} slice pools in a Kueue stack, or split it into two stacks"
+    )
+
+
+# ---- cluster size ---------------------------------------------------------------------------------------------
+# https://cloud.google.com/kubernetes-engine/quotas ("Limits per cluster"): a GKE Standard cluster has at most
+# 15,000 nodes (GKE 1.18 and later; more than 5,000 needs a cluster size quota lifted by support). No quota request
+# goes past 15,000, so a stack whose node pools can grow beyond it is refused whatever the project.
+GKE_MAX_NODES_PER_CLUSTER = 15_000
+GKE_QUOTAS_SOURCE = "https://cloud.google.com/kubernetes-engine/quotas"
+
+
+def cluster_size_problem(max_nodes: int) -> str | None:
+    """Why a cluster that can grow to ``max_nodes`` nodes exceeds GKE's per-cluster limit, or None."""
+    if max_nodes <= GKE_MAX_NODES_PER_CLUSTER:
+        return None
+    return (
+        f"the stack can grow to {max_nodes:,} nodes (the system pool plus every slice pool's slices x hosts at "
+        f"their maximum); a GKE Standard cluster holds at most {GKE_MAX_NODES_PER_CLUSTER:,} nodes "
+        f"({GKE_QUOTAS_SOURCE}): lower slicePools[].slices or split the pools over two stacks"
     )
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "checked_ray_token",
     "derived_bucket_name",
     "gke_version_key",
+    "gke_version_meets",
     "image_ray_version",
     "label_value",
     "maintenance_availability",
@@ -174,10 +175,11 @@ MachineType = Annotated[str, AfterValidator(_checked(_machine_type))]
 
 
 # ---- GKE versions ------------------------------------------------------------------------------------------
-# https://cloud.google.com/kubernetes-engine/versioning : 1.X, 1.X.Y or 1.X.Y-gke.N, numbers without leading zeros.
+# https://cloud.google.com/kubernetes-engine/versioning : 1.X, 1.X.Y or 1.X.Y-gke.N, numbers without leading zeros
+# (a gke.N belongs to a patch: 1.X-gke.N is no GKE version).
 # The major is 1; GKE has never served a minor below 1.24 nor above 1.3x, so a minor outside 24-45 is a typo
 # (1.99.0-gke.1), not a version GKE can create.
-_GKE_VERSION = re.compile(r"(1)\.(0|[1-9]\d?)(?:\.(0|[1-9]\d*))?(?:-gke\.([1-9]\d*))?")
+_GKE_VERSION = re.compile(r"(1)\.(0|[1-9]\d?)(?:\.(0|[1-9]\d*)(?:-gke\.([1-9]\d*))?)?")
 _GKE_MINORS = range(24, 46)
 
 
@@ -190,6 +192,28 @@ def gke_version_key(version: str) -> tuple[int, ...]:
     if not m or int(m.group(2)) not in _GKE_MINORS:
         raise ValueError(f"{_show(str(version))} is not a GKE version like 1.31.2-gke.1115000 (or 1.31, 1.31.2)")
     return tuple(int(x or 0) for x in m.groups())
+
+
+_NEWEST = 10**18
+"""Stands for "the newest" in a version alias's missing parts (above any patch or gke.N GKE has published)."""
+
+
+def gke_version_meets(version: str, floor: str) -> bool:
+    """A cluster given ``version`` (``minMasterVersion``: a full version or an alias) runs at least ``floor``.
+
+    GKE resolves an alias to the newest version it names: "1.X" picks the highest valid patch+gke.N patch in the 1.X
+    version, "1.X.Y" the highest valid gke.N patch in 1.X.Y (the ``initialClusterVersion``/``desiredNodeVersion``
+    fields of the GKE API, https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters,
+    and https://cloud.google.com/kubernetes-engine/versioning). So "1.33" meets a floor of 1.33.0-gke.1712000: a
+    floor is a version GKE has published, and the newest 1.33 patch GKE offers is that one or a later one. The one
+    case this cannot see is a floor that is still Rapid-only while the stack's channel offers an older 1.33 patch;
+    `tpuray doctor` compares the floor with the version the control plane really runs.
+    """
+    m = _GKE_VERSION.fullmatch(version)
+    if m is None:
+        raise ValueError(f"{_show(version)} is not a GKE version")
+    have = tuple(_NEWEST if part is None else int(part) for part in m.groups())
+    return have >= gke_version_key(floor)
 
 
 def _gke_version(value: str) -> str | None:
@@ -238,12 +262,22 @@ BUCKET_MULTI_REGIONS = ("ASIA", "EU", "US")
 BUCKET_DUAL_REGIONS = ("ASIA1", "EUR4", "EUR5", "EUR7", "EUR8", "NAM4")
 
 
+# A region must be a real one, and one that holds TPUs: the checkpoint bucket belongs with the slices that write
+# it (a bucket in another region pays inter-region transfer on every checkpoint and restore), so the regions are
+# the TPU catalog's (tpu_locations, from the Cloud TPU regions-and-zones page), not every region GCS offers.
+BUCKET_LOCATIONS_SOURCE = "https://cloud.google.com/storage/docs/locations"
+
+
 def _bucket_location(value: str) -> str | None:
-    if REGION.fullmatch(value.lower()) or value.upper() in (*BUCKET_MULTI_REGIONS, *BUCKET_DUAL_REGIONS):
+    from tpuray.components.tpu_locations import tpu_regions  # the catalog, read each time as tpu_locations does
+
+    regions = tpu_regions()
+    if value.lower() in regions or value.upper() in (*BUCKET_MULTI_REGIONS, *BUCKET_DUAL_REGIONS):
         return None
     return (
-        f"{_show(value)} is not a bucket location: a region (e.g. us-east5), a multi-region "
-        f"({', '.join(BUCKET_MULTI_REGIONS)}) or a dual-region ({', '.join(BUCKET_DUAL_REGIONS)})"
+        f"{_show(value)} is not a checkpoint bucket location: a region with Cloud TPUs "
+        f"({', '.join(sorted(regions))}), a multi-region ({', '.join(BUCKET_MULTI_REGIONS)}) or a predefined "
+        f"dual-region ({', '.join(BUCKET_DUAL_REGIONS)}) ({BUCKET_LOCATIONS_SOURCE})"
     )
 
 
@@ -490,10 +524,34 @@ UtcTime = Annotated[
         pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$", description="RFC 3339 UTC time, e.g. 2026-01-03T02:00:00Z"
     ),
 ]
-ExclusionName = Annotated[str, Field(min_length=1, max_length=63)]
-"""A maintenance exclusion's name."""
-NetworkDisplayName = Annotated[str, Field(max_length=100)]
-"""An authorized network's display name."""
+# Display names reach the PR comment (plan.md, the diff) and the dashboard as text: plain words only. Besides the
+# control characters every value type refuses (a newline ends a table row), Markdown and HTML markup characters are
+# refused, so a name can neither forge a heading, a link or a table cell nor hide text in a tag.
+_DISPLAY_NAME = re.compile(r"[\w .,:/()@+-]*")
+_DISPLAY_NAME_FORM = (
+    "letters, digits, spaces and - _ . , : / ( ) @ + (no Markdown or HTML characters such as # * ` [ ] < > |)"
+)
+
+
+def _display_name(limit: int, allow_empty: bool) -> Callable[[str], str | None]:
+    def rule(value: str) -> str | None:
+        if not value and allow_empty:
+            return None
+        if not value or len(value) > limit or value.strip() != value or not _DISPLAY_NAME.fullmatch(value):
+            return (
+                f"{_show(value)} is not a display name: {0 if allow_empty else 1}-{limit} characters, "
+                f"{_DISPLAY_NAME_FORM}, without a "
+                "leading or trailing space"
+            )
+        return None
+
+    return rule
+
+
+ExclusionName = Annotated[str, AfterValidator(_checked(_display_name(63, allow_empty=False)))]
+"""A maintenance exclusion's name (GKE's map key for it, also shown in the plan)."""
+NetworkDisplayName = Annotated[str, AfterValidator(_checked(_display_name(100, allow_empty=True)))]
+"""An authorized network's display name ("" for none; GKE's ``displayName``, at most 100 characters here)."""
 
 
 # https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions : "the maintenance

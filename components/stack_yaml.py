@@ -9,6 +9,7 @@ every shared node again and again. :func:`load_yaml` refuses all of these with o
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,12 @@ def safe_load(text: str) -> Any:
     """``yaml.safe_load`` of ``text`` through :data:`SafeLoader` (libyaml's parser when PyYAML has it): for YAML
     already checked, or read as Pulumi's CLI reads it; :func:`load_yaml` for a file to check."""
     return yaml.load(text, Loader=SafeLoader)
+
+
+# Go's yaml.v3 (resolve.go, yamlStyleFloat) reads a plain scalar like 1e3, 1E+3 or 2.5e3 as a float; PyYAML follows
+# YAML 1.1, which wants a dot and a signed exponent, and leaves those strings: a stack that Pulumi reads as a number
+# would fail here. The strict loader resolves them as yaml.v3 does (quoted, they stay strings in both).
+_YAML_V3_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 
 
 class _StrictLoader(SafeLoader):
@@ -89,6 +96,9 @@ class _StrictLoader(SafeLoader):
                     )
                 seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML_V3_FLOAT, list("-+.0123456789"))
 
 
 def load_yaml(text: str) -> Any:

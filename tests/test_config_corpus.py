@@ -367,7 +367,7 @@ def test_gke_version_strings(stack: str, version: str) -> None:
 
 
 @CORPUS
-@given(stacks, st.sampled_from(["1.30.0-gke.1747000", "1.32.9", "1.33"]))
+@given(stacks, st.sampled_from(["1.30.0-gke.1747000", "1.32.9", "1.32"]))
 def test_gke_versions_that_cannot_serve_the_pools(stack: str, version: str) -> None:
     if stack == "dev":
         version = "1.29.9"  # dev's v5e needs only tpuray's floor, 1.30.0-gke.1747000 (topology.MIN_GKE_VERSION)
@@ -724,3 +724,109 @@ def test_flex_start_does_not_serve_tpu7x(capacity: dict[str, Any]) -> None:
         pool["autoscaling"] = {"enabled": True, "minSlices": 0}
 
     check("dev", ("slicePools[0].capacity.type", edit), "tpu7x")
+
+
+# ---- issue 30: what the cloud or Kueue refuses later, and what Pulumi and GKE take ---------------------------------
+def dev_pools(n: int) -> Callable[[dict[str, Any]], None]:
+    """``n`` copies of dev's single-host pool (one v5e node each), the workload on the first."""
+
+    def edit(values: dict[str, Any]) -> None:
+        pool = values["slicePools"][0]
+        values["slicePools"] = [{**pool, "name": f"v5e-{i}"} for i in range(n)]
+        values["workload"]["slicePool"] = "v5e-0"
+        values["kueue"] = {"enabled": True}
+
+    return edit
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(64, 80))
+def test_more_kueue_flavors_than_a_resource_group_holds(n: int) -> None:
+    check("dev", ("slicePools", dev_pools(n)), "spec.resourceGroups[].flavors maxItems")
+
+
+@CORPUS
+@given(stacks, st.integers(15, 64))
+def test_stacks_larger_than_a_gke_cluster(stack: str, slices: int) -> None:
+    """v5p 16x16x16 slices (1,024 hosts each): 15 of them are past GKE's 15,000 nodes per cluster."""
+
+    def edit(values: dict[str, Any]) -> None:
+        values["region"], values["zone"] = "us-east5", "us-east5-a"
+        pool = {"name": "big", "generation": "v5p", "topology": "16x16x16", "slices": slices}
+        values["slicePools"] = [pool]
+        values["workload"]["slicePool"] = "big"
+
+    check(stack, ("slicePools", edit), "15,000")
+
+
+@CORPUS
+@given(stacks, st.integers(20, 1000), st.sampled_from([8192, 16384, 65_536]))
+def test_models_whose_training_state_cannot_fit_a_chip(stack: str, layers: int, d_model: int) -> None:
+    model = {"layers": layers, "dModel": d_model, "heads": 16}
+    check(stack, ("workload.model", setter("workload", "model", value=model)), "does not fit: needs")
+
+
+markup = st.sampled_from(["\n# Budget: pass", "[x](https://e.example)", "|", "<b>", "`", "*", "#", "\\", "!["])
+
+
+@CORPUS
+@given(stacks, st.text("abc -", min_size=1, max_size=8).map(str.strip).filter(bool), markup, st.booleans())
+def test_display_names_that_would_forge_the_pr_comment(stack: str, word: str, mark: str, network: bool) -> None:
+    name = f"{word}{mark}"
+    if network:
+        net = {"cidr": "203.0.113.0/24", "name": name}
+        check(
+            stack,
+            ("cluster.masterAuthorizedNetworks[0].name", setter("cluster", "masterAuthorizedNetworks", value=[net])),
+        )
+    else:
+        exclusion = {"name": name, "start": "2026-12-20T00:00:00Z", "end": "2026-12-27T00:00:00Z"}
+        check(stack, ("maintenance.exclusions[0].name", setter("maintenance", "exclusions", value=[exclusion])))
+
+
+@CORPUS
+@given(stacks, st.from_regex(r"(mars|venus|us|europe|asia)-[a-z]{4,9}[1-9]{1,2}", fullmatch=True))
+def test_bucket_locations_that_are_no_real_place_for_checkpoints(stack: str, location: str) -> None:
+    if location in TPU_REGIONS:
+        return
+    check(stack, ("checkpoints.location", setter("checkpoints", "location", value=location)), "storage/docs/locations")
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["cert-manager", "gmp-system", "gmp-public", "gke-gmp-system", "kuberay-system"]))
+def test_namespaces_the_stack_installs_into_are_not_rays(stack: str, ns: str) -> None:
+    check(stack, ("ray.namespace", setter("ray", "namespace", value=ns)), "system namespace")
+
+
+def assert_accepted(text: str) -> None:
+    code, output = run_check(text)
+    FIGURES["accepted"] += code == 0
+    assert code == 0, output[-2000:]
+
+
+@CORPUS
+@given(
+    stacks,
+    st.integers(1, 9),
+    st.integers(0, 3),
+    st.sampled_from(["e", "E", "e+", "E+"]),
+)
+def test_numbers_in_exponent_form_are_numbers(stack: str, mantissa: int, exponent: int, e: str) -> None:
+    """yaml.v3, which Pulumi reads stack files with, takes 4e2 and 4E+2 as numbers (PyYAML alone would not)."""
+    text = stack_text(stack, setter("workload", "steps", value=123456789))
+    assert_accepted(text.replace("steps: 123456789", f"steps: {mantissa}{e}{exponent}"))
+
+
+@CORPUS
+@given(stacks, st.integers(1, 10**18), st.integers(0, 10**12))
+def test_notification_channels_named_by_project_number(stack: str, number: int, channel: int) -> None:
+    name = f"projects/{number}/notificationChannels/{channel}"
+    assert_accepted(stack_text(stack, setter("monitoring", "idleAlert", "notificationChannels", value=[name])))
+
+
+@CORPUS
+@given(stacks, st.integers(33, 45), st.booleans())
+def test_minor_and_patch_aliases_at_or_above_the_floor(stack: str, minor: int, patch: bool) -> None:
+    """GKE resolves 1.X and 1.X.Y to their newest patch: prod's floor is 1.33.0-gke.1712000 (flex-start)."""
+    version = f"1.{minor}.0" if patch else f"1.{minor}"
+    assert_accepted(stack_text(stack, setter("cluster", "minMasterVersion", value=version)))

@@ -42,6 +42,24 @@ def parse_stack_config(values: Mapping[str, Any], source: str | None = None, sta
         raise ConfigError(found, source) from None
 
 
+_GO_JSON_PLAIN_BELOW = 1e21
+"""Go's encoding/json writes a float64 of magnitude below 1e21 without an exponent (encode.go, floatEncoder), so
+an integral one reaches the program as a JSON integer."""
+
+
+def as_pulumi_passes(value: Any) -> Any:
+    """A value from the stack file as the Pulumi program receives it: Pulumi decodes the file with yaml.v3 and hands
+    objects to the program as JSON (``pulumi_values``), so a float that is a whole number (``1e3``, ``60.0``)
+    arrives as the integer ``1000``/``60``; everything else is unchanged."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < _GO_JSON_PLAIN_BELOW:
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: as_pulumi_passes(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_pulumi_passes(v) for v in value]
+    return value
+
+
 def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> dict[str, Any]:
     """The ``tpuray:`` keys of a stack file's ``config:`` map, namespace stripped.
 
@@ -56,7 +74,7 @@ def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> di
             if name in given_as:  # `cluster` and `tpuray:cluster` are one Pulumi key
                 raise ConfigError([(name, f"given twice, as {given_as[name]!r} and {str(key)!r}")], source)
             given_as[name] = str(key)
-            values[name] = value
+            values[name] = as_pulumi_passes(value)
     return values
 
 

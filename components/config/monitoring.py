@@ -18,8 +18,10 @@ from tpuray.components.config.base import (
 IdleMetric = Literal["dutyCycle", "tensorcoreUtilization"]
 """The per-chip TPU figures the idle-slice alert may watch (each is a dashboard panel)."""
 IDLE_ALERT_METRICS: tuple[str, ...] = typing.get_args(IdleMetric)
-# https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.notificationChannels : the resource name form.
-_NOTIFICATION_CHANNEL = r"^projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/notificationChannels/[0-9]+$"
+# https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.notificationChannels : the resource name form,
+# projects/[PROJECT_ID_OR_NUMBER]/notificationChannels/[CHANNEL_ID]: a project id, or a project number (a positive
+# integer, https://cloud.google.com/resource-manager/docs/creating-managing-projects#identifying_projects).
+_NOTIFICATION_CHANNEL = r"^projects/(?:[a-z][-a-z0-9]{4,28}[a-z0-9]|[1-9][0-9]{0,18})/notificationChannels/[0-9]+$"
 
 
 class IdleAlert(ConfigModel):
@@ -35,7 +37,8 @@ class IdleAlert(ConfigModel):
     notification_channels: Annotated[
         list[Annotated[str, Field(pattern=_NOTIFICATION_CHANNEL)]], Field(max_length=16)
     ] = []
-    """``projects/<project>/notificationChannels/<id>``; none: the incident shows in Cloud Monitoring only."""
+    """``projects/<project id or number>/notificationChannels/<id>``; none: the incident shows in Cloud Monitoring
+    only."""
 
     _parse = field_validator("window", mode="before")(lambda v: duration_seconds(v))
 

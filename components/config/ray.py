@@ -36,15 +36,28 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
-SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", KUBERAY_NAMESPACE)
+CERT_MANAGER_NAMESPACE = "cert-manager"
+"""Where cert-manager installs itself (https://cert-manager.io/docs/installation/helm/), the issuer Kueue's and
+KubeRay's charts can take their webhook certificates from: its CA keys live there."""
+SYSTEM_NAMESPACES = (
+    "default",
+    "kube-system",
+    "kube-public",
+    "kube-node-lease",
+    KUBERAY_NAMESPACE,
+    CERT_MANAGER_NAMESPACE,
+)
 SYSTEM_NAMESPACE_PREFIXES = ("kube-", "gke-", "gmp-")
-"""Namespaces Kubernetes, GKE and the KubeRay operator own; Ray pods run code on request, so never there."""
+"""Namespaces Kubernetes, GKE (gke-managed-*, gke-gmp-system), Google Cloud Managed Service for Prometheus
+(gmp-system, gmp-public), the KubeRay operator and cert-manager own; Ray pods run code on request, so never there.
+Kueue's namespace is the stack's own choice: the cross-section rules keep Ray out of it."""
 
 
 def _own_namespace(value: str) -> str:
     if value in SYSTEM_NAMESPACES or value.startswith(SYSTEM_NAMESPACE_PREFIXES):
         raise ValueError(
-            f"{value!r} is a system namespace (Kubernetes, GKE or the KubeRay operator own it); give Ray a "
+            f"{value!r} is a system namespace (Kubernetes, GKE, GMP, the KubeRay operator or cert-manager own it); "
+            "give Ray a "
             "namespace of its own, e.g. 'ray'"
         )
     return value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,7 @@ from pydantic import (
     ValidationError,
 )
 
-from tpuray.components.cloud_limits import exclusion_span_problem
+from tpuray.components.cloud_limits import cluster_size_problem, exclusion_span_problem, kueue_flavors_problem
 from tpuray.components.config.base import (
     FIELD_SEP,
     ConfigModel,
@@ -36,14 +36,14 @@ from tpuray.components.config.ray import (
     RayConfig,
 )
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version, slice_shape
-from tpuray.components.config.workload import CheckpointConfig, WorkloadConfig
+from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER, CheckpointConfig, WorkloadConfig
 from tpuray.components.config_types import (
     REGION,
     ProjectId,
     Zone,
     bucket_name_problem,
     derived_bucket_name,
-    gke_version_key,
+    gke_version_meets,
 )
 from tpuray.components.images import BACKEND_TAG_SUFFIXES, image_backend
 from tpuray.components.names import SYSTEM_POOL
@@ -173,6 +173,8 @@ def capacity_rules(view: StackView) -> list[str]:
                 )
             )
     if kueue is not None and kueue.enabled:
+        if problem := kueue_flavors_problem(len(view.pool_names)):  # the CRD's list bound (cloud_limits)
+            found.append(field_msg("slicePools", problem))
         for i, p in pools:
             if p.name == KUEUE_RESERVED_GROUP:
                 found.append(field_msg(f"slicePools[{i}].name", "'head' is Kueue's name for the Ray head's pod set"))
@@ -199,6 +201,14 @@ def capacity_rules(view: StackView) -> list[str]:
                     )
                 )
     return found
+
+
+def max_nodes(cluster: ClusterConfig, pools: Iterable[SlicePoolConfig]) -> int:
+    """The most nodes the cluster can grow to: the system pool, and every slice pool at its maximum size.
+
+    A regional cluster's system pool has systemNodes per zone (three zones in most regions).
+    """
+    return cluster.system_nodes * (3 if cluster.regional else 1) + sum(p.slices * p.tpu_slice.hosts for p in pools)
 
 
 def pool_rules(view: StackView) -> list[str]:
@@ -260,20 +270,19 @@ def pool_rules(view: StackView) -> list[str]:
             )
     if pools and cluster is not None and cluster.min_master_version is not None:
         need = required_gke_version(p for _, p in pools)
-        if gke_version_key(cluster.min_master_version) < gke_version_key(need):
+        if not gke_version_meets(cluster.min_master_version, need):  # an alias (1.33) counts as its newest patch
             found.append(
                 field_msg(
                     "cluster.minMasterVersion",
                     f"{cluster.min_master_version} is older than {need}, which the TPU generations of this stack need",
                 )
             )
-    if network is not None and network.create and cluster is not None:
+    nodes = max_nodes(cluster, [p for _, p in pools]) if cluster is not None else None
+    if nodes is not None and (problem := cluster_size_problem(nodes)):  # cloud_limits cites GKE's limit
+        found.append(field_msg("slicePools", problem))
+    if network is not None and network.create and cluster is not None and nodes is not None:
         # Each node takes a /24 of the Pod range at GKE's default of 110 Pods per node
         # (https://cloud.google.com/kubernetes-engine/docs/how-to/flexible-pod-cidr).
-        # A regional cluster's system pool has systemNodes per zone (three zones in most regions).
-        nodes = cluster.system_nodes * (3 if cluster.regional else 1) + sum(
-            p.slices * p.tpu_slice.hosts for _, p in pools
-        )
         room = ipaddress.ip_network(network.pods_cidr).num_addresses // 256
         if nodes > room:
             found.append(
@@ -329,6 +338,34 @@ def backend_rules(view: StackView) -> list[str]:
     return found
 
 
+def model_fit_rules(view: StackView) -> list[str]:
+    """The model's replicated training state fits one chip of the pool the job runs on (data parallel: every chip
+    holds all of it). The bound is the chip's HBM; on tpu7x, whose chips are two PJRT devices each, a replica per
+    device would have half of it, which this lenient bound does not assume."""
+    workload, pools = view.workload, view.pools
+    if workload is None or not pools:
+        return []
+    target = workload.slice_pool
+    if target is None:  # the first pool; when it is not valid on its own, its own error says why
+        pool = pools[0][1] if pools[0][0] == 0 else None
+    else:
+        pool = next((p for _, p in pools if p.name == target), None)
+    if pool is None:
+        return []
+    need, chip = workload.training_state_bytes, pool.tpu_slice.hbm_bytes_per_chip
+    if need <= chip:
+        return []
+    return [
+        field_msg(
+            "workload.model",
+            f"does not fit: needs {need / 2**30:,.1f} GiB, a {pool.tpu_slice.generation} chip has "
+            f"{chip / 2**30:g} GiB ({workload.model_parameters:,} parameters x {TRAIN_BYTES_PER_PARAMETER} bytes: "
+            f"fp32 weights, gradients and AdamW's two moments, replicated on every chip of pool {pool.name!r}, before "
+            "activations): make the model smaller (layers, dModel, vocabSize) or pick a generation with more HBM",
+        )
+    ]
+
+
 def namespace_rules(view: StackView) -> list[str]:
     """Kueue and Ray each run in a namespace of their own."""
     if view.kueue is None or view.ray is None or view.kueue.namespace != view.ray.namespace:
@@ -347,6 +384,7 @@ RULES: tuple[Callable[[StackView], list[str]], ...] = (
     control_plane_rules,
     capacity_rules,
     monitoring_rules,
+    model_fit_rules,
     namespace_rules,
     backend_rules,
 )
