@@ -19,11 +19,12 @@ file                              command
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from tpuray.components.data_file import MAX_DEPTH, DataFileError, loads_json, read_json_file
 
 __all__ = [
     "LIST_FILES",
@@ -49,7 +50,10 @@ LIST_FILES: Mapping[str, str] = {
 VERSION_FILE = "version.json"
 SNAPSHOT_FILES = (*LIST_FILES.values(), VERSION_FILE)
 
-_MAX_FILE_BYTES = 256 * 1024 * 1024
+MAX_OBJECT_DEPTH = 2 * MAX_DEPTH
+"""Nesting the doctor accepts in a list of API objects: a cluster's CRDs are not tpuray's, and their schemas (and the
+``managedFields`` that mirror them) nest deeper than tpuray's own files; still bounded, so no walk recurses past
+Python's limit."""
 
 
 class ReadError(Exception):
@@ -107,18 +111,12 @@ class SnapshotReader:
 
     def _load(self, name: str) -> Any:
         path = self.directory / name
+        if not path.exists() and not path.is_symlink():
+            raise ReadError(f"{path}: missing; a snapshot holds {', '.join(SNAPSHOT_FILES)}")
         try:
-            if path.stat().st_size > _MAX_FILE_BYTES:
-                raise ReadError(f"{path}: larger than {_MAX_FILE_BYTES // 2**20} MiB")
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ReadError(f"{path}: missing; a snapshot holds {', '.join(SNAPSHOT_FILES)}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ReadError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ReadError(f"{path}: not JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+            return read_json_file(path, what="snapshot file", max_depth=MAX_OBJECT_DEPTH)
+        except DataFileError as e:
+            raise ReadError(str(e)) from None
 
     def read(self) -> ClusterObjects:
         if not self.directory.is_dir():
@@ -182,11 +180,11 @@ class LiveReader:
 
         try:
             response = call(_preload_content=False, _request_timeout=self.timeout)
-            return json.loads(response.data)
+            return loads_json(response.data, what=f"{where}: {call.__name__}", max_depth=MAX_OBJECT_DEPTH)
         except ApiException as e:
             raise ReadError(f"{where}: {call.__name__}: the API server answered {e.status} {e.reason}") from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
             reason = getattr(e, "reason", None) or e
             raise ReadError(f"{where}: cannot reach the API server ({' '.join(str(reason).split())[:200]})") from None
-        except ValueError as e:
-            raise ReadError(f"{where}: {call.__name__}: the API server's answer is not JSON ({e})") from None
+        except DataFileError as e:
+            raise ReadError(f"{e} (the API server's answer)") from None
