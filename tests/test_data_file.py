@@ -107,7 +107,8 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 @pytest.mark.parametrize("content", ["[" * 3000 + "]" * 3000, '{"resources": [], "resources": []}', "LINK"])
 def test_diff_of_a_hostile_plan_json_names_it(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str) -> None:
     good, bad = tmp_path / "good", tmp_path / "bad"
-    good.mkdir(), bad.mkdir()
+    good.mkdir()
+    bad.mkdir()
     (good / "plan.json").write_text(json.dumps({"stack": "dev", "resources": []}))
     if content == "LINK":
         (bad / "plan.json").symlink_to("/dev/zero")
