@@ -28,6 +28,7 @@ from tpuray.components.data_file import MAX_DEPTH, DataFileError, loads_json, re
 
 __all__ = [
     "LIST_FILES",
+    "LIST_KINDS",
     "SNAPSHOT_FILES",
     "VERSION_FILE",
     "ClusterObjects",
@@ -47,6 +48,14 @@ LIST_FILES: Mapping[str, str] = {
     "crds": "customresourcedefinitions.json",
 }
 """Field of :class:`ClusterObjects` -> its file in a snapshot directory."""
+LIST_KINDS: Mapping[str, str] = {
+    "nodes": "Node",
+    "pods": "Pod",
+    "deployments": "Deployment",
+    "webhooks": "MutatingWebhookConfiguration",
+    "crds": "CustomResourceDefinition",
+}
+"""Field of :class:`ClusterObjects` -> the kind of its items (a pod list saved as nodes.json is refused)."""
 VERSION_FILE = "version.json"
 SNAPSHOT_FILES = (*LIST_FILES.values(), VERSION_FILE)
 
@@ -80,18 +89,49 @@ class ClusterReader(Protocol):
     def read(self) -> ClusterObjects: ...
 
 
-def parse_list(doc: Any, where: str) -> tuple[dict[str, Any], ...]:
+def parse_list(doc: Any, where: str, kind: str | None = None) -> tuple[dict[str, Any], ...]:
     """The ``items`` of a ``kubectl get -o json`` list (``kind: List`` or ``<Kind>List``), each an object with
-    ``metadata``."""
+    ``metadata`` whose name is a string and whose labels and annotations map strings to strings, as the API server
+    keeps them (ObjectMeta); with ``kind``, each item is one of that kind (the API server's own lists leave out the
+    items' ``kind``; kubectl writes it)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
         raise ReadError(
             f"{where}: expected a Kubernetes list (an object with an 'items' array), as kubectl get -o json"
         )
+    list_kind = doc.get("kind")
+    if kind is not None and list_kind is not None and list_kind not in ("List", f"{kind}List"):
+        raise ReadError(f"{where}: a {list_kind}; expected a list of {kind} objects (a {kind}List or List)")
     items = doc["items"]
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict):
             raise ReadError(f"{where}: items[{i}] is not a Kubernetes object (an object with 'metadata')")
+        if kind is not None and item.get("kind", kind) != kind:
+            raise ReadError(f"{where}: items[{i}] is a {str(item.get('kind'))[:60]}; expected {kind} objects")
+        problem = _metadata_problem(item["metadata"])
+        if problem:
+            raise ReadError(f"{where}: items[{i}].metadata.{problem}")
     return tuple(items)
+
+
+_JSON_TYPES = {dict: "object", list: "array", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+def _metadata_problem(meta: Mapping[str, Any]) -> str | None:
+    """What in an item's metadata the API server would never return (ObjectMeta's types), or None."""
+    for key in ("name", "namespace"):
+        if key in meta and not isinstance(meta[key], str):
+            return f"{key} is not a string"
+    for key in ("labels", "annotations"):
+        value = meta.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            return f"{key} is not an object of strings"
+        bad = next((k for k, v in value.items() if not isinstance(v, str)), None)
+        if bad is not None:
+            kind = _JSON_TYPES.get(type(value[bad]), "value")
+            return f"{key}[{bad[:60]!r}] is a JSON {kind}, not a string ({key} map strings to strings)"
+    return None
 
 
 def parse_version(doc: Any, where: str) -> str:
@@ -121,7 +161,10 @@ class SnapshotReader:
     def read(self) -> ClusterObjects:
         if not self.directory.is_dir():
             raise ReadError(f"{self.directory}: not a directory (a snapshot holds {', '.join(SNAPSHOT_FILES)})")
-        lists = {field: parse_list(self._load(name), str(self.directory / name)) for field, name in LIST_FILES.items()}
+        lists = {
+            field: parse_list(self._load(name), str(self.directory / name), LIST_KINDS[field])
+            for field, name in LIST_FILES.items()
+        }
         version = parse_version(self._load(VERSION_FILE), str(self.directory / VERSION_FILE))
         return ClusterObjects(**lists, server_version=version, source=str(self.directory))
 
@@ -167,7 +210,10 @@ class LiveReader:
             "crds": ext.list_custom_resource_definition,
         }
         try:
-            lists = {field: parse_list(self._get(call, where), f"{where}: {field}") for field, call in calls.items()}
+            lists = {
+                field: parse_list(self._get(call, where), f"{where}: {field}", LIST_KINDS[field])
+                for field, call in calls.items()
+            }
             version = parse_version(self._get(client.VersionApi(api).get_code, where), f"{where}: /version")
         finally:
             api.close()  # type: ignore[no-untyped-call]
