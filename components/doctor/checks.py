@@ -434,6 +434,8 @@ def check_pool_nodes(pool: SlicePoolConfig, objs: ClusterObjects) -> list[CheckR
         + (f"; not counted: {_short(f'{n} ({why})' for n, why in unusable.items())}" if unusable else "")
     )
     fix = f"see the node pools' events (gcloud container node-pools describe {pools}); quota, capacity or repair"
+    if unusable:
+        fix += "; kubectl uncordon a cordoned node, kubectl describe node a NotReady one"
     status: Status = "fail" if problems else "pass"
     results.append(
         CheckResult(f"tpu-node-count.{pool.name}", status, f"{fact}; {'; '.join(problems) or 'ok'}", _SRC_GKE_TPU, fix)
