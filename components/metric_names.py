@@ -114,9 +114,13 @@ TPU_DEVICE_PLUGIN_METRICS_PATH: Final = "/metrics"
 TPU_DEVICE_PLUGIN_ADDR_ENV: Final = "TPU_DEVICE_PLUGIN_ADDR"
 """Env var Ray's reporter agent reads the plugin's ``host:port`` from (the GKE TPU webhook injects it)."""
 
-# What the plugin serves, as captured from tpu-device-plugin v1.35.7-gke.0 (facebookincubator/dynolog
-# ``dynolog/src/tpumon`` tests) and as Ray parses it (ray ``dashboard/modules/reporter/tests/test_reporter.py``
-# ``test_get_tpu_usage``). Per chip bound to a container (namespace/pod/container labels):
+# What the plugin serves: its source, ai-on-gke/tpu-device-plugin ``pkg/metrics/prom_metrics.go`` (the gauges and
+# ``UpdateRuntimeMetrics`` / ``UpdateHostMetrics``, which set them), as captured from tpu-device-plugin
+# v1.35.7-gke.0 (facebookincubator/dynolog ``dynolog/src/tpumon`` tests) and as Ray parses it (ray
+# ``dashboard/modules/reporter/tests/test_reporter.py`` ``test_get_tpu_usage``). Two sources feed it: the runtime
+# metrics of each container's libtpu (duty cycle, HBM; chips indexed across the slice) and the host's own
+# (TensorCore and HBM bandwidth utilisation; chips indexed 0..N-1 on the node). Per chip bound to a container
+# (namespace/pod/container labels):
 DP_DUTY_CYCLE: Final = "duty_cycle"
 """Percent of time the chip was actively processing (0-100)."""
 DP_MEMORY_USED: Final = "memory_used"
@@ -127,8 +131,12 @@ DP_TENSORCORE_UTILIZATION: Final = "tensorcore_utilization"
 """Percent TensorCore utilisation (0-100): a host metric indexed 0..N-1 on the node (Ray re-indexes the others)."""
 DP_MEMORY_BANDWIDTH_UTILIZATION: Final = "memory_bandwidth_utilization"
 """Percent HBM bandwidth utilisation (0-100), a host metric like :data:`DP_TENSORCORE_UTILIZATION`."""
-# Per chip of the node, bound or not (no pod labels):
+# The same per chip without the pod labels. The runtime ones come from a container's libtpu, so like the series
+# above they exist only for chips bound to a container (``UpdateRuntimeMetrics`` returns early without one):
 DP_DUTY_CYCLE_NODE: Final = "duty_cycle_node"
+DP_MEMORY_USED_NODE: Final = "memory_used_node"
+DP_MEMORY_TOTAL_NODE: Final = "memory_total_node"
+# The host ones are set for every chip of the node, bound or not (``UpdateHostMetrics``):
 DP_TENSORCORE_UTILIZATION_NODE: Final = "tensorcore_utilization_node"
 DP_MEMORY_BANDWIDTH_UTILIZATION_NODE: Final = "memory_bandwidth_utilization_node"
 DP_CHIP_METRICS: Final = (
@@ -138,7 +146,11 @@ DP_CHIP_METRICS: Final = (
     DP_TENSORCORE_UTILIZATION,
     DP_MEMORY_BANDWIDTH_UTILIZATION,
 )
-DP_NODE_METRICS: Final = (DP_DUTY_CYCLE_NODE, DP_TENSORCORE_UTILIZATION_NODE, DP_MEMORY_BANDWIDTH_UTILIZATION_NODE)
+DP_RUNTIME_NODE_METRICS: Final = (DP_DUTY_CYCLE_NODE, DP_MEMORY_USED_NODE, DP_MEMORY_TOTAL_NODE)
+"""Node series of bound chips only."""
+DP_HOST_NODE_METRICS: Final = (DP_TENSORCORE_UTILIZATION_NODE, DP_MEMORY_BANDWIDTH_UTILIZATION_NODE)
+"""Node series of every chip of the node."""
+DP_NODE_METRICS: Final = (*DP_RUNTIME_NODE_METRICS, *DP_HOST_NODE_METRICS)
 
 DP_ACCELERATOR_ID_LABEL: Final = "accelerator_id"
 """``<TPU VM instance id>-<chip index>``; Ray parses the index after the ``-``."""

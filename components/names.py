@@ -44,8 +44,9 @@ WEBHOOK_POD_LABEL = {"app.kubernetes.io/name": "kuberay"}
 TPU_WEBHOOK = "kuberay-tpu-webhook"
 """The Helm chart that sets TPU_WORKER_ID and TPU_WORKER_HOSTNAMES on multi-host Ray TPU pods, which the KubeRay
 chart does not install."""
-TPU_WEBHOOK_SOURCE = "https://github.com/GoogleCloudPlatform/ai-on-gke/tree/main/ray-on-gke/tpu/kuberay-tpu-webhook"
-"""Where its chart and install steps are."""
+TPU_WEBHOOK_SOURCE = "https://github.com/ai-on-gke/kuberay-tpu-webhook"
+"""Where its chart (``helm-chart/``) and install steps are: the webhook is developed in a repository of its own
+(it left GoogleCloudPlatform/ai-on-gke ``ray-on-gke/tpu/kuberay-tpu-webhook``)."""
 KUBERAY_NAMESPACE = "kuberay-system"
 """Namespace of the KubeRay operator tpuray installs from the Helm chart (``ray.operator: helm``)."""
 SYSTEM_POOL = "system"

@@ -8,14 +8,14 @@ every shared node again and again. :func:`load_yaml` refuses all of these with o
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from tpuray.components.data_file import DataFileError, read_text
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "SafeLoader", "YamlError", "load_yaml", "read_yaml_file", "safe_load"]
 
@@ -27,8 +27,9 @@ MAX_NODES = 100_000
 """Nodes of the document with every alias expanded (yaml.v3 refuses "excessive aliasing" the same way)."""
 
 
-class YamlError(ValueError):
-    """The file is not a YAML document Pulumi would read; the message is one short line."""
+class YamlError(DataFileError):
+    """The file is not a YAML document Pulumi would read; the message is one short line. A
+    :class:`~tpuray.components.data_file.DataFileError`, so one ``except`` catches a bad JSON or YAML file."""
 
 
 def _mark(node: Node) -> str:
@@ -122,31 +123,14 @@ def load_yaml(text: str) -> Any:
         loader.dispose()
 
 
-def read_yaml_file(path: str | Path) -> Any:
-    """Read and parse ``path``; every failure (missing, too big, not UTF-8, not YAML) is a :class:`YamlError`."""
-    p = Path(path)
+def read_yaml_file(path: str | Path, *, what: str = "YAML file") -> Any:
+    """Read and parse ``path``; every failure (missing, not a regular file, too big, not UTF-8, not YAML) is a
+    :class:`YamlError`. The file is opened by :func:`tpuray.components.data_file.read_text`, the one bounded
+    reader of the files tpuray is given (a FIFO or ``/dev/zero`` is refused before it is opened)."""
     try:
-        # stat before open: opening a FIFO blocks until a writer comes, a device may never end
-        mode = os.stat(p).st_mode
-        if stat.S_ISDIR(mode):
-            raise YamlError(f"{p} is a directory, not a YAML file")
-        if not stat.S_ISREG(mode):
-            raise YamlError(f"{p} is not a regular file (a FIFO, socket or device); give a YAML file")
-        # O_NONBLOCK: should the path become a FIFO between the stat and the open, the open does not wait
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise YamlError(f"{p} is not a regular file (a FIFO, socket or device); give a YAML file")
-            data = f.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise YamlError(f"cannot read {p}: {e.strerror or e}") from None
-    if len(data) > MAX_BYTES:
-        raise YamlError(f"{p} is larger than {MAX_BYTES // 1024} KiB; a stack file is a few KB")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise YamlError(f"not valid UTF-8 at byte {e.start} (line {line}); Pulumi reads YAML as UTF-8") from None
+        text = read_text(path, what=what, max_bytes=MAX_BYTES)
+    except DataFileError as e:
+        raise YamlError(str(e)) from None
     return load_yaml(text)
 
 

@@ -9,6 +9,7 @@ the API accepts. ``TPURAY_CORPUS_REPORT=1`` prints the figures (stacks tried, re
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import io
 import os
@@ -473,6 +474,15 @@ def _bomb(levels: int) -> str:
 def test_yaml_pulumi_would_refuse(text: str | bytes) -> None:
     not_a_stack = isinstance(text, str) and text.startswith("- ")
     assert_rejected(text, "config" if not_a_stack else "(file)")
+
+
+@CORPUS
+@given(stacks, st.sampled_from([(codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be")]), junk)
+def test_a_stack_saved_as_utf16_is_named_so(stack: str, encoding: tuple[bytes, str], tail: str) -> None:
+    """PowerShell's ``>`` saves UTF-16 with a byte order mark: the one reader (data_file) names the encoding."""
+    bom, codec = encoding
+    text = STACK_TEXT[stack] + "# " + " ".join(tail.split()) + "\n"
+    assert_rejected(bom + text.encode(codec, errors="surrogatepass"), "(file)", "UTF-16")
 
 
 @CORPUS

@@ -114,10 +114,20 @@ def exposition(
         "Memory bandwidth utilization of the TPU device",
         [({**acc(i, False), **pod}, 0.0) for i, _ in bound],
     )
+    # the runtime node series, like the ones above, only for bound chips (ai-on-gke/tpu-device-plugin
+    # pkg/metrics/prom_metrics.go UpdateRuntimeMetrics); the host ones below for every chip of the node
     lines += series(
         mn.DP_DUTY_CYCLE_NODE,
         "Percent of time when the TPU was actively processing",
-        [(acc(i, True), u.duty_cycle_pct) for i, u in enumerate(usage)],
+        [(acc(i, True), u.duty_cycle_pct) for i, u in bound],
+    )
+    lines += series(
+        mn.DP_MEMORY_USED_NODE, "Allocated TPU memory in bytes", [(acc(i, True), u.memory_used_bytes) for i, u in bound]
+    )
+    lines += series(
+        mn.DP_MEMORY_TOTAL_NODE,
+        "Total memory available on the TPU in bytes",
+        [(acc(i, True), memory_total_bytes) for i, _ in bound],
     )
     lines += series(
         mn.DP_TENSORCORE_UTILIZATION_NODE,

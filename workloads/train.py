@@ -38,6 +38,7 @@ from tpuray.components.config import (
     validated_as,
 )
 from tpuray.components.config_types import RunName
+from tpuray.components.data_file import loads_json
 from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL
 from tpuray.components.pricing.throughput import slice_usd_per_hour, tokens_per_usd
 from tpuray.components.slice_labels import slice_from_labels
@@ -249,7 +250,9 @@ def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Sett
     exclusive_sources({"--workload": args.workload is not None, "--stack/--stack-file": stack is not None})
     if args.workload is not None:
         base = validated_as(
-            WorkloadConfig, args.workload, lambda p, m: ("--workload" + ("" if p == "(root)" else f".{p}"), m)
+            WorkloadConfig,
+            loads_json(args.workload, what="--workload"),
+            lambda p, m: ("--workload" + ("" if p == "(root)" else f".{p}"), m),
         ).model_dump(by_alias=True)
     else:
         base = (stack.workload if stack else WorkloadConfig()).model_dump(by_alias=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -15,6 +14,7 @@ from tpuray.components.config.rules import (
     rules_of_valid_parts,
 )
 from tpuray.components.config.stack import StackConfig
+from tpuray.components.data_file import DataFileError, loads_json
 from tpuray.components.stack_yaml import YamlError, read_yaml_file
 
 NAMESPACE = "tpuray"
@@ -90,9 +90,9 @@ def pulumi_values(raw: Mapping[str, str], string_keys: Collection[str], source: 
             values[key] = text
             continue
         try:
-            values[key] = json.loads(text)
-        except json.JSONDecodeError as e:
-            found.append((key, f"expected a JSON object or array (as the Pulumi CLI passes it): {e.msg}"))
+            values[key] = loads_json(text, what="value")
+        except DataFileError as e:
+            found.append((key, f"expected a JSON object or array (as the Pulumi CLI passes it): {e}"))
     if found:
         raise ConfigError(found, source)
     return values

@@ -22,6 +22,7 @@ from tpuray.components.config import (
     StackConfig,
 )
 from tpuray.components.config_types import gke_version_key
+from tpuray.components.doctor.crd_schema import pruned_paths
 from tpuray.components.doctor.reader import ClusterObjects
 from tpuray.components.names import (
     GKE_ACCELERATOR_LABEL,
@@ -55,6 +56,7 @@ _SRC_CRD_PRUNING = (
 _SRC_DEVICE_PLUGIN = "https://cloud.google.com/kubernetes-engine/docs/how-to/tpus"
 _SRC_KUEUE = "https://kueue.sigs.k8s.io/docs/installation/"
 _SRC_DPV2 = "https://cloud.google.com/kubernetes-engine/docs/concepts/dataplane-v2"
+_SRC_NETWORK_POLICY = "https://kubernetes.io/docs/concepts/services-networking/network-policies/"
 _SRC_TOKEN_AUTH = "https://docs.ray.io/en/latest/ray-security/token-auth.html"
 _SRC_TORCH_XLA = "https://github.com/pytorch/xla#available-docker-images-and-wheels"
 
@@ -250,11 +252,30 @@ def check_kuberay_operator(cfg: StackConfig, objs: ClusterObjects) -> CheckResul
     return CheckResult("kuberay-operator", "pass", fact, src, fix_install)
 
 
+def check_operator_namespace(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
+    """The operator calls the head's job API for RayJob status; the stack's NetworkPolicy admits that port from one
+    namespace (``ray.operatorNamespace``, default the Helm chart's; planning/network_policy.py), so an operator
+    elsewhere is refused and every RayJob stays unknown."""
+    admitted = cfg.ray.job_api_namespace
+    fact = f"the job-API NetworkPolicy of namespace {cfg.ray.namespace} admits the KubeRay operator from {admitted}"
+    fix = f"run the operator in {admitted}, or set ray.operatorNamespace to where it runs and pulumi up"
+    dep = _find_deployment(objs, KUBERAY_OPERATOR_NAME)
+    if dep is None:
+        found = f"{fact}; no kuberay-operator Deployment found"
+        return CheckResult("kuberay-operator-namespace", "fail", found, _SRC_NETWORK_POLICY, fix)
+    where = str(_meta(dep).get("namespace", "?"))
+    if where != admitted:
+        return CheckResult(
+            "kuberay-operator-namespace", "fail", f"{fact}; it runs in {where}: refused", _SRC_NETWORK_POLICY, fix
+        )
+    return CheckResult("kuberay-operator-namespace", "pass", f"{fact}; it runs there", _SRC_NETWORK_POLICY, fix)
+
+
 def _crd_problems(rendered: Sequence[Mapping[str, Any]], crds: Sequence[Mapping[str, Any]]) -> tuple[list[str], str]:
     """Problems of the installed CRDs against the rendered custom resources, and what was found."""
     problems: list[str] = []
     found: list[str] = []
-    for kind, api_version, spec_keys in _rendered_kinds(rendered):
+    for kind, api_version, objects in _rendered_kinds(rendered):
         group, _, version = api_version.rpartition("/")
         crd = next(
             (c for c in crds if _dig(c, "spec", "group") == group and _dig(c, "spec", "names", "kind") == kind), None
@@ -269,25 +290,28 @@ def _crd_problems(rendered: Sequence[Mapping[str, Any]], crds: Sequence[Mapping[
         if entry is None:
             problems.append(f"{_name(crd)} does not serve {version} (serves {', '.join(served) or 'nothing'})")
             continue
-        spec_schema = _dig(entry, "schema", "openAPIV3Schema", "properties", "spec")
-        props = _dig(spec_schema, "properties")
-        if isinstance(props, Mapping) and not _dig(spec_schema, "x-kubernetes-preserve-unknown-fields"):
-            missing = sorted(k for k in spec_keys if k not in props)
-            if missing:
-                problems.append(
-                    f"{_name(crd)} {version} has no spec.{', spec.'.join(missing)}: the API server would drop it"
-                )
+        # every path of every rendered object against the served schema (crd_schema: the API server's pruning)
+        schema = _dig(entry, "schema", "openAPIV3Schema")
+        if not isinstance(schema, Mapping):
+            problems.append(f"{_name(crd)} {version} has no openAPIV3Schema: unknown what it keeps")
+            continue
+        dropped = list(dict.fromkeys(p for obj in objects for p in pruned_paths(obj, schema)))
+        if dropped:
+            problems.append(
+                f"{_name(crd)} {version} has no {_short(dropped, 4)} in its schema: the API server would drop "
+                f"{'it' if len(dropped) == 1 else 'them'}"
+            )
     return problems, "; ".join(dict.fromkeys(found))
 
 
-def _rendered_kinds(rendered: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, set[str]]]:
-    """(kind, apiVersion, top-level spec keys) of the rendered objects, one entry per kind."""
-    kinds: dict[tuple[str, str], set[str]] = {}
+def _rendered_kinds(
+    rendered: Sequence[Mapping[str, Any]],
+) -> list[tuple[str, str, list[Mapping[str, Any]]]]:
+    """(kind, apiVersion, the objects) of the rendered custom resources, one entry per kind."""
+    kinds: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for obj in rendered:
-        key = (str(obj["kind"]), str(obj["apiVersion"]))
-        spec = obj.get("spec")
-        kinds.setdefault(key, set()).update(spec if isinstance(spec, Mapping) else ())
-    return [(k, v, keys) for (k, v), keys in kinds.items()]
+        kinds.setdefault((str(obj["kind"]), str(obj["apiVersion"])), []).append(obj)
+    return [(k, v, objects) for (k, v), objects in kinds.items()]
 
 
 def check_kuberay_crds(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
@@ -351,8 +375,26 @@ def check_tpu_webhook(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
 
 # ---- TPU nodes ----------------------------------------------------------------------------------------------
 def _pool_nodes(pool: SlicePoolConfig, objs: ClusterObjects) -> list[dict[str, Any]]:
+    """The pool's nodes, each once (a snapshot may list a node twice; the API server never does)."""
     names = set(pool.node_pool_names)
-    return [n for n in objs.nodes if _labels(n).get(GKE_NODEPOOL_LABEL) in names]
+    unique = {_name(n): n for n in reversed(objs.nodes) if _labels(n).get(GKE_NODEPOOL_LABEL) in names}
+    return list(reversed(unique.values()))
+
+
+def _listed_twice(pool: SlicePoolConfig, objs: ClusterObjects) -> list[str]:
+    names = set(pool.node_pool_names)
+    counts = Counter(_name(n) for n in objs.nodes if _labels(n).get(GKE_NODEPOOL_LABEL) in names)
+    return sorted(name for name, count in counts.items() if count > 1)
+
+
+def _not_schedulable(node: Mapping[str, Any]) -> str | None:
+    """Why the scheduler would not place a pod on ``node`` (NotReady, cordoned), or None.
+    https://kubernetes.io/docs/concepts/architecture/nodes/#condition, kubectl cordon sets spec.unschedulable."""
+    if _dig(node, "spec", "unschedulable") is True:
+        return "cordoned"
+    if not _pod_ready(node):  # the same Ready condition, on a node
+        return "NotReady"
+    return None
 
 
 def check_pool_nodes(pool: SlicePoolConfig, objs: ClusterObjects) -> list[CheckResult]:
@@ -372,20 +414,28 @@ def check_pool_nodes(pool: SlicePoolConfig, objs: ClusterObjects) -> list[CheckR
     fact = f"pool {pool.name} ({s}) nodes carry {', '.join(f'{k}={v}' for k, v in want.items())}"
     results.append(_nodes_result(f"tpu-node-labels.{pool.name}", nodes, wrong, fact, _SRC_GKE_TPU, fix_pool))
 
+    # capacity is what the scheduler can use: a NotReady or cordoned host leaves its slice short
+    unusable = {_name(n): why for n in nodes if (why := _not_schedulable(n))}
     per_pool = Counter(str(_labels(n).get(GKE_NODEPOOL_LABEL)) for n in nodes)
+    usable = Counter(str(_labels(n).get(GKE_NODEPOOL_LABEL)) for n in nodes if _name(n) not in unusable)
     problems = [
-        f"node pool {name} has {count} of {s.hosts} hosts"
-        for name, count in sorted(per_pool.items())
-        if s.multi_host and count != s.hosts
+        f"node pool {name} has {usable[name]} usable of {s.hosts} hosts"
+        for name in sorted(per_pool)
+        if s.multi_host and usable[name] != s.hosts
     ]
-    slices = sum(1 for c in per_pool.values() if c == s.hosts) if s.multi_host else len(nodes)
+    slices = sum(1 for c in usable.values() if c == s.hosts) if s.multi_host else sum(usable.values())
     if not problems and not pool.min_slices <= slices <= pool.slices:
         problems.append(f"{slices} slice(s) up, the pool keeps {pool.min_slices} to {pool.slices}")
+    twice = _listed_twice(pool, objs)
     fact = (
         f"pool {pool.name}: {pool.min_slices}-{pool.slices} slice(s) of {s.hosts} node(s) each; "
         f"found {len(nodes)} node(s) in {len(per_pool)} node pool(s)"
+        + (f" ({_short(twice)} listed more than once, counted once)" if twice else "")
+        + (f"; not counted: {_short(f'{n} ({why})' for n, why in unusable.items())}" if unusable else "")
     )
     fix = f"see the node pools' events (gcloud container node-pools describe {pools}); quota, capacity or repair"
+    if unusable:
+        fix += "; kubectl uncordon a cordoned node, kubectl describe node a NotReady one"
     status: Status = "fail" if problems else "pass"
     results.append(
         CheckResult(f"tpu-node-count.{pool.name}", status, f"{fact}; {'; '.join(problems) or 'ok'}", _SRC_GKE_TPU, fix)
@@ -554,6 +604,7 @@ def run_checks(cfg: StackConfig, objs: ClusterObjects, image: ImageVersions | No
     """Every check that applies to this stack, in a stable order."""
     results = check_gke_version(cfg, objs)
     results += [check_kuberay_operator(cfg, objs), check_kuberay_crds(cfg, objs), check_tpu_webhook(cfg, objs)]
+    results.append(check_operator_namespace(cfg, objs))
     for pool in cfg.slice_pools:
         results += check_pool_nodes(pool, objs)
     results.append(check_device_plugin(cfg, objs))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,15 +20,14 @@ def _error(message: str) -> int:
 def read_image_inspect(path: Path) -> Any:
     """The worker image's versions from ``docker inspect IMAGE`` (a list; ``Config.Labels``) or
     ``crane config IMAGE`` (``config.Labels``) output. Raises ReadError naming the file."""
+    from tpuray.components.data_file import DataFileError, read_json_file
     from tpuray.components.doctor.checks import ImageVersions
     from tpuray.components.doctor.reader import ReadError
 
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ReadError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
-    except json.JSONDecodeError as e:
-        raise ReadError(f"{path}: not JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+        doc = read_json_file(path, what="--image-inspect")
+    except DataFileError as e:
+        raise ReadError(str(e)) from None
     if isinstance(doc, list) and len(doc) == 1:
         doc = doc[0]
     config = doc.get("Config", doc.get("config")) if isinstance(doc, dict) else None

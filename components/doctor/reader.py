@@ -19,14 +19,16 @@ file                              command
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tpuray.components.data_file import MAX_DEPTH, DataFileError, loads_json, read_json_file
+
 __all__ = [
     "LIST_FILES",
+    "LIST_KINDS",
     "SNAPSHOT_FILES",
     "VERSION_FILE",
     "ClusterObjects",
@@ -46,10 +48,21 @@ LIST_FILES: Mapping[str, str] = {
     "crds": "customresourcedefinitions.json",
 }
 """Field of :class:`ClusterObjects` -> its file in a snapshot directory."""
+LIST_KINDS: Mapping[str, str] = {
+    "nodes": "Node",
+    "pods": "Pod",
+    "deployments": "Deployment",
+    "webhooks": "MutatingWebhookConfiguration",
+    "crds": "CustomResourceDefinition",
+}
+"""Field of :class:`ClusterObjects` -> the kind of its items (a pod list saved as nodes.json is refused)."""
 VERSION_FILE = "version.json"
 SNAPSHOT_FILES = (*LIST_FILES.values(), VERSION_FILE)
 
-_MAX_FILE_BYTES = 256 * 1024 * 1024
+MAX_OBJECT_DEPTH = 2 * MAX_DEPTH
+"""Nesting the doctor accepts in a list of API objects: a cluster's CRDs are not tpuray's, and their schemas (and the
+``managedFields`` that mirror them) nest deeper than tpuray's own files; still bounded, so no walk recurses past
+Python's limit."""
 
 
 class ReadError(Exception):
@@ -76,18 +89,49 @@ class ClusterReader(Protocol):
     def read(self) -> ClusterObjects: ...
 
 
-def parse_list(doc: Any, where: str) -> tuple[dict[str, Any], ...]:
+def parse_list(doc: Any, where: str, kind: str | None = None) -> tuple[dict[str, Any], ...]:
     """The ``items`` of a ``kubectl get -o json`` list (``kind: List`` or ``<Kind>List``), each an object with
-    ``metadata``."""
+    ``metadata`` whose name is a string and whose labels and annotations map strings to strings, as the API server
+    keeps them (ObjectMeta); with ``kind``, each item is one of that kind (the API server's own lists leave out the
+    items' ``kind``; kubectl writes it)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
         raise ReadError(
             f"{where}: expected a Kubernetes list (an object with an 'items' array), as kubectl get -o json"
         )
+    list_kind = doc.get("kind")
+    if kind is not None and list_kind is not None and list_kind not in ("List", f"{kind}List"):
+        raise ReadError(f"{where}: a {list_kind}; expected a list of {kind} objects (a {kind}List or List)")
     items = doc["items"]
     for i, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict):
             raise ReadError(f"{where}: items[{i}] is not a Kubernetes object (an object with 'metadata')")
+        if kind is not None and item.get("kind", kind) != kind:
+            raise ReadError(f"{where}: items[{i}] is a {str(item.get('kind'))[:60]}; expected {kind} objects")
+        problem = _metadata_problem(item["metadata"])
+        if problem:
+            raise ReadError(f"{where}: items[{i}].metadata.{problem}")
     return tuple(items)
+
+
+_JSON_TYPES = {dict: "object", list: "array", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+def _metadata_problem(meta: Mapping[str, Any]) -> str | None:
+    """What in an item's metadata the API server would never return (ObjectMeta's types), or None."""
+    for key in ("name", "namespace"):
+        if key in meta and not isinstance(meta[key], str):
+            return f"{key} is not a string"
+    for key in ("labels", "annotations"):
+        value = meta.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            return f"{key} is not an object of strings"
+        bad = next((k for k, v in value.items() if not isinstance(v, str)), None)
+        if bad is not None:
+            kind = _JSON_TYPES.get(type(value[bad]), "value")
+            return f"{key}[{bad[:60]!r}] is a JSON {kind}, not a string ({key} map strings to strings)"
+    return None
 
 
 def parse_version(doc: Any, where: str) -> str:
@@ -107,23 +151,20 @@ class SnapshotReader:
 
     def _load(self, name: str) -> Any:
         path = self.directory / name
+        if not path.exists() and not path.is_symlink():
+            raise ReadError(f"{path}: missing; a snapshot holds {', '.join(SNAPSHOT_FILES)}")
         try:
-            if path.stat().st_size > _MAX_FILE_BYTES:
-                raise ReadError(f"{path}: larger than {_MAX_FILE_BYTES // 2**20} MiB")
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ReadError(f"{path}: missing; a snapshot holds {', '.join(SNAPSHOT_FILES)}") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ReadError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ReadError(f"{path}: not JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+            return read_json_file(path, what="snapshot file", max_depth=MAX_OBJECT_DEPTH)
+        except DataFileError as e:
+            raise ReadError(str(e)) from None
 
     def read(self) -> ClusterObjects:
         if not self.directory.is_dir():
             raise ReadError(f"{self.directory}: not a directory (a snapshot holds {', '.join(SNAPSHOT_FILES)})")
-        lists = {field: parse_list(self._load(name), str(self.directory / name)) for field, name in LIST_FILES.items()}
+        lists = {
+            field: parse_list(self._load(name), str(self.directory / name), LIST_KINDS[field])
+            for field, name in LIST_FILES.items()
+        }
         version = parse_version(self._load(VERSION_FILE), str(self.directory / VERSION_FILE))
         return ClusterObjects(**lists, server_version=version, source=str(self.directory))
 
@@ -169,7 +210,10 @@ class LiveReader:
             "crds": ext.list_custom_resource_definition,
         }
         try:
-            lists = {field: parse_list(self._get(call, where), f"{where}: {field}") for field, call in calls.items()}
+            lists = {
+                field: parse_list(self._get(call, where), f"{where}: {field}", LIST_KINDS[field])
+                for field, call in calls.items()
+            }
             version = parse_version(self._get(client.VersionApi(api).get_code, where), f"{where}: /version")
         finally:
             api.close()  # type: ignore[no-untyped-call]
@@ -182,11 +226,11 @@ class LiveReader:
 
         try:
             response = call(_preload_content=False, _request_timeout=self.timeout)
-            return json.loads(response.data)
+            return loads_json(response.data, what=f"{where}: {call.__name__}", max_depth=MAX_OBJECT_DEPTH)
         except ApiException as e:
             raise ReadError(f"{where}: {call.__name__}: the API server answered {e.status} {e.reason}") from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
             reason = getattr(e, "reason", None) or e
             raise ReadError(f"{where}: cannot reach the API server ({' '.join(str(reason).split())[:200]})") from None
-        except ValueError as e:
-            raise ReadError(f"{where}: {call.__name__}: the API server's answer is not JSON ({e})") from None
+        except DataFileError as e:
+            raise ReadError(f"{e} (the API server's answer)") from None

@@ -121,7 +121,17 @@ def kueue_monitoring(namespace: str, labels: Mapping[str, str]) -> list[dict[str
                         "port": mn.KUEUE_METRICS_PORT,
                         "scheme": "https",
                         "interval": SCRAPE_INTERVAL,
-                        # Kueue serves its metrics with a self-signed certificate unless cert-manager is set up
+                        # Not verified, because there is nothing to verify against. GMP's CRD takes a CA
+                        # (tls.ca.secret, a Secret key), but no Secret holds the CA of the certificate Kueue
+                        # serves here: with the chart's defaults, which tpuray installs (internal cert management,
+                        # no cert-manager), kueue v0.19.2 cmd/kueue/main.go gives the metrics server no certificate
+                        # (its cert watcher runs only when internal cert management is off), so controller-runtime
+                        # pkg/metrics/server/server.go createListener generates a self-signed one for "localhost"
+                        # in memory at each start. Only with enableCertManager does the chart issue a CA-signed
+                        # one (templates/certmanager/certificate-metrics.yaml, Secret kueue-metrics-server-cert);
+                        # the chart's own ServiceMonitor skips verification too (values.yaml
+                        # metrics.serviceMonitor.tlsConfig). What the bearer token risks is small: it is the
+                        # scraper's, bound only to kueue-metrics-reader (GET /metrics), sent to the pod's own IP.
                         "tls": {"insecureSkipVerify": True},
                         "authorization": {
                             "type": "Bearer",

@@ -1,6 +1,7 @@
 """What KubeRay's webhook and the GKE TPU webhook would reject in a RayCluster or RayJob, as pure checks.
 
-A subset of KubeRay's validation (``ray-operator/pkg/utils/validation.go``, https://github.com/ray-project/kuberay)
+A subset of KubeRay's validation (``ray-operator/controllers/ray/utils/validation.go`` at v1.7.0, the pinned
+chart, https://github.com/ray-project/kuberay)
 plus the TPU webhook's slice rule (numOfHosts x chips per host = the topology's chips,
 https://github.com/ai-on-gke/kuberay-tpu-webhook). The renderer raises on them before anything is declared, and
 the policy rules reuse them. Imports no Pulumi.
@@ -166,10 +167,19 @@ def check_ray_job(manifest: Mapping[str, Any]) -> list[str]:
     if not selector and "rayClusterSpec" not in spec:
         problems.append("spec: one of rayClusterSpec or clusterSelector must be set")
     if selector:
+        # KubeRay v1.7.0 ValidateRayJobSpec, clusterSelector mode; each rule with the release that added it (the
+        # validation.go of each tag): an empty ray.io/cluster and suspend are refused in v1.4.0 already,
+        # SidecarMode from v1.5.0 (the mode's release), backoffLimit > 0 from v1.6.0 (ray-project/kuberay#4527).
         if not selector.get(RAY_CLUSTER_LABEL):
             problems.append("spec.clusterSelector: ray.io/cluster must name a RayCluster")
+        if spec.get("suspend"):
+            problems.append("spec.suspend: the clusterSelector mode does not support suspend (KubeRay >= 1.4)")
+        if spec.get("submissionMode") == "SidecarMode":
+            problems.append("spec.submissionMode: SidecarMode does not support clusterSelector (KubeRay >= 1.5)")
         if spec.get("backoffLimit", 0) > 0:
-            problems.append("spec.backoffLimit: incompatible with clusterSelector")
+            problems.append("spec.backoffLimit: incompatible with clusterSelector (KubeRay >= 1.6)")
+        # tpuray's own rule, not KubeRay's: v1.7.0 accepts it and then skips the deletion
+        # (rayjob_controller.go: "using an existing RayCluster via clusterSelector; skipping resource deletion")
         if spec.get("shutdownAfterJobFinishes"):
             problems.append("spec.shutdownAfterJobFinishes: the selected cluster is not the job's to shut down")
     if not spec.get("shutdownAfterJobFinishes") and spec.get("ttlSecondsAfterFinished", 0) > 0:

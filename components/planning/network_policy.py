@@ -18,8 +18,10 @@ Deny by default (ingress and egress), then allow exactly:
   the node's own address (a host-network DaemonSet), which no pod selector matches: the rule names the nodes'
   subnet range.
 
-What the collectors need needs nothing else here: Managed Service for Prometheus collectors run in ``gmp-system``
-on the host network and scrape pods (the ingress rule above) and the plugin on its node
+What the collectors need needs nothing else here: Managed Service for Prometheus collectors are pods of the
+``gmp-system`` DaemonSet ``collector`` on the pod network (GoogleCloudPlatform/prometheus-engine
+``charts/operator/templates/collector.yaml`` sets no ``hostNetwork``), so the ingress rule above admits them by
+their namespace; they scrape pods and the plugin on its node
 (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed), for tpuray's PodMonitoring as for the
 Ray add-on's monitoring, which is one too (https://cloud.google.com/kubernetes-engine/docs/add-on/ray-on-gke/how-to/
 collect-view-logs-metrics); their egress to Cloud Monitoring is theirs, outside this namespace.

@@ -6,10 +6,10 @@ Registered by :mod:`tpuray.components.cli`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 from typing import Any
+
+from tpuray.components.data_file import DataFileError, loads_json, read_text
 
 __all__ = ["cmd_compare", "register"]
 
@@ -21,14 +21,11 @@ def _error(message: str) -> int:
 
 def _from_summary(path: str) -> tuple[object, object]:
     """($/h, tokens/s) of the last summary line a ``tpuray.workloads.train`` run printed."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"--summary {path}: cannot read it ({e})") from None
+    lines = read_text(path, what="--summary").splitlines()  # a DataFileError is a ValueError naming the file
     for line in reversed(lines):
         try:
-            doc = json.loads(line)
-        except json.JSONDecodeError:
+            doc = loads_json(line, what=f"--summary {path}")
+        except DataFileError:
             continue
         if isinstance(doc, dict) and doc.get("event") == "summary":
             if doc.get("usd_per_hour") is None:

@@ -5,12 +5,13 @@ Pure arithmetic, shared by the training summary (``tpuray.workloads.train``) and
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tpuray.components.data_file import DataFileError, read_json_file
 
 __all__ = ["CostFileError", "Setup", "comparison", "setup", "slice_usd_per_hour", "tokens_per_usd"]
 
@@ -81,9 +82,9 @@ def slice_usd_per_hour(cost_file: Path, pool: str | None, chips: int) -> tuple[f
     ``pool`` None takes the file's only pool. The $/h is None when the plan has the pool unpriced.
     """
     try:
-        doc: Any = json.loads(cost_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CostFileError(f"{cost_file}: cannot read a plan's cost.json ({e})") from None
+        doc: Any = read_json_file(cost_file, what="--cost-json")
+    except DataFileError as e:
+        raise CostFileError(f"{e} (expected the cost.json tpuray plan writes)") from None
     pools = doc.get("pools") if isinstance(doc, Mapping) else None
     if not isinstance(pools, list) or not all(isinstance(p, Mapping) and "pool" in p for p in pools):
         raise CostFileError(f"{cost_file}: not a tpuray cost.json (no pools list); tpuray plan writes one")

@@ -9,10 +9,11 @@ that is missing, not JSON or not a plan is one :class:`PlanFileError` naming the
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, cast
+
+from tpuray.components.data_file import DataFileError, read_json_file
 
 __all__ = [
     "MARKER",
@@ -101,15 +102,9 @@ def load_plan_file(path: Path) -> dict[str, Any]:
     """A written ``plan.json`` (a file, or a plan directory holding one)."""
     p = path / "plan.json" if path.is_dir() else path
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PlanFileError(f"{p}: no such file (a plan directory holds plan.json)") from None
-    except OSError as e:
-        raise PlanFileError(f"{p}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise PlanFileError(f"{p}: not UTF-8 text, so not a plan.json") from None
-    except json.JSONDecodeError as e:
-        raise PlanFileError(f"{p}: not JSON ({e.msg} at line {e.lineno}), so not a plan.json") from None
+        doc = read_json_file(p, what="plan")  # bounded: size, depth, a regular file, no duplicate keys
+    except DataFileError as e:
+        raise PlanFileError(f"{e} (a plan directory holds the plan.json tpuray plan writes)") from None
     problem = plan_shape_problem(doc)
     if problem:
         raise PlanFileError(f"{p}: not a tpuray plan ({problem})")

@@ -244,6 +244,35 @@ def _torch_mismatch(docs: dict[str, Any]) -> None:
     pod["metadata"]["annotations"][IMAGE_TORCH_XLA_VERSION_LABEL] = "2.8.0"
 
 
+def _v6e_node(docs: dict[str, Any], name: str = "gke-v6e-train-0-2") -> dict[str, Any]:
+    return next(n for n in _items(docs, "nodes") if n["metadata"]["name"] == name)
+
+
+def _cordoned_host(docs: dict[str, Any]) -> None:
+    _v6e_node(docs)["spec"] = {"unschedulable": True}  # kubectl cordon
+
+
+def _not_ready_host(docs: dict[str, Any]) -> None:
+    _v6e_node(docs)["status"]["conditions"] = [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]
+
+
+def _host_listed_twice(docs: dict[str, Any]) -> None:
+    """Three hosts of the 4-host slice, one of them listed twice: still 4 entries, 3 hosts."""
+    _too_few_nodes(docs)
+    _items(docs, "nodes").append(copy.deepcopy(_v6e_node(docs)))
+
+
+def _spec_schema_without_properties(docs: dict[str, Any]) -> None:
+    crd = next(c for c in _items(docs, "crds") if c["metadata"]["name"] == "rayjobs.ray.io")
+    for version in crd["spec"]["versions"]:  # {type: object} alone: the API server prunes every field of spec
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"] = {"type": "object"}
+
+
+def _operator_elsewhere(docs: dict[str, Any]) -> None:
+    dep = next(d for d in _items(docs, "deployments") if d["metadata"]["name"] == "kuberay-operator")
+    dep["metadata"]["namespace"] = "ray-operators"
+
+
 FIXTURES: dict[str, tuple[Callable[[dict[str, Any]], None] | None, set[str], int]] = {
     "healthy": (None, set(), 0),
     "missing-webhook": (_missing_webhook, {"tpu-webhook"}, 1),
@@ -253,6 +282,11 @@ FIXTURES: dict[str, tuple[Callable[[dict[str, Any]], None] | None, set[str], int
     "old-kuberay": (_old_kuberay, {"kuberay-operator", "kuberay-crds"}, 1),
     "kueue-missing": (_kueue_missing, {"kueue-controller", "kueue-crds"}, 1),
     "torch-mismatch": (_torch_mismatch, {"worker-torch-pair"}, 1),
+    "cordoned-host": (_cordoned_host, {"tpu-node-count.v6e-train"}, 1),
+    "not-ready-host": (_not_ready_host, {"tpu-node-count.v6e-train"}, 1),
+    "host-listed-twice": (_host_listed_twice, {"tpu-node-count.v6e-train"}, 1),
+    "spec-schema-without-properties": (_spec_schema_without_properties, {"kuberay-crds"}, 1),
+    "operator-elsewhere": (_operator_elsewhere, {"kuberay-operator-namespace"}, 1),
 }
 """Fixture -> (how it differs from the healthy cluster, the check ids that fail, the exit code)."""
 

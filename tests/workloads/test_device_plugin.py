@@ -62,7 +62,7 @@ def test_idle_chips_have_only_node_series() -> None:
     idle = [ChipUsage(0.0, 0, bound=False)] * SLICE.chips_per_host
     text = exposition(SLICE, "s0", 0, idle, 1 << 30)
     families = {f.name: f.samples for f in text_string_to_metric_families(text)}
-    assert all(not families[n] for n in mn.DP_CHIP_METRICS)
-    assert all(len(families[n]) == SLICE.chips_per_host for n in mn.DP_NODE_METRICS)
+    assert all(not families[n] for n in (*mn.DP_CHIP_METRICS, *mn.DP_RUNTIME_NODE_METRICS))
+    assert all(len(families[n]) == SLICE.chips_per_host for n in mn.DP_HOST_NODE_METRICS)
     with pytest.raises(ValueError, match="4 chips"):
         exposition(SLICE, "s0", 0, idle[:3], 1 << 30)

@@ -1,0 +1,229 @@
+"""``tpuray doctor`` on snapshots a new user or an attacker could hand it: what the stack renders against what the
+cluster serves at every path (RayJob included), and inputs that must end in exit 2 naming the file, never in an
+internal error or a read that never ends."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fixtures import STACK, STACK_YAML, healthy, write_snapshot, write_stack
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tpuray.components import cli
+from tpuray.components.config import StackConfig, load_stack_file
+from tpuray.components.doctor.checks import check_kuberay_crds, run_checks
+from tpuray.components.doctor.crd_schema import pruned_paths
+from tpuray.components.doctor.reader import LIST_FILES, ClusterObjects, ReadError, SnapshotReader, parse_list
+from tpuray.components.names import GKE_NODEPOOL_LABEL
+
+
+def doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(["doctor", *args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "internal error" not in out + err
+    return code, out, err
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    write_stack(root)
+    return root
+
+
+# ---- the rendered objects against the served schema, at every path ---------------------------------------------
+def _without_rayjob_cluster_auth(snapshot: Path) -> None:
+    """The RayJob CRD of a KubeRay older than 1.6: no spec.rayClusterSpec.authOptions (the RayCluster CRD current)."""
+    f = snapshot / LIST_FILES["crds"]
+    doc = json.loads(f.read_text())
+    crd = next(c for c in doc["items"] if c["metadata"]["name"] == "rayjobs.ray.io")
+    for version in crd["spec"]["versions"]:
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        spec["properties"]["rayClusterSpec"]["properties"].pop("authOptions", None)
+    f.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(("job_mode", "status"), [("ephemeral", "fail"), ("shared", "pass")])
+def test_an_old_rayjob_crd_fails_where_the_stack_renders_a_rayjob_cluster(
+    tmp_path: Path, job_mode: str, status: str
+) -> None:
+    """jobMode ephemeral renders the job's cluster inside the RayJob, its token auth at
+    spec.rayClusterSpec.authOptions: a CRD without that path would prune it and run the cluster unauthenticated.
+    A shared-mode RayJob has no rayClusterSpec, so the same CRD drops nothing of it."""
+    stack = tmp_path / f"Pulumi.{STACK}.yaml"
+    stack.write_text(STACK_YAML.replace("    operator: helm\n", f"    operator: helm\n    jobMode: {job_mode}\n"))
+    cfg = load_stack_file(stack, STACK)
+    snapshot = write_snapshot(tmp_path / "s", "healthy")
+    _without_rayjob_cluster_auth(snapshot)
+    result = check_kuberay_crds(cfg, SnapshotReader(snapshot).read())
+    assert result.status == status, result.fact
+    if status == "fail":
+        assert "spec.rayClusterSpec.authOptions" in result.fact and "rayjobs.ray.io" in result.fact
+
+
+def test_pruning_follows_the_api_servers_rules() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "kept": {"type": "object", "properties": {"a": {"type": "string"}}},
+                    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                    "map": {"type": "object", "additionalProperties": {"type": "object", "properties": {}}},
+                    "list": {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "string"}}}},
+                    "embedded": {"type": "object", "x-kubernetes-embedded-resource": True, "properties": {}},
+                },
+            }
+        },
+    }
+    obj = {
+        "apiVersion": "v1",
+        "kind": "K",
+        "metadata": {"name": "n", "labels": {"a": "b"}},
+        "spec": {
+            "kept": {"a": "1", "b": "2"},
+            "free": {"anything": {"deep": 1}},
+            "map": {"k": {"gone": 1}},
+            "list": [{"x": "1"}, {"y": "2"}],
+            "embedded": {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": {}},
+            "unknown": 1,
+        },
+    }
+    assert sorted(pruned_paths(obj, schema)) == [
+        "spec.embedded.spec",
+        "spec.kept.b",
+        "spec.list[1].y",
+        "spec.map.k.gone",
+        "spec.unknown",
+    ]
+
+
+# ---- snapshots that are not what their name says ---------------------------------------------------------------
+def _pods_as_nodes(snapshot: Path) -> None:
+    (snapshot / LIST_FILES["nodes"]).write_text((snapshot / LIST_FILES["pods"]).read_text())
+
+
+def _pod_list_kind_as_nodes(snapshot: Path) -> None:
+    (snapshot / LIST_FILES["nodes"]).write_text(json.dumps({"kind": "PodList", "items": []}))
+
+
+def _edit_node(change: Any) -> Any:
+    def edit(snapshot: Path) -> None:
+        f = snapshot / LIST_FILES["nodes"]
+        doc = json.loads(f.read_text())
+        change(doc["items"][1]["metadata"])
+        f.write_text(json.dumps(doc))
+
+    return edit
+
+
+def _deep(snapshot: Path) -> None:
+    (snapshot / LIST_FILES["pods"]).write_text('{"items": ' + "[" * 50_000 + "]" * 50_000 + "}")
+
+
+def _dev_zero(snapshot: Path) -> None:
+    (snapshot / LIST_FILES["crds"]).unlink()
+    (snapshot / LIST_FILES["crds"]).symlink_to("/dev/zero")
+
+
+def _fifo(snapshot: Path) -> None:
+    (snapshot / LIST_FILES["deployments"]).unlink()
+    os.mkfifo(snapshot / LIST_FILES["deployments"])
+
+
+HOSTILE = {
+    "pods-saved-as-nodes": (_pods_as_nodes, LIST_FILES["nodes"], "items[0] is a Pod; expected Node objects"),
+    "pod-list-as-nodes": (_pod_list_kind_as_nodes, LIST_FILES["nodes"], "a PodList; expected a list of Node"),
+    "label-value-list": (
+        _edit_node(lambda m: m["labels"].update({GKE_NODEPOOL_LABEL: ["v6e-train-0"]})),
+        LIST_FILES["nodes"],
+        f"items[1].metadata.labels['{GKE_NODEPOOL_LABEL}'] is a JSON array, not a string",
+    ),
+    "label-value-object": (
+        _edit_node(lambda m: m["labels"].update({"x": {"y": 1}})),
+        LIST_FILES["nodes"],
+        "labels['x'] is a JSON object, not a string",
+    ),
+    "labels-a-list": (_edit_node(lambda m: m.update(labels=[])), LIST_FILES["nodes"], "labels is not an object"),
+    "name-a-number": (_edit_node(lambda m: m.update(name=5)), LIST_FILES["nodes"], "name is not a string"),
+    "deep-json": (_deep, LIST_FILES["pods"], "nested deeper than"),
+    "dev-zero": (_dev_zero, LIST_FILES["crds"], "not a regular file"),
+    "fifo": (_fifo, LIST_FILES["deployments"], "not a regular file"),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_a_hostile_snapshot_is_exit_2_naming_the_file(
+    name: str, project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    change, file, complaint = HOSTILE[name]
+    snapshot = write_snapshot(tmp_path / "s", "healthy")
+    change(snapshot)
+    code, out, err = doctor(capsys, "--stack", STACK, "--root", str(project), "--snapshot", str(snapshot))
+    assert (code, out) == (2, "")
+    assert len(err.strip().splitlines()) == 1
+    assert str(snapshot / file) in err and complaint in err, err
+
+
+def test_the_api_servers_lists_without_item_kinds_are_read() -> None:
+    """The API server leaves out each item's kind in a NodeList; kubectl writes it. Both are Node lists."""
+    items = [{"metadata": {"name": "n"}}]
+    assert parse_list({"kind": "NodeList", "items": items}, "x", "Node") == tuple(items)
+    assert parse_list({"kind": "List", "items": [{"kind": "Node", **items[0]}]}, "x", "Node")
+
+
+# ---- the hypothesis corpus: any JSON in a node's metadata -------------------------------------------------------
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.text(max_size=4),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+    max_leaves=10,
+)
+_HEALTHY = healthy()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(["name", "namespace", "labels", "annotations", "one label"]), value=JSON)
+def test_any_node_metadata_is_refused_naming_the_field_or_checked(key: str, value: Any, tmp_path: Path) -> None:
+    """Whatever JSON a node's metadata field (or its node-pool label) holds, the reader refuses it naming items[1]
+    of the nodes file, or the checks run to a result: never a TypeError inside a check."""
+    doc = json.loads(json.dumps(_HEALTHY[LIST_FILES["nodes"]]))
+    meta = doc["items"][1]["metadata"]
+    if key == "one label":
+        meta["labels"][GKE_NODEPOOL_LABEL] = value
+    else:
+        meta[key] = value
+    try:
+        nodes = parse_list(doc, "nodes.json", "Node")
+    except ReadError as e:
+        assert str(e).startswith("nodes.json: items[1].metadata.")
+        return
+    results = run_checks(_cfg(tmp_path), replace(_objects(tmp_path), nodes=nodes))
+    assert {r.status for r in results} <= {"pass", "warn", "fail"}
+
+
+_CACHE: dict[str, Any] = {}
+
+
+def _cfg(tmp_path: Path) -> StackConfig:
+    if "cfg" not in _CACHE:
+        root = tmp_path / "cfg"
+        root.mkdir(exist_ok=True)
+        _CACHE["cfg"] = load_stack_file(write_stack(root), STACK)
+    cfg: StackConfig = _CACHE["cfg"]
+    return cfg
+
+
+def _objects(tmp_path: Path) -> ClusterObjects:
+    if "objects" not in _CACHE:
+        _CACHE["objects"] = SnapshotReader(write_snapshot(tmp_path / "objs", "healthy")).read()
+    objects: ClusterObjects = _CACHE["objects"]
+    return objects
