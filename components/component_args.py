@@ -153,6 +153,11 @@ class RayClusterPlan:
     """The nodes' subnet range: Ray pods may reach the TPU device plugin's metrics port there."""
     monitoring: tuple[dict[str, Any], ...] = ()
     """Managed Prometheus objects for the cluster's training metrics (:mod:`tpuray.components.planning.gmp`)."""
+    compile_cache_bucket: str | None = None
+    """A compile cache bucket other than the checkpoint bucket, in the stack's project: the Ray service account
+    gets the checkpoint role on it too (config.startup)."""
+    data_bucket: str | None = None
+    """The training data bucket (``startup.dataMount``) in the stack's project: the Ray service account reads it."""
     declare_cluster: bool = True
     """Declare the long-lived RayCluster; off when every job brings its own (``ray.jobMode: ephemeral``), which
     still needs the namespace, identity and bucket declared here."""

@@ -47,6 +47,7 @@ __all__ = [
 KUBERAY_HELM_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_HELM_CHART = "kuberay-operator"
 CHECKPOINT_ROLE = "roles/storage.objectUser"
+DATA_ROLE = "roles/storage.objectViewer"
 
 
 def declare_manifest(
@@ -216,6 +217,27 @@ class RayTpuCluster(pulumi.ComponentResource):
             member=gsa.email.apply(lambda e: f"serviceAccount:{e}"),
             opts=child,
         )
+        cache_access = []
+        if plan.compile_cache_bucket is not None:  # the compile cache's own bucket (config.startup)
+            cache_access.append(
+                gcp.storage.BucketIAMMember(
+                    f"{name}-compile-cache-object-user",
+                    bucket=plan.compile_cache_bucket,
+                    role=CHECKPOINT_ROLE,
+                    member=gsa.email.apply(lambda e: f"serviceAccount:{e}"),
+                    opts=child,
+                )
+            )
+        if plan.data_bucket is not None:  # the training data bucket, read-only (config.startup.dataMount)
+            cache_access.append(
+                gcp.storage.BucketIAMMember(
+                    f"{name}-training-data-object-viewer",
+                    bucket=plan.data_bucket,
+                    role=DATA_ROLE,
+                    member=gsa.email.apply(lambda e: f"serviceAccount:{e}"),
+                    opts=child,
+                )
+            )
         # The head's and the workers' Kubernetes service accounts both act as the Ray Google service account
         # (checkpoints); only the head's is bound by KubeRay to the autoscaler Role (planning/kuberay.py).
         wi_bindings, ksas = [], []
@@ -242,7 +264,7 @@ class RayTpuCluster(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, ns]),
                 )
             )
-        self.prerequisites = [ns, *ksas, self.auth_secret, bucket_access, *wi_bindings, *operator]
+        self.prerequisites = [ns, *ksas, self.auth_secret, bucket_access, *cache_access, *wi_bindings, *operator]
         self.ray_cluster = None
         if self.manifest is not None:
             self.ray_cluster = declare_manifest(

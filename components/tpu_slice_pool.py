@@ -114,6 +114,18 @@ class TpuSlicePool(pulumi.ComponentResource):
             shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
                 enable_secure_boot=True, enable_integrity_monitoring=True
             ),
+            # the image pull path (planning.startup): streaming, a disk with the worker image preloaded
+            image_type=p.image_type,
+            gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True) if p.image_streaming else None,
+            secondary_boot_disks=(
+                [
+                    gcp.container.NodePoolNodeConfigSecondaryBootDiskArgs(
+                        disk_image=p.secondary_boot_disk, mode="CONTAINER_IMAGE_CACHE"
+                    )
+                ]
+                if p.secondary_boot_disk
+                else None
+            ),
         )
         return gcp.container.NodePool(
             f"{name}-{p.name}",

@@ -37,7 +37,7 @@ from tpuray.components.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL, T
 from tpuray.components.runtime_ports import BACKENDS, RuntimeBackend
 from tpuray.components.slice_labels import slice_from_labels
 from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice
-from tpuray.workloads import _ray_compat, portable
+from tpuray.workloads import _ray_compat, compile_cache, portable
 from tpuray.workloads.placement import ChipAssignment, PlacementError, Seat, assign_chips
 from tpuray.workloads.runtimes import require_runtime
 from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS, hostnames_from_env
@@ -293,10 +293,14 @@ def _apply(assignment: ChipAssignment) -> dict[str, str]:
     return dict(os.environ)
 
 
-def _join(master: tuple[str, int], timeout_s: float) -> None:
+def _join(
+    master: tuple[str, int], timeout_s: float, tpu_slice: TpuSlice | None = None, cache_dir: str | None = None
+) -> None:
     import torch.distributed as dist
 
     info = chip()
+    if tpu_slice is not None:  # before anything computes: the persistent cache must be set first
+        compile_cache.enable_xla(info.rank, tpu_slice, info.num_slices, cache_dir)
     portable.install(os.environ["PJRT_DEVICE"])  # Ray Train's get_device()/prepare_model/... now mean this chip
     if info.world_size == 1 or dist.is_initialized():
         return
@@ -385,7 +389,14 @@ class _XlaChipBackend(Backend):
         )
         ray.get([worker_group.execute_single_async(a.actor_index, _apply, a) for a in assignments])
         master = worker_group.execute_single(assignments[0].actor_index, _free_port)
-        ray.get([worker_group.execute_single_async(a.actor_index, _join, master, cfg.timeout_s) for a in assignments])
+        ray.get(
+            [
+                worker_group.execute_single_async(
+                    a.actor_index, _join, master, cfg.timeout_s, tpu_slice, cfg.compile_cache_dir
+                )
+                for a in assignments
+            ]
+        )
 
     def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:
         worker_group.execute(_leave)
@@ -397,12 +408,15 @@ class XlaChipConfig(TorchConfig):
     together with :func:`tpu_scaling_config`.
 
     ``base_port``: first TPU client port on each host (chip ``c`` uses ``base_port + c``);
-    ``megascale_port``: the multislice coordinator's port; ``timeout_s``: process-group timeout.
+    ``megascale_port``: the multislice coordinator's port; ``timeout_s``: process-group timeout;
+    ``compile_cache_dir``: the persistent compile cache's root (else the workers' ``TPURAY_COMPILE_CACHE_DIR``,
+    which the stack sets; neither: no cache), one directory per key under it (:mod:`tpuray.workloads.compile_cache`).
     """
 
     backend: str = "xla"
     base_port: int = DEFAULT_BASE_PORT
     megascale_port: int = TPU_MEGASCALE_PORT
+    compile_cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         # a TorchTrainer built with this config checks its ScalingConfig as it is constructed

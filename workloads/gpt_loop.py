@@ -184,6 +184,14 @@ def _torch_tpu_runtime() -> _Runtime:  # pragma: no cover - needs torch_tpu and 
     return _Runtime(dist.get_rank(), world, torch.device("tpu"), "tpu", step, mean, lambda: None)
 
 
+def _torch_tpu_cache(job: GptJob, rank: int, world: int) -> None:  # pragma: no cover - needs torch_tpu and TPUs
+    """TorchTPU's tier-3 compile cache under the stack's key (before the first step compiles anything)."""
+    from tpuray.workloads import compile_cache
+
+    s = _slice(job)
+    compile_cache.enable_torch_tpu(rank, s, max(1, world // s.chips))
+
+
 def train_gpt(config: dict[str, Any]) -> None:
     """Train the GPT described by ``config["job"]`` (a :class:`GptJob`) on this worker's chip.
 
@@ -200,6 +208,8 @@ def train_gpt(config: dict[str, Any]) -> None:
     _ray_compat.quiet_train_report_log()  # the progress lines say what its per-report lines would
     job: GptJob = config["job"]
     c = _torch_tpu_runtime() if config.get("runtime") == "torch_tpu" else _xla_runtime()
+    if config.get("runtime") == "torch_tpu":
+        _torch_tpu_cache(job, c.rank, c.world_size)  # PyTorch/XLA's is set by XlaChipConfig before this runs
     rec = GoodputRecorder(job.run_dir, enabled=c.rank == 0, started=wall_start)
     rec.tpu_ready()
     real_chips = config.get("runtime") == "torch_tpu" or _xla_on_tpu()  # MFU means something only there
@@ -292,6 +302,7 @@ def train_gpt(config: dict[str, Any]) -> None:
             )
         if done == job.steps:
             metrics |= {"losses": history, "resumes": resumes, "param_spread": _digest_spread(model, c.mean)}
+            metrics["compile_cache"] = _cache_report()
         metrics["drains"] = list(drains)  # a copy: Ray Train may serialise the metrics after later appends
         if not save:
             ray.train.report(metrics)
@@ -312,6 +323,12 @@ def train_gpt(config: dict[str, Any]) -> None:
                 checkpoint = ray.train.Checkpoint.from_directory(tmp)
             ray.train.report(metrics, checkpoint=checkpoint)
     signal.close()
+
+
+def _cache_report() -> dict[str, Any] | None:
+    from tpuray.workloads.compile_cache import cache_report
+
+    return cache_report()
 
 
 def _over_ranks(c: _Runtime) -> Any:

@@ -377,6 +377,7 @@ def _summary(
         "params_identical": m.get("param_spread", 1.0) < 1e-12,
         "checkpoint": result.checkpoint.path if result.checkpoint else None,
         "goodput": goodput,
+        "compile_cache": m.get("compile_cache"),
     }
 
 
@@ -449,7 +450,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
             trainer = torch_tpu_trainer(job, tpu_slice, num_slices, _run_config(s.run, storage))
         else:
-            trainer = _xla_trainer(job, tpu_slice, num_slices, _run_config(s.run, storage))
+            trainer = _xla_trainer(job, tpu_slice, num_slices, _run_config(s.run, storage), _local_cache(args, storage))
         result = trainer.fit()
         if run_dir is not None:
             record_job_event(run_dir, JOB_END)
@@ -460,6 +461,12 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
+
+
+def _local_cache(args: argparse.Namespace, storage: str) -> str | None:
+    """The emulated slice's compile cache: ``<storage>/compile-cache``, as the stack puts it beside the checkpoints
+    (on the cluster the workers read the stack's ``TPURAY_COMPILE_CACHE_DIR``)."""
+    return os.path.join(storage, "compile-cache") if args.local and "://" not in storage else None
 
 
 def _run_config(run: RunSettings, storage: str) -> Any:
@@ -478,7 +485,9 @@ def _run_config(run: RunSettings, storage: str) -> Any:
     )
 
 
-def _xla_trainer(job: GptJob, tpu_slice: TpuSlice, num_slices: int, run_config: Any) -> Any:
+def _xla_trainer(
+    job: GptJob, tpu_slice: TpuSlice, num_slices: int, run_config: Any, compile_cache_dir: str | None = None
+) -> Any:
     from ray.train.torch import TorchTrainer
 
     from tpuray.workloads import XlaChipConfig, tpu_scaling_config
@@ -488,7 +497,7 @@ def _xla_trainer(job: GptJob, tpu_slice: TpuSlice, num_slices: int, run_config: 
         train_gpt,
         train_loop_config={"job": job},
         scaling_config=tpu_scaling_config(tpu_slice, num_slices=num_slices),
-        torch_config=XlaChipConfig(),
+        torch_config=XlaChipConfig(compile_cache_dir=compile_cache_dir),
         run_config=run_config,
     )
 

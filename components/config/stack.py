@@ -32,6 +32,7 @@ from tpuray.components.config.ray import (
 )
 from tpuray.components.config.rules import StackView, stack_rules
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version
+from tpuray.components.config.startup import StartupConfig, startup_problems
 from tpuray.components.config.workload import CheckpointConfig, WorkloadConfig
 from tpuray.components.config_types import (
     REGION,
@@ -66,6 +67,7 @@ class StackConfig(ConfigModel):
     maintenance: MaintenanceConfig = MaintenanceConfig()
     monitoring: MonitoringConfig = MonitoringConfig()
     cost: CostConfig = CostConfig()
+    startup: StartupConfig = StartupConfig()
 
     @field_validator("zone", mode="before")
     @classmethod
@@ -74,7 +76,7 @@ class StackConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _rules(self, info: ValidationInfo) -> StackConfig:
-        found = stack_rules(self.view(_stack_of(info.context)))
+        found = stack_rules(self.view(_stack_of(info.context))) + startup_problems(self)
         if found:
             raise ValueError("\n".join(found))
         return self

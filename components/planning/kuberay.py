@@ -40,15 +40,15 @@ from tpuray.components.names import (
     WEBHOOK_POD_LABEL,
 )
 from tpuray.components.planning.drain import DrainPlan, drain_plan, pre_stop_hook
+from tpuray.components.planning.gcsfuse import GCSFUSE_DRIVER, GCSFUSE_MOUNT_OPTIONS
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job, raise_problems
 from tpuray.components.planning.pod_security import (
-    RAY_GID,
-    RAY_UID,
     container_security_context,
     pod_security_context,
 )
 from tpuray.components.planning.ray_auth import RayAuth
 from tpuray.components.planning.scheduling import PoolScheduling
+from tpuray.components.planning.startup import StartupPlan, checkpoint_fuse_attributes, startup_pod_pieces
 from tpuray.components.runtime_ports import RuntimeBackend
 from tpuray.components.topology import TpuSlice
 
@@ -71,9 +71,6 @@ API_VERSION = "ray.io/v1"
 
 
 CHECKPOINT_VOLUME = "checkpoints"
-GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
-# Ray images run as uid 1000 (ray) in gid 100 (users); without these the FUSE mount is root-owned.
-GCSFUSE_MOUNT_OPTIONS = f"implicit-dirs,uid={RAY_UID},gid={RAY_GID},file-mode=664,dir-mode=775"
 
 
 @dataclass(frozen=True)
@@ -135,6 +132,8 @@ class RayClusterParams:
     """Ray token authentication (every container, or KubeRay's authOptions)."""
     backend: RuntimeBackend = "xla"
     """The TPU runtime the workers run (``workload.backend``): ``torch_tpu`` runs one Ray worker per device."""
+    startup: StartupPlan | None = None
+    """The compile cache, its mount and the checkpoint mount's GCS FUSE caches (planning.startup)."""
 
 
 @dataclass(frozen=True)
@@ -179,16 +178,24 @@ def _volumes(p: RayClusterParams) -> tuple[list[dict[str, Any]], list[dict[str, 
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if p.checkpoint_bucket:
+        tuned, options = checkpoint_fuse_attributes(p.startup.checkpoint_mount) if p.startup else ({}, [])
         volumes.append(
             {
                 "name": CHECKPOINT_VOLUME,
                 "csi": {
                     "driver": GCSFUSE_DRIVER,
-                    "volumeAttributes": {"bucketName": p.checkpoint_bucket, "mountOptions": GCSFUSE_MOUNT_OPTIONS},
+                    "volumeAttributes": {
+                        "bucketName": p.checkpoint_bucket,
+                        "mountOptions": ",".join([GCSFUSE_MOUNT_OPTIONS, *options]),
+                        **tuned,
+                    },
                 },
             }
         )
         mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": p.checkpoint_mount_path})
+        # the compile cache's own bucket and the sidecar's file cache: GCS FUSE volumes too (the same annotation)
+        _, extra_volumes, extra_mounts = startup_pod_pieces(p.startup)
+        volumes, mounts = volumes + extra_volumes, mounts + extra_mounts
     return volumes, mounts
 
 
@@ -275,6 +282,7 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
     env = [*_auth_env(p), *torch_tpu_env(p)]
     if g.max_run_seconds is not None:
         env = [*env, {"name": MAX_RUN_ENV, "value": str(g.max_run_seconds)}]
+    env = [*env, *startup_pod_pieces(p.startup, worker=True)[0]]  # the compile cache's root and key image
     return {
         "groupName": g.name,
         "replicas": g.replicas,

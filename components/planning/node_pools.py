@@ -21,9 +21,11 @@ from typing import Any
 
 from tpuray.components.config import SlicePoolConfig
 from tpuray.components.config.capacity import ReservationAffinitySpec
+from tpuray.components.config.startup import ImagePullConfig
 from tpuray.components.config_types import bounded_name
 from tpuray.components.names import TPU_TAINT, Taint
 from tpuray.components.planning.scheduling import PoolScheduling
+from tpuray.components.planning.startup import node_pool_startup_fields
 from tpuray.components.topology import TpuSlice
 
 __all__ = [
@@ -97,6 +99,12 @@ class NodePoolSpec:
     capacity: str
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = (TPU_TAINT,)
+    image_streaming: bool = False
+    """GKE image streaming (``node_config.gcfs_config``)."""
+    secondary_boot_disk: str | None = None
+    """A disk image with the worker image preloaded (``secondary_boot_disks``, mode ``CONTAINER_IMAGE_CACHE``)."""
+    image_type: str | None = None
+    """The node image; set (COS_CONTAINERD) only where streaming or a preloaded image needs it."""
 
     @property
     def max_nodes(self) -> int:
@@ -119,7 +127,9 @@ def workload_policy_name(cluster_name: str, pool_name: str) -> str:
     return bounded_name(f"{cluster_name}-{pool_name}-wp", _GCE_NAME_MAX)
 
 
-def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name: str) -> list[NodePoolSpec]:
+def slice_pool_node_pools(
+    pool: SlicePoolConfig, zone: str | None, cluster_name: str, images: ImagePullConfig | None = None
+) -> list[NodePoolSpec]:
     """The node pools of one slice pool, in a stable order.
 
     ``zone`` is the pool's zone (``StackConfig.pool_zone``). Every rule (a zone for multi-host shapes, DWS
@@ -165,6 +175,7 @@ def slice_pool_node_pools(pool: SlicePoolConfig, zone: str | None, cluster_name:
         "auto_repair": not cap.flex_start,
         "capacity": cap.type,
         "taints": scheduling.node_taints,
+        **node_pool_startup_fields(images),  # the image pull path (planning.startup)
     }
 
     def sized(min_nodes: int, max_nodes: int, location_policy: str | None) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from tpuray.components.planning.kuberay import (
 from tpuray.components.planning.kueue import kueue_spec, priority_class_name
 from tpuray.components.planning.node_pools import slice_pool_node_pools
 from tpuray.components.planning.ray_auth import RayAuth, auth_secret_name
+from tpuray.components.planning.startup import startup_plan
 
 __all__ = ["StackPlan", "image_repositories", "plan_stack", "resource_labels"]
 
@@ -181,7 +182,7 @@ def _pool(cfg: StackConfig, pool: SlicePoolConfig, labels: Mapping[str, str]) ->
         min_slices=pool.min_slices,
         capacity=pool.capacity.type,
         zone=zone,
-        node_pools=tuple(slice_pool_node_pools(pool, zone, cfg.cluster.name)),
+        node_pools=tuple(slice_pool_node_pools(pool, zone, cfg.cluster.name, cfg.startup.images)),
         auto_upgrade=pool.auto_upgrade,
         project=cfg.project,
         location=cfg.location,
@@ -212,6 +213,8 @@ def _ray(
         ),
         declare_cluster=declare_cluster,
         tpu_webhook=_tpu_webhook(cfg) is not None,
+        compile_cache_bucket=_own_cache_bucket(cfg),
+        data_bucket=_data_bucket(cfg),
     )
 
 
@@ -228,6 +231,20 @@ def _tpu_webhook(cfg: StackConfig) -> TpuWebhookPlan | None:
         namespace=w.namespace,
         cert_manager_chart_version=cm.chart_version if cm.install else None,
     )
+
+
+def _data_bucket(cfg: StackConfig) -> str | None:
+    """The data bucket, when it is in the stack's project (another project's owner grants it)."""
+    d = cfg.startup.data_mount
+    return d.bucket if d is not None and (d.bucket_project or cfg.project) == cfg.project else None
+
+
+def _own_cache_bucket(cfg: StackConfig) -> str | None:
+    """A compile cache bucket of its own in the stack's project: the Ray service account is granted on it."""
+    cache = startup_plan(cfg).compile_cache
+    c = cfg.startup.compile_cache
+    in_project = (c.bucket_project or cfg.project) == cfg.project
+    return cache.bucket if cache is not None and cache.own_bucket and in_project else None
 
 
 def _kueue(cfg: StackConfig, k8s_labels: Mapping[str, str]) -> KueuePlan:
@@ -270,6 +287,7 @@ def _ray_cluster(cfg: StackConfig, labels: Mapping[str, str]) -> RayClusterParam
         labels=dict(labels),
         auth=_ray_auth(cfg),
         backend=cfg.workload.backend,
+        startup=startup_plan(cfg),
     )
 
 

@@ -12,6 +12,7 @@ plan directory::
     dashboard.svg    its layout: one band per slice pool, a box per chart with the metrics it reads
     cost.json        $/h per TPU pool and for the stack at the autoscaling minimum and maximum, $/month, budget
     cost.md          the same as Markdown, with each price's source (plan.json itself carries no prices)
+    startup.md       per pool, what the first step waits for: the image pull path, the compile cache key, the mounts
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_stack_file
 from tpuray.components.planning.stack_plan import StackPlan, plan_stack
+from tpuray.components.planning.startup import startup_markdown
 from tpuray.components.review import resource_types
 from tpuray.components.review.cost import BUDGET_RULE, StackCost, budget_check, cost_json, cost_markdown
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
@@ -37,6 +39,7 @@ __all__ = [
     "DASHBOARD_FILE",
     "DASHBOARD_PICTURE",
     "PICTURE",
+    "STARTUP_FILE",
     "Plan",
     "dashboards",
     "find_root",
@@ -47,6 +50,7 @@ __all__ = [
 PICTURE = "topology.svg"
 DASHBOARD_FILE = "dashboard.json"
 DASHBOARD_PICTURE = "dashboard.svg"
+STARTUP_FILE = "startup.md"
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,7 @@ def write_plan(plan: Plan, out: Path, root: Path | None = None) -> None:
     write_file(out / "cost.json", cost_json(plan.cost))
     write_file(out / "cost.md", cost_markdown(plan.cost))
     write_file(out / PICTURE, render_svg(plan.stack, plan.pools))
+    write_file(out / STARTUP_FILE, startup_markdown(plan.config))
     monitoring = plan.stack_plan.monitoring
     for name in (DASHBOARD_FILE, DASHBOARD_PICTURE):  # a plan without a dashboard leaves no earlier one behind
         if (out / name).is_file() and not (out / name).is_symlink():

@@ -125,7 +125,7 @@ def test_a_new_capacity_type_and_generation_reach_every_planner() -> None:
     assert (s.generation, s.machine_type, s.hosts) == ("v9z", "ct9z-standard-4t", 4)
 
     # node pools: one per multi-host slice, with the type's node fields and taints
-    specs = slice_pool_node_pools(pool, cfg.pool_zone(pool), cfg.cluster.name)
+    specs = slice_pool_node_pools(pool, cfg.pool_zone(pool), cfg.cluster.name, cfg.startup.images)
     assert [p.name for p in specs] == ["v9z-short-0", "v9z-short-1"]
     for p in specs:
         assert p.spot and not p.flex_start and not p.queued_provisioning and p.auto_repair

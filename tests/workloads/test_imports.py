@@ -24,6 +24,7 @@ MODULES = [
     "portable",
     "tuning",
     "_ray_compat",
+    "compile_cache",
 ]
 
 

@@ -43,7 +43,7 @@ def user_train(config: dict[str, Any]) -> None:
     import torch
     import torch_xla
 
-    from tpuray.workloads import chip, optimizer_step
+    from tpuray.workloads import chip, compile_cache, optimizer_step
     from tpuray.workloads.goodput import GoodputRecorder
 
     entered = time.time()
@@ -73,6 +73,9 @@ def user_train(config: dict[str, Any]) -> None:
         "slice_index": c.slice_index,
         "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
         "start": start,
+        # the compile cache XlaChipConfig set before this function ran (None without one)
+        "cache": {k: v for k, v in os.environ.items() if k.startswith("XLA_PERSISTENT_CACHE")},
+        "cache_files_before": getattr(compile_cache.current(), "files_before", None),
     }
     (out / f"start-{c.rank}-{start}.json").write_text(json.dumps(seat))
     w_true = torch.arange(8.0) / 8
@@ -116,7 +119,7 @@ def by_value() -> None:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def _fit(tpu_slice: TpuSlice, out: Path, **config: Any) -> Any:
+def _fit(tpu_slice: TpuSlice, out: Path, cache: Path | None = None, **config: Any) -> Any:
     from ray.train import FailureConfig, RunConfig
     from ray.train.torch import TorchTrainer
 
@@ -125,7 +128,7 @@ def _fit(tpu_slice: TpuSlice, out: Path, **config: Any) -> Any:
         user_train,
         train_loop_config={"out": str(out), "steps": 12, "every": 3, "run_dir": str(out / "storage" / "run"), **config},
         scaling_config=tpu_scaling_config(tpu_slice),
-        torch_config=XlaChipConfig(),
+        torch_config=XlaChipConfig(compile_cache_dir=str(cache) if cache else None),
         run_config=RunConfig(
             storage_path=str(out / "storage"), name="run", failure_config=FailureConfig(max_failures=2)
         ),
@@ -163,12 +166,13 @@ def _first_x(out: Path, rank: int) -> float:
 
 def test_user_function_on_a_single_host_slice_survives_a_sigkill(emulated_slices: None, tmp_path: Path) -> None:
     """A worker SIGKILLs itself before step 8; Ray Train restarts the group, which resumes from the checkpoint
-    reported after step 6 and redoes steps 6 and 7 with exactly the losses they had: the same curve."""
+    reported after step 6 and redoes steps 6 and 7 with exactly the losses they had: the same curve. The restarted
+    group uses the compile cache directory the first attempt wrote, rank 0 writing, the others reading."""
     from tpuray.workloads.goodput import JOB_END, JOB_START, record_job_event
 
     run_dir = tmp_path / "storage" / "run"
     record_job_event(run_dir, JOB_START)
-    result = _fit(SINGLE, tmp_path, kill_at=8)
+    result = _fit(SINGLE, tmp_path, cache=tmp_path / "cache", kill_at=8)
     record_job_event(run_dir, JOB_END)
     assert result.error is None
     assert (tmp_path / "killed").exists()
@@ -184,6 +188,20 @@ def test_user_function_on_a_single_host_slice_survives_a_sigkill(emulated_slices
             first, redone = losses[s]
             assert redone == pytest.approx(first, rel=1e-6)
     check_goodput_by_hand(run_dir, resumed_at=6, lost_steps=[6, 7])
+    attempts = {at: [json.loads((tmp_path / f"start-{r}-{at}.json").read_text()) for r in range(4)] for at in (0, 6)}
+    dirs = {x["cache"]["XLA_PERSISTENT_CACHE_PATH"] for a in attempts.values() for x in a}
+    assert len(dirs) == 1  # one key: both attempts, every chip
+    [cache_dir] = dirs
+    assert Path(cache_dir).parent.parent.parent == tmp_path / "cache" and "/v5litepod-4-2x2-x1/" in cache_dir
+    for a in attempts.values():
+        assert [x["cache"]["XLA_PERSISTENT_CACHE_READ_ONLY"] for x in sorted(a, key=lambda x: x["rank"])] == [
+            "0",
+            "1",
+            "1",
+            "1",
+        ]
+    assert attempts[0][0]["cache_files_before"] == 0  # cold on the first attempt...
+    assert attempts[6][0]["cache_files_before"] > 0  # ...and the restart found what it wrote
 
 
 def test_failed_backend_start_leaves_no_reservation(emulated_slices: None, tmp_path: Path) -> None:
@@ -235,10 +253,12 @@ def test_gpt_checkpoints_by_run_name_and_corrupt_newest_falls_back(emulated_slic
     from tpuray.workloads.gpt_loop import STATE_FILE, GptJob
     from tpuray.workloads.metrics import ModelShape
 
-    def gpt(name: str, steps: int) -> Any:
-        job = GptJob(ModelShape(64, 1, 16, 2, 8), steps, 2, 3e-3, 2, str(ONE), bf16=False, log_every=2)
+    cache = tmp_path / "cache"
+
+    def gpt(name: str, steps: int, lr: float = 3e-3) -> Any:
+        job = GptJob(ModelShape(64, 1, 16, 2, 8), steps, 2, lr, 2, str(ONE), bf16=False, log_every=2)
         rc = RunConfig(name=name, storage_path=str(tmp_path), failure_config=FailureConfig(max_failures=0))
-        result = train._xla_trainer(job, ONE, 1, rc).fit()
+        result = train._xla_trainer(job, ONE, 1, rc, str(cache)).fit()
         assert result.error is None
         return result
 
@@ -246,10 +266,19 @@ def test_gpt_checkpoints_by_run_name_and_corrupt_newest_falls_back(emulated_slic
     # the run's checkpoints live in <storage>/<run name>: another name is another folder (what the CLI's
     # --run-name and the RayJob's --checkpoint-dir rely on; test_run_names_are_checkpoint_folders checks the CLI)
     assert Path(a.checkpoint.path).parent == tmp_path / "a"
-    assert {p.name for p in tmp_path.iterdir()} == {"a"}
+    assert {p.name for p in tmp_path.iterdir()} == {"a", "cache"}
+    # the compile cache: written on the first run, counted in its metrics (what the summary reports)
+    cold = a.metrics["compile_cache"]
+    assert cold["warm"] is False and cold["files_written"] > 0 and cold["writer"]
     assert a.metrics["step"] == 4 and a.metrics["resumes"] == []
     (Path(a.checkpoint.path) / STATE_FILE).write_bytes(b"\x00 not a checkpoint")
     again = gpt("a", 6)
     assert again.metrics["resumes"] == [2]  # the newest (step 4) was unreadable: resumed from step 2
     assert len(again.metrics["losses"]) == 6
     assert again.metrics["losses"][:2] == a.metrics["losses"][:2]
+    # the second run of the job: the same key, and it finds the first run's files (PJRT CPU cannot reload them,
+    # so it counts them as reload failures; on TPUs they are hits)
+    warm = again.metrics["compile_cache"]
+    assert warm["key"] == cold["key"] and warm["warm"] is True
+    assert warm["files_before"] == cold["files_after"]
+    assert warm["reload_failures"] + warm["hits"] >= 1

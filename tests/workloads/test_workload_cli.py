@@ -204,6 +204,8 @@ def test_readme_command_trains_the_gpt_locally(stack_file: Path, tmp_path: Path,
     assert s["loss_final"] < 0.7 * s["loss_first"]
     assert s["params_identical"]  # the gradient average really happened on every chip
     assert s["tokens_per_s"] > 0 and s["time_to_first_step_s"] > 0
+    # the emulated run's compile cache, beside its checkpoints: cold, and what it wrote is counted
+    assert s["compile_cache"]["warm"] is False and s["compile_cache"]["files_written"] > 0
     assert "step 30/30" in err  # progress from the chips
     # the first impression (README command 1): one line per progress interval, no MFU on emulated chips,
     # nothing that looks like an error

@@ -1,0 +1,199 @@
+"""What stands between a granted node pool and the first training step: the compile cache, how the worker image
+reaches the TPU hosts, and how the GCS FUSE mounts read and write.
+
+:class:`StartupConfig` is the ``tpuray:startup`` section. The rules that read other sections (the worker image's
+registry, the cluster's GKE version, the stack's project) are :func:`startup_problems`, which the stack model runs,
+before any cloud call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from tpuray.components.config.base import ConfigModel, field_msg
+from tpuray.components.config_types import BucketName, MountPath, ProjectId, gke_version_key
+from tpuray.components.images import parse_image
+
+if TYPE_CHECKING:
+    from tpuray.components.config.stack import StackConfig
+
+__all__ = [
+    "IMAGE_STREAMING_MIN_GKE",
+    "SECONDARY_BOOT_DISK_MIN_GKE",
+    "CompileCacheConfig",
+    "DataMountConfig",
+    "FuseMountConfig",
+    "ImagePullConfig",
+    "StartupConfig",
+    "startup_problems",
+]
+
+# https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming ("Requirements"): Standard clusters run
+# 1.18.6-gke.4801 or later, nodes use the Container-Optimized OS with containerd image, and images live in
+# Artifact Registry (standard or remote repositories); images from other registries are pulled whole.
+IMAGE_STREAMING_MIN_GKE = "1.18.6-gke.4801"
+"""Below every version the config accepts (``config_types.gke_version_key``: minors 24 and up), so no stack can
+miss it: written down, not checked."""
+# https://cloud.google.com/kubernetes-engine/docs/how-to/data-container-image-preloading ("Overview"): Standard
+# clusters configure node pools with secondary boot disks starting in 1.28.3-gke.1067000.
+SECONDARY_BOOT_DISK_MIN_GKE = "1.28.3-gke.1067000"
+STREAMING_NODE_IMAGE = "COS_CONTAINERD"
+"""The node image both need (containerd on Container-Optimized OS); tpuray sets it on the pools that use them."""
+
+_DISK_IMAGE = r"^projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/global/images/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+_PREFIX = r"^[a-z0-9]([-a-z0-9_.]{0,126}[a-z0-9])?(/[a-z0-9]([-a-z0-9_.]{0,126}[a-z0-9])?){0,3}$"
+
+
+class CompileCacheConfig(ConfigModel):
+    """A persistent compile cache per stack: PyTorch/XLA's ``initialize_cache`` directory or TorchTPU's tier-3
+    cache root, under ``<bucket>/<prefix>/<key>`` (the key: backend, runtime version, image, slice shape)."""
+
+    enabled: bool = True
+    bucket: BucketName | None = Field(
+        default=None, description="bucket of the cache; defaults to the checkpoint bucket (already mounted)"
+    )
+    bucket_project: ProjectId | None = Field(
+        default=None, description="project of `bucket`; defaults to the stack's project"
+    )
+    access_granted: bool = Field(
+        default=False,
+        description="`bucket` is another project's: its owner has granted the stack's Ray service account "
+        "roles/storage.objectUser on it (tpuray grants it only on buckets of the stack's project)",
+    )
+    prefix: Annotated[str, Field(pattern=_PREFIX)] = "compile-cache"
+    mount_path: MountPath = Field(
+        default="/compile-cache", description="where a cache bucket of its own is mounted in the Ray pods"
+    )
+
+
+class ImagePullConfig(ConfigModel):
+    """How the worker image reaches a new TPU host: pulled whole (default), streamed, or preloaded on a disk."""
+
+    streaming: bool = Field(
+        default=False, description="GKE image streaming (gcfsConfig) on the TPU node pools; Artifact Registry images"
+    )
+    preloaded_disk_image: Annotated[str, Field(pattern=_DISK_IMAGE)] | None = Field(
+        default=None,
+        description="a disk image holding the worker image (projects/<project>/global/images/<name>, built with "
+        "GKE's gke-disk-image-builder): a secondary boot disk in CONTAINER_IMAGE_CACHE mode on every TPU node",
+    )
+
+
+class FuseMountConfig(ConfigModel):
+    """The GCS FUSE CSI driver's caches for one mount (volume attributes and mount options of
+    https://cloud.google.com/kubernetes-engine/docs/how-to/persistent-volumes/cloud-storage-fuse-csi-driver-perf)."""
+
+    file_cache_capacity: Annotated[str, Field(pattern=r"^(-1|\d+(Mi|Gi|Ti))$")] | None = Field(
+        default=None, description="file cache size (e.g. 100Gi, -1: unlimited); unset: no file cache"
+    )
+    file_cache_medium: Literal["disk", "memory"] = Field(
+        default="disk", description="the cache volume: the node's boot disk (emptyDir) or memory (tmpfs)"
+    )
+    file_cache_for_range_read: bool = False
+    parallel_downloads: bool = Field(
+        default=False, description="download large files in parallel chunks into the file cache"
+    )
+    metadata_cache_ttl_seconds: Annotated[int, Field(ge=-1, le=31_536_000)] | None = Field(
+        default=None, description="stat and type cache TTL (-1: never expire: objects nobody else writes)"
+    )
+    metadata_prefetch: bool = Field(default=False, description="list the bucket at mount time to warm the cache")
+
+    @model_validator(mode="after")
+    def _cache_needs(self) -> FuseMountConfig:
+        if self.parallel_downloads and self.file_cache_capacity is None:
+            raise ValueError(field_msg("parallelDownloads", "downloads go into the file cache: set fileCacheCapacity"))
+        if self.file_cache_for_range_read and self.file_cache_capacity is None:
+            raise ValueError(field_msg("fileCacheForRangeRead", "needs a file cache: set fileCacheCapacity"))
+        return self
+
+
+class DataMountConfig(FuseMountConfig):
+    """A training data bucket, mounted read-only in every Ray pod (``workload.dataset`` may point into it)."""
+
+    bucket: BucketName
+    bucket_project: ProjectId | None = Field(default=None, description="project of `bucket`; defaults to the stack's")
+    access_granted: bool = Field(
+        default=False,
+        description="`bucket` is another project's: its owner has granted the Ray service account "
+        "roles/storage.objectViewer on it",
+    )
+    mount_path: MountPath = "/data"
+
+
+class StartupConfig(ConfigModel):
+    """The compile cache, the image pull path and the tuned GCS FUSE mounts."""
+
+    compile_cache: CompileCacheConfig = CompileCacheConfig()
+    images: ImagePullConfig = ImagePullConfig()
+    checkpoint_mount: FuseMountConfig = FuseMountConfig()
+    data_mount: DataMountConfig | None = Field(
+        default=None, description="a training data bucket mounted read-only (GCS FUSE, tuned like checkpointMount)"
+    )
+
+
+def _below(version: str, floor: str) -> bool:
+    return gke_version_key(version) < gke_version_key(floor)
+
+
+def startup_problems(cfg: StackConfig) -> list[str]:
+    """The rules of ``startup`` that read other sections, as :func:`field_msg` lines under ``startup``."""
+    s, found = cfg.startup, []
+    worker_image = cfg.ray.worker_image or cfg.ray.image
+    version = cfg.master_version
+    where = "cluster.minMasterVersion" if cfg.cluster.min_master_version else "the version the TPU pools need"
+    if s.images.streaming and parse_image(worker_image).artifact_repository is None:
+        found.append(
+            field_msg(
+                "startup.images.streaming",
+                f"image streaming serves Artifact Registry images only, and the worker image {worker_image} is "
+                "not one (<location>-docker.pkg.dev/<project>/<repository>/<image>): push it there, or use "
+                "startup.images.preloadedDiskImage",
+            )
+        )
+    if s.images.preloaded_disk_image is not None and _below(version, SECONDARY_BOOT_DISK_MIN_GKE):
+        found.append(
+            field_msg(
+                "startup.images.preloadedDiskImage",
+                f"secondary boot disks need GKE {SECONDARY_BOOT_DISK_MIN_GKE} or later; {where} is {version}: set "
+                f"cluster.minMasterVersion to {SECONDARY_BOOT_DISK_MIN_GKE} or later",
+            )
+        )
+    c = s.compile_cache
+    owner = c.bucket_project or cfg.project
+    if c.enabled and c.bucket is not None and owner != cfg.project and not c.access_granted:
+        found.append(
+            field_msg(
+                "startup.compileCache.bucket",
+                f"{c.bucket} is in project {owner}, not the stack's ({cfg.project}): tpuray grants the Ray service "
+                "account access only in its own project, so the workers could not read or write it. Have its owner "
+                "grant roles/storage.objectUser to the Ray service account and set accessGranted: true, or leave "
+                "bucket unset (the checkpoint bucket)",
+            )
+        )
+    if c.bucket_project is not None and c.bucket is None:
+        found.append(field_msg("startup.compileCache.bucketProject", "names the project of `bucket`: set bucket"))
+    d = s.data_mount
+    if d is not None:
+        owner = d.bucket_project or cfg.project
+        if owner != cfg.project and not d.access_granted:
+            found.append(
+                field_msg(
+                    "startup.dataMount.bucket",
+                    f"{d.bucket} is in project {owner}, not the stack's ({cfg.project}): tpuray grants the Ray "
+                    "service account access only in its own project. Have its owner grant roles/storage.objectViewer "
+                    "to the Ray service account and set accessGranted: true",
+                )
+            )
+        taken = {cfg.checkpoints.mount_path: "checkpoints.mountPath"}
+        if c.enabled and c.bucket is not None and c.bucket != cfg.checkpoint_bucket:
+            taken[c.mount_path] = "startup.compileCache.mountPath"
+        for path, name in taken.items():
+            if (
+                d.mount_path == path
+                or d.mount_path.startswith(path.rstrip("/") + "/")
+                or path.startswith(d.mount_path.rstrip("/") + "/")
+            ):
+                found.append(field_msg("startup.dataMount.mountPath", f"{d.mount_path} overlaps {name} {path}"))
+    return found
