@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tpuray.components.safe_text import one_line
+
 __all__ = ["cmd_compare", "register"]
 
 
 def _error(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {one_line(message)}", file=sys.stderr)
     return 2
 
 
