@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpuray.components.config import NAMESPACE, CostConfig
-from tpuray.components.config.capacity import capacity_of_node_pool
+from tpuray.components.config.capacity import CommitmentTerm, capacity_of_node_pool
 from tpuray.components.names import POOL_LABEL
 from tpuray.components.pricing.table import (
     HOURS_PER_MONTH,
@@ -120,6 +121,22 @@ def cost_config_of(plan: Mapping[str, Any]) -> CostConfig:
     return CostConfig.model_validate(value, by_name=False)
 
 
+def commitments_of(plan: Mapping[str, Any]) -> dict[str, str]:
+    """The commitment term (``capacity.commitment``) of each reservation pool of the config a plan was made from."""
+    raw = (plan.get("config") or {}).get(f"{NAMESPACE}:slicePools")
+    pools = json.loads(raw) if isinstance(raw, str) else raw
+    out: dict[str, str] = {}
+    for i, p in enumerate(pools if isinstance(pools, list) else []):
+        capacity = p.get("capacity") if isinstance(p, Mapping) else None
+        term = capacity.get("commitment") if isinstance(capacity, Mapping) else None
+        if term is None:
+            continue
+        if term not in typing.get_args(CommitmentTerm):
+            raise ValueError(f"config slicePools[{i}].capacity.commitment is {one_line(repr(term))[:40]}: 1y or 3y")
+        out[str(p.get("name"))] = term
+    return out
+
+
 def cost_of_plan(plan: Mapping[str, Any], cost: CostConfig | None = None) -> StackCost:
     """The cost of every TPU pool of a plan (``plan.json`` as a dict), pools in name order."""
     cost = cost if cost is not None else cost_config_of(plan)
@@ -140,8 +157,9 @@ def cost_of_plan(plan: Mapping[str, Any], cost: CostConfig | None = None) -> Sta
         sums = acc.setdefault((pool, gen.name, _region(inputs), _capacity(inputs)), [0, 0])
         sums[0] += lo * per_node
         sums[1] += hi * per_node
+    terms = commitments_of(plan)
     pools = tuple(
-        PoolCost(pool, gen, region, capacity, lo, hi, chip_hour_price(gen, region, capacity, supplied))
+        PoolCost(pool, gen, region, capacity, lo, hi, chip_hour_price(gen, region, capacity, supplied, terms.get(pool)))
         for (pool, gen, region, capacity), (lo, hi) in sorted(acc.items())
     )
     return StackCost(str(plan.get("stack") or "?"), pools, cost.budget_usd_per_hour)
