@@ -258,7 +258,7 @@ def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Sett
 
 
 def _refuse_duplicate_keys(text: str, flag: str) -> None:
-    """ConfigError when the JSON object ``text`` names a key twice at any depth: JSON parsers keep one of the two
+    """ValueError when the JSON object ``text`` names a key twice at any depth: JSON parsers keep one of the two
     silently (pydantic's the last), so the setting the user meant may not be the one that runs. Invalid JSON is
     left to the model, which says where it breaks."""
 
@@ -266,7 +266,7 @@ def _refuse_duplicate_keys(text: str, flag: str) -> None:
         seen: set[str] = set()
         for key, _ in items:
             if key in seen:
-                raise ConfigError([(flag, f"names the key {key!r} twice; give each setting once")])
+                raise ValueError(f"{flag} names the key {key!r} twice; give each setting once")
             seen.add(key)
         return dict(items)
 
@@ -275,7 +275,7 @@ def _refuse_duplicate_keys(text: str, flag: str) -> None:
     except json.JSONDecodeError:
         return
     except RecursionError:
-        raise ConfigError([(flag, "is nested too deeply to be the workload settings")]) from None
+        raise ValueError(f"{flag} is nested too deeply to be the workload settings") from None
 
 
 def checkpoint_dir_problem(path: str) -> str | None:

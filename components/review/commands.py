@@ -16,8 +16,8 @@ from tpuray.components.safe_text import one_line
 __all__ = ["cmd_diff", "cmd_plan", "register"]
 
 
-def _error(message: str, code: int) -> int:
-    print(f"error: {message}", file=sys.stderr)
+def _error(message: object, code: int) -> int:
+    print(f"error: {one_line(message)}", file=sys.stderr)  # paths and refs as given: no escape sequence passes
     return code
 
 
