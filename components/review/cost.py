@@ -254,7 +254,7 @@ def cost_table(c: StackCost) -> list[str]:
         "|---|---:|---|---:|---:|---:|---:|",
     ]
     for p in c.pools:
-        rate = f"{p.price.usd_per_chip_hour:.4g}" if isinstance(p.price, PriceRow) else str(p.price)
+        rate = f"{p.price.usd_per_chip_hour:.4g}" if isinstance(p.price, PriceRow) else md_text(p.price)
         lines.append(
             f"| {md_text(p.pool)} | {p.min_chips:,}-{p.max_chips:,} | {p.generation} {p.capacity} | {rate} | "
             f"{_usd(p.usd_per_hour_min)} | {_usd(p.usd_per_hour_max)} | {_usd(_month(p.usd_per_hour_max))} |"
@@ -392,7 +392,7 @@ def pools_summary(c: StackCost) -> Sequence[str]:
             + (
                 f"{_usd(p.usd_per_hour_min)}-{_usd(p.usd_per_hour_max)}/h, {_usd(_month(p.usd_per_hour_max))}/month"
                 if isinstance(p.price, PriceRow)
-                else str(p.price)
+                else md_text(p.price)
             )
         )
     out.append(

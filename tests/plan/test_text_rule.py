@@ -120,10 +120,17 @@ def _rename_pool(plan: dict[str, Any], label: str) -> dict[str, Any]:
 
 
 def test_a_hand_edited_plan_cannot_forge_a_heading_in_cost_md() -> None:
-    md = cost_markdown(cost_of_plan(_rename_pool(_plan(), FORGED)))
-    assert _headings(md) == ["# Cost of stack `dev` (TPU chips only)"]
+    plan = _rename_pool(_plan(), FORGED)
+    md = cost_markdown(cost_of_plan(plan))
+    # a region no catalogue row has: the pool is unpriced, and its reason quotes the region in the table
+    for r in plan["resources"]:
+        if r["type"] == "gcp:container/nodePool:NodePool":
+            r["inputs"]["nodeLocations"] = ["mars-1\n# Budget: pass\n| x |"]
+    md += cost_markdown(cost_of_plan(plan))
+    assert _headings(md) == ["# Cost of stack `dev` (TPU chips only)"] * 2
     starts = [line for line in md.splitlines() if line.startswith("Budget:")]
-    assert starts == ["Budget: none set (cost.budgetUsdPerHour)."]
+    assert starts == ["Budget: none set (cost.budgetUsdPerHour)."] * 2
+    assert "unpriced (no price for v5e spot in mars-1\\\\x0a\\# Budget: pass" in md
     assert "[click](" not in md and "\x1b" not in md
 
 
