@@ -77,3 +77,16 @@ def test_without_a_published_figure_the_pool_stays_unpriced_naming_the_page() ->
 def test_a_plan_whose_commitment_is_no_term_is_refused() -> None:
     with pytest.raises(ValueError, match=r"slicePools\[0\]\.capacity\.commitment is '2y': 1y or 3y"):
         cost_of_plan(_prod_plan("2y"))
+
+
+def test_tpuray_plan_prices_the_named_term(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tpuray.components.review.plan import render_stack
+
+    monkeypatch.setattr(table, "COMMITTED_USE", (CommittedRow("v5p", "us-east5", "3y", 1.75),))
+    marker = "        project: tpuray-shared-capacity\n"
+    f = tmp_path / "Pulumi.prod.yaml"
+    f.write_text((ROOT / "Pulumi.prod.yaml").read_text().replace(marker, marker + "        commitment: 3y\n", 1))
+    plan = render_stack("prod", ROOT, stack_file=f)
+    (v5p,) = [p for p in plan.cost.pools if p.pool == "v5p-train"]
+    assert isinstance(v5p.price, PriceRow) and v5p.price.usd_per_chip_hour == 1.75
+    assert v5p.usd_per_hour_max == pytest.approx(1.75 * 128)  # two 4x4x4 slices
