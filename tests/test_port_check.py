@@ -113,3 +113,57 @@ def test_the_checker_imports_neither_torch_nor_ray() -> None:
     code += "print(sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'ray', 'pulumi'}))"
     out = subprocess.run([sys.executable, "-c", code, str(GPU_SCRIPT)], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines()[-1] == "[]"
+
+
+def test_a_450_link_attribute_chain_that_cpython_compiles_is_checked() -> None:
+    source = "import torch\nx = torch" + ".a" * 450 + "\ny = torch.cuda.synchronize()\n"
+    compile(source, "chain.py", "exec")  # valid Python, as CPython sees it
+    found = check_source(source, "chain.py")
+    assert [(f.line, f.kind) for f in found] == [(3, "cuda-sync")]
+
+
+def test_a_600_term_sum_that_cpython_compiles_is_checked() -> None:
+    source = "import torch\nt = " + " + ".join(["x.cuda()"] * 600) + "\n"
+    compile(source, "sum.py", "exec")
+    found = check_source(source, "sum.py")
+    assert len(found) == 600 and {f.kind for f in found} == {"cuda-method"}
+    assert {f.code for f in found} == {"x.cuda()"}
+
+
+def test_a_long_expression_finding_is_cut_from_its_first_characters() -> None:
+    source = "import torch\nx = model.cuda(\n" + ",\n".join(f"    a{i}" for i in range(5000)) + ")\n"
+    (f,) = check_source(source, "long.py")
+    assert f.kind == "cuda-method" and f.code.startswith("model.cuda( a0, a1, a2") and len(f.code) == 60
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("import torch\nx = 1\x00\n", "nul.py:2: not Python (a NUL byte"),
+        ("x = " + "(" * 300 + "1" + ")" * 300 + "\n", "nul.py:1: not Python (too many nested parentheses)"),
+        ("x = " + "-" * 200_000 + "1\n", "nul.py: not checkable: nested too deeply for Python's parser"),
+    ],
+    ids=["nul", "parentheses", "unary-chain"],
+)
+def test_unparseable_input_names_the_file_and_a_line_never_none(
+    tmp_path: Path, source: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "nul.py"
+    path.write_bytes(source.encode())
+    assert main(["port", "check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and ":None" not in err and err.count("\n") == 1
+
+
+def test_port_check_prints_no_control_character_it_did_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "esc\x1b[31m.py"
+    path.write_text('import torch\nx = torch.randn(2).cuda("\x1b]0;pwned\x07")\n')
+    assert main(["port", "check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "esc\\x1b[31m.py:2:" in out and '.cuda("\\x1b]0;pwned\\x07")' in out
+    missing = tmp_path / "gone\x1b[2J.py"
+    assert main(["port", "check", str(missing)]) == 2
+    assert "\x1b" not in capsys.readouterr().err

@@ -249,6 +249,7 @@ def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Sett
     else the model's defaults, with the flags the user gave laid over it; checked before any cluster work."""
     exclusive_sources({"--workload": args.workload is not None, "--stack/--stack-file": stack is not None})
     if args.workload is not None:
+        _refuse_duplicate_keys(args.workload, "--workload")
         base = validated_as(
             WorkloadConfig,
             loads_json(args.workload, what="--workload"),
@@ -258,6 +259,42 @@ def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Sett
         base = (stack.workload if stack else WorkloadConfig()).model_dump(by_alias=True)
     workload = _validated(WorkloadConfig, base, args, WORKLOAD_FLAGS, "workload")
     return Settings(workload, _validated(RunSettings, {}, args, RUN_FLAGS, "run"))
+
+
+def _refuse_duplicate_keys(text: str, flag: str) -> None:
+    """ValueError when the JSON object ``text`` names a key twice at any depth: JSON parsers keep one of the two
+    silently (pydantic's the last), so the setting the user meant may not be the one that runs. Invalid JSON is
+    left to the model, which says where it breaks."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                raise ValueError(f"{flag} names the key {key!r} twice; give each setting once")
+            seen.add(key)
+        return dict(items)
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError:
+        return
+    except RecursionError:
+        raise ValueError(f"{flag} is nested too deeply to be the workload settings") from None
+
+
+def checkpoint_dir_problem(path: str) -> str | None:
+    """Why ``--checkpoint-dir`` cannot be a local Ray Train storage directory (a regular file, or below one), or
+    None; a URI (``gs://...``) is left to its file system."""
+    if "://" in path:
+        return None
+    p = Path(path).absolute()
+    for at in (p, *p.parents):
+        if at.exists():
+            if not at.is_dir():
+                which = "is" if at == p else f"is below {at}, which is"
+                return f"{path} {which} a file, not a directory; give a directory (it is created if missing)"
+            return None
+    return None
 
 
 def _job(s: Settings, tpu_slice: TpuSlice, local: bool, run_dir: str | None = None) -> GptJob:
@@ -392,6 +429,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     tpu_slice = TpuSlice.parse(args.topology) if args.topology else (pool.tpu_slice if pool else None)
     if args.local and tpu_slice is None:
         raise PlacementError("--local needs a slice shape: --stack, --stack-file or --topology")
+    problem = checkpoint_dir_problem(args.checkpoint_dir) if args.checkpoint_dir else None
+    if problem:
+        raise ValueError(f"--checkpoint-dir {problem}")
     if args.local:
         storage = args.checkpoint_dir or tempfile.mkdtemp(prefix="tpuray-ckpt-")
     else:

@@ -33,6 +33,8 @@ from tpuray.components.topology import FLEX_START_MIN_GKE_VERSION
 
 PriceBasis = Literal["on-demand", "spot", "committed", "flex-start"]
 """Which public (or supplied) price a chip-hour of a capacity type pays (``pricing.table``)."""
+CommitmentTerm = Literal["1y", "3y"]
+"""The term of a committed use contract (https://cloud.google.com/tpu/pricing: "1 year or 3 year commitment")."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,11 @@ class Reservation(CapacityType):
     type: Literal["reservation"]
     name: GceName
     project: ProjectId | None = None
+    commitment: CommitmentTerm | None = Field(
+        default=None,
+        description="the term of the committed use contract the reservation comes with: prices the pool at the "
+        "Cloud TPU pricing page's 1-year or 3-year commitment price (tpuray.components.pricing)",
+    )
 
     replacing_inputs: ClassVar[tuple[str, ...]] = ("nodeConfig.reservationAffinity",)
     wire_signatures: ClassVar[tuple[Mapping[str, object], ...]] = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import (
+    AfterValidator,
     Field,
     field_validator,
     model_validator,
@@ -16,6 +17,7 @@ from tpuray.components.config.base import (
 )
 from tpuray.components.config.capacity import capacity_class, capacity_type
 from tpuray.components.config.slice_pool import SlicePoolConfig
+from tpuray.components.safe_text import refuse_control
 
 
 class SuppliedRateConfig(ConfigModel):
@@ -26,7 +28,12 @@ class SuppliedRateConfig(ConfigModel):
     generation: str
     capacity: Annotated[str, Field(description="a capacity type (slicePools[].capacity.type)")]
     usd_per_chip_hour: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)]
-    source: Annotated[str, Field(min_length=1, max_length=200, description="where the rate comes from")]
+    source: Annotated[
+        str,
+        Field(min_length=1, max_length=200, description="where the rate comes from"),
+        # cost.md quotes it on a line of its own: a newline in it could forge the "Budget: pass" line.
+        AfterValidator(refuse_control),
+    ]
 
     _gen = field_validator("generation")(lambda v: SlicePoolConfig._known_generation(v))
 

@@ -115,6 +115,15 @@ def monitoring_rules(view: StackView) -> list[str]:
         return found
     names = list(dict.fromkeys(view.pool_names))
     excluded = monitoring.idle_alert.exclude_pools
+    if monitoring.enabled and monitoring.idle_alert.enabled and names and set(names) <= set(excluded):
+        # An enabled alert that watches no pool would never fire, and look like one that watches them all.
+        found.append(
+            field_msg(
+                "monitoring.idleAlert.excludePools",
+                f"excludes every slice pool ({', '.join(names)}): the alert would watch nothing; leave at least one "
+                "pool out of the list, or set monitoring.idleAlert.enabled: false",
+            )
+        )
     watched = {slice_shape(p.tpu_slice): p.name for _, p in pools if p.name not in excluded}
     for i, name in enumerate(excluded):
         at = f"monitoring.idleAlert.excludePools[{i}]"

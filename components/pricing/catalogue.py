@@ -11,15 +11,31 @@ price so the failover will go to the region with precise pricing info first"), w
 has no price; earlier catalogue versions wrote ``0`` for the same case (SkyPilot's v6e example README: "We set the
 price to 0.0 in those regions for now"); an empty cell means no price. :func:`sentinel` names them.
 
-Committed use (1 and 3 years), reservations and flex-start/DWS have no row here: the catalogue prunes commitment
-SKUs, and no public machine-readable source for them was read. They are unpriced unless the stack supplies a rate.
+Committed use (1 and 3 years, what a reservation pays) and flex-start/DWS have no row in that file: the
+catalogue prunes commitment SKUs. Their public source is the Cloud TPU pricing page (:data:`TPU_PRICING_PAGE`);
+:data:`COMMITTED_USE` and :data:`FLEX_START` hold the per-chip-hour figures read from it, each with the page and the
+date. The copy of the page read on 2026-12-01 (through the project's page search, the only access this work had)
+shows the page's opening: the pricing systems, that TPU Pod types need "a 1 year or 3 year commitment", and the
+start of the v4 table, but no per-chip-hour commitment or flex-start figure for any generation tpuray plans (v5e,
+v5p, v6e, tpu7x). No figure is copied from a third-party page or from memory, so both tables are empty and such a
+pool is unpriced with that reason (the stack can still supply its contract's rate in ``cost.rates``). A figure read
+later is one row here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CATALOGUE", "CatalogueRow", "Source", "sentinel"]
+__all__ = [
+    "CATALOGUE",
+    "COMMITTED_USE",
+    "FLEX_START",
+    "TPU_PRICING_PAGE",
+    "CatalogueRow",
+    "CommittedRow",
+    "Source",
+    "sentinel",
+]
 
 
 @dataclass(frozen=True)
@@ -117,3 +133,29 @@ CATALOGUE: tuple[CatalogueRow, ...] = (
         ("us-west1", 2.7, 0.64833),
     ),
 )
+
+TPU_PRICING_PAGE = Source(
+    url="https://cloud.google.com/tpu/pricing",
+    read_on="2026-12-01",
+    note="the copy read shows no per-chip-hour commitment or flex-start figure for v5e, v5p, v6e or tpu7x",
+)
+"""Google's Cloud TPU pricing page: the public source of committed use (1-year, 3-year) and flex-start prices."""
+
+
+@dataclass(frozen=True)
+class CommittedRow:
+    """A price per chip-hour read from :data:`TPU_PRICING_PAGE`: a commitment term's, or flex-start's."""
+
+    generation: str
+    region: str
+    term: str
+    """``1y``, ``3y`` (committed use) or ``flex-start``."""
+    usd_per_chip_hour: float
+    source: Source = TPU_PRICING_PAGE
+
+
+COMMITTED_USE: tuple[CommittedRow, ...] = ()
+"""1-year and 3-year commitment prices per chip-hour, by generation and region, as the pricing page gives them
+(none read: see the module's docstring)."""
+FLEX_START: tuple[CommittedRow, ...] = ()
+"""Flex-start prices per chip-hour, by generation and region (none read: see the module's docstring)."""

@@ -10,12 +10,13 @@ import sys
 from typing import Any
 
 from tpuray.components.data_file import DataFileError, loads_json, read_text
+from tpuray.components.safe_text import one_line
 
 __all__ = ["cmd_compare", "register"]
 
 
 def _error(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {one_line(message)}", file=sys.stderr)
     return 2
 
 

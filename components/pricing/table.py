@@ -13,7 +13,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tpuray.components.config.capacity import PriceBasis, capacity_class
-from tpuray.components.pricing.catalogue import CATALOGUE, Source, sentinel
+from tpuray.components.pricing.catalogue import (
+    CATALOGUE,
+    COMMITTED_USE,
+    FLEX_START,
+    TPU_PRICING_PAGE,
+    CommittedRow,
+    Source,
+    sentinel,
+)
 from tpuray.components.topology import TopologyError, TpuSlice, generation
 
 __all__ = [
@@ -111,24 +119,47 @@ def price_rows() -> tuple[PriceRow, ...]:
     return _catalogue_facts()[0]
 
 
-def _unpriced_reason(gen: str, region: str, basis: PriceBasis) -> str:
+_TERMS = {"1y": "1-year", "3y": "3-year"}
+
+
+def _page_row(rows: Sequence[CommittedRow], gen: str, region: str, term: str) -> CommittedRow | None:
+    return next((r for r in rows if (r.generation, r.region, r.term) == (gen, region, term)), None)
+
+
+def _unpriced_reason(gen: str, region: str, basis: PriceBasis, commitment: str | None) -> str:
     gap = _catalogue_facts()[1].get((gen, region, basis))
     if gap:
         return gap
+    page = f"the Cloud TPU pricing page ({TPU_PRICING_PAGE.url}, read {TPU_PRICING_PAGE.read_on})"
+    if basis == "committed" and commitment is None:
+        if any((r.generation, r.region) == (gen, region) for r in COMMITTED_USE):
+            return (
+                "a reservation pays its committed use contract's price: name its term (capacity.commitment: 1y or "
+                f"3y) to price it from {page}, or "
+            )
+        return (
+            "a reservation pays its committed use contract's price, by term (capacity.commitment: 1y or 3y); "
+            f"{page} as read gives no commitment price per chip-hour for {gen}; "
+        )
     if basis == "committed":
-        return "a reservation pays its committed use contract's price, which no public source read gives; "
+        return f"{page} as read gives no {_TERMS[commitment or '']} commitment price per chip-hour for {gen}; "
     if basis == "flex-start":
-        return "no public flex-start price was read; "
+        return f"{page} as read gives no flex-start price per chip-hour for {gen}; "
     return "not in the price catalogue; "
 
 
 def chip_hour_price(
-    gen: str, region: str, capacity_type: str, supplied: Sequence[SuppliedRate] | Iterable[SuppliedRate] = ()
+    gen: str,
+    region: str,
+    capacity_type: str,
+    supplied: Sequence[SuppliedRate] | Iterable[SuppliedRate] = (),
+    commitment: str | None = None,
 ) -> PriceRow | Unpriced:
     """The price of a chip-hour of ``gen`` in ``region`` for a pool of ``capacity_type``.
 
     A rate the stack supplies for (generation, capacity type) wins over the public table (it is what that stack
-    pays); without either, :class:`Unpriced` says why.
+    pays); a reservation with a ``commitment`` term (``1y``, ``3y``) pays the pricing page's commitment price, a
+    flex-start pool its flex-start price; without any, :class:`Unpriced` says why.
     """
     try:
         name = generation(gen).name
@@ -141,8 +172,15 @@ def chip_hour_price(
     for row in price_rows():
         if (row.generation, row.region, row.basis) == (name, region, basis):
             return row
-    reason = _unpriced_reason(name, region, basis)
-    if reason.endswith("; "):
+    page = None
+    if basis == "committed" and commitment is not None:
+        page = _page_row(COMMITTED_USE, name, region, commitment)
+    elif basis == "flex-start":
+        page = _page_row(FLEX_START, name, region, "flex-start")
+    if page is not None:
+        return PriceRow(name, region, basis, page.usd_per_chip_hour, page.source)
+    reason = _unpriced_reason(name, region, basis, commitment)
+    if reason.endswith(("; ", "or ")):
         reason += (
             f"supply one in cost.rates ({{generation: {name}, capacity: {capacity_type}, usdPerChipHour, source}})"
         )

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuray.components.data_file import DataFileError, read_json_file
+from tpuray.components.safe_text import one_line
 
 __all__ = ["CostFileError", "Setup", "comparison", "setup", "slice_usd_per_hour", "tokens_per_usd"]
 
@@ -55,7 +56,18 @@ def setup(name: str, usd_per_hour: object, tokens_per_s: object, flags: tuple[st
         if not math.isfinite(v) or v <= 0:
             raise ValueError(f"{flag}: {raw!r} must be a positive finite number, e.g. 12.5")
         values.append(v)
+    if not math.isfinite(values[1] * SECONDS_PER_HOUR / values[0]):
+        raise ValueError(
+            f"{flags[1]} {tokens_per_s!r} at {flags[0]} {usd_per_hour!r}: tokens per dollar overflows a float; give "
+            "figures in a realistic range"
+        )
     return Setup(name, values[0], values[1])
+
+
+def _ratio(a: float, b: float) -> str:
+    """``a / b`` to 3 decimals, or ``unknown`` when the quotient overflows (never ``inf`` or ``nan``)."""
+    q = a / b
+    return f"{q:.3f}" if math.isfinite(q) else "unknown"
 
 
 def comparison(ours: Setup, theirs: Setup) -> str:
@@ -65,14 +77,18 @@ def comparison(ours: Setup, theirs: Setup) -> str:
         ("tokens/s", ours.tokens_per_s, theirs.tokens_per_s, ",.0f"),
         ("tokens per $", ours.tokens_per_usd, theirs.tokens_per_usd, ",.0f"),
     ]
-    rows = [("", ours.name, theirs.name, "ratio")]
-    rows += [(label, format(a, fmt), format(b, fmt), f"{a / b:.3f}") for label, a, b, fmt in figures]
+    names = one_line(ours.name), one_line(theirs.name)  # labels from the command line reach the terminal as text
+    rows = [("", *names, "ratio")]
+    rows += [(label, format(a, fmt), format(b, fmt), _ratio(a, b)) for label, a, b, fmt in figures]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = [
         "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in rows
     ]
     better = ours.tokens_per_usd / theirs.tokens_per_usd
-    lines.append(f"{ours.name} trains {better:.2f}x the tokens per dollar of {theirs.name}")
+    if math.isfinite(better):
+        lines.append(f"{names[0]} trains {better:.2f}x the tokens per dollar of {names[1]}")
+    else:
+        lines.append(f"{names[0]} against {names[1]}: the ratio of tokens per dollar is unknown (it overflows a float)")
     return "\n".join(line.rstrip() for line in lines)
 
 
@@ -91,12 +107,24 @@ def slice_usd_per_hour(cost_file: Path, pool: str | None, chips: int) -> tuple[f
     names = [str(p["pool"]) for p in pools]
     if pool is None and len(pools) != 1:
         raise CostFileError(f"{cost_file}: name the pool the job runs on; the plan has {', '.join(names) or 'none'}")
-    entry = next((p for p in pools if pool is None or p["pool"] == pool), None)
-    if entry is None:
+    index = next((i for i, p in enumerate(pools) if pool is None or p["pool"] == pool), None)
+    if index is None:
         raise CostFileError(f"{cost_file}: no pool {pool!r} in the plan; it has {', '.join(names) or 'none'}")
+    entry = pools[index]
     rate = entry.get("usd_per_chip_hour")
     capacity = str(entry.get("capacity"))
     if rate is None:
         return None, capacity, str(entry.get("unpriced") or "unpriced")
-    source = (entry.get("source") or {}).get("url", "")
-    return float(rate) * chips, capacity, f"${float(rate):.4g}/chip-h from {source}"
+    field = f"pools[{index}].usd_per_chip_hour"
+    # tpuray plan writes a positive finite price or null; anything else (a negative or infinite rate, text, a
+    # boolean) would make a cost, and tokens per dollar, that no chip-hour has
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or rate <= 0:
+        raise CostFileError(
+            f"{cost_file}: {field} is {str(rate)[:40]!r}; a price is a positive finite number (USD per chip-hour) "
+            "or null for an unpriced pool"
+        )
+    usd = float(rate) * chips
+    if not math.isfinite(usd):
+        raise CostFileError(f"{cost_file}: {field} {rate!r} x {chips} chips overflows a float; not a price")
+    source = (entry.get("source") or {}).get("url", "") if isinstance(entry.get("source"), Mapping) else ""
+    return usd, capacity, f"${float(rate):.4g}/chip-h from {source}"

@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tpuray.components.safe_text import one_line
+
 __all__ = ["cmd_diff", "cmd_plan", "register"]
 
 
-def _error(message: str, code: int) -> int:
-    print(f"error: {message}", file=sys.stderr)
+def _error(message: object, code: int) -> int:
+    print(f"error: {one_line(message)}", file=sys.stderr)  # paths and refs as given: no escape sequence passes
     return code
 
 
@@ -92,7 +94,7 @@ def _plan_dir_pairs(base: Path, new: Path) -> list[tuple[dict[str, Any], dict[st
 def cmd_diff(args: argparse.Namespace) -> int:
     """Compare two plan directories, or two git refs (each stack rendered at each ref)."""
     from tpuray.components.config_types import stack_name_problem
-    from tpuray.components.review.diff import diff_plans, render_markdown
+    from tpuray.components.review.diff import StackMismatchError, diff_plans, render_markdown
     from tpuray.components.review.git_refs import GitPlanError, is_git_ref, plan_of_ref
     from tpuray.components.review.plan import find_root
     from tpuray.components.review.plan_dir import PlanFileError
@@ -106,13 +108,25 @@ def cmd_diff(args: argparse.Namespace) -> int:
         try:
             pairs = _plan_dir_pairs(base, new)
         except PlanFileError as e:
-            return _error(str(e), 2)
+            return _error(one_line(e), 2)
+        except RecursionError:  # the JSON reader's own depth limit (json.loads recurses per level)
+            return _error(f"{one_line(base)} or {one_line(new)}: plan.json nested too deeply to be a tpuray plan", 2)
         try:
             diffs = [diff_plans(a, b) for a, b in pairs]
-        except (KeyError, TypeError, AttributeError, ValueError) as e:
+        except StackMismatchError as e:
+            return _error(f"{one_line(base)} and {one_line(new)}: {e}", 2)
+        except RecursionError:
+            return _error(
+                f"{one_line(base)} or {one_line(new)}: not a tpuray plan (its values are nested too deeply)", 2
+            )
+        except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as e:
             # the shape check passed, but a resource's inputs are not what tpuray plan writes (a node pool's
             # nodeConfig that is not an object...): still not a plan, not an internal error
-            return _error(f"{base} or {new}: not a tpuray plan (a resource's inputs: {type(e).__name__}: {e})", 2)
+            return _error(
+                f"{one_line(base)} or {one_line(new)}: not a tpuray plan (a resource's inputs: {type(e).__name__}: "
+                f"{one_line(e)})",
+                2,
+            )
     else:
         try:
             root = Path(args.root).resolve() if args.root else find_root()

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpuray.components.config import NAMESPACE, CostConfig
-from tpuray.components.config.capacity import capacity_of_node_pool
+from tpuray.components.config.capacity import CommitmentTerm, capacity_of_node_pool
 from tpuray.components.names import POOL_LABEL
 from tpuray.components.pricing.table import (
     HOURS_PER_MONTH,
@@ -25,7 +26,9 @@ from tpuray.components.pricing.table import (
     Unpriced,
     chip_hour_price,
 )
+from tpuray.components.review.pool_views import declared_nodes
 from tpuray.components.review.resource_types import NODE_POOL
+from tpuray.components.safe_text import md_code, md_text, one_line
 from tpuray.components.topology import generation_of_machine_type
 
 __all__ = [
@@ -92,13 +95,6 @@ class StackCost:
         return self._total(p.usd_per_hour_max for p in self.pools)
 
 
-def _int(v: Any) -> int:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return 0
-
-
 def _region(inputs: Mapping[str, Any]) -> str:
     where = (inputs.get("nodeLocations") or [None])[0] or inputs.get("location") or ""
     return re.sub(r"-[a-z]$", "", str(where))  # a zone (us-west4-a) is in the region before its last letter
@@ -107,17 +103,6 @@ def _region(inputs: Mapping[str, Any]) -> str:
 def _capacity(inputs: Mapping[str, Any]) -> str:
     """The capacity type a node pool was declared with (as ``planning/node_pools`` writes it)."""
     return capacity_of_node_pool(inputs)
-
-
-def _nodes(inputs: Mapping[str, Any]) -> tuple[int, int]:
-    auto = inputs.get("autoscaling") or {}
-    zones = max(1, len(inputs.get("nodeLocations") or []))
-    if auto:
-        hi = _int(auto.get("totalMaxNodeCount")) or _int(auto.get("maxNodeCount")) * zones
-        lo = _int(auto.get("totalMinNodeCount")) or _int(auto.get("minNodeCount")) * zones
-        return lo, hi
-    n = _int(inputs.get("nodeCount") if inputs.get("nodeCount") is not None else inputs.get("initialNodeCount"))
-    return n * zones, n * zones
 
 
 def _supplied(cost: CostConfig) -> tuple[SuppliedRate, ...]:
@@ -136,6 +121,22 @@ def cost_config_of(plan: Mapping[str, Any]) -> CostConfig:
     return CostConfig.model_validate(value, by_name=False)
 
 
+def commitments_of(plan: Mapping[str, Any]) -> dict[str, str]:
+    """The commitment term (``capacity.commitment``) of each reservation pool of the config a plan was made from."""
+    raw = (plan.get("config") or {}).get(f"{NAMESPACE}:slicePools")
+    pools = json.loads(raw) if isinstance(raw, str) else raw
+    out: dict[str, str] = {}
+    for i, p in enumerate(pools if isinstance(pools, list) else []):
+        capacity = p.get("capacity") if isinstance(p, Mapping) else None
+        term = capacity.get("commitment") if isinstance(capacity, Mapping) else None
+        if term is None:
+            continue
+        if term not in typing.get_args(CommitmentTerm):
+            raise ValueError(f"config slicePools[{i}].capacity.commitment is {one_line(repr(term))[:40]}: 1y or 3y")
+        out[str(p.get("name"))] = term
+    return out
+
+
 def cost_of_plan(plan: Mapping[str, Any], cost: CostConfig | None = None) -> StackCost:
     """The cost of every TPU pool of a plan (``plan.json`` as a dict), pools in name order."""
     cost = cost if cost is not None else cost_config_of(plan)
@@ -151,13 +152,14 @@ def cost_of_plan(plan: Mapping[str, Any], cost: CostConfig | None = None) -> Sta
         if gen is None:
             continue
         pool = str((node.get("labels") or {}).get(POOL_LABEL) or inputs.get("name") or r.get("name"))
-        lo, hi = _nodes(inputs)
+        lo, hi = declared_nodes(inputs, pool)
         per_node = gen.machine_types[str(machine)]
         sums = acc.setdefault((pool, gen.name, _region(inputs), _capacity(inputs)), [0, 0])
         sums[0] += lo * per_node
         sums[1] += hi * per_node
+    terms = commitments_of(plan)
     pools = tuple(
-        PoolCost(pool, gen, region, capacity, lo, hi, chip_hour_price(gen, region, capacity, supplied))
+        PoolCost(pool, gen, region, capacity, lo, hi, chip_hour_price(gen, region, capacity, supplied, terms.get(pool)))
         for (pool, gen, region, capacity), (lo, hi) in sorted(acc.items())
     )
     return StackCost(str(plan.get("stack") or "?"), pools, cost.budget_usd_per_hour)
@@ -252,9 +254,9 @@ def cost_table(c: StackCost) -> list[str]:
         "|---|---:|---|---:|---:|---:|---:|",
     ]
     for p in c.pools:
-        rate = f"{p.price.usd_per_chip_hour:.4g}" if isinstance(p.price, PriceRow) else str(p.price)
+        rate = f"{p.price.usd_per_chip_hour:.4g}" if isinstance(p.price, PriceRow) else md_text(p.price)
         lines.append(
-            f"| {p.pool} | {p.min_chips:,}-{p.max_chips:,} | {p.generation} {p.capacity} | {rate} | "
+            f"| {md_text(p.pool)} | {p.min_chips:,}-{p.max_chips:,} | {p.generation} {p.capacity} | {rate} | "
             f"{_usd(p.usd_per_hour_min)} | {_usd(p.usd_per_hour_max)} | {_usd(_month(p.usd_per_hour_max))} |"
         )
     lines.append(
@@ -266,7 +268,7 @@ def cost_table(c: StackCost) -> list[str]:
 
 def cost_markdown(c: StackCost) -> str:
     """``cost.md``: the table, each price's source, and the budget."""
-    lines = [f"# Cost of stack `{c.stack}` (TPU chips only)", "", *cost_table(c), ""]
+    lines = [f"# Cost of stack {md_code(c.stack)} (TPU chips only)", "", *cost_table(c), ""]
     if c.unpriced:
         lines.append("A stack total with an unpriced pool is shown as unpriced, never as a partial sum.")
         lines.append("")
@@ -276,9 +278,10 @@ def cost_markdown(c: StackCost) -> str:
         if isinstance(p.price, PriceRow):
             s = p.price.source
             read = f", read {s.read_on}" if s.read_on else ""
-            lines.append(f"- {p.pool}: {p.price} ({p.price.basis}) from {s.url}{read}; {s.note}".rstrip("; "))
+            note = md_text(s.note)  # a supplied rate's note is the stack's cost.rates[].source
+            lines.append(f"- {md_text(p.pool)}: {p.price} ({p.price.basis}) from {s.url}{read}; {note}".rstrip("; "))
         else:
-            lines.append(f"- {p.pool}: {p.price.detail}")
+            lines.append(f"- {md_text(p.pool)}: {md_text(p.price.detail)}")
     lines.append("")
     violation = budget_violation(c)
     if c.budget_usd_per_hour is None:
@@ -364,9 +367,12 @@ def cost_diff_markdown(d: CostDiff) -> list[str]:
     for c in d.changes:
         base = c.base.usd_per_hour_max if c.base else 0.0
         new = c.new.usd_per_hour_max if c.new else 0.0
-        rows.append(f"| {c.pool} | {_usd(base)} | {_usd(new)} | {_signed(c.delta)} | {c.why} |")
+        rows.append(f"| {md_text(c.pool)} | {_usd(base)} | {_usd(new)} | {_signed(c.delta)} | {md_text(c.why)} |")
     notes = [
-        f"- {c.pool}: {p.price}" for c in d.changes for p in (c.new,) if p is not None and isinstance(p.price, Unpriced)
+        f"- {md_text(c.pool)}: {md_text(p.price)}"
+        for c in d.changes
+        for p in (c.new,)
+        if p is not None and isinstance(p.price, Unpriced)
     ]
     return [head, "", *rows, "", *notes, *([""] if notes else []), *plan]
 
@@ -382,11 +388,11 @@ def pools_summary(c: StackCost) -> Sequence[str]:
     out = [f"cost (TPU chips; $/h at min-max, $/month at max over {HOURS_PER_MONTH} h):"]
     for p in c.pools:
         out.append(
-            f"  {p.pool}: {p.generation} {p.capacity} in {p.region}: "
+            f"  {one_line(p.pool)}: {p.generation} {p.capacity} in {one_line(p.region)}: "
             + (
                 f"{_usd(p.usd_per_hour_min)}-{_usd(p.usd_per_hour_max)}/h, {_usd(_month(p.usd_per_hour_max))}/month"
                 if isinstance(p.price, PriceRow)
-                else str(p.price)
+                else md_text(p.price)
             )
         )
     out.append(

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from html import escape
 from typing import Any
+
+from tpuray.components.safe_text import xml_text as escape
 
 __all__ = ["dashboard_tiles", "render_dashboard_svg"]
 

@@ -2,6 +2,8 @@
 
 Pure functions over two ``plan.json`` documents. Resources are matched by URN (as Pulumi matches them), so a
 resource whose name or parent changed shows as removed + added, which Pulumi would also do (delete + create).
+Every string read from a plan reaches the comment through :mod:`tpuray.components.safe_text` (a hand-edited
+``plan.json`` cannot add a heading, a link or a table row), and two plans of different stacks are not compared.
 """
 
 from __future__ import annotations
@@ -16,8 +18,14 @@ from tpuray.components.review.kueue_view import tpu_quota_by_generation
 from tpuray.components.review.pool_views import tpu_chips_by_generation
 from tpuray.components.review.replacement_fields import replacement_reason
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_JOB, RESOURCE_POLICY
+from tpuray.components.safe_text import md_code, md_text, one_line
 
-__all__ = ["Change", "FieldChange", "PlanDiff", "diff_plans", "render_markdown"]
+__all__ = ["Change", "FieldChange", "PlanDiff", "StackMismatchError", "diff_plans", "render_markdown"]
+
+
+class StackMismatchError(ValueError):
+    """The two plans are of different stacks (dev against prod): their difference is not a change to review."""
+
 
 _WATCHED = (NODE_POOL, CLUSTER, RESOURCE_POLICY)
 """Types whose deletion or replacement gets a warning: losing one stops TPU slices or the whole cluster (a tpu7x
@@ -86,16 +94,16 @@ class PlanDiff:
         for c in self.changed:
             if c.type not in _WATCHED:
                 continue
-            what = {CLUSTER: "the cluster", NODE_POOL: f"node pool `{c.name}`"}.get(c.type, f"`{c.name}`")
+            what = {CLUSTER: "the cluster", NODE_POOL: f"node pool {md_code(c.name)}"}.get(c.type, md_code(c.name))
             if c.replaced:
-                causes = ", ".join(f"`{f.dotted}`" for f in c.fields if f.effect == "replace")
+                causes = ", ".join(md_code(f.dotted) for f in c.fields if f.effect == "replace")
                 out.append(f"**{what} will be REPLACED** ({_kind(c.type)}; deleted and created again) by {causes}")
             elif c.recreates_nodes:
-                causes = ", ".join(f"`{f.dotted}`" for f in c.fields if f.effect == "recreates-nodes")
+                causes = ", ".join(md_code(f.dotted) for f in c.fields if f.effect == "recreates-nodes")
                 out.append(f"**every node of {what} will be recreated** by {causes}")
         for r in self.removed:
             if r["type"] in _WATCHED:
-                out.append(f"**{_kind(r['type'])} `{r['name']}` will be DELETED**")
+                out.append(f"**{_kind(r['type'])} {md_code(r['name'])} will be DELETED**")
         return out
 
     @property
@@ -106,18 +114,18 @@ class PlanDiff:
             fields = c.not_rolled_out
             if not fields:
                 continue
-            causes = ", ".join(f"`{f.dotted}`" for f in fields[:4]) + (
+            causes = ", ".join(md_code(f.dotted) for f in fields[:4]) + (
                 f", … {len(fields) - 4} more" * (len(fields) > 4)
             )
             if c.type == RAY_JOB:
                 out.append(
-                    f"**RayJob `{c.name}`: KubeRay will not apply** {causes} to a job that already ran or runs, nor "
-                    "to its cluster: delete the RayJob (or rename it) to run it again with the change"
+                    f"**RayJob {md_code(c.name)}: KubeRay will not apply** {causes} to a job that already ran or "
+                    "runs, nor to its cluster: delete the RayJob (or rename it) to run it again with the change"
                 )
             else:
                 out.append(
-                    f"**{_kind(c.type)} `{c.name}`: KubeRay will not roll out** {causes} to running pods; only pods "
-                    "created later get it: delete the Ray pods (or the cluster) to apply it"
+                    f"**{_kind(c.type)} {md_code(c.name)}: KubeRay will not roll out** {causes} to running pods; "
+                    "only pods created later get it: delete the Ray pods (or the cluster) to apply it"
                 )
         return out
 
@@ -126,26 +134,45 @@ class PlanDiff:
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.removed or self.changed)
+        """Nothing to review: no resource changes and no pool's cost changes (a ``cost.rates`` edit changes what
+        the stack costs, and the budget rule's figure, without touching a resource)."""
+        return not (self.added or self.removed or self.changed or self.cost_changed())
 
 
 _EFFECT_MARKS = {"replace": " **(replace)**", "not-rolled-out": " **(not rolled out)**"}
 
 
 def _kind(type_: str) -> str:
-    return type_.rsplit(":", 1)[-1]
+    """The last part of a resource type, as inert Markdown text."""
+    return md_text(type_.rsplit(":", 1)[-1])
 
 
 def _walk(old: Any, new: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any, Any]]:
-    """Leaf-level differences between two JSON values (dict keys by name, lists by index)."""
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
-        for key in sorted(set(old) | set(new)):
-            yield from _walk(old.get(key, _MISSING), new.get(key, _MISSING), (*path, str(key)))
-    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        for i, (a, b) in enumerate(zip(old, new, strict=True)):
-            yield from _walk(a, b, (*path, f"[{i}]"))
-    elif old != new:
-        yield path, None if old is _MISSING else old, None if new is _MISSING else new
+    """Leaf-level differences between two JSON values (dict keys by name, lists by index), in path order.
+
+    An explicit stack, not recursion: the depth of a plan's inputs is whatever its file holds."""
+    stack: list[tuple[Any, Any, tuple[str, ...]]] = [(old, new, path)]
+    while stack:
+        a, b, at = stack.pop()
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            keys = sorted(set(a) | set(b), key=str)
+            stack.extend((a.get(k, _MISSING), b.get(k, _MISSING), (*at, str(k))) for k in reversed(keys))
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            stack.extend((x, y, (*at, f"[{i}]")) for i, (x, y) in reversed(list(enumerate(zip(a, b, strict=True)))))
+        elif isinstance(a, Mapping | list) or isinstance(b, Mapping | list) or a != b:
+            # a container left here differs in shape from the other side (same-shape ones were expanded above)
+            yield at, None if a is _MISSING else a, None if b is _MISSING else b
+
+
+def stack_mismatch(base: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """Why two plans cannot be diffed as one stack's change (their ``stack`` names differ), or None."""
+    a, b = base.get("stack"), new.get("stack")
+    if a and b and a != b:
+        return (
+            f"the base plan is of stack {one_line(repr(a))} and the new plan of stack {one_line(repr(b))}: a diff "
+            "compares one stack at two versions; give two plans of the same stack"
+        )
+    return None
 
 
 def _field_changes(base: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[FieldChange, ...]:
@@ -161,6 +188,10 @@ def _field_changes(base: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[Fie
 
 
 def diff_plans(base: Mapping[str, Any], new: Mapping[str, Any]) -> PlanDiff:
+    """The difference between two plans of one stack; :class:`StackMismatchError` for plans of two stacks."""
+    mismatch = stack_mismatch(base, new)
+    if mismatch:
+        raise StackMismatchError(mismatch)
     by_urn_base = {r["urn"]: r for r in base.get("resources", [])}
     by_urn_new = {r["urn"]: r for r in new.get("resources", [])}
     d = PlanDiff(stack=str(new.get("stack") or base.get("stack") or "?"))
@@ -182,8 +213,16 @@ def diff_plans(base: Mapping[str, Any], new: Mapping[str, Any]) -> PlanDiff:
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = "(unset)" if value is None else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """A changed value, cut to ``limit`` characters, as inert Markdown text."""
+    if value is None:
+        return "(unset)"
+    if isinstance(value, str):
+        text = value[: limit + 1]
+    elif isinstance(value, Mapping | list):
+        text = f"({type(value).__name__} of {len(value)})"  # nested values: their leaves are listed one by one
+    else:
+        text = json.dumps(value)[: limit + 1]
+    return md_text(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def _chips_table(d: PlanDiff) -> list[str]:
@@ -194,7 +233,7 @@ def _chips_table(d: PlanDiff) -> list[str]:
         lines = ["| generation | base chips | new chips | change |", "|---|---:|---:|---:|"]
         for g in gens:
             a, b = d.chips_base.get(g, 0), d.chips_new.get(g, 0)
-            lines.append(f"| {g} | {a:,} | {b:,} | {b - a:+,} |")
+            lines.append(f"| {md_text(g)} | {a:,} | {b:,} | {b - a:+,} |")
         return lines
     # Kueue admits jobs against its quota, not against the node pools: show both, so a pool that grows without
     # its quota (or the reverse) is seen in review.
@@ -205,15 +244,15 @@ def _chips_table(d: PlanDiff) -> list[str]:
     for g in gens:
         a, b = d.chips_base.get(g, 0), d.chips_new.get(g, 0)
         qa, qb = d.quota_base.get(g, 0), d.quota_new.get(g, 0)
-        lines.append(f"| {g} | {a:,} | {b:,} | {b - a:+,} | {qa:,} | {qb:,} | {qb - qa:+,} |")
+        lines.append(f"| {md_text(g)} | {a:,} | {b:,} | {b - a:+,} | {qa:,} | {qb:,} | {qb - qa:+,} |")
     return lines
 
 
 def render_markdown(diffs: Sequence[PlanDiff], base_label: str = "base", new_label: str = "new") -> str:
     """The PR comment for one or more stacks."""
-    out = [f"## tpuray plan: `{base_label}` → `{new_label}`", ""]
+    out = [f"## tpuray plan: {md_code(base_label)} → {md_code(new_label)}", ""]
     for d in diffs:
-        out.append(f"### stack `{d.stack}`")
+        out.append(f"### stack {md_code(d.stack)}")
         out.append("")
         if d.empty:
             out += ["No changes.", ""]
@@ -230,7 +269,10 @@ def render_markdown(diffs: Sequence[PlanDiff], base_label: str = "base", new_lab
             out.append("")
         if d.new_violations:
             out += ["> [!CAUTION]", "> Policy violations introduced by this change:"]
-            out += [f"> - `{v['rule']}` {v['urn'].rsplit('::', 1)[-1]}: {v['message']}" for v in d.new_violations]
+            out += [
+                f"> - {md_code(v['rule'])} {md_text(v['urn'].rsplit('::', 1)[-1])}: {md_text(v['message'])}"
+                for v in d.new_violations
+            ]
             out.append("")
         out.append(
             f"**{len(d.added)} to add, {len(d.changed)} to change "
@@ -242,18 +284,17 @@ def render_markdown(diffs: Sequence[PlanDiff], base_label: str = "base", new_lab
             out += cost_diff_markdown(d.cost)
         rows = ["| | resource | type | detail |", "|---|---|---|---|"]
         for r in d.added:
-            rows.append(f"| + | `{r['name']}` | {_kind(r['type'])} | |")
+            rows.append(f"| + | {md_code(r['name'])} | {_kind(r['type'])} | |")
         for c in d.changed:
             mark = "±" if c.replaced else "~"
             detail = "; ".join(
-                f"`{f.dotted}`: {_short(f.old)} → {_short(f.new)}" + _EFFECT_MARKS.get(f.effect or "", "")
+                f"{md_code(f.dotted)}: {_short(f.old)} → {_short(f.new)}" + _EFFECT_MARKS.get(f.effect or "", "")
                 for f in c.fields[:6]
             )
             if len(c.fields) > 6:
                 detail += f"; … {len(c.fields) - 6} more"
-            cell = detail.replace("|", "\\|")  # a pipe would end the table cell
-            rows.append(f"| {mark} | `{c.name}` | {_kind(c.type)} | {cell} |")
+            rows.append(f"| {mark} | {md_code(c.name)} | {_kind(c.type)} | {detail} |")
         for r in d.removed:
-            rows.append(f"| - | `{r['name']}` | {_kind(r['type'])} | |")
+            rows.append(f"| - | {md_code(r['name'])} | {_kind(r['type'])} | |")
         out += ["<details><summary>Resources</summary>", "", *rows, "", "</details>", ""]
     return "\n".join(out)

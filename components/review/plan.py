@@ -104,7 +104,8 @@ def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
     stack_plan = plan_stack(cfg, stack)
     resources = [Resource(type=r["type"], name=r["name"], props=r["inputs"], urn=r["urn"]) for r in run["resources"]]
     found = check_resources(resources)
-    cost, over_budget = budget_check({"stack": stack, "resources": run["resources"]}, stack_plan.cost)
+    # the config too: a reservation pool's commitment term (capacity.commitment) picks its price
+    cost, over_budget = budget_check({"stack": stack, "resources": run["resources"], "config": config}, stack_plan.cost)
     if over_budget:  # the budget rule reads the config's budget, so it runs here rather than in the pack
         found.append(Violation(BUDGET_RULE, f"urn:pulumi:{stack}::{run.get('project', '')}::stack", over_budget))
     return Plan(

@@ -19,6 +19,7 @@ from tpuray.components.names import POOL_LABEL, RAY_TPU_RESOURCE, TPU_RESOURCE
 from tpuray.components.planning.stack_plan import StackPlan
 from tpuray.components.review.kueue_view import KueueAdmission, kueue_admissions
 from tpuray.components.review.resource_types import NODE_POOL, RAY_CLUSTER, RAY_JOB
+from tpuray.components.safe_text import one_line
 from tpuray.components.topology import TpuSlice, generation_of_machine_type
 
 __all__ = ["PoolView", "RayGroup", "pool_views", "ray_groups", "ray_workers_text", "tpu_chips_by_generation"]
@@ -125,6 +126,49 @@ def ray_workers_text(workers: int, pods: int, unit: str = "chip") -> str:
     return f"{_plural(workers, 'Ray worker', 'Ray workers')} (one per {unit}) on {_plural(pods, 'pod', 'pods')}"
 
 
+GKE_MAX_NODES_PER_CLUSTER = 15_000
+"""https://cloud.google.com/kubernetes-engine/quotas: "Nodes per cluster: 15,000" (Standard clusters); a node
+count above it is no node pool GKE creates, so no plan tpuray wrote."""
+
+
+class PlanCountError(ValueError):
+    """A node count in a plan that is no count of nodes (a fraction, infinity, a 400-digit number, text)."""
+
+
+def _node_count(v: Any, where: str) -> int:
+    """A node count read from a plan: None (unset) is 0; a whole number up to GKE's cluster maximum, else
+    :class:`PlanCountError` naming the field (never a quiet 0, never an overflow further on)."""
+    if v is None:
+        return 0
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= GKE_MAX_NODES_PER_CLUSTER:
+        big = isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**20
+        shown = f"a {len(str(abs(v)))}-digit number" if big else one_line(repr(v))[:80]
+        raise PlanCountError(
+            f"{where} is {shown}: a node count is a whole number from 0 to {GKE_MAX_NODES_PER_CLUSTER:,} "
+            "(GKE's nodes per cluster)"
+        )
+    return v
+
+
+def declared_nodes(inputs: Mapping[str, Any], pool: str) -> tuple[int, int]:
+    """(fewest, most) nodes a declared node pool's inputs give: the autoscaling totals (or per-zone limits times
+    its zones), else its fixed node count in each zone."""
+    auto = inputs.get("autoscaling") or {}
+    zones = max(1, len(inputs.get("nodeLocations") or []))
+
+    def count(key: str, where: Mapping[str, Any], prefix: str = "") -> int:
+        return _node_count(where.get(key), f"node pool {one_line(repr(pool))}: {prefix}{key}")
+
+    if auto:
+        hi = count("totalMaxNodeCount", auto, "autoscaling.") or count("maxNodeCount", auto, "autoscaling.") * zones
+        lo = count("totalMinNodeCount", auto, "autoscaling.") or count("minNodeCount", auto, "autoscaling.") * zones
+        return lo, hi
+    n = count("nodeCount" if inputs.get("nodeCount") is not None else "initialNodeCount", inputs)
+    return n * zones, n * zones
+
+
 def _int(v: Any, default: int = 0) -> int:
     try:
         return int(v)
@@ -222,11 +266,6 @@ def tpu_chips_by_generation(resources: Iterable[Mapping[str, Any]]) -> dict[str,
         gen = generation_of_machine_type(machine)
         if gen is None:
             continue
-        auto = inputs.get("autoscaling") or {}
-        zones = max(1, len(inputs.get("nodeLocations") or []))
-        if auto:
-            nodes = _int(auto.get("totalMaxNodeCount")) or _int(auto.get("maxNodeCount")) * zones
-        else:
-            nodes = _int(inputs.get("nodeCount"), _int(inputs.get("initialNodeCount"))) * zones
+        nodes = declared_nodes(inputs, str(r.get("name")))[1]
         chips[gen.name] = chips.get(gen.name, 0) + nodes * gen.machine_types[str(machine)]
     return dict(sorted(chips.items()))

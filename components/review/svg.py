@@ -12,9 +12,9 @@ group get none.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from html import escape
 
 from tpuray.components.review.pool_views import PoolView, ray_workers_text
+from tpuray.components.safe_text import xml_text as escape
 from tpuray.components.topology import GENERATIONS
 
 __all__ = ["render_svg"]

@@ -1,0 +1,92 @@
+"""A reservation priced by its commitment term (``capacity.commitment: 1y | 3y``) from the Cloud TPU pricing page's
+rows, and explicitly unpriced, with the page and the date, where the page as read gives no figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tpuray.components.config import ConfigError, load_stack_file
+from tpuray.components.pricing import table
+from tpuray.components.pricing.catalogue import COMMITTED_USE, FLEX_START, TPU_PRICING_PAGE, CommittedRow
+from tpuray.components.pricing.table import PriceRow, Unpriced, chip_hour_price
+from tpuray.components.review.cost import cost_of_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "plan" / "golden"
+
+
+def _prod_plan(term: object) -> dict[str, Any]:
+    plan: dict[str, Any] = json.loads((GOLDEN / "prod" / "plan.json").read_text())
+    pools = json.loads(plan["config"]["tpuray:slicePools"])
+    pools[0]["capacity"]["commitment"] = term
+    plan["config"]["tpuray:slicePools"] = json.dumps(pools)
+    return plan
+
+
+def test_the_stack_names_a_commitment_term_and_only_1y_or_3y(tmp_path: Path) -> None:
+    text = (ROOT / "Pulumi.prod.yaml").read_text()
+    marker = "        project: tpuray-shared-capacity\n"
+    f = tmp_path / "Pulumi.prod.yaml"
+    f.write_text(text.replace(marker, marker + "        commitment: 3y\n", 1))
+    pool = load_stack_file(f).slice_pools[0]
+    assert pool.capacity.type == "reservation" and pool.capacity.commitment == "3y"
+    f.write_text(text.replace(marker, marker + "        commitment: 2y\n", 1))
+    with pytest.raises(ConfigError, match=r"slicePools\[0\]\.capacity\.commitment: .*'1y' or '3y'"):
+        load_stack_file(f)
+
+
+def test_a_term_the_page_gives_prices_the_reservation_with_the_page_and_date(monkeypatch: pytest.MonkeyPatch) -> None:
+    row = CommittedRow("v5p", "us-east5", "1y", 2.5)
+    monkeypatch.setattr(table, "COMMITTED_USE", (row,))
+    price = chip_hour_price("v5p", "us-east5", "reservation", (), "1y")
+    assert isinstance(price, PriceRow) and price.usd_per_chip_hour == 2.5 and price.basis == "committed"
+    assert price.source.url == "https://cloud.google.com/tpu/pricing" and price.source.read_on
+    # the other term, or no term, is not guessed from the one the page gives
+    other = chip_hour_price("v5p", "us-east5", "reservation", (), "3y")
+    assert isinstance(other, Unpriced) and "no 3-year commitment price per chip-hour for v5p" in other.reason
+    none = chip_hour_price("v5p", "us-east5", "reservation")
+    assert isinstance(none, Unpriced) and "name its term (capacity.commitment: 1y or 3y)" in none.reason
+    # the plan's config carries the term to cost_of_plan: the prod reservation pool is priced
+    cost = cost_of_plan(_prod_plan("1y"))
+    (v5p,) = [p for p in cost.pools if p.pool == "v5p-train"]
+    assert v5p.usd_per_hour_max == pytest.approx(2.5 * v5p.max_chips)
+
+
+def test_flex_start_is_priced_from_the_page_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(table, "FLEX_START", (CommittedRow("v6e", "us-east5", "flex-start", 1.9),))
+    for capacity in ("flex-start", "queued"):
+        price = chip_hour_price("v6e", "us-east5", capacity)
+        assert isinstance(price, PriceRow) and price.usd_per_chip_hour == 1.9
+
+
+def test_without_a_published_figure_the_pool_stays_unpriced_naming_the_page() -> None:
+    assert not COMMITTED_USE and not FLEX_START  # the page as read gives none (catalogue docstring)
+    for term in (None, "1y", "3y"):
+        price = chip_hour_price("v5p", "us-east5", "reservation", (), term)
+        assert isinstance(price, Unpriced)
+        assert TPU_PRICING_PAGE.url in price.reason and TPU_PRICING_PAGE.read_on in price.reason
+        assert "cost.rates" in price.reason
+    flex = chip_hour_price("v6e", "us-east5", "flex-start")
+    assert isinstance(flex, Unpriced) and "no flex-start price per chip-hour for v6e" in flex.reason
+
+
+def test_a_plan_whose_commitment_is_no_term_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"slicePools\[0\]\.capacity\.commitment is '2y': 1y or 3y"):
+        cost_of_plan(_prod_plan("2y"))
+
+
+def test_tpuray_plan_prices_the_named_term(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tpuray.components.review.plan import render_stack
+
+    monkeypatch.setattr(table, "COMMITTED_USE", (CommittedRow("v5p", "us-east5", "3y", 1.75),))
+    marker = "        project: tpuray-shared-capacity\n"
+    f = tmp_path / "Pulumi.prod.yaml"
+    f.write_text((ROOT / "Pulumi.prod.yaml").read_text().replace(marker, marker + "        commitment: 3y\n", 1))
+    plan = render_stack("prod", ROOT, stack_file=f)
+    (v5p,) = [p for p in plan.cost.pools if p.pool == "v5p-train"]
+    assert isinstance(v5p.price, PriceRow) and v5p.price.usd_per_chip_hour == 1.75
+    assert v5p.usd_per_hour_max == pytest.approx(1.75 * 128)  # two 4x4x4 slices
