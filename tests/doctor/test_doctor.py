@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_api import PATHS, serve, write_kubeconfig
-from fixtures import FIXTURES, STACK, write_snapshot, write_stack
 
+from tests.doctor.fake_api import PATHS, serve, write_kubeconfig
+from tests.doctor.fixtures import FIXTURES, STACK, write_snapshot, write_stack
 from tpuray.components import cli
 from tpuray.components.config import parse_stack_config
 from tpuray.components.doctor.checks import check_tpu_webhook
