@@ -12,13 +12,14 @@ signal's share of the gradient average it rides next to).
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import socket
 import time
 from pathlib import Path
 from statistics import median
 from typing import Any
+
+from figures import add_record_flag, emit
 
 from tpuray.components.config import load_stack_file
 from tpuray.workloads.metrics import ModelShape
@@ -63,6 +64,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--stack-file", type=Path, default=Path(__file__).resolve().parents[1] / "Pulumi.dev.yaml")
+    add_record_flag(p)
     args = p.parse_args()
     m = load_stack_file(args.stack_file).workload
     shape = ModelShape(m.model.vocab_size, m.model.layers, m.model.d_model, m.model.heads, m.seq_len)
@@ -82,18 +84,18 @@ def main() -> None:
         proc.join()
     signal_s = median(r[0] for r in results)
     grad_s = median(r[1] for r in results)
-    print(
-        json.dumps(
-            {
-                "bench": "drain_signal_cost",
-                "workers": args.workers,
-                "steps": args.steps,
-                "grad_floats": shape.params,
-                "signal_ms": round(signal_s * 1e3, 4),
-                "grad_allreduce_ms": round(grad_s * 1e3, 4),
-                "ratio": round(signal_s / grad_s, 4),
-            }
-        )
+    emit(
+        "drain_signal_cost",
+        {
+            "bench": "drain_signal_cost",
+            "workers": args.workers,
+            "steps": args.steps,
+            "grad_floats": shape.params,
+            "signal_ms": round(signal_s * 1e3, 4),
+            "grad_allreduce_ms": round(grad_s * 1e3, 4),
+            "ratio": round(signal_s / grad_s, 4),
+        },
+        record_it=args.record,
     )
 
 

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from figures import add_record_flag, emit
 
 ROOT = Path(__file__).resolve().parents[1]
 BARE_IMPORT = "import pulumi, pulumi_gcp.container, pulumi_kubernetes"
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (the median is reported)")
     parser.add_argument("--pools", type=int, default=64)
+    add_record_flag(parser)
     args = parser.parse_args(argv)
     py = sys.executable
     with tempfile.TemporaryDirectory(prefix="tpuray-bench-") as tmp:
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "ok": prod / used <= TARGET_PROD_VS_USED and large / used <= TARGET_LARGE_VS_USED,
         "ok_like_for_like": prod / used_nogc <= TARGET_PROD_VS_USED and large / used_nogc <= TARGET_LARGE_VS_USED,
     }
-    print(json.dumps(result))
+    emit("plan_bench", result, record_it=args.record)
     return 0
 
 

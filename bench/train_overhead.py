@@ -31,6 +31,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from figures import add_record_flag, emit
+
 from tpuray.components.config import load_stack_file
 from tpuray.components.topology import TpuSlice
 from tpuray.workloads.metrics import ModelShape
@@ -226,6 +228,7 @@ def main() -> int:
     p.add_argument("--stack-file", type=Path, default=Path("Pulumi.dev.yaml"))
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--ray-only", action="store_true", help="only the two Ray runs: portable vs optimizer_step")
+    add_record_flag(p)
     args = p.parse_args()
     cfg = load_stack_file(args.stack_file)
     w = cfg.workload
@@ -234,60 +237,60 @@ def main() -> int:
     os.environ.update(LOCAL_WORKER_ENV)
     if args.ray_only:
         r, portable = with_ray(tpu_slice, shape, w.batch_size_per_chip, args.steps)
-        print(
-            json.dumps(
-                {
-                    "event": "bench.train_overhead.portable",
-                    "steps": args.steps,
-                    "ray_step_s": r["step_s"],
-                    "portable_step_s": portable["step_s"],
-                    "portable_step_time_ratio": portable["step_s"] / r["step_s"],
-                    "compiles": {"optimizer_step": r["compiles"], "portable": portable["compiles"]},
-                    "compiles_by_step": {
-                        "optimizer_step": r["compiles_by_step"],
-                        "portable": portable["compiles_by_step"],
-                    },
-                    "graphs_per_step": {
-                        "optimizer_step": r["graphs_per_step"],
-                        "portable": portable["graphs_per_step"],
-                    },
-                    "breakdown_s": {"ray": r["breakdown_s"], "portable": portable["breakdown_s"]},
-                }
-            )
+        emit(
+            "train_overhead_portable",
+            {
+                "event": "bench.train_overhead.portable",
+                "steps": args.steps,
+                "ray_step_s": r["step_s"],
+                "portable_step_s": portable["step_s"],
+                "portable_step_time_ratio": portable["step_s"] / r["step_s"],
+                "compiles": {"optimizer_step": r["compiles"], "portable": portable["compiles"]},
+                "compiles_by_step": {
+                    "optimizer_step": r["compiles_by_step"],
+                    "portable": portable["compiles_by_step"],
+                },
+                "graphs_per_step": {
+                    "optimizer_step": r["graphs_per_step"],
+                    "portable": portable["graphs_per_step"],
+                },
+                "breakdown_s": {"ray": r["breakdown_s"], "portable": portable["breakdown_s"]},
+            },
+            record_it=args.record,
         )
         return 0
     b1 = bare(tpu_slice, shape, w.batch_size_per_chip, args.steps)
     r, portable = with_ray(tpu_slice, shape, w.batch_size_per_chip, args.steps)
     b2 = bare(tpu_slice, shape, w.batch_size_per_chip, args.steps)
     bare_step, bare_first = (b1["step_s"] + b2["step_s"]) / 2, (b1["first_step_s"] + b2["first_step_s"]) / 2
-    print(
-        json.dumps(
-            {
-                "event": "bench.train_overhead",
-                "slice": str(tpu_slice),
-                "processes": tpu_slice.chips,
-                "steps": args.steps,
-                "ray_step_s": r["step_s"],
-                "bare_step_s": bare_step,
-                "step_time_ratio": r["step_s"] / bare_step,
-                "ray_time_to_first_step_s": r["first_step_s"],
-                "bare_time_to_first_step_s": bare_first,
-                "time_to_first_step_ratio": r["first_step_s"] / bare_first,
-                "portable_step_s": portable["step_s"],
-                "portable_step_time_ratio": portable["step_s"] / r["step_s"],
-                "compiles": {"optimizer_step": r["compiles"], "portable": portable["compiles"]},
-                "graphs_per_step": {"optimizer_step": r["graphs_per_step"], "portable": portable["graphs_per_step"]},
-                "breakdown_s": {
-                    "ray": r["breakdown_s"],
-                    "portable": portable["breakdown_s"],
-                    "bare": [b1["breakdown_s"], b2["breakdown_s"]],
-                },
-                "bare_runs": [[b1["step_s"], b1["first_step_s"]], [b2["step_s"], b2["first_step_s"]]],
-                "target_step_time_ratio": 1.10,
-                "target_time_to_first_step_ratio": 1.3,
-                "target_portable_step_time_ratio": 1.10,
-            }
-        )
+    emit(
+        "train_overhead",
+        {
+            "event": "bench.train_overhead",
+            "slice": str(tpu_slice),
+            "processes": tpu_slice.chips,
+            "steps": args.steps,
+            "ray_step_s": r["step_s"],
+            "bare_step_s": bare_step,
+            "step_time_ratio": r["step_s"] / bare_step,
+            "ray_time_to_first_step_s": r["first_step_s"],
+            "bare_time_to_first_step_s": bare_first,
+            "time_to_first_step_ratio": r["first_step_s"] / bare_first,
+            "portable_step_s": portable["step_s"],
+            "portable_step_time_ratio": portable["step_s"] / r["step_s"],
+            "compiles": {"optimizer_step": r["compiles"], "portable": portable["compiles"]},
+            "graphs_per_step": {"optimizer_step": r["graphs_per_step"], "portable": portable["graphs_per_step"]},
+            "breakdown_s": {
+                "ray": r["breakdown_s"],
+                "portable": portable["breakdown_s"],
+                "bare": [b1["breakdown_s"], b2["breakdown_s"]],
+            },
+            "bare_runs": [[b1["step_s"], b1["first_step_s"]], [b2["step_s"], b2["first_step_s"]]],
+            "target_step_time_ratio": 1.10,
+            "target_time_to_first_step_ratio": 1.3,
+            "target_portable_step_time_ratio": 1.10,
+        },
+        record_it=args.record,
     )
     return 0
 

@@ -12,11 +12,24 @@ import gc
 
 import pytest
 
+from tests.components.prometheus_server import prometheus_binary
+
 CLUSTER_GROUP = "local-clusters"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: starts real processes (a Ray cluster, a Prometheus server); runs in CI")
+    config.addinivalue_line(
+        "markers",
+        "prometheus: needs a real Prometheus (Debian's prometheus package); skips without one, fails under CI=true",
+    )
+
+
+# tryfirst: before the runner sets up the test's fixtures, so a test skipped for want of Prometheus starts no cluster
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("prometheus"):
+        prometheus_binary()
 
 
 # tryfirst: xdist's own hook, which turns these marks into groups, is otherwise called before this one

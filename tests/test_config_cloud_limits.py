@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_config_harden import base  # the minimal valid stack those rules start from
 
+from tests.test_config_harden import base  # the minimal valid stack those rules start from
 from tpuray.components.cloud_limits import (
     KUEUE_API_FIRST_CHART,
     KUEUE_RENDERED_API,

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_config_harden import base  # the minimal valid stack the rules start from
 
+from tests.test_config_harden import base  # the minimal valid stack the rules start from
 from tpuray.components.cloud_limits import GKE_MAX_NODES_PER_CLUSTER, KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.config.ray import SYSTEM_NAMESPACES

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kuberay_schema import served_validator, shared_crds
+from tests.components.kuberay_schema import served_validator, shared_crds
 
 KINDS = {
     "PodMonitoring": "monitoring.googleapis.com_podmonitorings.yaml",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kuberay_schema import load_crd, served_validator, shared_crds
+from tests.components.kuberay_schema import load_crd, served_validator, shared_crds
 
 KINDS = {
     "ResourceFlavor": "kueue.x-k8s.io_resourceflavors.yaml",

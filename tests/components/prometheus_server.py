@@ -3,11 +3,16 @@ exporter that serves a given Prometheus text exposition, for evaluating PromQL t
 
 The exposition can change between scrapes (:meth:`Exporter.set`), so counters and histograms grow and ``rate()``
 has something to work on.
+
+:func:`prometheus_binary` finds the executable for every test that needs one (the ``prometheus`` marker of
+tests/conftest.py calls it before the test's fixtures start anything): missing, the test skips with a message naming
+the package, except under ``CI=true``, where it fails (``.ci/run`` installs the package).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -22,8 +27,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+import pytest
+
 SCRAPE_SECONDS = 1
+MISSING = (
+    "needs a real Prometheus and finds no `prometheus` on PATH: install Debian's `prometheus` package "
+    "(apt-get install prometheus, which puts it at /usr/bin/prometheus)"
+)
+
+
+def prometheus_binary() -> str:
+    """The ``prometheus`` executable; a missing one skips the test, or fails it under ``CI=true``."""
+    found = shutil.which("prometheus")
+    if found:
+        return found
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI {MISSING}; .ci/run installs it")
+    pytest.skip(MISSING)
 
 
 class Exporter:
@@ -112,7 +132,7 @@ def prometheus_scraping(exporter: Exporter, workdir: Path) -> Iterator[Prometheu
     log = (workdir / "prometheus.log").open("w")
     proc = subprocess.Popen(
         [
-            PROMETHEUS,
+            prometheus_binary(),
             f"--config.file={config}",
             f"--storage.tsdb.path={workdir / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}",

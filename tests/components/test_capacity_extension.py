@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import pytest
-from catalog import ray_params
 
+from tests.components.catalog import ray_params
 from tpuray.components import topology
 from tpuray.components.config import ConfigError, StackConfig, parse_stack_config, stack_values
 from tpuray.components.config.capacity import (

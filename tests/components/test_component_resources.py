@@ -7,12 +7,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import engine_run as er
 import pulumi
 import pytest
-from catalog import CAPACITIES, pool
-from kuberay_schema import schema_errors, tpu_chip_mismatches
 
+from tests.components import engine_run as er
+from tests.components.catalog import CAPACITIES, pool
+from tests.components.kuberay_schema import schema_errors, tpu_chip_mismatches
 from tpuray.components.config import StackConfig, parse_stack_config
 from tpuray.components.gke_cluster import NODE_SA_ROLES, GkeCluster
 from tpuray.components.planning.kuberay import RayJobParams

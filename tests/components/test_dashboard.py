@@ -10,10 +10,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import engine_run as er
 import pytest
-from prometheus_server import Exporter, prometheus_scraping
 
+from tests.components import engine_run as er
+from tests.components.prometheus_server import Exporter, prometheus_scraping
 from tpuray.components import metric_names as mn
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.planning.dashboard import (
@@ -291,6 +291,7 @@ def exposition(cfg: StackConfig, tick: int) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.prometheus
 def test_every_query_parses_and_finds_its_series_on_a_real_prometheus(tmp_path: Path) -> None:
     cfg = stack("prod-dws")
     plan = dashboard_plan(cfg, "prod-dws")

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from catalog import CAPACITIES, pool, ray_params
 
+from tests.components.catalog import CAPACITIES, pool, ray_params
 from tpuray.components.config.capacity import Reservation, Spot, capacity_class
 from tpuray.components.planning.drain import DRAIN_REASON, DrainPlan, drain_plan, pre_stop_command
 from tpuray.components.planning.kuberay import TpuWorkerGroup, ray_cluster_spec

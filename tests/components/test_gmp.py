@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gmp_schema import cel_problems, schema_errors
 
+from tests.components.gmp_schema import cel_problems, schema_errors
 from tpuray.components import metric_names as mn
 from tpuray.components.planning.gmp import (
     GMP_API_VERSION,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
-from test_kueue import base, by_kind
 
+from tests.components.test_kueue import base, by_kind
 from tpuray.components.config import StackConfig
 from tpuray.components.config_types import GceName, GkeVersion, ImageRef, MachineType, ProjectId, Zone
 from tpuray.components.names import TPU_RESOURCE

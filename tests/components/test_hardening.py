@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import engine_run as er
 import pytest
-from kuberay_schema import schema_errors
 
+from tests.components import engine_run as er
+from tests.components.kuberay_schema import schema_errors
 from tpuray.components.config import StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.gke_cluster import GkeCluster
 from tpuray.components.names import (

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from catalog import ALL_SLICES, pool, ray_params, slice_capacity_st
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kuberay_schema import schema_errors, tpu_chip_mismatches
 
+from tests.components.catalog import ALL_SLICES, pool, ray_params, slice_capacity_st
+from tests.components.kuberay_schema import schema_errors, tpu_chip_mismatches
 from tpuray.components.config import (
     DEFAULT_JOB_TTL_SECONDS,
     ConfigError,
@@ -216,7 +216,7 @@ def test_job_rules() -> None:
 @pytest.mark.parametrize("stack", ROOT_STACKS)
 def test_stack_entrypoint_parses_with_the_workload_cli(stack: str) -> None:
     train = pytest.importorskip("tpuray.workloads.train")
-    from kuberay_schema import ROOT
+    from tests.components.kuberay_schema import ROOT
 
     cfg = load_stack_file(ROOT / f"Pulumi.{stack}.yaml")
     job = plan_stack(cfg, "test").manifests[-1]

@@ -7,14 +7,14 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import engine_run as er
 import pytest
-from catalog import ALL_SLICES, capacity_st, pool, supported
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from kuberay_schema import schema_errors as kuberay_schema_errors
-from kueue_schema import cel_problems, schema_errors, scope_of
 
+from tests.components import engine_run as er
+from tests.components.catalog import ALL_SLICES, capacity_st, pool, supported
+from tests.components.kuberay_schema import schema_errors as kuberay_schema_errors
+from tests.components.kueue_schema import cel_problems, schema_errors, scope_of
 from tpuray.components.cloud_limits import GKE_MAX_NODES_PER_CLUSTER
 from tpuray.components.component_args import KueuePlan
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from catalog import ALL_SLICES, pool, slice_capacity_st
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.components.catalog import ALL_SLICES, pool, slice_capacity_st
 from tpuray.components.names import POOL_LABEL, TPU_TAINT
 from tpuray.components.planning.node_pools import (
     NodePoolSpec,

@@ -6,10 +6,10 @@ import json
 from collections import Counter
 from typing import Any
 
-import engine_run as er
 import pytest
-from kuberay_schema import schema_errors, tpu_chip_mismatches
 
+from tests.components import engine_run as er
+from tests.components.kuberay_schema import schema_errors, tpu_chip_mismatches
 from tpuray.components.config import ConfigError, load_stack_file
 from tpuray.components.planning.node_pools import slice_pool_node_pools
 from tpuray.components.review.engine import ProgramRun

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from kuberay_schema import schema_errors
 
+from tests.components.kuberay_schema import schema_errors
 from tpuray.components.compile_cache_key import CACHE_DIR_ENV, CACHE_URL_ENV, WORKER_IMAGE_ENV, CompileCacheKey
 from tpuray.components.config import ConfigError, StackConfig, parse_stack_config
 from tpuray.components.planning.kuberay import ray_cluster_manifest, ray_job_manifest

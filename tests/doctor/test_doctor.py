@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_api import PATHS, serve, write_kubeconfig
-from fixtures import FIXTURES, STACK, write_snapshot, write_stack
 
+from tests.doctor.fake_api import PATHS, serve, write_kubeconfig
+from tests.doctor.fixtures import FIXTURES, STACK, write_snapshot, write_stack
 from tpuray.components import cli
 from tpuray.components.config import parse_stack_config
 from tpuray.components.doctor.checks import check_tpu_webhook
@@ -201,8 +201,8 @@ def test_the_dockerfile_stamps_the_labels_the_doctor_reads() -> None:
 
 
 def test_snapshot_files_are_documented() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert all(f"`{name}`" in readme for name in SNAPSHOT_FILES)
+    guide = (ROOT / "docs" / "doctor.md").read_text()
+    assert all(f"`{name}`" in guide for name in SNAPSHOT_FILES)
 
 
 def test_the_tpu_webhook_is_needed_only_by_multi_host_slices() -> None:

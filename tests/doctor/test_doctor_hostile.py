@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures import STACK, STACK_YAML, healthy, write_snapshot, write_stack
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.doctor.fixtures import STACK, STACK_YAML, healthy, write_snapshot, write_stack
 from tpuray.components import cli
 from tpuray.components.config import StackConfig, load_stack_file
 from tpuray.components.doctor.checks import check_kuberay_crds, run_checks

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 
+from tests.plan.conftest import ROOT
 from tpuray.components.cli import main
 from tpuray.components.review.plan import Plan, write_plan
 from tpuray.components.review.plan_dir import MARKER, write_file

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import GOLDEN, ROOT
 
+from tests.plan.conftest import GOLDEN, ROOT
 from tpuray.components.pricing.catalogue import CATALOGUE
 from tpuray.components.pricing.table import PriceRow, chip_hour_price
 from tpuray.components.review.cost import BUDGET_RULE, budget_violation, cost_of_plan

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import GOLDEN
 
+from tests.plan.conftest import GOLDEN
 from tpuray.components.cli import main
 from tpuray.components.review.diff import StackMismatchError, diff_plans, render_markdown
 

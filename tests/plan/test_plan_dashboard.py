@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import GOLDEN
-
+from tests.plan.conftest import GOLDEN
 from tpuray.components.review.plan import DASHBOARD_FILE, DASHBOARD_PICTURE, Plan, dashboards, write_plan
 from tpuray.components.review.resource_types import ALERT_POLICY, DASHBOARD
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 
+from tests.plan.conftest import ROOT
 from tpuray.components.review.diff import diff_plans, render_markdown
 from tpuray.components.review.plan import Plan, render_stack, write_plan
 from tpuray.components.review.replacement_fields import replacement_reason

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import GOLDEN, ROOT, STACKS
 
+from tests.plan.conftest import GOLDEN, ROOT, STACKS
 from tpuray.components.review.plan import Plan, render_stack, write_plan
 from tpuray.components.review.plan_dir import MARKER
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from conftest import ROOT
 
+from tests.plan.conftest import ROOT
 from tpuray.components.review.plan import STARTUP_FILE, Plan, render_stack, write_plan
 from tpuray.components.review.resource_types import NODE_POOL
 

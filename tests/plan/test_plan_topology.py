@@ -12,8 +12,8 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
-from conftest import STACKS
 
+from tests.plan.conftest import STACKS
 from tpuray.components.cli import build_parser
 from tpuray.components.names import TPU_RESOURCE
 from tpuray.components.review.plan import Plan

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import ROOT
 
+from tests.plan.conftest import ROOT
 from tpuray.components.config import ConfigError, load_stack_file
 from tpuray.components.names import RAY_CLUSTER_POD_LABEL, TORCH_TPU_ENV_CALLBACK, TPU_RESOURCE
 from tpuray.components.planning.network_policy import network_policies

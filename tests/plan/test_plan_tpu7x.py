@@ -8,8 +8,8 @@ https://github.com/vllm-project/ci-infra/pull/547 (GKE stores policyName + tpuTo
 from __future__ import annotations
 
 import pytest
-from conftest import ROOT
 
+from tests.plan.conftest import ROOT
 from tpuray.components.config import gke_version_key
 from tpuray.components.review.plan import Plan, render_stack
 from tpuray.components.review.resource_types import NODE_POOL, RESOURCE_POLICY

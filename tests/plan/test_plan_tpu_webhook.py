@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conftest import ROOT
-
+from tests.plan.conftest import ROOT
 from tpuray.components.review.plan import Plan, render_stack
 from tpuray.components.tpu_webhook import CERT_MANAGER_REPO, TPU_WEBHOOK_CHART
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from pulumi_policy import EnforcementLevel, PolicyResource, StackValidationArgs
-from test_policy_rules import BY_NAME, violations
 
+from tests.plan.test_policy_rules import BY_NAME, violations
 from tpuray.components.planning.kuberay import ray_cluster_manifest
 from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.review.plan import Plan, render_stack

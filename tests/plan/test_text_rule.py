@@ -11,10 +11,10 @@ import unicodedata
 from typing import Any
 
 import pytest
-from conftest import GOLDEN, ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.plan.conftest import GOLDEN, ROOT
 from tpuray.components.config import ConfigError, load_stack_file
 from tpuray.components.names import POOL_LABEL
 from tpuray.components.review.cost import cost_markdown, cost_of_plan

@@ -3,13 +3,12 @@
 :class:`LocalPrometheus` writes a config that scrapes the given ``host:port`` targets, starts ``prometheus`` with its
 own temp dir on a free loopback port, and answers PromQL through the HTTP API (``/api/v1/query``). Tests use it to
 scrape an emulated cluster's Ray metrics export ports and device-plugin endpoints. Absent binary: the test skips,
-except in CI (``CI=true``), where it fails (``.ci/run`` installs the package).
+except in CI (``CI=true``), where it fails (``.ci/run`` installs the package): :func:`prometheus_binary`.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -22,22 +21,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.components.prometheus_server import prometheus_binary
 
 __all__ = ["LocalPrometheus", "prometheus_binary"]
 
 SCRAPE_INTERVAL_S = 1
-
-
-def prometheus_binary() -> str:
-    """The ``prometheus`` executable; skips the test when it is missing, except in CI where that is a failure."""
-    found = shutil.which("prometheus")
-    if found:
-        return found
-    if os.environ.get("CI") == "true":
-        pytest.fail("prometheus is not installed; .ci/run installs Debian's prometheus package")
-    pytest.skip("prometheus is not installed (apt-get install prometheus)")
 
 
 def _free_port() -> int:

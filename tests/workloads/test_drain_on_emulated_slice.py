@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from goodput_by_hand import check_goodput_by_hand
-from local_prometheus import LocalPrometheus
 
+from tests.workloads.goodput_by_hand import check_goodput_by_hand
+from tests.workloads.local_prometheus import LocalPrometheus
 from tpuray.components import metric_names as mn
 from tpuray.components.planning.drain import DRAIN_REASON
 from tpuray.components.topology import TpuSlice
@@ -34,7 +34,7 @@ from tpuray.workloads.emulation import EmulatedCluster
 
 ray = pytest.importorskip("ray")
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.prometheus, pytest.mark.timeout(600)]
 
 SLICE = TpuSlice.parse("v5e:2x2")
 EVERY = 50  # the first periodic checkpoint (step 50) triggers the drain; the next one is far off

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chip_seats import ENV_PREFIXES, Seat, check_seats
 
+from tests.workloads.chip_seats import ENV_PREFIXES, Seat, check_seats
 from tpuray.components.topology import TpuSlice
 from tpuray.workloads import XlaChipConfig, tpu_scaling_config
 

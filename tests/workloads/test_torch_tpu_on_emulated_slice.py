@@ -36,7 +36,8 @@ def test_each_rank_gets_the_slice_env_just_before_torch_tpu_starts(
     emulated_slices: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ray
-    from ray_native_tpu_script import build_trainer
+
+    from tests.workloads.ray_native_tpu_script import build_trainer
 
     monkeypatch.setenv("RAY_TRAIN_CALLBACKS", TORCH_TPU_ENV_CALLBACK)  # what the stack sets on its worker pods
     record = tmp_path / "env"

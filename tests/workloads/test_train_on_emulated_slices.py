@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chip_seats import ENV_PREFIXES, Seat, check_seats
-from goodput_by_hand import check_goodput_by_hand
 
+from tests.workloads.chip_seats import ENV_PREFIXES, Seat, check_seats
+from tests.workloads.goodput_by_hand import check_goodput_by_hand
 from tpuray.components.topology import TpuSlice
 from tpuray.workloads import XlaChipConfig, tpu_scaling_config
 

@@ -3,6 +3,6 @@ it finds a TPU). It registers the ``tpu`` device name as torch_tpu does, so that
 point where torch_tpu would initialise its runtime: ``_loader.load()``, called as Ray creates the ``tpu_dist``
 process group. There it records the worker's environment and stops."""
 
-import torch
+from torch.utils.backend_registration import rename_privateuse1_backend
 
-torch.utils.rename_privateuse1_backend("tpu")
+rename_privateuse1_backend("tpu")
