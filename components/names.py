@@ -173,6 +173,11 @@ SUBMITTER_ROLE_LABEL = {"tpuray.io/role": "ray-job-submitter"}
 IMAGE_RAY_VERSION_LABEL = "tpuray.io/ray-version"
 IMAGE_TORCH_VERSION_LABEL = "tpuray.io/torch-version"
 IMAGE_TORCH_XLA_VERSION_LABEL = "tpuray.io/torch-xla-version"
+IMAGE_TORCH_TPU_VERSION_LABEL = "tpuray.io/torch-tpu-version"
+IMAGE_LIBTPU_VERSION_LABEL = "tpuray.io/libtpu-version"
+IMAGE_BACKEND_LABEL = "tpuray.io/backend"
+"""The training backend the image holds, a value of the workload config's ``backend`` (``xla`` or ``torch_tpu``):
+torch_xla and torch_tpu need different torch releases, so no image holds both."""
 
 # ---- worker environment ---------------------------------------------------------------------------------
 # What GKE puts in a TPU container's env and Ray reads on a TPU worker (ray/_private/accelerators/tpu.py, Ray 2.60:

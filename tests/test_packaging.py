@@ -8,10 +8,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,3 +102,40 @@ def test_mypy_sees_the_wheels_types(target: Path, tmp_path: Path) -> None:
     assert mypy(good).returncode == 0, mypy(good).stdout
     result = mypy(bad)
     assert result.returncode == 1 and "Incompatible types in assignment" in result.stdout
+
+
+def _torch_of(extra: str) -> SpecifierSet:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (torch,) = [r for r in map(Requirement, project["optional-dependencies"][extra]) if r.name == "torch"]
+    return torch.specifier
+
+
+def _shared_versions(a: SpecifierSet, b: SpecifierSet) -> list[Version]:
+    """Versions both sets admit, among every version either names (``==2.9.*`` naming 2.9) and every X.Y.Z up to one
+    past the highest component either names: a witness of any overlap two torch ranges of this form can have."""
+    named = [Version(s.version.removesuffix(".*")) for s in (*a, *b)]
+    top = [max(v.release[i] if len(v.release) > i else 0 for v in named) + 2 for i in range(3)]
+    grid = [Version(f"{x}.{y}.{z}") for x in range(top[0]) for y in range(top[1]) for z in range(top[2])]
+    return sorted({v for v in (*named, *grid) if a.contains(v) and b.contains(v)})
+
+
+@pytest.mark.parametrize(
+    ("xla", "tpu", "shared"),
+    [
+        ("==2.9.0", ">=2.11,<=2.15", []),
+        ("==2.9.0", ">=2.9,<=2.15", ["2.9.0"]),
+        ("==2.9.*", ">=2.9.1", ["2.9.1"]),
+        ("~=2.9", ">=2.11,<=2.15", ["2.11.0"]),
+        (">=2.9,<2.12", ">2.11.2", ["2.11.3"]),
+    ],
+)
+def test_shared_versions_finds_an_overlap_where_there_is_one(xla: str, tpu: str, shared: list[str]) -> None:
+    assert _shared_versions(SpecifierSet(xla), SpecifierSet(tpu))[:1] == [Version(v) for v in shared]
+
+
+def test_the_torch_xla_and_torch_tpu_extras_admit_no_common_torch() -> None:
+    """torch_xla 2.9 loads only with torch 2.9 and torch_tpu 0.2 needs 2.11 to 2.15: pip must refuse an
+    environment with both extras (`pip install '.[workload,torch-tpu]'` ends in ResolutionImpossible), rather than
+    one of them loosened into a range where both install and one fails at import."""
+    xla, tpu = _torch_of("workload"), _torch_of("torch-tpu")
+    assert _shared_versions(xla, tpu) == [], f"the workload extra's torch{xla} and torch-tpu's torch{tpu} overlap"

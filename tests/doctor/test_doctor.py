@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import json
-import re
+import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from tests.doctor.fake_api import PATHS, serve, write_kubeconfig
 from tests.doctor.fixtures import FIXTURES, STACK, write_snapshot, write_stack
 from tpuray.components import cli
-from tpuray.components.config import parse_stack_config
+from tpuray.components.config import WorkloadConfig, parse_stack_config
 from tpuray.components.doctor.checks import check_tpu_webhook
 from tpuray.components.doctor.reader import LIST_FILES, SNAPSHOT_FILES, VERSION_FILE, ClusterObjects
 from tpuray.components.names import (
+    IMAGE_BACKEND_LABEL,
+    IMAGE_LIBTPU_VERSION_LABEL,
     IMAGE_RAY_VERSION_LABEL,
+    IMAGE_TORCH_TPU_VERSION_LABEL,
     IMAGE_TORCH_VERSION_LABEL,
     IMAGE_TORCH_XLA_VERSION_LABEL,
 )
@@ -194,10 +197,35 @@ def test_unknown_worker_versions_warn_and_never_pass(
     assert "unknown" in checks["worker-ray-version"]["fact"]
 
 
-def test_the_dockerfile_stamps_the_labels_the_doctor_reads() -> None:
-    docker = (ROOT / "workloads" / "Dockerfile").read_text()
-    stamped = set(re.findall(r"(tpuray\.io/[a-z-]+)=", docker))
-    assert stamped == {IMAGE_RAY_VERSION_LABEL, IMAGE_TORCH_VERSION_LABEL, IMAGE_TORCH_XLA_VERSION_LABEL}
+def _dockerfile_labels() -> dict[str, dict[str, str]]:
+    """workloads/Dockerfile's LABELs by build stage (``FROM ... AS <stage>``), in the file's order."""
+    text = (ROOT / "workloads" / "Dockerfile").read_text().replace("\\\n", " ")
+    stages: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        if line.startswith("FROM "):
+            words = line.split()
+            assert len(words) == 4 and words[2] == "AS", f"every stage is named: {line}"
+            stage = stages.setdefault(words[3], {})
+        elif line.startswith("LABEL "):
+            for pair in shlex.split(line)[1:]:
+                key, _, value = pair.partition("=")
+                stage[key] = value
+    return stages
+
+
+def test_each_worker_image_target_stamps_its_backend_and_the_versions_the_doctor_reads() -> None:
+    labels = _dockerfile_labels()
+    images = {stage: keys for stage, keys in labels.items() if keys}
+    shared = {IMAGE_BACKEND_LABEL, IMAGE_RAY_VERSION_LABEL, IMAGE_TORCH_VERSION_LABEL}
+    assert {stage: set(keys) for stage, keys in images.items()} == {
+        "worker-torch-tpu": shared | {IMAGE_TORCH_TPU_VERSION_LABEL, IMAGE_LIBTPU_VERSION_LABEL},
+        "worker-xla": shared | {IMAGE_TORCH_XLA_VERSION_LABEL},
+    }
+    # one image per backend the workload config names; the default target (the last stage) stays the XLA one
+    backends = {keys[IMAGE_BACKEND_LABEL]: stage for stage, keys in images.items()}
+    assert backends == {"torch_tpu": "worker-torch-tpu", "xla": "worker-xla"}
+    assert set(backends) == set(get_args(WorkloadConfig.model_fields["backend"].annotation))
+    assert list(labels)[-1] == "worker-xla"
 
 
 def test_snapshot_files_are_documented() -> None:

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[2]
 
 MODULES = [
     "worker_env",
@@ -50,21 +58,42 @@ def test_every_module_is_listed() -> None:
     assert found == set(MODULES)
 
 
-def test_worker_image_installs_no_pulumi() -> None:
-    """The Dockerfile's requirements line, run against this pyproject: the workload stack, no Pulumi."""
-    import re
-    import subprocess
-    import sys
-    from pathlib import Path
+def _image_stages() -> dict[str, str]:
+    """workloads/Dockerfile's build stages by name (``FROM ... AS <stage>``); ``""`` holds what precedes them."""
+    text = (REPO / "workloads" / "Dockerfile").read_text()
+    head, *stages = re.split(r"^FROM ", text, flags=re.M)
+    return {"": head, **{s.split("\n", 1)[0].split()[-1]: s for s in stages}}
 
-    repo = Path(__file__).resolve().parents[2]
-    docker = (repo / "workloads" / "Dockerfile").read_text()
-    m = re.search(r'RUN python -c "(import tomllib;.*?)" > /tmp/requirements.txt', docker)
-    assert m, "the Dockerfile no longer derives its requirements from pyproject"
-    reqs = subprocess.run(
-        [sys.executable, "-c", m.group(1)], cwd=repo, capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert not [r for r in reqs if "pulumi" in r]
-    names = {re.split(r"[<>=\[]", r)[0] for r in reqs}
-    assert {"torch", "torch_xla", "ray", "numpy", "pydantic", "pyyaml"} <= names
-    assert "--no-deps ." in docker
+
+@pytest.mark.parametrize(
+    ("stage", "backend", "absent"),
+    [
+        ("worker-xla", {"torch-xla"}, {"torch-tpu", "libtpu"}),
+        ("worker-torch-tpu", {"torch-tpu", "libtpu"}, {"torch-xla"}),
+    ],
+)
+def test_worker_image_installs_no_pulumi(stage: str, backend: set[str], absent: set[str]) -> None:
+    """Each image's requirements line, run against this pyproject: the workload stack and its backend, no Pulumi, not
+    the other backend; the versions pinned on top (the labels' ARGs) are ones pyproject admits."""
+    stages = _image_stages()
+    body = stages[stage]
+    m = re.search(r'RUN python -c "(import tomllib;.*?)" > /tmp/requirements.txt', body)
+    assert m, f"the Dockerfile's {stage} no longer derives its requirements from pyproject"
+    reqs = [
+        Requirement(r)
+        for r in subprocess.run(
+            [sys.executable, "-c", m.group(1)], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.split()
+    ]
+    names = {canonicalize_name(r.name) for r in reqs}
+    assert not [n for n in names if "pulumi" in n]
+    assert {"torch", "ray", "numpy", "pydantic", "pyyaml"} | backend <= names
+    assert not names & absent
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", stages[""] + body, flags=re.M))
+    pins = [("ray", "RAY_VERSION"), *re.findall(r'"([\w-]+)(?:\[\w+\])?==\$\{(\w+)\}"', body)]
+    assert len(pins) >= 3, pins
+    for name, arg in pins:
+        for r in reqs:
+            if canonicalize_name(r.name) == canonicalize_name(name):
+                assert r.specifier.contains(args[arg]), f"{stage}: {arg}={args[arg]} is outside {r}"
+    assert "--no-deps ." in body
