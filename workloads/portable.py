@@ -24,6 +24,10 @@ installs on every worker before the train function runs.
   a step boundary too (``torch_xla.sync()``, what ``MpDeviceLoader`` does per batch; a no-op after the optimizer
   step's). Ray's wrapper moves batch ``i + 1`` when it hands out batch ``i``, and none after the last: without the
   optimizer step's cut, the last step would run the previous update in its own graph, one more compile per run.
+- Ray Data's ``iter_torch_batches`` (``get_dataset_shard(name).iter_torch_batches(...)``), whose default device is
+  ``get_device()``, builds each batch on the host in its prefetch thread and moves it to the chip on the thread that
+  reads it, at the same step boundary: Ray builds device batches in that thread, and torch_xla fails a tensor being
+  built there while the main thread cuts the graph (``Check failed: data()->tensor_data``).
 """
 
 from __future__ import annotations
@@ -327,6 +331,16 @@ def install(pjrt_device: str) -> None:
     manager = __getattr__("XlaDeviceManager")(pjrt_device)
     _ray_compat.install_torch_device_manager(manager, "xla", __getattr__("XlaDDP"))
 
+    def data_device(device: Any) -> torch.device | None:
+        import torch
+
+        target = manager.get_devices()[0] if isinstance(device, str) and device == "auto" else torch.device(device)
+        return target if target.type == "xla" else None
+
+    # Ray Data's batches for this chip are made on the host and moved on the thread that reads them, at a step
+    # boundary as prepare_data_loader's are (see _ray_compat.install_iter_torch_batches_device for why).
+    _ray_compat.install_iter_torch_batches_device(data_device, lambda: manager.get_stream_context(None))
+
     if _step_hook is None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -339,6 +353,7 @@ def install(pjrt_device: str) -> None:
 def uninstall() -> None:
     global _step_hook
     _ray_compat.uninstall_torch_device_manager()
+    _ray_compat.uninstall_iter_torch_batches_device()
     if _step_hook is not None:
         _step_hook.remove()
         _step_hook = None
