@@ -28,6 +28,8 @@ installs on every worker before the train function runs.
   ``get_device()``, builds each batch on the host in its prefetch thread and moves it to the chip on the thread that
   reads it, at the same step boundary: Ray builds device batches in that thread, and torch_xla fails a tensor being
   built there while the main thread cuts the graph (``Check failed: data()->tensor_data``).
+- float16 autocast and ``GradScaler`` are refused as they are made, naming the bfloat16 alternative
+  (``tpuray port check``'s advice): off CUDA, torch would turn them off with a warning and train in float32.
 """
 
 from __future__ import annotations
@@ -340,6 +342,7 @@ def install(pjrt_device: str) -> None:
     # Ray Data's batches for this chip are made on the host and moved on the thread that reads them, at a step
     # boundary as prepare_data_loader's are (see _ray_compat.install_iter_torch_batches_device for why).
     _ray_compat.install_iter_torch_batches_device(data_device, lambda: manager.get_stream_context(None))
+    _guard_fp16(pjrt_device)
 
     if _step_hook is None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -354,9 +357,66 @@ def uninstall() -> None:
     global _step_hook
     _ray_compat.uninstall_torch_device_manager()
     _ray_compat.uninstall_iter_torch_batches_device()
+    _unguard_fp16()
     if _step_hook is not None:
         _step_hook.remove()
         _step_hook = None
+
+
+# ---- float16: refused on the chip, with the TPU alternative ------------------------------------------------
+
+_fp16_guards: list[tuple[Any, Any]] = []
+
+
+def _refusal(kind: str, pjrt_device: str) -> str:
+    from tpuray.components.review.port_check import REPLACEMENTS
+
+    what, instead = REPLACEMENTS[kind]
+    return f"{what} is not supported on this worker's XLA chip (PJRT_DEVICE={pjrt_device.upper()}): {instead}"
+
+
+def _guard_fp16(pjrt_device: str) -> None:
+    """Refuse float16 autocast and ``GradScaler`` as they are made, naming the bfloat16 alternative (the advice of
+    ``tpuray port check``). Where the device is not CUDA, torch itself turns a CUDA autocast or ``GradScaler`` off
+    with a warning and trains in float32 (``torch/amp/autocast_mode.py``, ``torch/amp/grad_scaler.py``): a GPU
+    script would run on, silently without its mixed precision."""
+    import inspect
+
+    import torch
+    from torch.amp.autocast_mode import autocast
+    from torch.amp.grad_scaler import GradScaler
+
+    if _fp16_guards:
+        return
+    autocast_init, scaler_init = autocast.__init__, GradScaler.__init__
+    autocast_sig, scaler_sig = inspect.signature(autocast_init), inspect.signature(scaler_init)
+
+    def guarded_autocast(self: Any, *args: Any, **kwargs: Any) -> None:
+        call = autocast_sig.bind(self, *args, **kwargs)
+        call.apply_defaults()
+        a = call.arguments
+        # CUDA's autocast computes in float16 unless told otherwise (torch.get_autocast_dtype("cuda"))
+        fp16 = a["dtype"] in (torch.float16,) or (a["dtype"] is None and a["device_type"] == "cuda")
+        if a["enabled"] and fp16:
+            raise RuntimeError(_refusal("fp16-autocast", pjrt_device))
+        autocast_init(self, *args, **kwargs)
+
+    def guarded_scaler(self: Any, *args: Any, **kwargs: Any) -> None:
+        call = scaler_sig.bind(self, *args, **kwargs)
+        call.apply_defaults()
+        if call.arguments["enabled"]:
+            raise RuntimeError(_refusal("grad-scaler", pjrt_device))
+        scaler_init(self, *args, **kwargs)
+
+    _fp16_guards.extend([(autocast, autocast_init), (GradScaler, scaler_init)])
+    autocast.__init__ = guarded_autocast  # type: ignore[method-assign]
+    GradScaler.__init__ = guarded_scaler  # type: ignore[method-assign]
+
+
+def _unguard_fp16() -> None:
+    while _fp16_guards:
+        cls, init = _fp16_guards.pop()
+        cls.__init__ = init
 
 
 # ---- the emulated slice's process group -------------------------------------------------------------------

@@ -36,6 +36,8 @@ OTHER_ROWS = (
     "reproducibility.enable_reproducibility",
     "device.get_device_before_prepare_model",
     "precision.bf16_autocast",
+    "precision.fp16_autocast",
+    "precision.grad_scaler",
     "loader.set_epoch",
     "loader.len",
     "loader.dataset",
@@ -71,6 +73,7 @@ def contract_train(config: dict[str, Any]) -> None:
     import ray.train.torch
     import torch
     import torch.distributed as dist
+    from torch.amp.grad_scaler import GradScaler
     from torch.utils.data import DataLoader, TensorDataset
 
     out = Path(config["out"])
@@ -135,12 +138,19 @@ def contract_train(config: dict[str, Any]) -> None:
             y = model(torch.ones(2, 4).to(device))
         return str(y.dtype)
 
+    def fp16() -> Any:
+        with torch.autocast(device_type=device.type, dtype=torch.float16):
+            y = model(torch.ones(2, 4).to(device))
+        return str(y.dtype)
+
     rows |= run_rows(
         {
             "prepare_model.ddp_kwargs": ddp_kwargs,
             "prepare_model.move_to_device_false": move_to_device_false,
             "prepare_model.fsdp": lambda: type(ray.train.torch.prepare_model(make_net(), parallel_strategy="fsdp")),
             "precision.bf16_autocast": bf16,
+            "precision.fp16_autocast": fp16,
+            "precision.grad_scaler": lambda: type(GradScaler("cuda")).__name__,
         }
     )
 
@@ -293,7 +303,18 @@ def _row(runs: dict[str, dict[str, Any]], backend: str, row: str) -> list[dict[s
     return [r["rows"][row] for r in runs[backend]["ranks"]]
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if r not in ("model.no_sync", "data.graphs_per_step")])
+REFUSED_ON_CHIPS = {
+    "precision.fp16_autocast": "float16 autocast (TPUs compute in bfloat16) is not supported on this worker's XLA chip "
+    '(PJRT_DEVICE=CPU): torch.autocast("xla", dtype=torch.bfloat16)',
+    "precision.grad_scaler": "GradScaler (fp16 loss scaling) is not supported on this worker's XLA chip "
+    "(PJRT_DEVICE=CPU): drop it: bfloat16 needs no loss scaling",
+}
+"""What tpuray refuses on the chips, by name and with the TPU alternative (stock CPU Ray Train runs them)."""
+
+
+@pytest.mark.parametrize(
+    "row", [r for r in ROWS if r not in ("model.no_sync", "data.graphs_per_step", *REFUSED_ON_CHIPS)]
+)
 def test_a_row_gives_the_same_result_on_the_emulated_slice_as_on_stock_ray_train(
     runs: dict[str, dict[str, Any]], row: str
 ) -> None:
@@ -307,6 +328,15 @@ def test_a_row_gives_the_same_result_on_the_emulated_slice_as_on_stock_ray_train
     assert all("ok" in r for r in stock), stock
     assert all("ok" in r for r in emulated), emulated
     assert emulated == stock
+
+
+@pytest.mark.parametrize("row", sorted(REFUSED_ON_CHIPS))
+def test_float16_is_refused_on_the_chips_with_the_bfloat16_alternative(
+    runs: dict[str, dict[str, Any]], row: str
+) -> None:
+    assert all("ok" in r for r in _row(runs, "stock", row)), _row(runs, "stock", row)
+    for r in _row(runs, "emulated", row):
+        assert r["error"].startswith(f"RuntimeError: {REFUSED_ON_CHIPS[row]}"), r
 
 
 def test_no_sync_keeps_each_ranks_gradient_and_the_next_backward_averages(runs: dict[str, dict[str, Any]]) -> None:
