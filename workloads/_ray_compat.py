@@ -28,6 +28,7 @@ __all__ = [
     "chips_per_host",
     "disable_outward_cluster",
     "draining_nodes",
+    "install_iter_torch_batches_device",
     "install_torch_device_manager",
     "live_node_ids",
     "normalize_torchtpu_topology",
@@ -38,6 +39,8 @@ __all__ = [
     "torch_backend_base",
     "torch_device_manager_base",
     "tpu_resource_per_chip",
+    "uninstall_iter_torch_batches_device",
+    "uninstall_torch_device_manager",
     "worker_group_callback_base",
 ]
 
@@ -345,3 +348,69 @@ def ready_train_autoscaling_coordinator(timeout_s: float = 120.0) -> None:
     except (ImportError, AttributeError):
         raise _missing("get_or_create_autoscaling_coordinator", source) from None
     ray.get(create().__ray_ready__.remote(), timeout=timeout_s)
+
+
+# ---- Ray Data's torch batches (ray/data/iterator.py; ray/data/_internal/block_batching/util.py) -------------
+
+_DATA_ITERATOR_MODULE = "ray/data/iterator.py"
+
+
+def install_iter_torch_batches_device(device_for: Callable[[Any], Any], boundary: Callable[[], Any]) -> None:
+    """Have ``DataIterator.iter_torch_batches`` (what ``get_dataset_shard(...)`` returns and
+    ``Dataset.iter_torch_batches`` calls) build every batch on the host and move it to an XLA device on the thread
+    that consumes it, inside ``boundary()``; ``device_for(device)`` is that XLA device for the call's ``device``
+    argument (``"auto"`` included), or ``None`` to leave the call as Ray makes it.
+
+    Ray 2.60 moves each batch to the device in its batch-prefetch thread (``_finalize_batch`` calls the finalize
+    function ``DataIterator._get_finalize_fn`` returns, from ``iter_batches.py``'s threaded pipeline), and
+    ``concat_tensors_to_device`` writes each block into a slice of a tensor it allocated there. A torch_xla tensor
+    is not safe to build on one thread while another cuts the graph (``torch_xla.sync()`` collects every live
+    device tensor): the cut fails the prefetch thread's next write with ``Check failed: data()->tensor_data``.
+    The same finalize function runs here, on the consuming thread."""
+    try:
+        from ray.data.iterator import DataIterator
+    except ImportError as e:
+        raise _missing("DataIterator", _DATA_ITERATOR_MODULE) from e
+    for name in ("iter_torch_batches", "_get_finalize_fn"):
+        if not hasattr(DataIterator, name):
+            raise _missing(f"DataIterator.{name}", _DATA_ITERATOR_MODULE)
+    with _installed_lock:
+        current = DataIterator.iter_torch_batches
+        original: Callable[..., Any] = getattr(current, "__wrapped__", current)
+
+        def iter_torch_batches(self: Any, *, device: Any = "auto", **kwargs: Any) -> Any:
+            target = device_for(device)
+            if target is None:
+                return original(self, device=device, **kwargs)
+            return _MovedOnConsumingThread(original(self, device="cpu", **kwargs), self, target, boundary)
+
+        iter_torch_batches.__wrapped__ = original  # type: ignore[attr-defined]
+        iter_torch_batches.__doc__ = original.__doc__
+        DataIterator.iter_torch_batches = iter_torch_batches  # type: ignore[method-assign]
+
+
+def uninstall_iter_torch_batches_device() -> None:
+    """Undo :func:`install_iter_torch_batches_device`."""
+    from ray.data.iterator import DataIterator
+
+    with _installed_lock:
+        current = DataIterator.iter_torch_batches
+        DataIterator.iter_torch_batches = getattr(current, "__wrapped__", current)  # type: ignore[method-assign]
+
+
+class _MovedOnConsumingThread:
+    """An iterable of Ray Data batches made on the host, each moved to ``device`` as it is handed out, by the
+    iterator's own finalize function (``DataIterator._get_finalize_fn``: ``DefaultFinalizeFn`` in Ray 2.60)."""
+
+    def __init__(self, batches: Any, iterator: Any, device: Any, boundary: Callable[[], Any]) -> None:
+        self._batches = batches
+        self._finalize = iterator._get_finalize_fn(device=device)
+        self._boundary = boundary
+
+    def __iter__(self) -> Any:
+        for batch in self._batches:
+            with self._boundary():
+                done = self._finalize(batch)  # a FinalizedData (ray/data/_internal/block_batching/interfaces.py)
+            if done.on_consume is not None:
+                done.on_consume()
+            yield done.data

@@ -2,17 +2,18 @@
 installs on every worker before the train function runs.
 
 - ``ray.train.torch.get_device()``/``get_devices()`` return the worker's XLA device (:class:`XlaDeviceManager`).
-- ``prepare_model`` moves the model there and wraps it in :class:`XlaDDP`, a ``DistributedDataParallel`` over the
-  job's default process group. On TPUs that group is ``xla`` and the wrapper is plain DDP (the torch_xla DDP guide,
-  https://docs.pytorch.org/xla/release/r2.9/perf/ddp.html). On the emulated slice (``PJRT_DEVICE=CPU``) the group
-  is :class:`XlaOverGloo`, which runs collectives through gloo on CPU copies (XLA collectives do not cross CPU
-  processes, and gloo on an XLA tensor does nothing), and the wrapper keeps DDP's interface but not its reducer:
-  it syncs the initial parameters and buffers from rank 0 over gloo, and at the end of each backward averages the
-  gradients with :func:`gloo_average`, what ``optimizer_step`` uses. So a plain ``optimizer.step()`` sees averaged
-  gradients, and the portable path compiles the same graphs at the same steps as ``optimizer_step``
-  (``tests/workloads/test_ray_compat.py``; ``bench/train_overhead.py``: 3 each on the dev GPT). DDP's reducer
-  compiled 1 to 6 more: it lays its gradient bucket out on the XLA device (a graph of its own), broadcasts the
-  layout, and lays it out again after the first backward.
+- ``prepare_model`` moves the model there and wraps it in :class:`XlaDDP`, a ``DistributedDataParallel`` over the job's
+  default process group. On TPUs that group is ``xla`` and the wrapper is plain DDP (the torch_xla DDP guide,
+  https://docs.pytorch.org/xla/release/r2.9/perf/ddp.html). On the emulated slice (``PJRT_DEVICE=CPU``) the group is
+  :class:`XlaOverGloo`, which runs collectives through gloo on CPU copies (XLA collectives do not cross CPU processes,
+  and gloo on an XLA tensor does nothing), and the wrapper keeps DDP's state and interface as scripts use them
+  (``copy.deepcopy``, ``pickle``/``torch.save``, ``state_dict()`` under ``module.``, ``no_sync()``; its options that
+  need DDP's reducer are refused by name) but not its reducer: it syncs the initial parameters and buffers from rank 0
+  over gloo, and at the end of each backward averages the gradients with :func:`gloo_average`, what ``optimizer_step``
+  uses. So a plain ``optimizer.step()`` sees averaged gradients, and the portable path compiles the same graphs at the
+  same steps as ``optimizer_step`` (``tests/workloads/test_ray_compat.py``; ``bench/train_overhead.py``: 3 each on the
+  dev GPT). DDP's reducer compiled 1 to 6 more: it lays its gradient bucket out on the XLA device (a graph of its own),
+  broadcasts the layout, and lays it out again after the first backward.
 - Every optimizer step ends the step's XLA graph (a global ``optimizer.step()`` post-hook: what torch_xla's
   ``xm.optimizer_step`` + ``MpDeviceLoader`` loop does), so a loop with no XLA call runs, like
   ``optimizer_step``'s loop, one graph per step on TPUs and two on the emulated slice (its gradient average reads
@@ -23,6 +24,12 @@ installs on every worker before the train function runs.
   a step boundary too (``torch_xla.sync()``, what ``MpDeviceLoader`` does per batch; a no-op after the optimizer
   step's). Ray's wrapper moves batch ``i + 1`` when it hands out batch ``i``, and none after the last: without the
   optimizer step's cut, the last step would run the previous update in its own graph, one more compile per run.
+- Ray Data's ``iter_torch_batches`` (``get_dataset_shard(name).iter_torch_batches(...)``), whose default device is
+  ``get_device()``, builds each batch on the host in its prefetch thread and moves it to the chip on the thread that
+  reads it, at the same step boundary: Ray builds device batches in that thread, and torch_xla fails a tensor being
+  built there while the main thread cuts the graph (``Check failed: data()->tensor_data``).
+- float16 autocast and ``GradScaler`` are refused as they are made, naming the bfloat16 alternative
+  (``tpuray port check``'s advice): off CUDA, torch would turn them off with a warning and train in float32.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ from tpuray.workloads import _ray_compat
 
 if TYPE_CHECKING:
     import torch
+
+    XlaDDP: type[Any]  # built on first use: see __getattr__ below
+    XlaDeviceManager: type[Any]
 
 __all__ = [
     "EMULATED_BACKEND",
@@ -104,20 +114,42 @@ def _device_manager_class() -> type[Any]:
     return XlaDeviceManager
 
 
-XlaDeviceManager: type[Any] | None = None
+_UNSUPPORTED_KWARGS = {
+    "static_graph": False,
+    "delay_all_reduce_named_params": None,
+    "param_to_hook_all_reduce": None,
+    "mixed_precision": None,
+    "device_mesh": None,
+    "skip_all_reduce_unused_params": False,
+}
+"""``DistributedDataParallel`` arguments that configure its reducer, with their defaults: the emulated slice's
+wrapper has no reducer, so anything else is refused at ``prepare_model`` time (TPUs, on the xla group, take them)."""
+
+_NO_REDUCER = (
+    "the emulated slice's DistributedDataParallel (PJRT_DEVICE=CPU, tpuray's gloo-over-XLA group) averages "
+    "gradients as optimizer_step does and has no DDP reducer, so {what} is not supported there; on TPUs (the xla "
+    "process group) prepare_model builds plain DDP, which has it"
+)
 
 
 def _ddp_class() -> type[Any]:
+    import copy
+
     import torch
     import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _get_default_group
     from torch.nn.parallel import DistributedDataParallel
 
     engine: Any = torch.autograd.Variable._execution_engine
 
     class XlaDDP(DistributedDataParallel):
-        """``DistributedDataParallel`` as ``prepare_model`` builds it. On the emulated slice's group it keeps DDP's
-        interface (``module``, ``no_sync()``) but averages the gradients as ``optimizer_step`` does, instead of
-        through DDP's reducer (see the module docstring)."""
+        """``DistributedDataParallel`` as ``prepare_model`` builds it. On TPUs (the xla group) it is plain DDP. On
+        the emulated slice's group it is a DDP without DDP's reducer: it keeps DDP's state and interface as
+        scripts use them (``module``, ``state_dict()`` keys under ``module.``, ``no_sync()``, ``train()``/
+        ``eval()``, ``copy.deepcopy``, ``pickle``/``torch.save`` with the default group) but averages the
+        gradients as ``optimizer_step`` does (see the module docstring). What needs the reducer (communication
+        hooks, ``join()``, ``static_graph``, mixed precision, ...) is refused by name, at construction for DDP's
+        arguments."""
 
         def __init__(self, module: torch.nn.Module, **kwargs: Any) -> None:
             group = kwargs.get("process_group")
@@ -125,6 +157,14 @@ def _ddp_class() -> type[Any]:
             if not self._emulated:
                 super().__init__(module, **kwargs)
                 return
+            for name, default in _UNSUPPORTED_KWARGS.items():
+                if name in kwargs and kwargs[name] != default:
+                    raise ValueError(
+                        "prepare_model(parallel_strategy_kwargs={"
+                        + f"{name!r}: {kwargs[name]!r}"
+                        + "}): "
+                        + _NO_REDUCER.format(what=f"DistributedDataParallel's {name}")
+                    )
             if not hasattr(engine, "queue_callback"):
                 raise RuntimeError(
                     f"torch {torch.__version__}'s autograd engine has no queue_callback (DDP's own end-of-backward "
@@ -136,16 +176,58 @@ def _ddp_class() -> type[Any]:
             if pg is None:
                 raise RuntimeError("XlaDDP needs a process group: the backend creates it before the train function")
             self.process_group = pg
+            # DDP's own attributes that scripts and frameworks read (torch/nn/parallel/distributed.py, __init__)
+            self.device_ids = kwargs.get("device_ids")
+            self.output_device = kwargs.get("output_device")
+            self.dim = int(kwargs.get("dim", 0))
+            self.find_unused_parameters = bool(kwargs.get("find_unused_parameters", False))
+            self.gradient_as_bucket_view = bool(kwargs.get("gradient_as_bucket_view", False))
+            self.static_graph = False
+            self.require_forward_param_sync = True
             self.require_backward_grad_sync = True  # what DistributedDataParallel.no_sync() switches off
             self.broadcast_buffers = bool(kwargs.get("broadcast_buffers", True))
-            ignore = set(getattr(module, "_ddp_params_and_buffers_to_ignore", ()))
-            self._params = [p for n, p in module.named_parameters() if p.requires_grad and n not in ignore]
-            self._buffers_to_sync = [b for n, b in module.named_buffers() if n not in ignore]
             self._average_queued = False
+            self._hook_gradients()
             if kwargs.get("init_sync", True):
                 self._from_rank_0([p.detach() for p in self._params] + self._buffers_to_sync)
+
+        def _hook_gradients(self) -> None:
+            ignore = set(getattr(self.module, "_ddp_params_and_buffers_to_ignore", ()))
+            self._params = [p for n, p in self.module.named_parameters() if p.requires_grad and n not in ignore]
+            self._buffers_to_sync = [b for n, b in self.module.named_buffers() if n not in ignore]
             for p in self._params:
-                p.register_post_accumulate_grad_hook(self._grad_ready)  # type: ignore[no-untyped-call]
+                # Tensor hooks are not copied or pickled with the parameter (torch/nn/parameter.py, "Don't
+                # serialize hooks"): a copy of this wrapper hooks its own parameters again (__setstate__).
+                p.register_post_accumulate_grad_hook(self._grad_ready)
+
+        def __getstate__(self) -> dict[str, Any]:
+            if not self._emulated:
+                return super().__getstate__()  # type: ignore[no-untyped-call, no-any-return]
+            # As DDP's own: only a wrapper over the default group can be copied, and the copy joins that group.
+            if self.process_group is not _get_default_group():
+                raise RuntimeError(
+                    "DDP Pickling/Unpickling are only supported when using DDP with the default process group"
+                )
+            attrs = copy.copy(self.__dict__)
+            del attrs["process_group"]
+            # the hooked lists are rebuilt from the copied module, so they stay its parameters
+            for name in ("_params", "_buffers_to_sync"):
+                del attrs[name]
+            attrs["_average_queued"] = False
+            return attrs
+
+        def __setstate__(self, state: dict[str, Any]) -> None:
+            if not state.get("_emulated"):
+                super().__setstate__(state)  # type: ignore[no-untyped-call]
+                return
+            torch.nn.Module.__setstate__(self, state)  # type: ignore[no-untyped-call]
+            self.process_group = _get_default_group()
+            self._hook_gradients()
+
+        def __getattr__(self, name: str) -> Any:
+            if name in ("reducer", "logger") and self.__dict__.get("_emulated"):
+                raise AttributeError(_NO_REDUCER.format(what=f"DDP's {name} (and what uses it)"))
+            return super().__getattr__(name)
 
         def forward(self, *inputs: Any, **kwargs: Any) -> Any:
             if not self._emulated:
@@ -156,11 +238,18 @@ def _ddp_class() -> type[Any]:
 
         def register_comm_hook(self, state: object, hook: Any) -> None:
             if self._emulated:
-                raise NotImplementedError(
-                    "the emulated slice averages gradients with optimizer_step's gloo average, not DDP's reducer: "
-                    "communication hooks run only on TPUs (the xla process group)"
-                )
+                raise NotImplementedError(_NO_REDUCER.format(what="register_comm_hook"))
             super().register_comm_hook(state, hook)
+
+        def join(self, *args: Any, **kwargs: Any) -> Any:
+            if self._emulated:
+                raise NotImplementedError(_NO_REDUCER.format(what="join() (uneven inputs)"))
+            return super().join(*args, **kwargs)
+
+        def _set_static_graph(self) -> None:
+            if self._emulated:
+                raise NotImplementedError(_NO_REDUCER.format(what="static_graph"))
+            super()._set_static_graph()  # type: ignore[no-untyped-call]
 
         def _grad_ready(self, _param: torch.Tensor) -> None:
             # Once per backward, after every gradient is accumulated (DDP queues its own reduction the same way).
@@ -184,6 +273,9 @@ def _ddp_class() -> type[Any]:
                         for t, h in zip(same, flat.split([t.numel() for t in same]), strict=True):  # type: ignore[no-untyped-call]
                             t.copy_(h.view_as(t))
 
+    # pickle finds the class by this name (the module's __getattr__ builds it in a process that never installed)
+    XlaDDP.__module__ = __name__
+    XlaDDP.__qualname__ = "XlaDDP"
     return XlaDDP
 
 
@@ -209,7 +301,20 @@ def gloo_average(params: Sequence[torch.Tensor], world: int) -> None:
         offset += n
 
 
-XlaDDP: type[Any] | None = None
+_built: dict[str, type[Any]] = {}
+_BUILDERS = {"XlaDeviceManager": _device_manager_class, "XlaDDP": _ddp_class}
+
+
+def __getattr__(name: str) -> type[Any]:
+    """``XlaDeviceManager`` and ``XlaDDP``, built on first use (they subclass Ray's and torch's classes, which
+    this module does not import until a worker needs them); one class per process, so a pickled ``XlaDDP`` loads
+    by its name."""
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _built:
+        _built[name] = builder()
+    return _built[name]
 
 
 def _cut_after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -224,12 +329,21 @@ _step_hook: Any = None
 def install(pjrt_device: str) -> None:
     """Make Ray Train's portable API use this worker's XLA device (run on the worker, before the train function);
     ``pjrt_device`` is what the device must be (``TPU``, or ``CPU`` on the emulated slice)."""
-    global XlaDeviceManager, XlaDDP, _step_hook
-    if XlaDeviceManager is None:
-        XlaDeviceManager = _device_manager_class()
-    if XlaDDP is None:
-        XlaDDP = _ddp_class()
-    _ray_compat.install_torch_device_manager(XlaDeviceManager(pjrt_device), "xla", XlaDDP)
+    global _step_hook
+    manager = __getattr__("XlaDeviceManager")(pjrt_device)
+    _ray_compat.install_torch_device_manager(manager, "xla", __getattr__("XlaDDP"))
+
+    def data_device(device: Any) -> torch.device | None:
+        import torch
+
+        target = manager.get_devices()[0] if isinstance(device, str) and device == "auto" else torch.device(device)
+        return target if target.type == "xla" else None
+
+    # Ray Data's batches for this chip are made on the host and moved on the thread that reads them, at a step
+    # boundary as prepare_data_loader's are (see _ray_compat.install_iter_torch_batches_device for why).
+    _ray_compat.install_iter_torch_batches_device(data_device, lambda: manager.get_stream_context(None))
+    _guard_fp16(pjrt_device)
+
     if _step_hook is None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -242,9 +356,67 @@ def install(pjrt_device: str) -> None:
 def uninstall() -> None:
     global _step_hook
     _ray_compat.uninstall_torch_device_manager()
+    _ray_compat.uninstall_iter_torch_batches_device()
+    _unguard_fp16()
     if _step_hook is not None:
         _step_hook.remove()
         _step_hook = None
+
+
+# ---- float16: refused on the chip, with the TPU alternative ------------------------------------------------
+
+_fp16_guards: list[tuple[Any, Any]] = []
+
+
+def _refusal(kind: str, pjrt_device: str) -> str:
+    from tpuray.components.review.port_check import REPLACEMENTS
+
+    what, instead = REPLACEMENTS[kind]
+    return f"{what} is not supported on this worker's XLA chip (PJRT_DEVICE={pjrt_device.upper()}): {instead}"
+
+
+def _guard_fp16(pjrt_device: str) -> None:
+    """Refuse float16 autocast and ``GradScaler`` as they are made, naming the bfloat16 alternative (the advice of
+    ``tpuray port check``). Where the device is not CUDA, torch itself turns a CUDA autocast or ``GradScaler`` off
+    with a warning and trains in float32 (``torch/amp/autocast_mode.py``, ``torch/amp/grad_scaler.py``): a GPU
+    script would run on, silently without its mixed precision."""
+    import inspect
+
+    import torch
+    from torch.amp.autocast_mode import autocast
+    from torch.amp.grad_scaler import GradScaler
+
+    if _fp16_guards:
+        return
+    autocast_init, scaler_init = autocast.__init__, GradScaler.__init__
+    autocast_sig, scaler_sig = inspect.signature(autocast_init), inspect.signature(scaler_init)
+
+    def guarded_autocast(self: Any, *args: Any, **kwargs: Any) -> None:
+        call = autocast_sig.bind(self, *args, **kwargs)
+        call.apply_defaults()
+        a = call.arguments
+        # CUDA's autocast computes in float16 unless told otherwise (torch.get_autocast_dtype("cuda"))
+        fp16 = a["dtype"] in (torch.float16,) or (a["dtype"] is None and a["device_type"] == "cuda")
+        if a["enabled"] and fp16:
+            raise RuntimeError(_refusal("fp16-autocast", pjrt_device))
+        autocast_init(self, *args, **kwargs)
+
+    def guarded_scaler(self: Any, *args: Any, **kwargs: Any) -> None:
+        call = scaler_sig.bind(self, *args, **kwargs)
+        call.apply_defaults()
+        if call.arguments["enabled"]:
+            raise RuntimeError(_refusal("grad-scaler", pjrt_device))
+        scaler_init(self, *args, **kwargs)
+
+    _fp16_guards.extend([(autocast, autocast_init), (GradScaler, scaler_init)])
+    autocast.__init__ = guarded_autocast  # type: ignore[method-assign]
+    GradScaler.__init__ = guarded_scaler  # type: ignore[method-assign]
+
+
+def _unguard_fp16() -> None:
+    while _fp16_guards:
+        cls, init = _fp16_guards.pop()
+        cls.__init__ = init
 
 
 # ---- the emulated slice's process group -------------------------------------------------------------------
