@@ -14,7 +14,7 @@ __all__ = ["RUNTIME_PACKAGES", "RuntimeMismatch", "require_runtime"]
 
 RUNTIME_PACKAGES: dict[RuntimeBackend, str] = {"xla": "torch_xla", "torch_tpu": "torch_tpu"}
 _EXTRAS: dict[RuntimeBackend, str] = {"xla": "workload", "torch_tpu": "torch-tpu"}
-_TARGETS: dict[RuntimeBackend, str] = {"xla": "worker", "torch_tpu": "worker-torch-tpu"}
+_TARGETS: dict[RuntimeBackend, str] = {"xla": "worker-xla", "torch_tpu": "worker-torch-tpu"}
 
 
 class RuntimeMismatch(RuntimeError):
