@@ -249,7 +249,6 @@ def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Sett
     else the model's defaults, with the flags the user gave laid over it; checked before any cluster work."""
     exclusive_sources({"--workload": args.workload is not None, "--stack/--stack-file": stack is not None})
     if args.workload is not None:
-        _refuse_duplicate_keys(args.workload, "--workload")
         base = validated_as(
             WorkloadConfig,
             loads_json(args.workload, what="--workload"),
@@ -259,27 +258,6 @@ def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Sett
         base = (stack.workload if stack else WorkloadConfig()).model_dump(by_alias=True)
     workload = _validated(WorkloadConfig, base, args, WORKLOAD_FLAGS, "workload")
     return Settings(workload, _validated(RunSettings, {}, args, RUN_FLAGS, "run"))
-
-
-def _refuse_duplicate_keys(text: str, flag: str) -> None:
-    """ValueError when the JSON object ``text`` names a key twice at any depth: JSON parsers keep one of the two
-    silently (pydantic's the last), so the setting the user meant may not be the one that runs. Invalid JSON is
-    left to the model, which says where it breaks."""
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: set[str] = set()
-        for key, _ in items:
-            if key in seen:
-                raise ValueError(f"{flag} names the key {key!r} twice; give each setting once")
-            seen.add(key)
-        return dict(items)
-
-    try:
-        json.loads(text, object_pairs_hook=pairs)
-    except json.JSONDecodeError:
-        return
-    except RecursionError:
-        raise ValueError(f"{flag} is nested too deeply to be the workload settings") from None
 
 
 def checkpoint_dir_problem(path: str) -> str | None:

@@ -33,6 +33,7 @@ MODULES = [
     "tuning",
     "_ray_compat",
     "compile_cache",
+    "runtimes",
 ]
 
 

@@ -200,10 +200,13 @@ def test_each_runtime_refuses_the_other_and_a_missing_package(monkeypatch: pytes
 
     from tpuray.workloads.runtimes import RuntimeMismatch, require_runtime
 
+    monkeypatch.delitem(sys.modules, "torch_xla", raising=False)  # other tests of this process may have imported it
     require_runtime("xla")  # this environment is the torch_xla one
-    with pytest.raises(
-        RuntimeMismatch, match=r"needs torch_tpu, which this environment lacks; install tpuray\[torch-tpu\]"
-    ):
+    lacks = r"needs torch_tpu, which this environment lacks; install tpuray\[torch-tpu\]"
+    with pytest.raises(RuntimeMismatch, match=lacks):
+        require_runtime("torch_tpu")
+    monkeypatch.setitem(sys.modules, "torch_xla", types.ModuleType("torch_xla"))
+    with pytest.raises(RuntimeMismatch, match="torch_xla is already imported"):
         require_runtime("torch_tpu")
     monkeypatch.setitem(sys.modules, "torch_tpu", types.ModuleType("torch_tpu"))
     with pytest.raises(RuntimeMismatch, match="torch_tpu is already imported"):
@@ -213,11 +216,14 @@ def test_each_runtime_refuses_the_other_and_a_missing_package(monkeypatch: pytes
 def test_train_refuses_torch_tpu_locally_and_in_an_xla_image_before_ray_starts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    import sys
+
     import ray
 
     from tpuray.workloads import train
 
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray started"))
+    monkeypatch.delitem(sys.modules, "torch_xla", raising=False)  # other tests of this process may have imported it
     assert train.main(["--local", "--topology", "v5e:2x2", "--backend", "torch_tpu", "--steps", "1"]) == 2
     assert "no local emulation" in capsys.readouterr().err
     assert train.main(["--address", "auto", "--topology", "v5e:2x2", "--backend", "torch_tpu", "--steps", "1"]) == 2
