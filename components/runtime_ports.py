@@ -25,10 +25,26 @@ from typing import Literal
 from tpuray.components.names import TPU_MEGASCALE_PORT, TPU_PROCESS_BASE_PORT, TPU_SLICEBUILDER_PORT
 from tpuray.components.topology import TpuSlice
 
-__all__ = ["BACKENDS", "PortRange", "RuntimeBackend", "runtime_ports", "union_ports"]
+__all__ = [
+    "BACKENDS",
+    "TORCH_TPU_LIBTPU",
+    "TORCH_TPU_TORCH",
+    "TORCH_TPU_VERSIONS",
+    "PortRange",
+    "RuntimeBackend",
+    "runtime_ports",
+    "union_ports",
+]
 
 RuntimeBackend = Literal["xla", "torch_tpu"]
 BACKENDS: tuple[RuntimeBackend, ...] = ("xla", "torch_tpu")
+
+TORCH_TPU_VERSIONS = ">=0.2,<0.3"
+"""The torch_tpu releases tpuray's TorchTPU path was read from (0.2.0's Python sources)."""
+TORCH_TPU_TORCH = ">=2.11.0,<=2.15.0"
+"""The torch releases torch_tpu 0.2.0 loads with (its wheel's ``Requires-Dist: torch>=2.11.0,<=2.15.0``)."""
+TORCH_TPU_LIBTPU = ">=0.0.50"
+"""The libtpu torch_tpu 0.2.0 requires (``Requires-Dist: libtpu>=0.0.50``)."""
 
 
 @dataclass(frozen=True)

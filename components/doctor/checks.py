@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from tpuray.components.config import (
@@ -28,7 +29,10 @@ from tpuray.components.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
     GKE_TOPOLOGY_LABEL,
+    IMAGE_BACKEND_LABEL,
+    IMAGE_LIBTPU_VERSION_LABEL,
     IMAGE_RAY_VERSION_LABEL,
+    IMAGE_TORCH_TPU_VERSION_LABEL,
     IMAGE_TORCH_VERSION_LABEL,
     IMAGE_TORCH_XLA_VERSION_LABEL,
     TPU_RESOURCE,
@@ -38,6 +42,7 @@ from tpuray.components.names import (
 )
 from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.planning.stack_plan import plan_stack
+from tpuray.components.runtime_ports import TORCH_TPU_LIBTPU, TORCH_TPU_TORCH, TORCH_TPU_VERSIONS
 from tpuray.components.topology import MIN_GKE_VERSION, generation
 
 __all__ = ["CheckResult", "ImageVersions", "Status", "run_checks"]
@@ -59,6 +64,7 @@ _SRC_DPV2 = "https://cloud.google.com/kubernetes-engine/docs/concepts/dataplane-
 _SRC_NETWORK_POLICY = "https://kubernetes.io/docs/concepts/services-networking/network-policies/"
 _SRC_TOKEN_AUTH = "https://docs.ray.io/en/latest/ray-security/token-auth.html"
 _SRC_TORCH_XLA = "https://github.com/pytorch/xla#available-docker-images-and-wheels"
+_SRC_TORCH_TPU = "https://pypi.org/project/torch-tpu/0.2.0/"
 
 # ---- what the checks look for -------------------------------------------------------------------------------
 KUBERAY_OPERATOR_NAME = "kuberay-operator"
@@ -95,6 +101,10 @@ class ImageVersions:
     torch: str | None
     torch_xla: str | None
     where: str
+    torch_tpu: str | None = None
+    libtpu: str | None = None
+    backend: str | None = None
+    """The image's runtime (``tpuray.io/backend``: ``xla`` or ``torch_tpu``, one workloads/Dockerfile target each)."""
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, Any], where: str) -> ImageVersions:
@@ -103,7 +113,13 @@ class ImageVersions:
             return value if isinstance(value, str) and value else None
 
         return cls(
-            get(IMAGE_RAY_VERSION_LABEL), get(IMAGE_TORCH_VERSION_LABEL), get(IMAGE_TORCH_XLA_VERSION_LABEL), where
+            get(IMAGE_RAY_VERSION_LABEL),
+            get(IMAGE_TORCH_VERSION_LABEL),
+            get(IMAGE_TORCH_XLA_VERSION_LABEL),
+            where,
+            get(IMAGE_TORCH_TPU_VERSION_LABEL),
+            get(IMAGE_LIBTPU_VERSION_LABEL),
+            get(IMAGE_BACKEND_LABEL),
         )
 
 
@@ -555,35 +571,76 @@ def worker_image_versions(cfg: StackConfig, objs: ClusterObjects) -> list[ImageV
     return out
 
 
+def _runtime_seen(r: ImageVersions, torch_tpu: bool) -> str:
+    backend = f"{r.backend} image, " if r.backend else ""
+    if torch_tpu:
+        return f"{r.where}: {backend}torch {r.torch or '?'}, torch_tpu {r.torch_tpu or '?'}, libtpu {r.libtpu or '?'}"
+    return f"{r.where}: {backend}torch {r.torch or '?'}, torch_xla {r.torch_xla or '?'}"
+
+
+def _torch_xla_ok(r: ImageVersions) -> bool:
+    torch, xla = _version(r.torch), _version(r.torch_xla)
+    return torch is not None and xla is not None and torch.release[:2] == xla.release[:2]
+
+
+def _in(version: str | None, spec: str) -> bool:
+    v = _version(version)
+    return v is not None and SpecifierSet(spec).contains(v.base_version)
+
+
+def _torch_tpu_ok(r: ImageVersions) -> bool:
+    return (
+        _in(r.torch_tpu, TORCH_TPU_VERSIONS)
+        and _in(r.torch, TORCH_TPU_TORCH)
+        and _in(r.libtpu, TORCH_TPU_LIBTPU)
+        and r.torch_xla is None
+    )
+
+
 def check_worker_image(cfg: StackConfig, objs: ClusterObjects, image: ImageVersions | None) -> list[CheckResult]:
     reports = [image] if image is not None else [v for v in worker_image_versions(cfg, objs) if v.ray or v.torch]
+    torch_tpu = cfg.workload.backend == "torch_tpu"
+    runtime = (
+        (IMAGE_TORCH_TPU_VERSION_LABEL, IMAGE_LIBTPU_VERSION_LABEL) if torch_tpu else (IMAGE_TORCH_XLA_VERSION_LABEL,)
+    )
     how = (
         f"build the worker from workloads/Dockerfile (it stamps {IMAGE_RAY_VERSION_LABEL}, "
-        f"{IMAGE_TORCH_VERSION_LABEL}, {IMAGE_TORCH_XLA_VERSION_LABEL}) and pass its docker inspect output with "
-        "--image-inspect, or annotate the worker pods with those keys"
+        f"{IMAGE_TORCH_VERSION_LABEL}, {', '.join(runtime)}, {IMAGE_BACKEND_LABEL}) and pass its docker inspect output "
+        "with --image-inspect, or annotate the worker pods with those keys"
     )
     if not reports:
         fact = "no running TPU worker pod and no image inspect output reports its versions: unknown"
+        pair = ("worker-torch-tpu", _SRC_TORCH_TPU) if torch_tpu else ("worker-torch-pair", _SRC_TORCH_XLA)
         return [
-            CheckResult("worker-torch-pair", "warn", fact, _SRC_TORCH_XLA, how),
+            CheckResult(pair[0], "warn", fact, pair[1], how),
             CheckResult("worker-ray-version", "warn", fact, _SRC_TOKEN_AUTH, how),
         ]
     pair_bad, pair_seen, ray_bad, ray_seen = [], [], [], []
     for r in reports:
-        torch, xla = _version(r.torch), _version(r.torch_xla)
-        pair_seen.append(f"{r.where}: torch {r.torch or '?'}, torch_xla {r.torch_xla or '?'}")
-        if torch is None or xla is None or torch.release[:2] != xla.release[:2]:
+        pair_seen.append(_runtime_seen(r, torch_tpu))
+        if (r.backend is not None and r.backend != cfg.workload.backend) or not (
+            _torch_tpu_ok(r) if torch_tpu else _torch_xla_ok(r)
+        ):
             pair_bad.append(pair_seen[-1])
         ray = _version(r.ray)
         ray_seen.append(f"{r.where}: Ray {r.ray or '?'}")
         if ray is None or ray < Version(MIN_RAY_TOKEN_AUTH) or ray != _version(cfg.ray.version):
             ray_bad.append(ray_seen[-1])
-    pair_fact = "torch_xla loads only with the torch of its own release (same major.minor)"
-    fix = "rebuild the worker image with torch and torch_xla of one release (workloads/Dockerfile pins both)"
+    if torch_tpu:
+        pair_id, pair_src = "worker-torch-tpu", _SRC_TORCH_TPU
+        pair_fact = (
+            f"backend torch_tpu: a torch_tpu image (torch_tpu {TORCH_TPU_VERSIONS}, torch {TORCH_TPU_TORCH}, libtpu "
+            f"{TORCH_TPU_LIBTPU}, torch_tpu 0.2.0's own requirements)"
+        )
+        fix = "build the worker-torch-tpu target of workloads/Dockerfile (tpuray[torch-tpu])"
+    else:
+        pair_id, pair_src = "worker-torch-pair", _SRC_TORCH_XLA
+        pair_fact = "backend xla: torch_xla loads only with the torch of its own release (same major.minor)"
+        fix = "rebuild the worker image with torch and torch_xla of one release (workloads/Dockerfile pins both)"
     results = [
-        CheckResult("worker-torch-pair", "fail", f"{pair_fact}; {_short(pair_bad, 3)}", _SRC_TORCH_XLA, fix)
+        CheckResult(pair_id, "fail", f"{pair_fact}; {_short(pair_bad, 3)}", pair_src, fix)
         if pair_bad
-        else CheckResult("worker-torch-pair", "pass", f"{pair_fact}; {_short(pair_seen, 3)}", _SRC_TORCH_XLA, fix)
+        else CheckResult(pair_id, "pass", f"{pair_fact}; {_short(pair_seen, 3)}", pair_src, fix)
     ]
     ray_fact = (
         f"workers run Ray >= {MIN_RAY_TOKEN_AUTH} (token auth) and the head's Ray {cfg.ray.version} (one version per "

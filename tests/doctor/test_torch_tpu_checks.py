@@ -83,3 +83,43 @@ def test_worker_pods_without_the_callback_or_per_device_counting_fail(torch_tpu_
 def test_an_xla_single_host_stack_has_neither_check() -> None:
     dev = load_stack_file(ROOT / "Pulumi.dev.yaml", "dev")
     assert runtime_checks(dev, _objects(None, None)) == []
+
+
+def _image(**labels: str) -> Any:
+    from tpuray.components.doctor.checks import ImageVersions
+    from tpuray.components.names import (
+        IMAGE_BACKEND_LABEL,
+        IMAGE_LIBTPU_VERSION_LABEL,
+        IMAGE_RAY_VERSION_LABEL,
+        IMAGE_TORCH_TPU_VERSION_LABEL,
+        IMAGE_TORCH_VERSION_LABEL,
+        IMAGE_TORCH_XLA_VERSION_LABEL,
+    )
+
+    keys = {
+        "ray": IMAGE_RAY_VERSION_LABEL,
+        "torch": IMAGE_TORCH_VERSION_LABEL,
+        "torch_xla": IMAGE_TORCH_XLA_VERSION_LABEL,
+        "torch_tpu": IMAGE_TORCH_TPU_VERSION_LABEL,
+        "libtpu": IMAGE_LIBTPU_VERSION_LABEL,
+        "backend": IMAGE_BACKEND_LABEL,
+    }
+    return ImageVersions.from_labels({keys[k]: v for k, v in labels.items()}, "image")
+
+
+def test_the_worker_image_is_checked_for_the_stack_s_runtime(torch_tpu_stack: StackConfig) -> None:
+    from tpuray.components.doctor.checks import check_worker_image
+
+    objs = _objects("v1.3.1-gke.2", GOOD_ENV)
+    tpu_image = _image(ray="2.60.0", torch="2.13.0", torch_tpu="0.2.0", libtpu="0.0.52", backend="torch_tpu")
+    (pair, ray) = check_worker_image(torch_tpu_stack, objs, tpu_image)
+    assert (pair.id, pair.status, ray.status) == ("worker-torch-tpu", "pass", "pass")
+    xla_image = _image(ray="2.60.0", torch="2.9.0", torch_xla="2.9.0", backend="xla")
+    (pair, _) = check_worker_image(torch_tpu_stack, objs, xla_image)
+    assert pair.status == "fail" and "xla image" in pair.fact
+    old_torch = _image(ray="2.60.0", torch="2.9.0", torch_tpu="0.2.0", libtpu="0.0.52", backend="torch_tpu")
+    (pair, _) = check_worker_image(torch_tpu_stack, objs, old_torch)
+    assert pair.status == "fail" and "torch 2.9.0" in pair.fact
+    dev = load_stack_file(ROOT / "Pulumi.dev.yaml", "dev")
+    (pair, _) = check_worker_image(dev, objs, tpu_image)  # an xla stack given the torch_tpu image
+    assert (pair.id, pair.status) == ("worker-torch-pair", "fail")
