@@ -49,7 +49,7 @@ from figures import add_record_flag, emit
 
 ROOT = Path(__file__).resolve().parents[1]
 BARE_IMPORT = "import pulumi, pulumi_gcp.container, pulumi_kubernetes"
-# Issue 19's targets, against the import of the SDK modules the program uses (the part of a plan that is not ours).
+# The targets, against the import of the SDK modules the program uses (the part of a plan that is not ours).
 TARGET_PROD_VS_USED = 1.2
 TARGET_LARGE_VS_USED = 1.3
 # Shapes the large stack cycles through: multi-host and single-host, every compact-placement generation that prod's

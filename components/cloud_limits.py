@@ -175,7 +175,7 @@ def exclusion_span_problem(scope: str, start: datetime, end: datetime, release_c
 
 
 # ---- token auth on the GKE Ray add-on ---------------------------------------------------------------------------
-# Issue 20, item 1. Ray's token auth can reach the KubeRay operator two ways, and on the GKE Ray add-on neither is
+# Ray's token auth can reach the KubeRay operator two ways, and on the GKE Ray add-on neither is
 # safe for a RayJob:
 # - KubeRay sends the token on its own dashboard calls (the RayJob's status, GetJobInfo) only when the RayCluster has
 #   spec.authOptions.mode: token (KubeRay v1.7 ray-operator/controllers/ray/utils/util.go

@@ -111,7 +111,7 @@ TPU_SLICEBUILDER_PORT = 8471
 TPU_MEGASCALE_PORT = 8081
 """Ray's ``DEFAULT_MEGASCALE_PORT`` (TCP) for multislice coordination.
 
-Issue 20, settled: one port for every process, per-chip processes on one host included. MEGASCALE_PORT is the
+Settled: one port for every process, per-chip processes on one host included. MEGASCALE_PORT is the
 multislice coordinator's port (Ray ``ray.util.tpu.get_tpu_coordinator_env_vars``: "the port the coordinator is
 listening on"), and the KubeRay TPU webhook gives every container of a multislice group the same one (its e2e test
 ``TestWebhookMutation_V6eMultiSlice``: "All containers in a multi-slice group should share the same port

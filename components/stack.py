@@ -17,7 +17,7 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from tpuray.components.config import NAMESPACE, RAY_AUTH_TOKEN_KEY, StackConfig
+from tpuray.components.config import NAMESPACE, RAY_TOKEN_CONFIG_KEY, StackConfig
 from tpuray.components.config_types import checked_ray_token
 from tpuray.components.gke_cluster import GkeCluster
 from tpuray.components.kueue import KueueQueues, KueueQueuesArgs
@@ -142,5 +142,5 @@ def _ray_token() -> pulumi.Output[str] | None:
 
     Secret-bearing: read here with ``get_secret`` only, never part of the (printable) config or plan.
     """
-    secret = pulumi.Config(NAMESPACE).get_secret(RAY_AUTH_TOKEN_KEY)
+    secret = pulumi.Config(NAMESPACE).get_secret(RAY_TOKEN_CONFIG_KEY)
     return None if secret is None else secret.apply(checked_ray_token)

@@ -244,7 +244,7 @@ GENERATIONS: tuple[Generation, ...] = (
         devices_per_chip=2,
         single_host_topologies={"1x1x1": "tpu7x-standard-1t", "2x2x1": "tpu7x-standard-4t"},
         multi_host_base_topologies=_3D_BASE,
-        # Issue 20, settled: refused. GKE's flex-start page (https://cloud.google.com/kubernetes-engine/docs/concepts/
+        # Refused. GKE's flex-start page (https://cloud.google.com/kubernetes-engine/docs/concepts/
         # flex-start) lists the TPU versions flex-start serves as v5e, v5p and v6e, and Cloud TPU's own flex-start
         # page (https://cloud.google.com/tpu/docs/request-using-flex-start, "Limitations") names only v6e and v5e;
         # neither lists TPU7x, so flex-start and queued provisioning of tpu7x are refused until a page does.

@@ -1,4 +1,4 @@
-"""Issue 20: values nothing knew are refused by name: regions and zones without TPUs (or without the pool's
+"""Values nothing knew are refused by name: regions and zones without TPUs (or without the pool's
 generation), machine types no CPU series has, a Kueue chart that does not serve the rendered API, maintenance
 exclusions longer than GKE allows for their scope, and the GKE Ray add-on under the stack's RayJob. Each rule's
 source is cited where it is written (``tpuray.components.tpu_locations`` and ``tpuray.components.cloud_limits``)."""

@@ -566,7 +566,7 @@ def test_the_rejected_copy_keeps_everything_else_valid() -> None:
         assert code == 0, output
 
 
-# ---- issue 20: strings, versions, networks, images, namespaces, maintenance --------------------------------------
+# ---- strings, versions, networks, images, namespaces, maintenance --------------------------------------
 control_chars = st.sampled_from(["\n", "\r", "\t", "\x1b", "\x00", "\u2028", "\u202e", "\x7f"])
 
 
@@ -645,7 +645,7 @@ def test_maintenance_recurrences_gke_refuses(stack: str, rule: str) -> None:
     check(stack, ("maintenance.window.recurrence", setter("maintenance", "window", value=window)))
 
 
-# ---- issue 20: values nothing knew (tpu_locations, cloud_limits) --------------------------------------------------
+# ---- values nothing knew (tpu_locations, cloud_limits) --------------------------------------------------
 no_tpu_regions = st.from_regex(r"[a-z]{2,10}-[a-z]{4,9}[1-9]", fullmatch=True).filter(lambda r: r not in TPU_REGIONS)
 
 
@@ -696,7 +696,7 @@ def test_minor_exclusions_longer_than_any_support(stack: str, scope: str, extra_
 @CORPUS
 @given(stacks, st.sampled_from([None, True, False]), st.sampled_from(["shared", "ephemeral"]))
 def test_the_gke_ray_addon_with_the_stacks_rayjob(stack: str, auth_options: bool | None, job_mode: str) -> None:
-    """Issue 20: every stack renders a training RayJob (shared or ephemeral), whose status KubeRay reads with the
+    """Every stack renders a training RayJob (shared or ephemeral), whose status KubeRay reads with the
     token only through authOptions, which an add-on KubeRay older than 1.6 drops: the add-on is refused at
     ``ray.operator`` whatever ``authOptions`` says (ephemeral stacks get Kueue, which that mode needs)."""
 
@@ -714,7 +714,7 @@ def test_the_gke_ray_addon_with_the_stacks_rayjob(stack: str, auth_options: bool
 @CORPUS
 @given(stacks, st.sampled_from(["1.6.0", "1.7.0", "1.7.1"]))
 def test_the_token_in_env_variables_only(stack: str, chart: str) -> None:
-    """The Helm operator without authOptions: the RayJob's status calls carry no token either (issue 20)."""
+    """The Helm operator without authOptions: the RayJob's status calls carry no token either."""
 
     def edit(values: dict[str, Any]) -> None:
         values.setdefault("ray", {}).update({"authOptions": False, "helmChartVersion": chart})
@@ -725,7 +725,7 @@ def test_the_token_in_env_variables_only(stack: str, chart: str) -> None:
 @CORPUS
 @given(st.sampled_from([{"type": "flex-start", "maxRunDuration": "6h"}, {"type": "queued"}]))
 def test_flex_start_does_not_serve_tpu7x(capacity: dict[str, Any]) -> None:
-    """Settled in issue 20: GKE's and Cloud TPU's flex-start pages list no TPU7x (topology.py cites them)."""
+    """Settled: GKE's and Cloud TPU's flex-start pages list no TPU7x (topology.py cites them)."""
 
     def edit(values: dict[str, Any]) -> None:
         values["region"], values["zone"] = "us-central1", "us-central1-c"
@@ -736,7 +736,7 @@ def test_flex_start_does_not_serve_tpu7x(capacity: dict[str, Any]) -> None:
     check("dev", ("slicePools[0].capacity.type", edit), "tpu7x")
 
 
-# ---- issue 30: what the cloud or Kueue refuses later, and what Pulumi and GKE take ---------------------------------
+# ---- what the cloud or Kueue refuses later, and what Pulumi and GKE take ---------------------------------
 def dev_pools(n: int) -> Callable[[dict[str, Any]], None]:
     """``n`` copies of dev's single-host pool (one v5e node each), the workload on the first."""
 

@@ -1,4 +1,4 @@
-"""Issue 20 cross-field rules in the config model: each names the field path and the valid form."""
+"""Cross-field rules in the config model: each names the field path and the valid form."""
 
 from __future__ import annotations
 

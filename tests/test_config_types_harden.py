@@ -1,4 +1,4 @@
-"""Issue 20 value types: RRULE parsing, GKE's maintenance availability, the Ray token, the authorized networks'
+"""Value types: RRULE parsing, GKE's maintenance availability, the Ray token, the authorized networks'
 union and the Ray version an image tag names."""
 
 from __future__ import annotations

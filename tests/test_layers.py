@@ -97,7 +97,7 @@ def test_facts_config_and_planners_load_no_pulumi(module: str) -> None:
     assert not {m for m in loaded if m.startswith("tpuray.components.review")}
 
 
-# Issue 19: problems of a stack are found and worded in one place: components/config/ (the command lines of
+# Problems of a stack are found and worded in one place: components/config/ (the command lines of
 # workloads/ use its loaders, find_stack_file, validated_as and exclusive_sources).
 
 
@@ -126,7 +126,7 @@ def test_only_the_config_package_builds_a_config_error() -> None:
     )  # the check sees calls
 
 
-# Issue 19: a capacity type's behaviour is its class's traits (config/capacity.py); the planners ask the capacity
+# A capacity type's behaviour is its class's traits (config/capacity.py); the planners ask the capacity
 # object, never test its class.
 PLANNERS = ("components/planning", "components/review", "components/pricing", "components/doctor")
 PLANNER_FILES = ("components/tpu_slice_pool.py",)

@@ -42,7 +42,7 @@ from tpuray.components.config.errors import ConfigError, problems
 from tpuray.components.config.kueue import KueueConfig
 from tpuray.components.config.loaders import (
     NAMESPACE,
-    RAY_AUTH_TOKEN_KEY,
+    RAY_TOKEN_CONFIG_KEY,
     SECRET_KEYS,
     exclusive_sources,
     find_stack_file,
@@ -97,7 +97,7 @@ __all__ = [
     "MIN_RAY_TOKEN_AUTH",
     "NAMESPACE",
     "PRODUCTION_STACKS",
-    "RAY_AUTH_TOKEN_KEY",
+    "RAY_TOKEN_CONFIG_KEY",
     "RULES",
     "SECRET_KEYS",
     "SYSTEM_NAMESPACES",

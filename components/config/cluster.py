@@ -114,7 +114,7 @@ class ClusterConfig(ConfigModel):
         for i, cidr in enumerate(cidrs):
             if cidr in cidrs[:i]:
                 raise ValueError(field_msg(f"masterAuthorizedNetworks[{i}].cidr", f"{cidr} is listed twice"))
-        # Issue 20: the union is judged, not each literal (0.0.0.0/1 + 128.0.0.0/1 is the whole internet).
+        # The union is judged, not each literal (0.0.0.0/1 + 128.0.0.0/1 is the whole internet).
         if public_addresses(cidrs) > MAX_PUBLIC_AUTHORIZED_ADDRESSES:
             raise ValueError(
                 field_msg(

@@ -20,10 +20,10 @@ from tpuray.components.stack_yaml import YamlError, read_yaml_file
 NAMESPACE = "tpuray"
 """The Pulumi config namespace (the project name): keys are ``tpuray:<key>``."""
 
-RAY_AUTH_TOKEN_KEY = "rayAuthToken"
+RAY_TOKEN_CONFIG_KEY = "rayAuthToken"
 """Optional ``tpuray:rayAuthToken`` (set with ``pulumi config set --secret``): the Ray token to use instead of a
 generated one. Read only with ``Config.get_secret`` by the program."""
-SECRET_KEYS = frozenset({RAY_AUTH_TOKEN_KEY})
+SECRET_KEYS = frozenset({RAY_TOKEN_CONFIG_KEY})
 """Secret-bearing config keys: never part of :class:`StackConfig` (whose values are plain and may be printed),
 never read with ``Config.get``."""
 

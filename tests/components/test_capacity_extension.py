@@ -1,5 +1,5 @@
 """A capacity type and a TPU generation added in this test alone: the planners follow from the new class's traits
-and the new catalog row, with no other file changed (issue 19).
+and the new catalog row, with no other file changed.
 
 The capacity type is a :class:`~tpuray.components.config.capacity.CapacityType` subclass added with
 ``register_capacity`` (the registry the slice pool's ``capacity`` union is built from); the generation is a row

@@ -1,4 +1,4 @@
-"""Issue 20: the limits the cloud, KubeRay and Kueue enforce, restated where tpuray checks them."""
+"""The limits the cloud, KubeRay and Kueue enforce, restated where tpuray checks them."""
 
 from __future__ import annotations
 

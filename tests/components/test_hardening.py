@@ -1,4 +1,4 @@
-"""The hardening of issue 10 at the level it is written: the pure planners (ports, securityContext, token auth,
+"""The hardening at the level it is written: the pure planners (ports, securityContext, token auth,
 NetworkPolicy) and what the Pulumi components declare under the SDK mock engine."""
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def test_goldens_say_what_the_stacks_say() -> None:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_golden_stacks_run_the_helm_operator_with_the_ray_addon_off(stack: str) -> None:
-    """Issue 20: KubeRay from its chart, the token through authOptions, the GKE Ray add-on declared off."""
+    """KubeRay from its chart, the token through authOptions, the GKE Ray add-on declared off."""
     plan = json.loads((GOLDEN / stack / "plan.json").read_text())
     by_type: dict[str, list[dict[str, Any]]] = {}
     for r in plan["resources"]:
