@@ -25,7 +25,8 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,13 +148,34 @@ def slice_envs(seats: Sequence[RankSeat]) -> list[dict[str, str]]:
 
 
 class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ignore[misc]
-    """Sets the TorchTPU env on every TPU worker before Ray's ``tpu_dist`` process group starts (see the module)."""
+    """Sets the TorchTPU env on every TPU worker before Ray's ``tpu_dist`` process group starts (see the module).
+
+    If the start then fails (torch_tpu cannot start its runtime, the env is refused), the callback shuts the worker
+    group down: Ray 2.60 marks the group started before its backend runs, and would keep the slice's placement
+    group reserved, paid slices included, until the job ends.
+    """
+
+    _group: Any = None
+
+    @contextmanager
+    def on_worker_group_start(self) -> Iterator[None]:
+        self._group = None
+        try:
+            yield
+        except BaseException:
+            shutdown = getattr(self._group, "shutdown", None)
+            if shutdown is not None:
+                shutdown()  # releases the slice placement group
+            raise
+        finally:
+            self._group = None
 
     def after_worker_group_start(self, worker_group: Any) -> None:
         import ray
 
         if not worker_group.get_resources_per_worker().get("TPU", 0):
             return  # not a TPU run
+        self._group = worker_group
         n = len(worker_group)
         seats: list[RankSeat] = ray.get([worker_group.execute_single_async(i, _report) for i in range(n)])
         envs = slice_envs(seats)

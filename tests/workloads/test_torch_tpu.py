@@ -228,3 +228,33 @@ def test_train_refuses_torch_tpu_locally_and_in_an_xla_image_before_ray_starts(
     assert "no local emulation" in capsys.readouterr().err
     assert train.main(["--address", "auto", "--topology", "v5e:2x2", "--backend", "torch_tpu", "--steps", "1"]) == 2
     assert "needs torch_tpu, which this environment lacks" in capsys.readouterr().err
+
+
+def test_a_failed_start_releases_the_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    seats = _rank_seats("v5e:2x2", 1, 0)
+    shut: list[bool] = []
+
+    class Group:
+        def __len__(self) -> int:
+            return len(seats)
+
+        def get_resources_per_worker(self) -> dict[str, float]:
+            return {"TPU": 1}
+
+        def execute_single_async(self, i: int, fn: Any, *args: Any) -> Any:
+            return seats[i] if fn is torch_tpu._report else args[0]
+
+        def shutdown(self) -> None:
+            shut.append(True)
+
+    monkeypatch.setattr(ray, "get", lambda refs: list(refs))
+    cb = torch_tpu.TorchTpuEnvCallback()
+    with cb.on_worker_group_start():
+        cb.after_worker_group_start(Group())
+    assert shut == []  # a start that succeeds keeps its group
+    with pytest.raises(RuntimeError, match="torch_tpu could not start"), cb.on_worker_group_start():
+        cb.after_worker_group_start(Group())
+        raise RuntimeError("torch_tpu could not start")  # as Ray's backend raises after the callback
+    assert shut == [True]  # Ray 2.60 would keep the slice reserved
