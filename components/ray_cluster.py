@@ -217,27 +217,22 @@ class RayTpuCluster(pulumi.ComponentResource):
             member=gsa.email.apply(lambda e: f"serviceAccount:{e}"),
             opts=child,
         )
-        cache_access = []
-        if plan.compile_cache_bucket is not None:  # the compile cache's own bucket (config.startup)
-            cache_access.append(
-                gcp.storage.BucketIAMMember(
-                    f"{name}-compile-cache-object-user",
-                    bucket=plan.compile_cache_bucket,
-                    role=CHECKPOINT_ROLE,
-                    member=gsa.email.apply(lambda e: f"serviceAccount:{e}"),
-                    opts=child,
-                )
+        # the compile cache's own bucket (config.startup) and the training data bucket, read-only (dataMount)
+        grants = [
+            ("compile-cache-object-user", plan.compile_cache_bucket, CHECKPOINT_ROLE),
+            ("training-data-object-viewer", plan.data_bucket, DATA_ROLE),
+        ]
+        cache_access = [
+            gcp.storage.BucketIAMMember(
+                f"{name}-{suffix}",
+                bucket=bucket_name,
+                role=role,
+                member=gsa.email.apply(lambda e: f"serviceAccount:{e}"),
+                opts=child,
             )
-        if plan.data_bucket is not None:  # the training data bucket, read-only (config.startup.dataMount)
-            cache_access.append(
-                gcp.storage.BucketIAMMember(
-                    f"{name}-training-data-object-viewer",
-                    bucket=plan.data_bucket,
-                    role=DATA_ROLE,
-                    member=gsa.email.apply(lambda e: f"serviceAccount:{e}"),
-                    opts=child,
-                )
-            )
+            for suffix, bucket_name, role in grants
+            if bucket_name is not None
+        ]
         # The head's and the workers' Kubernetes service accounts both act as the Ray Google service account
         # (checkpoints); only the head's is bound by KubeRay to the autoscaler Role (planning/kuberay.py).
         wi_bindings, ksas = [], []

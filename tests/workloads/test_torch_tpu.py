@@ -106,28 +106,40 @@ def test_a_slice_with_a_worker_per_chip_on_tpu7x_is_refused_with_the_fix() -> No
         slice_envs(seats)
 
 
+class _FakeGroup:
+    """A Ray Train worker group whose workers report ``seats`` (``execute_single_async`` runs nothing remote; the
+    tests make ``ray.get`` the identity), recording what the callback applies and whether it shut the group down."""
+
+    def __init__(self, seats: list[RankSeat]) -> None:
+        self.seats = seats
+        self.applied: dict[int, dict[str, str]] = {}
+        self.shut = False
+
+    def __len__(self) -> int:
+        return len(self.seats)
+
+    def get_resources_per_worker(self) -> dict[str, float]:
+        return {"TPU": 1}
+
+    def execute_single_async(self, i: int, fn: Any, *args: Any) -> Any:
+        if fn is torch_tpu._report:
+            return self.seats[i]
+        self.applied[i] = args[0]
+        return args[0]
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
 def test_callback_sets_the_env_before_the_backend_and_keeps_what_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 
     seats = _rank_seats("v5p:2x2x2", 1, 5)
     seats[2] = RankSeat(**{**seats[2].__dict__, "preset": {"TORCH_TPU_TOPOLOGY": "pinned"}})
-    applied: dict[int, dict[str, str]] = {}
-
-    class Group:
-        def __len__(self) -> int:
-            return len(seats)
-
-        def get_resources_per_worker(self) -> dict[str, float]:
-            return {"TPU": 1}
-
-        def execute_single_async(self, i: int, fn: Any, *args: Any) -> Any:
-            if fn is torch_tpu._report:
-                return seats[i]
-            applied[i] = args[0]
-            return args[0]
-
     monkeypatch.setattr(ray, "get", lambda refs: list(refs))
-    torch_tpu.TorchTpuEnvCallback().after_worker_group_start(Group())
+    group = _FakeGroup(seats)
+    torch_tpu.TorchTpuEnvCallback().after_worker_group_start(group)
+    applied = group.applied
     assert sorted(applied) == list(range(len(seats)))
     assert {e["TORCH_TPU_SLICEBUILDER_ADDRESSES"] for e in applied.values()} == {
         slice_envs(seats)[0]["TORCH_TPU_SLICEBUILDER_ADDRESSES"]
@@ -233,28 +245,14 @@ def test_train_refuses_torch_tpu_locally_and_in_an_xla_image_before_ray_starts(
 def test_a_failed_start_releases_the_slice(monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 
-    seats = _rank_seats("v5e:2x2", 1, 0)
-    shut: list[bool] = []
-
-    class Group:
-        def __len__(self) -> int:
-            return len(seats)
-
-        def get_resources_per_worker(self) -> dict[str, float]:
-            return {"TPU": 1}
-
-        def execute_single_async(self, i: int, fn: Any, *args: Any) -> Any:
-            return seats[i] if fn is torch_tpu._report else args[0]
-
-        def shutdown(self) -> None:
-            shut.append(True)
-
     monkeypatch.setattr(ray, "get", lambda refs: list(refs))
     cb = torch_tpu.TorchTpuEnvCallback()
+    ok = _FakeGroup(_rank_seats("v5e:2x2", 1, 0))
     with cb.on_worker_group_start():
-        cb.after_worker_group_start(Group())
-    assert shut == []  # a start that succeeds keeps its group
+        cb.after_worker_group_start(ok)
+    assert not ok.shut  # a start that succeeds keeps its group
+    failed = _FakeGroup(_rank_seats("v5e:2x2", 1, 0))
     with pytest.raises(RuntimeError, match="torch_tpu could not start"), cb.on_worker_group_start():
-        cb.after_worker_group_start(Group())
+        cb.after_worker_group_start(failed)
         raise RuntimeError("torch_tpu could not start")  # as Ray's backend raises after the callback
-    assert shut == [True]  # Ray 2.60 would keep the slice reserved
+    assert failed.shut  # Ray 2.60 would keep the slice reserved
