@@ -14,9 +14,11 @@ Only what needs a TPU is faked, and only in the functions ``set_tpu_launch_env``
 ``hardware._scan_pci_tpus`` (torch_tpu/_internal/utils/hardware.py) finds ``devices_per_host`` devices with the
 real topology map of ``pci_device_id`` (``_TOPOLOGY_BY_TPU_PCI_DEVICE_ID``), and
 ``distributed._query_local_device_coords`` (torch_tpu/_internal/distributed/distributed.py), which would start
-PJRT in a child, returns ``local_device_coords``. Each case runs in a fresh interpreter: torch_tpu reads its
+PJRT in a child, returns ``local_device_coords``. Each case runs in its own process: torch_tpu reads its
 variables once per process (``env.get_*_env_once``, a C++ memo, and ``env_utils._resolved_values``), so two hosts
-in one process would see the first host's values.
+in one process would see the first host's values. The processes are forks of one interpreter that has imported
+torch_tpu with every launcher variable unset and called nothing of it: importing torch once per host cost seconds
+each, minutes for a few dozen hosts.
 """
 
 from __future__ import annotations
@@ -24,10 +26,9 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import subprocess
 import sys
+import traceback
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeGuard
 
 RESULT_VARS = (
@@ -46,8 +47,6 @@ CLEARED_NAMES = frozenset({"NNODES", "NODE_RANK", "JOB_COMPLETION_INDEX"})
 writes, so nothing of this machine's (or an earlier case's) environment leaks into a host."""
 
 CASE_FIELDS = ("pci_device_id", "devices_per_host", "env", "local_device_coords", "nproc_per_node")
-_RESULT_PREFIX = "TPURAY_LAUNCH_ENV_RESULT="
-"""Marks the child's result line: importing torch_tpu may print to stdout too (``libtpu not found.``)."""
 _BAD_INPUT = 2
 
 
@@ -97,10 +96,16 @@ def host_environment(base: Mapping[str, str], case_env: Mapping[str, str]) -> di
     return {**kept, **case_env}
 
 
+def _launcher() -> tuple[Any, Any]:
+    """torch_tpu's hardware probe and launcher modules, imported (a fork inherits them)."""
+    hardware = importlib.import_module("torch_tpu._internal.utils.hardware")
+    distributed = importlib.import_module("torch_tpu._internal.distributed.distributed")
+    return hardware, distributed
+
+
 def _run_host(case: dict[str, Any]) -> dict[str, str | None]:
-    """In the child: fake the TPU probes, call the real launcher, read back what it set."""
-    hardware: Any = importlib.import_module("torch_tpu._internal.utils.hardware")
-    distributed: Any = importlib.import_module("torch_tpu._internal.distributed.distributed")
+    """In the host's process: fake the TPU probes, call the real launcher, read back what it set."""
+    hardware, distributed = _launcher()
     topology_map = hardware._TOPOLOGY_BY_TPU_PCI_DEVICE_ID.get(case["pci_device_id"])
     if topology_map is None:
         known = sorted(hardware._TOPOLOGY_BY_TPU_PCI_DEVICE_ID)
@@ -116,56 +121,71 @@ def _run_host(case: dict[str, Any]) -> dict[str, str | None]:
     return {name: os.environ.get(name) for name in RESULT_VARS}
 
 
-def _child_main() -> int:
-    case = json.loads(sys.stdin.read())
+def _host_outcome(case: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """In the forked host: the case's environment, then the launcher; what happened, as one JSON object."""
+    os.environ.clear()  # os.environ's own writes also unset and set the C environment torch_tpu reads
+    os.environ.update(env)
     try:
-        result = _run_host(case)
+        return {"result": _run_host(case)}
     except CaseError as exc:
-        print(exc, file=sys.stderr)
-        return _BAD_INPUT
-    print(_RESULT_PREFIX + json.dumps(result), flush=True)
-    return 0
+        return {"bad_input": str(exc)}
+    except BaseException:  # anything else is the harness's failure: report it whole to the parent
+        return {"crash": traceback.format_exc()}
 
 
-def _spawn_host(index: int, case: dict[str, Any]) -> dict[str, str | None]:
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--one-host"],
-        input=json.dumps(case),
-        env=host_environment(os.environ, case["env"]),
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode == _BAD_INPUT:
-        raise CaseError(f"case {index}: {proc.stderr.strip().splitlines()[-1]}")
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_RESULT_PREFIX)]
-    if proc.returncode != 0 or len(lines) != 1:
-        raise RuntimeError(
-            f"case {index}: the host process exited with {proc.returncode} and no result line\n"
-            f"stdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-4000:]}"
-        )
-    result: dict[str, str | None] = json.loads(lines[0].removeprefix(_RESULT_PREFIX))
+def _fork_host(index: int, case: dict[str, Any], base: Mapping[str, str]) -> dict[str, str | None]:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the host: never returns into the parent's code
+        os.close(read_end)
+        code = 0
+        try:
+            with os.fdopen(write_end, "w") as out:
+                json.dump(_host_outcome(case, host_environment(base, case["env"])), out)
+        except BaseException:
+            code = 1
+        os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        raw = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0 or not raw:
+        raise RuntimeError(f"case {index}: the host process exited with {os.waitstatus_to_exitcode(status)}")
+    outcome: dict[str, Any] = json.loads(raw)
+    if "bad_input" in outcome:
+        raise CaseError(f"case {index}: {outcome['bad_input']}")
+    if "crash" in outcome:
+        raise RuntimeError(f"case {index}: {outcome['crash']}")
+    result: dict[str, str | None] = outcome["result"]
     return result
 
 
 def run_cases(raw: object) -> list[dict[str, str | None]]:
-    """Every case in its own process (as many at once as this process may use CPUs), results in case order."""
+    """Every case in its own fork, one after another (each takes milliseconds), results in case order."""
     if not isinstance(raw, list):
         raise CaseError(f"expected a JSON list of cases, got {type(raw).__name__}")
     cases = [check_case(i, c) for i, c in enumerate(raw)]
-    with ThreadPoolExecutor(max_workers=max(1, min(len(cases), len(os.sched_getaffinity(0))))) as pool:
-        return list(pool.map(_spawn_host, range(len(cases)), cases))
+    base = host_environment(os.environ, {})
+    os.environ.clear()  # torch_tpu is imported with no launcher variable set, as each host then sets its own
+    os.environ.update(base)
+    _launcher()
+    return [_fork_host(i, case, base) for i, case in enumerate(cases)]
 
 
 def main() -> int:
-    if sys.argv[1:] == ["--one-host"]:
-        return _child_main()
+    # stdout carries the results alone: importing torch_tpu prints to it too (``libtpu not found.``), so until
+    # then the process's stdout is its stderr
+    results_out = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     try:
         results = run_cases(json.loads(sys.stdin.read()))
     except (CaseError, json.JSONDecodeError) as exc:
         print(f"launch_env: {exc}", file=sys.stderr)
         return _BAD_INPUT
-    json.dump(results, sys.stdout)
-    sys.stdout.write("\n")
+    with results_out:
+        json.dump(results, results_out)
+        results_out.write("\n")
     return 0
 
 

@@ -59,7 +59,7 @@ def installed_versions(*distributions: str) -> dict[str, str]:
 
 def run_launch_env(cases: Sequence[Mapping[str, object]]) -> list[dict[str, str | None]]:
     """torch_tpu's ``set_tpu_launch_env`` for each case (one host of a slice: see launch_env.py for the fields),
-    each in a fresh process: per case the launch variables it set (``None`` when unset), or ``{"error": ...}``."""
+    each in its own process: per case the launch variables it set (``None`` when unset), or ``{"error": ...}``."""
     proc = subprocess.run(
         [str(require_torch_tpu_python()), str(HARNESS)], input=json.dumps(list(cases)), capture_output=True, text=True
     )
