@@ -33,8 +33,8 @@ from typing import Any
 
 from figures import add_record_flag, emit
 
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import load_stack_file
-from tpuray.components.topology import TpuSlice
 from tpuray.workloads.metrics import ModelShape
 from tpuray.workloads.worker_env import LOCAL_WORKER_ENV
 

@@ -18,8 +18,8 @@ from typing import NoReturn
 
 import yaml
 
+from tpuray.components.catalog.topology import GENERATIONS, TopologyError, TpuSlice
 from tpuray.components.config import ConfigError, load_stack_file
-from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice
 
 # Modules that add further commands (``register(subparsers) -> None``); imported only when present.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -81,10 +81,10 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 def render_project_file(existing: str) -> str:
     """``Pulumi.yaml`` with its ``config:`` block replaced by the one derived from the model.
 
-    Raises :class:`~tpuray.components.stack_yaml.YamlError` if ``existing`` is not a project file.
+    Raises :class:`~tpuray.components.config.stack_yaml.YamlError` if ``existing`` is not a project file.
     """
-    from tpuray.components.project_file import config_declarations
-    from tpuray.components.stack_yaml import YamlError, load_yaml
+    from tpuray.components.config.project_file import config_declarations
+    from tpuray.components.config.stack_yaml import YamlError, load_yaml
 
     doc = load_yaml(existing)
     if not isinstance(doc, dict) or "name" not in doc:
@@ -96,10 +96,10 @@ def render_project_file(existing: str) -> str:
 
 def cmd_config_declarations(args: argparse.Namespace) -> int:
     """Print (or write into Pulumi.yaml) the project config block derived from the model."""
-    from tpuray.components.project_file import config_declarations
+    from tpuray.components.config.project_file import config_declarations
 
     if args.write:
-        from tpuray.components.stack_yaml import YamlError, read_yaml_file
+        from tpuray.components.config.stack_yaml import YamlError, read_yaml_file
 
         path = Path(args.write)
         try:

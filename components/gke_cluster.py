@@ -18,7 +18,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from tpuray.components.component_args import (
+from tpuray.components.catalog.names import CLOUD_PLATFORM_SCOPE, NODE_SERVICE_ACCOUNT_ROLE, SYSTEM_POOL
+from tpuray.components.planning.component_args import (
     AuthorizedNetwork,
     ControlPlane,
     GkeClusterArgs,
@@ -27,7 +28,6 @@ from tpuray.components.component_args import (
     MaintenanceWindow,
     Network,
 )
-from tpuray.components.names import CLOUD_PLATFORM_SCOPE, NODE_SERVICE_ACCOUNT_ROLE, SYSTEM_POOL
 
 __all__ = [
     "NODE_SA_ROLES",

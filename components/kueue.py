@@ -17,7 +17,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from tpuray.components.component_args import KueuePlan
+from tpuray.components.planning.component_args import KueuePlan
 
 __all__ = ["KUEUE_CHART", "KubernetesObject", "KueueQueues", "KueueQueuesArgs"]
 

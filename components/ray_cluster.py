@@ -21,11 +21,12 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from tpuray.components.cloud_limits import ray_addon_problem
-from tpuray.components.component_args import RayClusterPlan
-from tpuray.components.config_types import service_account_id
+from tpuray.components.catalog.cloud_limits import ray_addon_problem
+from tpuray.components.catalog.names import KUBERAY_NAMESPACE, RAY_AUTH_TOKEN_KEY, TPU_WEBHOOK, TPU_WEBHOOK_SOURCE
+from tpuray.components.catalog.runtime_ports import union_ports
+from tpuray.components.config.value_types import service_account_id
 from tpuray.components.kueue import KubernetesObject
-from tpuray.components.names import KUBERAY_NAMESPACE, RAY_AUTH_TOKEN_KEY, TPU_WEBHOOK, TPU_WEBHOOK_SOURCE
+from tpuray.components.planning.component_args import RayClusterPlan
 from tpuray.components.planning.kuberay import (
     RayJobParams,
     dashboard_service_name,
@@ -34,7 +35,6 @@ from tpuray.components.planning.kuberay import (
 )
 from tpuray.components.planning.network_policy import NetworkPolicyParams, network_policies
 from tpuray.components.planning.pod_security import pod_security_labels
-from tpuray.components.runtime_ports import union_ports
 
 __all__ = [
     "KUBERAY_HELM_REPO",

@@ -18,7 +18,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from tpuray.components.config import NAMESPACE, RAY_TOKEN_CONFIG_KEY, StackConfig
-from tpuray.components.config_types import checked_ray_token
+from tpuray.components.config.value_types import checked_ray_token
 from tpuray.components.gke_cluster import GkeCluster
 from tpuray.components.kueue import KueueQueues, KueueQueuesArgs
 from tpuray.components.planning.stack_plan import StackPlan, plan_stack

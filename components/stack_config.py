@@ -12,7 +12,7 @@ import pulumi
 from pydantic.alias_generators import to_camel
 
 from tpuray.components.config import NAMESPACE, StackConfig, parse_stack_config, pulumi_values
-from tpuray.components.project_file import pulumi_type
+from tpuray.components.config.project_file import pulumi_type
 
 __all__ = ["from_pulumi_config", "raw_stack_values"]
 

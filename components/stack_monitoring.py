@@ -10,7 +10,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from tpuray.components.component_args import StackMonitoringArgs
+from tpuray.components.planning.component_args import StackMonitoringArgs
 
 __all__ = ["ALERT_EVALUATION_SECONDS", "StackMonitoring", "StackMonitoringArgs"]
 

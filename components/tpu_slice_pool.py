@@ -13,8 +13,8 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from tpuray.components.component_args import SlicePoolPlan
-from tpuray.components.names import CLOUD_PLATFORM_SCOPE
+from tpuray.components.catalog.names import CLOUD_PLATFORM_SCOPE
+from tpuray.components.planning.component_args import SlicePoolPlan
 from tpuray.components.planning.node_pools import NodePoolSpec
 
 __all__ = ["TpuSlicePool", "TpuSlicePoolArgs"]

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from tpuray.components.component_args import TpuWebhookPlan
-from tpuray.components.names import TPU_WEBHOOK
+from tpuray.components.catalog.names import TPU_WEBHOOK
+from tpuray.components.planning.component_args import TpuWebhookPlan
 
 __all__ = ["CERT_MANAGER_NAMESPACE", "CERT_MANAGER_REPO", "TPU_WEBHOOK_CHART", "TpuWebhook", "TpuWebhookArgs"]
 

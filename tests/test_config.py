@@ -21,8 +21,8 @@ from tpuray.components.config import (
     parse_stack_config,
     stack_values,
 )
-from tpuray.components.project_file import config_declarations
-from tpuray.components.stack_yaml import YamlError, load_yaml
+from tpuray.components.config.project_file import config_declarations
+from tpuray.components.config.stack_yaml import YamlError, load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 STACKS = {"dev": ROOT / "Pulumi.dev.yaml", "prod": ROOT / "Pulumi.prod.yaml"}

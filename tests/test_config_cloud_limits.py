@@ -1,7 +1,8 @@
 """Values nothing knew are refused by name: regions and zones without TPUs (or without the pool's
 generation), machine types no CPU series has, a Kueue chart that does not serve the rendered API, maintenance
 exclusions longer than GKE allows for their scope, and the GKE Ray add-on under the stack's RayJob. Each rule's
-source is cited where it is written (``tpuray.components.tpu_locations`` and ``tpuray.components.cloud_limits``)."""
+source is cited where it is written (``tpuray.components.catalog.tpu_locations`` and
+``tpuray.components.catalog.cloud_limits``)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,17 @@ from typing import Any
 import pytest
 
 from tests.test_config_harden import base  # the minimal valid stack those rules start from
-from tpuray.components.cloud_limits import (
+from tpuray.components.catalog.cloud_limits import (
     KUEUE_API_FIRST_CHART,
     KUEUE_RENDERED_API,
     env_token_problem,
     ray_addon_problem,
 )
+from tpuray.components.catalog.topology import GENERATIONS
+from tpuray.components.catalog.tpu_locations import TPU_REGIONS, TPU_ZONES, zones_of
 from tpuray.components.config import ConfigError, load_stack_file, parse_stack_config
 from tpuray.components.planning.kueue import API_VERSION
 from tpuray.components.planning.stack_plan import plan_stack
-from tpuray.components.topology import GENERATIONS
-from tpuray.components.tpu_locations import TPU_REGIONS, TPU_ZONES, zones_of
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,7 @@
 
 Every generated stack file is run through ``tpuray config check`` in this process: it must exit 1, name the
 offending path, print no traceback and stay under 64 KB of output. The sources of the rules are cited where they
-are written (``tpuray.components.config_types`` and ``tpuray.components.config``). The derived names (service
+are written (``tpuray.components.config.value_types`` and ``tpuray.components.config``). The derived names (service
 account ids, the default bucket, label values) are checked the other way round: every valid input derives a name
 the API accepts. ``TPURAY_CORPUS_REPORT=1`` prints the figures (stacks tried, rejected, tracebacks) at the end.
 """
@@ -25,9 +25,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tpuray.components.catalog.cloud_limits import ACCELERATOR_MACHINE_SERIES, CPU_MACHINE_SERIES
+from tpuray.components.catalog.tpu_locations import TPU_REGIONS, TPU_ZONES, zones_of
 from tpuray.components.cli import main
-from tpuray.components.cloud_limits import ACCELERATOR_MACHINE_SERIES, CPU_MACHINE_SERIES
-from tpuray.components.config_types import (
+from tpuray.components.config.value_types import (
     GCP_LABEL_VALUE,
     K8S_LABEL_VALUE,
     SERVICE_ACCOUNT_ID,
@@ -36,7 +37,6 @@ from tpuray.components.config_types import (
     label_value,
     service_account_id,
 )
-from tpuray.components.tpu_locations import TPU_REGIONS, TPU_ZONES, zones_of
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK_TEXT = {s: (ROOT / f"Pulumi.{s}.yaml").read_text() for s in ("dev", "prod")}
@@ -141,7 +141,7 @@ def test_the_derived_bucket_name_is_checked_too(stack: str, word: str, suffix: s
 @CORPUS
 @given(stacks, st.sampled_from(["mars", "US-EAST5-", "us east5", "europe", "nam5x", "u", "us-east5-a "]) | junk)
 def test_bucket_locations(stack: str, location: str) -> None:
-    from tpuray.components.config_types import _bucket_location
+    from tpuray.components.config.value_types import _bucket_location
 
     if isinstance(location, str) and _bucket_location(location) is None:
         return  # junk that happens to be a location
@@ -306,7 +306,7 @@ bad_quantities = st.sampled_from(["", "four", "4 cores", "-1", "0", "1e100", "4x
 def test_kubernetes_quantities(stack: str, key: str, value: str) -> None:
     from decimal import Decimal
 
-    from tpuray.components.config_types import parse_quantity
+    from tpuray.components.config.value_types import parse_quantity
 
     try:  # skip junk that is a valid quantity in range
         amount = parse_quantity(value)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from tpuray.components.config_types import (
+from tpuray.components.config.value_types import (
     MAX_PUBLIC_AUTHORIZED_ADDRESSES,
     MIN_MAINTENANCE_HOURS,
     RayAuthToken,
@@ -111,7 +111,7 @@ def test_image_ray_version(image: str, version: str | None) -> None:
 
 
 def test_the_configured_secret_token_is_checked_without_echo() -> None:
-    from tpuray.components.config_types import checked_ray_token
+    from tpuray.components.config.value_types import checked_ray_token
 
     assert checked_ray_token("x" * 40) == "x" * 40
     for bad in ("", "tooshort"):

@@ -1,6 +1,6 @@
-"""The one bounded reader of the JSON files tpuray is given (:mod:`tpuray.components.data_file`) and the commands
-that read through it: every refusal is one DataFileError naming the file, never a RecursionError, a MemoryError, a
-TypeError or a read that never ends."""
+"""The one bounded reader of the JSON files tpuray is given (:mod:`tpuray.components.catalog.data_file`) and the
+commands that read through it: every refusal is one DataFileError naming the file, never a RecursionError, a
+MemoryError, a TypeError or a read that never ends."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tpuray.components.catalog.data_file import MAX_DEPTH, DataFileError, loads_json, read_json_file
 from tpuray.components.cli import main
-from tpuray.components.data_file import MAX_DEPTH, DataFileError, loads_json, read_json_file
-from tpuray.components.stack_yaml import YamlError, read_yaml_file
+from tpuray.components.config.stack_yaml import YamlError, read_yaml_file
 
 
 def _refusal(path: Path) -> str:
@@ -119,7 +119,7 @@ def test_diff_of_a_hostile_plan_json_names_it(capsys: pytest.CaptureFixture[str]
 
 
 def test_cost_json_through_the_reader(tmp_path: Path) -> None:
-    from tpuray.components.pricing.throughput import CostFileError, slice_usd_per_hour
+    from tpuray.components.catalog.throughput import CostFileError, slice_usd_per_hour
 
     f = tmp_path / "cost.json"
     f.write_text('{"pools": [], "pools": [{"pool": "a"}]}')

@@ -77,17 +77,17 @@ def test_deploy_calls_no_planner_but_plan_stack() -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "tpuray.components.topology",
-        "tpuray.components.names",
+        "tpuray.components.catalog.topology",
+        "tpuray.components.catalog.names",
         "tpuray.components.config",
         "tpuray.components.planning.node_pools",
         "tpuray.components.planning.kuberay",
         "tpuray.components.planning.stack_plan",
-        "tpuray.components.component_args",
+        "tpuray.components.planning.component_args",
         "tpuray.components.planning.network_policy",
         "tpuray.components.planning.pod_security",
         "tpuray.components.planning.ray_auth",
-        "tpuray.components.images",
+        "tpuray.components.catalog.images",
     ],
 )
 def test_facts_config_and_planners_load_no_pulumi(module: str) -> None:
@@ -172,3 +172,86 @@ def test_the_capacity_isinstance_check_sees_a_call(tmp_path: Path) -> None:
         "def g(c):\n    return isinstance(c, (str, Spot))\n"
     )
     assert _isinstance_on(sample, _capacity_class_names()) == [3, 5]
+
+
+# The folders by job (components/__init__.py): which tpuray folders each may import, read from every import
+# statement of its modules, at any depth (a function-level import counts).
+TPURAY_FOLDERS_ALLOWED = {
+    "components/catalog": ("catalog",),
+    "components/config": ("catalog", "config"),
+    "components/planning": ("catalog", "config", "planning"),
+    "workloads": ("catalog", "config"),
+}
+THIRD_PARTY_REFUSED = {
+    "components/catalog": ("pulumi", "pulumi_gcp", "pulumi_kubernetes", "pulumi_random", "pydantic"),
+    "components/config": ("pulumi", "pulumi_gcp", "pulumi_kubernetes", "pulumi_random"),
+    "components/planning": ("pulumi", "pulumi_gcp", "pulumi_kubernetes", "pulumi_random"),
+    "workloads": ("pulumi", "pulumi_gcp", "pulumi_kubernetes", "pulumi_random"),
+}
+ENTRY_POINTS = {"__init__.py", "cli.py", "stack.py", "stack_config.py"}
+
+
+def _imported_modules(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            if node.module == "tpuray.components":  # from tpuray.components import catalog
+                found |= {f"tpuray.components.{a.name}" for a in node.names}
+    return found
+
+
+def _folder_violations(folder: str) -> dict[str, list[str]]:
+    allowed = tuple(f"tpuray.components.{f}" for f in TPURAY_FOLDERS_ALLOWED[folder])
+    own = "tpuray.workloads" if folder == "workloads" else None
+    out: dict[str, list[str]] = {}
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        bad = []
+        for mod in sorted(_imported_modules(path)):
+            top = mod.split(".")[0]
+            if top in THIRD_PARTY_REFUSED[folder] or (
+                mod.startswith("tpuray.")
+                and not (
+                    (own and (mod == own or mod.startswith(own + ".")))
+                    or any(mod == a or mod.startswith(a + ".") for a in allowed)
+                )
+            ):
+                bad.append(mod)
+        if bad:
+            out[path.relative_to(ROOT).as_posix()] = bad
+    return out
+
+
+@pytest.mark.parametrize("folder", sorted(TPURAY_FOLDERS_ALLOWED))
+def test_each_folder_imports_only_the_folders_beneath_it(folder: str) -> None:
+    assert len(list((ROOT / folder).rglob("*.py"))) >= 3
+    assert _folder_violations(folder) == {}
+
+
+def test_the_folder_rule_sees_a_forbidden_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "components" / "catalog").mkdir(parents=True)
+    (tmp_path / "components" / "catalog" / "x.py").write_text(
+        "def f():\n    from tpuray.components.config import StackConfig\n    import pydantic\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert _folder_violations("components/catalog") == {
+        "components/catalog/x.py": ["pydantic", "tpuray.components.config"]
+    }
+
+
+def _declares_a_component(path: Path) -> bool:
+    """``path`` defines a class deriving from ``pulumi.ComponentResource``."""
+    return any(
+        isinstance(node, ast.ClassDef)
+        and any(isinstance(b, ast.Attribute) and b.attr == "ComponentResource" for b in node.bases)
+        for node in ast.parse(path.read_text()).body
+    )
+
+
+def test_components_top_level_holds_only_the_components_and_the_entry_points() -> None:
+    top = sorted((ROOT / "components").glob("*.py"))
+    others = [p.name for p in top if p.name not in ENTRY_POINTS and not _declares_a_component(p)]
+    assert others == []
+    assert sum(_declares_a_component(p) for p in top) >= 5  # the check sees the components

@@ -53,7 +53,7 @@ def target(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_layout(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
-    assert "tpuray/components/topology.py" in names
+    assert "tpuray/components/catalog/topology.py" in names
     assert "tpuray/components/py.typed" in names
     assert "tpuray/workloads/py.typed" in names
     assert not [n for n in names if n.startswith(("components/", "workloads/", "infra/", "tests/"))]
@@ -68,7 +68,7 @@ def test_wheel_layout(wheel: Path) -> None:
 def test_imports_resolve_from_the_installed_wheel(target: Path, tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
-        import tpuray.components.topology as t, tpuray.workloads
+        import tpuray.components.catalog.topology as t, tpuray.workloads
         print(t.__file__)
         print(t.TpuSlice.parse("v5p", "4x4x8").pod_type)
         """
@@ -84,10 +84,12 @@ def test_imports_resolve_from_the_installed_wheel(target: Path, tmp_path: Path) 
 def test_mypy_sees_the_wheels_types(target: Path, tmp_path: Path) -> None:
     good = tmp_path / "good.py"
     good.write_text(
-        "from tpuray.components.topology import TpuSlice\nchips: int = TpuSlice.parse('v6e', '4x4').chips\n"
+        "from tpuray.components.catalog.topology import TpuSlice\nchips: int = TpuSlice.parse('v6e', '4x4').chips\n"
     )
     bad = tmp_path / "bad.py"
-    bad.write_text("from tpuray.components.topology import TpuSlice\nchips: str = TpuSlice.parse('v6e', '4x4').chips\n")
+    bad.write_text(
+        "from tpuray.components.catalog.topology import TpuSlice\nchips: str = TpuSlice.parse('v6e', '4x4').chips\n"
+    )
     env = {**os.environ, "MYPYPATH": str(target)}
 
     def mypy(path: Path) -> subprocess.CompletedProcess[str]:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from tpuray.components.catalog.gpu_to_tpu import REPLACEMENTS
 from tpuray.components.cli import main
-from tpuray.components.review.port_check import REPLACEMENTS, check_file, check_source
+from tpuray.components.review.port_check import check_file, check_source
 
 FIXTURES = Path(__file__).parent / "fixtures" / "port"
 GPU_SCRIPT = FIXTURES / "gpu_train.py"

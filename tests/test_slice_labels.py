@@ -1,10 +1,10 @@
-"""The one reader of a TPU slice from a node's labels or a worker's env (``tpuray.components.slice_labels``)."""
+"""The one reader of a TPU slice from a node's labels or a worker's env (``tpuray.components.catalog.slice_labels``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tpuray.components.names import (
+from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_TOPOLOGY_LABEL,
     POD_TYPE_LABEL,
@@ -13,8 +13,8 @@ from tpuray.components.names import (
     RAY_TOPOLOGY_LABEL,
     RAY_WORKER_ID_LABEL,
 )
-from tpuray.components.slice_labels import labels_of_env, slice_from_labels
-from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice, valid_topologies
+from tpuray.components.catalog.slice_labels import labels_of_env, slice_from_labels
+from tpuray.components.catalog.topology import GENERATIONS, TopologyError, TpuSlice, valid_topologies
 
 
 # every catalog shape (the smallest dozen of each generation) in each of its machine types (a v5e/v6e 2x4 is one

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice, generation, valid_topologies
+from tpuray.components.catalog.topology import GENERATIONS, TopologyError, TpuSlice, generation, valid_topologies
 
 # https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus
 # generation -> (GKE accelerator label, {machine type: chips}, cores per chip, dims, Ray type)
@@ -244,7 +244,7 @@ def test_arbitrary_input_raises_only_topology_errors(gen: str, topo: str, machin
 
 def test_topology_and_config_import_no_pulumi() -> None:
     code = (
-        "import sys, tpuray.components.topology, tpuray.components.config, tpuray.components.cli;"
+        "import sys, tpuray.components.catalog.topology, tpuray.components.config, tpuray.components.cli;"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'pulumi', 'pulumi_gcp', 'pulumi_kubernetes'});"
         "assert not bad, bad"
     )

@@ -248,7 +248,7 @@ def config_page() -> str:
         "its type and bounds, its default and the description the code gives (a field's description, docstring or "
         "the comment above it; empty where the code has none). The rules between keys, and what each key does, are "
         "in the [configuration guide](../configuration.md).\n\n"
-        '"as `Name`" after a type names the value type (in `components/config_types.py` or the config module) '
+        '"as `Name`" after a type names the value type (in `components/config/value_types.py` or the config module) '
         "that validates it. Secret keys, read only with Pulumi's `get_secret` and never part of the validated "
         f"config or a plan: {', '.join(_code(k) for k in sorted(SECRET_KEYS))}.\n\n"
         "| key | type | default | description |\n|---|---|---|---|\n"

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tpuray.components.names import RAY_TRAIN_CALLBACKS_ENV
+from tpuray.components.catalog.names import RAY_TRAIN_CALLBACKS_ENV
 
 __all__ = [
     "TESTED_RAY_VERSIONS",

@@ -33,10 +33,10 @@ from ray.train.torch import TorchConfig
 # Ray Train V2's classes (what ray.train exports in 2.60); named directly so the type checker sees the same ones
 from ray.train.v2.api.config import ScalingConfig
 
-from tpuray.components.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL, TPU_MEGASCALE_PORT
-from tpuray.components.runtime_ports import BACKENDS, RuntimeBackend
-from tpuray.components.slice_labels import slice_from_labels
-from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice
+from tpuray.components.catalog.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL, TPU_MEGASCALE_PORT
+from tpuray.components.catalog.runtime_ports import BACKENDS, RuntimeBackend
+from tpuray.components.catalog.slice_labels import slice_from_labels
+from tpuray.components.catalog.topology import GENERATIONS, TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat, compile_cache, portable
 from tpuray.workloads.placement import ChipAssignment, PlacementError, Seat, assign_chips
 from tpuray.workloads.runtimes import require_runtime
@@ -334,7 +334,7 @@ def _leave() -> None:
 
 def slice_of(labels: list[dict[str, str]], world: int) -> TpuSlice:
     """The slice shape the workers were placed on, from the Ray node labels each worker reports."""
-    from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL
+    from tpuray.components.catalog.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL
 
     shapes = {(lb.get(RAY_POD_TYPE_LABEL), lb.get(RAY_TOPOLOGY_LABEL)) for lb in labels}
     if len(shapes) != 1 or None in next(iter(shapes)):

@@ -1,6 +1,6 @@
 """The persistent compile cache on each worker: one directory per key, one writer, and what a run found there.
 
-The key (:class:`~tpuray.components.compile_cache_key.CompileCacheKey`) is the backend, the runtime version read
+The key (:class:`~tpuray.components.catalog.compile_cache_key.CompileCacheKey`) is the backend, the runtime version read
 here from the installed packages, the worker image (``TPURAY_WORKER_IMAGE``, set by the stack) and the slice
 shape; the root is ``TPURAY_COMPILE_CACHE_DIR`` (the stack mounts the bucket there) or what the caller passes.
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpuray.components.compile_cache_key import CACHE_DIR_ENV, CACHE_URL_ENV, WORKER_IMAGE_ENV, CompileCacheKey
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.compile_cache_key import CACHE_DIR_ENV, CACHE_URL_ENV, WORKER_IMAGE_ENV, CompileCacheKey
+from tpuray.components.catalog.topology import TpuSlice
 
 __all__ = ["TORCH_TPU_CACHE_ENV", "CacheUse", "cache_report", "current", "enable_torch_tpu", "enable_xla"]
 

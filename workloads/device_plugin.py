@@ -1,7 +1,7 @@
 """An emulated GKE TPU device plugin metrics endpoint, one per emulated TPU host, on the loopback.
 
 On GKE the ``tpu-device-plugin`` DaemonSet serves each TPU node's chip metrics as Prometheus text on the node's
-port 2112 (:mod:`tpuray.components.metric_names`), and Ray's reporter agent reads it from
+port 2112 (:mod:`tpuray.components.catalog.metric_names`), and Ray's reporter agent reads it from
 ``TPU_DEVICE_PLUGIN_ADDR`` to export its ``ray_tpu_*`` gauges. This serves the same metric names and labels
 for an emulated host, so Ray's reporter agent, a Prometheus and the dashboard's TPU panels can be exercised
 without a TPU.
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tpuray.components import metric_names as mn
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog import metric_names as mn
+from tpuray.components.catalog.topology import TpuSlice
 
 __all__ = ["ChipUsage", "EmulatedDevicePlugin", "exposition", "instance_id", "process_usage"]
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpuray.components.names import MAX_RUN_ENV
+from tpuray.components.catalog.names import MAX_RUN_ENV
 
 __all__ = [
     "DEFAULT_MARGIN_S",

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from tpuray.components.catalog.topology import TopologyError, TpuSlice
 from tpuray.components.config import ConfigError, find_stack_file, load_stack_file
-from tpuray.components.topology import TopologyError, TpuSlice
 
 __all__ = ["build_parser", "main"]
 

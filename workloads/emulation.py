@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpuray.components.metric_names import TPU_DEVICE_PLUGIN_ADDR_ENV
-from tpuray.components.names import (
+from tpuray.components.catalog.metric_names import TPU_DEVICE_PLUGIN_ADDR_ENV
+from tpuray.components.catalog.names import (
     RAY_ACCELERATOR_TYPE_LABEL,
     RAY_POD_TYPE_LABEL,
     RAY_SLICE_NAME_LABEL,
     RAY_TOPOLOGY_LABEL,
     RAY_WORKER_ID_LABEL,
 )
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.device_plugin import EmulatedDevicePlugin, process_usage
 from tpuray.workloads.worker_env import emulated_host_env
 

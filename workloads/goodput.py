@@ -1,7 +1,7 @@
 """Goodput and badput of a training run, as Google's ML goodput definitions split them.
 
 The buckets are those of ``ml-goodput-measurement`` (AI-Hypercomputer/ml-goodput-measurement, PyPI
-``ml-goodput-measurement`` 0.2.x, ``goodput_utils.BadputType``), named in :mod:`tpuray.components.metric_names`.
+``ml-goodput-measurement`` 0.2.x, ``goodput_utils.BadputType``), named in :mod:`tpuray.components.catalog.metric_names`.
 That library reads its events back from Cloud Logging and writes Cloud Monitoring, so it cannot run off GCP (and
 it would upgrade the protobuf Ray runs on); this module records the same events to a JSON-lines file in the run's
 directory and does the same arithmetic:
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpuray.components import metric_names as mn
+from tpuray.components.catalog import metric_names as mn
 
 __all__ = [
     "EVENTS_FILE",
@@ -61,7 +61,7 @@ class Goodput:
     elapsed_s: float
     productive_s: float
     badput_s: dict[str, float]
-    """Seconds per bucket of :data:`tpuray.components.metric_names.BADPUT_BUCKETS` (every bucket present)."""
+    """Seconds per bucket of :data:`tpuray.components.catalog.metric_names.BADPUT_BUCKETS` (every bucket present)."""
     restarts: int
 
     @property

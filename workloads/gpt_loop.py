@@ -344,7 +344,7 @@ def _over_ranks(c: _Runtime) -> Any:
 
 
 def _slice(job: GptJob) -> Any:
-    from tpuray.components.topology import TpuSlice
+    from tpuray.components.catalog.topology import TpuSlice
 
     return TpuSlice.parse(job.slice_spec)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.topology import TpuSlice
 
 __all__ = ["ModelShape", "Throughput", "mfu", "throughput"]
 

@@ -19,14 +19,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuray.components.names import (
+from tpuray.components.catalog.names import (
     RAY_POD_TYPE_LABEL,
     RAY_SLICE_NAME_LABEL,
     RAY_TOPOLOGY_LABEL,
     RAY_WORKER_ID_LABEL,
     TPU_MEGASCALE_PORT,
 )
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, chip_env, megascale_env, task_id
 
 __all__ = [

@@ -369,7 +369,7 @@ _fp16_guards: list[tuple[Any, Any]] = []
 
 
 def _refusal(kind: str, pjrt_device: str) -> str:
-    from tpuray.components.review.port_check import REPLACEMENTS
+    from tpuray.components.catalog.gpu_to_tpu import REPLACEMENTS
 
     what, instead = REPLACEMENTS[kind]
     return f"{what} is not supported on this worker's XLA chip (PJRT_DEVICE={pjrt_device.upper()}): {instead}"

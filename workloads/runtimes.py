@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from tpuray.components.runtime_ports import BACKENDS, RuntimeBackend
+from tpuray.components.catalog.runtime_ports import BACKENDS, RuntimeBackend
 
 __all__ = ["RUNTIME_PACKAGES", "RuntimeMismatch", "require_runtime"]
 

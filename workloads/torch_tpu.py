@@ -30,15 +30,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components.names import (
+from tpuray.components.catalog.names import (
     RAY_POD_TYPE_LABEL,
     RAY_SLICE_NAME_LABEL,
     RAY_TOPOLOGY_LABEL,
     RAY_WORKER_ID_LABEL,
     TORCH_TPU_ENV_CALLBACK,
 )
-from tpuray.components.slice_labels import slice_from_labels
-from tpuray.components.topology import TopologyError, TpuSlice
+from tpuray.components.catalog.slice_labels import slice_from_labels
+from tpuray.components.catalog.topology import TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat
 from tpuray.workloads.placement import PlacementError
 from tpuray.workloads.runtimes import require_runtime

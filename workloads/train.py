@@ -28,6 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
+from tpuray.components.catalog.data_file import loads_json
+from tpuray.components.catalog.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL
+from tpuray.components.catalog.slice_labels import slice_from_labels
+from tpuray.components.catalog.throughput import slice_usd_per_hour, tokens_per_usd
+from tpuray.components.catalog.topology import TopologyError, TpuSlice
 from tpuray.components.config import (
     ConfigError,
     StackConfig,
@@ -37,12 +42,7 @@ from tpuray.components.config import (
     load_stack_file,
     validated_as,
 )
-from tpuray.components.config_types import RunName
-from tpuray.components.data_file import loads_json
-from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL
-from tpuray.components.pricing.throughput import slice_usd_per_hour, tokens_per_usd
-from tpuray.components.slice_labels import slice_from_labels
-from tpuray.components.topology import TopologyError, TpuSlice
+from tpuray.components.config.value_types import RunName
 from tpuray.workloads import _ray_compat
 from tpuray.workloads.data import DatasetError, TokenFile, open_dataset
 from tpuray.workloads.goodput import EVENTS_FILE, JOB_END, JOB_START, compute_goodput, read_events, record_job_event

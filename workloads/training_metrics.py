@@ -1,8 +1,8 @@
 """A train function's figures as Ray metrics, so they land in the same Prometheus as Ray's own.
 
 :func:`report_step_metrics` sets ``ray.util.metrics`` gauges; Ray's metrics agent on the worker's node serves
-them on the node's metrics export port as ``ray_<name>`` (names in :mod:`tpuray.components.metric_names`). Gauges,
-not counters: a restarted worker sets the run's totals again (from the goodput log) instead of counting from 0.
+them on the node's metrics export port as ``ray_<name>`` (names in :mod:`tpuray.components.catalog.metric_names`).
+Gauges, not counters: a restarted worker sets the run's totals again (from the goodput log) instead of counting from 0.
 Call it from one rank (rank 0): every rank runs the same steps.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuray.components import metric_names as mn
+from tpuray.components.catalog import metric_names as mn
 from tpuray.workloads.goodput import Goodput
 
 __all__ = ["report_step_metrics", "xla_compiles"]

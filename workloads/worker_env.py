@@ -2,7 +2,7 @@
 
 - PJRT (PyTorch/XLA, one process per chip): the variables torch_xla's own
   ``torch_xla._internal.tpu.configure_topology(local_rank, local_world_size, base_port)`` would set, computed
-  from a :class:`~tpuray.components.topology.TpuSlice` instead of the GCE metadata server (GKE pods have
+  from a :class:`~tpuray.components.catalog.topology.TpuSlice` instead of the GCE metadata server (GKE pods have
   none). Ray sets none of ``TPU_PROCESS_BOUNDS``, ``TPU_CHIPS_PER_PROCESS_BOUNDS``, ``TPU_PROCESS_ADDRESSES``,
   ``TPU_PROCESS_PORT`` and ``CLOUD_TPU_TASK_ID``.
 - ``MEGASCALE_*`` across slices, from Ray's own ``ray.util.tpu.get_tpu_coordinator_env_vars``.
@@ -17,8 +17,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tpuray.components.names import TPU_MEGASCALE_PORT, TPU_PROCESS_BASE_PORT, TPU_SLICEBUILDER_PORT
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.names import TPU_MEGASCALE_PORT, TPU_PROCESS_BASE_PORT, TPU_SLICEBUILDER_PORT
+from tpuray.components.catalog.topology import TpuSlice
 
 __all__ = [
     "DEFAULT_BASE_PORT",

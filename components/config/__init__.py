@@ -39,6 +39,7 @@ from tpuray.components.config.cluster import (
 )
 from tpuray.components.config.cost import CostConfig, SuppliedRateConfig
 from tpuray.components.config.errors import ConfigError, problems
+from tpuray.components.config.gke_cluster_types import AuthorizedNetwork, MaintenanceExclusion, MaintenanceWindow
 from tpuray.components.config.kueue import KueueConfig
 from tpuray.components.config.loaders import (
     NAMESPACE,
@@ -82,9 +83,8 @@ from tpuray.components.config.rules import (
 )
 from tpuray.components.config.slice_pool import Autoscaling, SlicePoolConfig, required_gke_version, slice_shape
 from tpuray.components.config.stack import StackConfig
+from tpuray.components.config.value_types import UtcTime, gke_version_key
 from tpuray.components.config.workload import CheckpointConfig, ModelConfig, WorkloadConfig
-from tpuray.components.config_types import UtcTime, gke_version_key
-from tpuray.components.gke_cluster_types import AuthorizedNetwork, MaintenanceExclusion, MaintenanceWindow
 
 __all__ = [
     "CAPACITY_CLASSES",

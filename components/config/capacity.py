@@ -20,16 +20,16 @@ from pydantic import (
     field_validator,
 )
 
+from tpuray.components.catalog.names import GKE_QUEUED_TAINT_KEY, Taint, Toleration
+from tpuray.components.catalog.topology import FLEX_START_MIN_GKE_VERSION
 from tpuray.components.config.base import (
     ConfigModel,
     duration_seconds,
 )
-from tpuray.components.config_types import (
+from tpuray.components.config.value_types import (
     GceName,
     ProjectId,
 )
-from tpuray.components.names import GKE_QUEUED_TAINT_KEY, Taint, Toleration
-from tpuray.components.topology import FLEX_START_MIN_GKE_VERSION
 
 PriceBasis = Literal["on-demand", "spot", "committed", "flex-start"]
 """Which public (or supplied) price a chip-hour of a capacity type pays (``pricing.table``)."""

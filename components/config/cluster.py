@@ -14,14 +14,16 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from tpuray.components.cloud_limits import system_machine_type_problem
+from tpuray.components.catalog.cloud_limits import system_machine_type_problem
+from tpuray.components.catalog.topology import GENERATIONS
 from tpuray.components.config.base import (
     NAME_PATTERN,
     ConfigModel,
     config_dataclass,
     field_msg,
 )
-from tpuray.components.config_types import (
+from tpuray.components.config.gke_cluster_types import AuthorizedNetwork
+from tpuray.components.config.value_types import (
     MAX_PUBLIC_AUTHORIZED_ADDRESSES,
     Cidr,
     GceName,
@@ -33,8 +35,6 @@ from tpuray.components.config_types import (
     public_addresses,
     service_account_id,
 )
-from tpuray.components.gke_cluster_types import AuthorizedNetwork
-from tpuray.components.topology import GENERATIONS
 
 
 def _not_everyone(network: AuthorizedNetwork) -> AuthorizedNetwork:

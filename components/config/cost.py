@@ -11,13 +11,13 @@ from pydantic import (
     model_validator,
 )
 
+from tpuray.components.catalog.safe_text import refuse_control
 from tpuray.components.config.base import (
     ConfigModel,
     field_msg,
 )
 from tpuray.components.config.capacity import capacity_class, capacity_type
 from tpuray.components.config.slice_pool import SlicePoolConfig
-from tpuray.components.safe_text import refuse_control
 
 
 class SuppliedRateConfig(ConfigModel):

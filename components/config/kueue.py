@@ -10,7 +10,7 @@ from pydantic import (
     field_validator,
 )
 
-from tpuray.components.cloud_limits import kueue_chart_problem
+from tpuray.components.catalog.cloud_limits import kueue_chart_problem
 from tpuray.components.config.base import (
     NAME_PATTERN,
     ConfigModel,
@@ -19,7 +19,7 @@ from tpuray.components.config.ray import (
     SYSTEM_NAMESPACE_PREFIXES,
     SYSTEM_NAMESPACES,
 )
-from tpuray.components.config_types import (
+from tpuray.components.config.value_types import (
     SemVer,
 )
 

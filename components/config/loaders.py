@@ -9,13 +9,13 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from tpuray.components.catalog.data_file import DataFileError, loads_json
 from tpuray.components.config.errors import ConfigError, problems
 from tpuray.components.config.rules import (
     rules_of_valid_parts,
 )
 from tpuray.components.config.stack import StackConfig
-from tpuray.components.data_file import DataFileError, loads_json
-from tpuray.components.stack_yaml import YamlError, read_yaml_file
+from tpuray.components.config.stack_yaml import YamlError, read_yaml_file
 
 NAMESPACE = "tpuray"
 """The Pulumi config namespace (the project name): keys are ``tpuray:<key>``."""

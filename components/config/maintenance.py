@@ -16,11 +16,11 @@ from tpuray.components.config.base import (
     config_dataclass,
     field_msg,
 )
-from tpuray.components.config_types import (
+from tpuray.components.config.gke_cluster_types import MaintenanceExclusion, MaintenanceWindow
+from tpuray.components.config.value_types import (
     MIN_MAINTENANCE_HOURS,
     maintenance_availability,
 )
-from tpuray.components.gke_cluster_types import MaintenanceExclusion, MaintenanceWindow
 
 # GKE: a window needs >= 4 contiguous hours, an exclusion without a release channel (NO_UPGRADES) lasts <= 30 days
 # (https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions).

@@ -11,21 +11,21 @@ from pydantic import (
     model_validator,
 )
 
-from tpuray.components.cloud_limits import env_token_problem, ray_addon_problem
+from tpuray.components.catalog.cloud_limits import env_token_problem, ray_addon_problem
+from tpuray.components.catalog.names import KUBERAY_NAMESPACE
 from tpuray.components.config.base import (
     NAME_PATTERN,
     ConfigModel,
     field_msg,
 )
 from tpuray.components.config.tpu_webhook import TpuWebhookConfig
-from tpuray.components.config_types import (
+from tpuray.components.config.value_types import (
     CpuQuantity,
     ImageRef,
     MemoryQuantity,
     SemVer,
     image_ray_version,
 )
-from tpuray.components.names import KUBERAY_NAMESPACE
 
 MIN_RAY_TOKEN_AUTH = "2.52.0"
 MIN_KUBERAY_AUTH_OPTIONS = "1.6.0"

@@ -13,7 +13,10 @@ from pydantic import (
     ValidationError,
 )
 
-from tpuray.components.cloud_limits import cluster_size_problem, exclusion_span_problem, kueue_flavors_problem
+from tpuray.components.catalog.cloud_limits import cluster_size_problem, exclusion_span_problem, kueue_flavors_problem
+from tpuray.components.catalog.images import BACKEND_TAG_SUFFIXES, image_backend
+from tpuray.components.catalog.names import SYSTEM_POOL
+from tpuray.components.catalog.tpu_locations import location_problems
 from tpuray.components.config.base import (
     FIELD_SEP,
     ConfigModel,
@@ -36,8 +39,7 @@ from tpuray.components.config.ray import (
     RayConfig,
 )
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version, slice_shape
-from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER, CheckpointConfig, WorkloadConfig
-from tpuray.components.config_types import (
+from tpuray.components.config.value_types import (
     REGION,
     ProjectId,
     Zone,
@@ -45,9 +47,7 @@ from tpuray.components.config_types import (
     derived_bucket_name,
     gke_version_meets,
 )
-from tpuray.components.images import BACKEND_TAG_SUFFIXES, image_backend
-from tpuray.components.names import SYSTEM_POOL
-from tpuray.components.tpu_locations import location_problems
+from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER, CheckpointConfig, WorkloadConfig
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,17 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from tpuray.components.catalog.topology import GENERATIONS, TopologyError, TpuSlice, generation
 from tpuray.components.config.base import (
     NAME_PATTERN,
     ConfigModel,
     field_msg,
 )
 from tpuray.components.config.capacity import Capacity, OnDemand
-from tpuray.components.config_types import (
+from tpuray.components.config.value_types import (
     Zone,
     gke_version_key,
 )
-from tpuray.components.topology import GENERATIONS, TopologyError, TpuSlice, generation
 
 
 class Autoscaling(ConfigModel):

@@ -33,13 +33,13 @@ from tpuray.components.config.ray import (
 from tpuray.components.config.rules import StackView, stack_rules
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version
 from tpuray.components.config.startup import StartupConfig, startup_problems
-from tpuray.components.config.workload import CheckpointConfig, WorkloadConfig
-from tpuray.components.config_types import (
+from tpuray.components.config.value_types import (
     REGION,
     ProjectId,
     Zone,
     derived_bucket_name,
 )
+from tpuray.components.config.workload import CheckpointConfig, WorkloadConfig
 
 
 def _stack_of(context: Any) -> str | None:

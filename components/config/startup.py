@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from tpuray.components.catalog.images import parse_image
 from tpuray.components.config.base import ConfigModel, field_msg
-from tpuray.components.config_types import BucketName, MountPath, ProjectId, gke_version_key
-from tpuray.components.images import parse_image
+from tpuray.components.config.value_types import BucketName, MountPath, ProjectId, gke_version_key
 
 if TYPE_CHECKING:
     from tpuray.components.config.stack import StackConfig

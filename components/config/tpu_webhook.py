@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field
 
 from tpuray.components.config.base import NAME_PATTERN, ConfigModel
-from tpuray.components.config_types import SemVer
+from tpuray.components.config.value_types import SemVer
 
 __all__ = ["CertManagerConfig", "TpuWebhookConfig"]
 

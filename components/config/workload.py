@@ -9,16 +9,16 @@ from pydantic import (
     model_validator,
 )
 
+from tpuray.components.catalog.runtime_ports import RuntimeBackend
 from tpuray.components.config.base import (
     ConfigModel,
     field_msg,
 )
-from tpuray.components.config_types import (
+from tpuray.components.config.value_types import (
     BucketLocation,
     BucketName,
     MountPath,
 )
-from tpuray.components.runtime_ports import RuntimeBackend
 
 
 class CheckpointConfig(ConfigModel):

@@ -2,8 +2,8 @@
 
 Each check has a stable id, a result (``pass``, ``warn``, ``fail``), the fact it checked with its public source, and
 how to fix it. Every minimum comes from where the stack already keeps it: GKE versions from the catalog
-(:mod:`tpuray.components.topology`) and the config, the Ray and KubeRay floors of token auth from the config, the
-rendered objects from the planners; the doctor adds none of its own.
+(:mod:`tpuray.components.catalog.topology`) and the config, the Ray and KubeRay floors of token auth from the config,
+the rendered objects from the planners; the doctor adds none of its own.
 """
 
 from __future__ import annotations
@@ -16,16 +16,7 @@ from typing import Any, Literal
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from tpuray.components.config import (
-    MIN_KUBERAY_AUTH_OPTIONS,
-    MIN_RAY_TOKEN_AUTH,
-    SlicePoolConfig,
-    StackConfig,
-)
-from tpuray.components.config_types import gke_version_key
-from tpuray.components.doctor.crd_schema import pruned_paths
-from tpuray.components.doctor.reader import ClusterObjects
-from tpuray.components.names import (
+from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
     GKE_TOPOLOGY_LABEL,
@@ -40,10 +31,19 @@ from tpuray.components.names import (
     TPU_WEBHOOK_SOURCE,
     WEBHOOK_POD_LABEL,
 )
+from tpuray.components.catalog.runtime_ports import TORCH_TPU_LIBTPU, TORCH_TPU_TORCH, TORCH_TPU_VERSIONS
+from tpuray.components.catalog.topology import MIN_GKE_VERSION, generation
+from tpuray.components.config import (
+    MIN_KUBERAY_AUTH_OPTIONS,
+    MIN_RAY_TOKEN_AUTH,
+    SlicePoolConfig,
+    StackConfig,
+)
+from tpuray.components.config.value_types import gke_version_key
+from tpuray.components.doctor.crd_schema import pruned_paths
+from tpuray.components.doctor.reader import ClusterObjects
 from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.planning.stack_plan import plan_stack
-from tpuray.components.runtime_ports import TORCH_TPU_LIBTPU, TORCH_TPU_TORCH, TORCH_TPU_VERSIONS
-from tpuray.components.topology import MIN_GKE_VERSION, generation
 
 __all__ = ["CheckResult", "ImageVersions", "Status", "run_checks"]
 

@@ -20,7 +20,7 @@ def _error(message: str) -> int:
 def read_image_inspect(path: Path) -> Any:
     """The worker image's versions from ``docker inspect IMAGE`` (a list; ``Config.Labels``) or
     ``crane config IMAGE`` (``config.Labels``) output. Raises ReadError naming the file."""
-    from tpuray.components.data_file import DataFileError, read_json_file
+    from tpuray.components.catalog.data_file import DataFileError, read_json_file
     from tpuray.components.doctor.checks import ImageVersions
     from tpuray.components.doctor.reader import ReadError
 
@@ -40,7 +40,7 @@ def read_image_inspect(path: Path) -> Any:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check a cluster (live or a snapshot) against a stack: exit 0 all pass, 1 a check failed, 2 bad input."""
     from tpuray.components.config import ConfigError, load_stack_file
-    from tpuray.components.config_types import stack_name_problem
+    from tpuray.components.config.value_types import stack_name_problem
     from tpuray.components.doctor.checks import run_checks
     from tpuray.components.doctor.reader import ClusterReader, LiveReader, ReadError, SnapshotReader
     from tpuray.components.doctor.report import exit_code, render_json, render_text

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from tpuray.components.data_file import MAX_DEPTH, DataFileError, loads_json, read_json_file
+from tpuray.components.catalog.data_file import MAX_DEPTH, DataFileError, loads_json, read_json_file
 
 __all__ = [
     "LIST_FILES",

@@ -11,6 +11,14 @@ from typing import Any
 
 from packaging.version import Version
 
+from tpuray.components.catalog.names import (
+    POOL_LABEL,
+    RAY_TPU_RESOURCE_PER_CHIP_ENV,
+    RAY_TRAIN_CALLBACKS_ENV,
+    TORCH_TPU_ENV_CALLBACK,
+    TPU_WEBHOOK,
+    TPU_WEBHOOK_SOURCE,
+)
 from tpuray.components.config import StackConfig
 from tpuray.components.doctor.checks import (
     CheckResult,
@@ -25,14 +33,6 @@ from tpuray.components.doctor.checks import (
     _version,
 )
 from tpuray.components.doctor.reader import ClusterObjects
-from tpuray.components.names import (
-    POOL_LABEL,
-    RAY_TPU_RESOURCE_PER_CHIP_ENV,
-    RAY_TRAIN_CALLBACKS_ENV,
-    TORCH_TPU_ENV_CALLBACK,
-    TPU_WEBHOOK,
-    TPU_WEBHOOK_SOURCE,
-)
 
 __all__ = ["WEBHOOK_FLOORS", "check_torch_tpu_env", "check_tpu_webhook_version", "runtime_checks"]
 

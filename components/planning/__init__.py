@@ -1,9 +1,10 @@
-"""tpuray.components.planning: pure planners, stack config -> plain data.
+"""tpuray.components.planning: the pure plan, stack config -> plain data.
 
-Node pools per slice pool (:mod:`.node_pools`), KubeRay RayCluster/RayJob manifests (:mod:`.kuberay`), the checks
-KubeRay and the TPU webhook apply to them (:mod:`.kuberay_checks`), the training entrypoint (:mod:`.entrypoint`)
-and the one config -> stack plan mapping (:mod:`.stack_plan`, every component's data).
+:mod:`.stack_plan` maps one config to every component's data (:mod:`.component_args`): node pools per slice pool
+(:mod:`.node_pools`), KubeRay manifests (:mod:`.kuberay`) and the checks KubeRay and the TPU webhook apply to them
+(:mod:`.kuberay_checks`), Kueue objects (:mod:`.kueue`), the pool's scheduling contract (:mod:`.scheduling`), the
+NetworkPolicy, the dashboard, startup and the entrypoint.
 
-May import: :mod:`tpuray.components.topology`, :mod:`tpuray.components.names`, :mod:`tpuray.components.config` and
-each other. Never Pulumi, never :mod:`tpuray.components.review`.
+May import the catalog, the config and each other; never Pulumi, never the tools (review, doctor, pricing's
+commands).
 """

@@ -27,10 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components import metric_names as m
+from tpuray.components.catalog import metric_names as m
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import SlicePoolConfig, StackConfig, slice_shape
 from tpuray.components.planning.kueue import kueue_spec
-from tpuray.components.topology import TpuSlice
 
 __all__ = [
     "COLUMNS",

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tpuray.components import metric_names as mn
-from tpuray.components.names import RAY_CLUSTER_POD_LABEL, RAY_METRICS_PORT
+from tpuray.components.catalog import metric_names as mn
+from tpuray.components.catalog.names import RAY_CLUSTER_POD_LABEL, RAY_METRICS_PORT
 
 __all__ = [
     "GMP_API_VERSION",

@@ -3,7 +3,7 @@
 Pure Python; imports no Pulumi. ``RayTpuCluster``/``RayTpuJob`` pass these dicts to
 ``pulumi_kubernetes.apiextensions.CustomResource`` unchanged, and ``tpuray plan`` can write them as YAML.
 
-Every TPU fact of a worker group comes from the slice pool's :class:`~tpuray.components.topology.TpuSlice`:
+Every TPU fact of a worker group comes from the slice pool's :class:`~tpuray.components.catalog.topology.TpuSlice`:
 ``numOfHosts`` = hosts per slice, ``google.com/tpu`` = chips per host, the GKE node selectors, Ray's ``TPU``
 resource and topology labels. The worker container sets no TPU environment: the GKE TPU device plugin sets
 ``TPU_ACCELERATOR_TYPE`` and ``TPU_TOPOLOGY`` in every container that requests ``google.com/tpu`` (spelling tpu7x
@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tpuray.components.config import DEFAULT_JOB_TTL_SECONDS, SlicePoolConfig
-from tpuray.components.names import (
+from tpuray.components.catalog.names import (
     GKE_NODEPOOL_LABEL,
     HEAD_PORTS,
     MAX_RUN_ENV,
@@ -39,6 +38,9 @@ from tpuray.components.names import (
     TPU_RUNTIME_PORTS,
     WEBHOOK_POD_LABEL,
 )
+from tpuray.components.catalog.runtime_ports import RuntimeBackend
+from tpuray.components.catalog.topology import TpuSlice
+from tpuray.components.config import DEFAULT_JOB_TTL_SECONDS, SlicePoolConfig
 from tpuray.components.planning.drain import DrainPlan, drain_plan, pre_stop_hook
 from tpuray.components.planning.gcsfuse import GCSFUSE_DRIVER, GCSFUSE_MOUNT_OPTIONS
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job, raise_problems
@@ -49,8 +51,6 @@ from tpuray.components.planning.pod_security import (
 from tpuray.components.planning.ray_auth import RayAuth
 from tpuray.components.planning.scheduling import PoolScheduling
 from tpuray.components.planning.startup import StartupPlan, checkpoint_fuse_attributes, startup_pod_pieces
-from tpuray.components.runtime_ports import RuntimeBackend
-from tpuray.components.topology import TpuSlice
 
 __all__ = [
     "API_VERSION",

@@ -13,16 +13,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tpuray.components.names import (
+from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_TOPOLOGY_LABEL,
     RAY_CLUSTER_LABEL,
     TPU_RESOURCE,
     TPU_TAINT,
 )
+from tpuray.components.catalog.topology import TopologyError, TpuSlice, generation_of_accelerator
+from tpuray.components.catalog.wire import as_int, get_path
 from tpuray.components.planning.kueue_checks import check_kueue_ray_job
-from tpuray.components.topology import TopologyError, TpuSlice, generation_of_accelerator
-from tpuray.components.wire import as_int, get_path
 
 __all__ = [
     "MAX_RAY_CLUSTER_NAME",

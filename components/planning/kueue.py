@@ -1,7 +1,7 @@
 """Kueue objects derived from the slice pools, as plain ``kueue.x-k8s.io/v1beta2`` dicts.
 
-Pure Python; imports no Pulumi. From the same :class:`~tpuray.components.topology.TpuSlice` as the node pools and
-the KubeRay worker groups:
+Pure Python; imports no Pulumi. From the same :class:`~tpuray.components.catalog.topology.TpuSlice` as the node pools
+and the KubeRay worker groups:
 
 - one ResourceFlavor per slice pool, whose node labels and tolerations are the pool's
   :class:`~tpuray.components.planning.scheduling.PoolScheduling` (what its worker group selects and tolerates),
@@ -29,12 +29,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components.config import SlicePoolConfig, StackConfig
-from tpuray.components.names import (
+from tpuray.components.catalog.names import (
     GKE_NODEPOOL_LABEL,
     SYSTEM_POOL,
     TPU_RESOURCE,
 )
+from tpuray.components.config import SlicePoolConfig, StackConfig
 from tpuray.components.planning.kuberay import SUBMITTER_REQUESTS
 from tpuray.components.planning.node_pools import bounded_name
 from tpuray.components.planning.quantity import format_cpu, format_memory, parse_quantity

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tpuray.components.names import KUEUE_QUEUE_NAME_LABEL
+from tpuray.components.catalog.names import KUEUE_QUEUE_NAME_LABEL
 
 __all__ = ["MAX_POD_SETS", "check_kueue_ray_job"]
 

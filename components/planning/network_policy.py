@@ -3,9 +3,9 @@
 Deny by default (ingress and egress), then allow exactly:
 
 - among the pods of one RayCluster: the Ray ports (pinned on every node by
-  :data:`~tpuray.components.names.RAY_NODE_PORTS`, the head's ports and the worker port range) and the TPU
+  :data:`~tpuray.components.catalog.names.RAY_NODE_PORTS`, the head's ports and the worker port range) and the TPU
   runtime's ports between the hosts of a slice and across slices, per process, as
-  :mod:`tpuray.components.runtime_ports` derives them for the stack's backend (PyTorch/XLA: slice builder 8471,
+  :mod:`tpuray.components.catalog.runtime_ports` derives them for the stack's backend (PyTorch/XLA: slice builder 8471,
   megascale 8081, the per-chip PJRT process ports 8476+; TorchTPU: a slice builder and a megascale port per
   device, 8471+ and 8081+);
 - to the head's dashboard/job port: the RayJob submitter pods and the KubeRay operator's namespace;
@@ -38,8 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuray.components.metric_names import TPU_DEVICE_PLUGIN_METRICS_PORT
-from tpuray.components.names import (
+from tpuray.components.catalog.metric_names import TPU_DEVICE_PLUGIN_METRICS_PORT
+from tpuray.components.catalog.names import (
     HEAD_PORTS,
     RAY_CLUSTER_POD_LABEL,
     RAY_DASHBOARD_PORT,
@@ -84,8 +84,8 @@ class NetworkPolicyParams:
     generated ``ray.io/cluster`` name, so KubeRay's label cannot be selected in advance)."""
     runtime_ranges: tuple[tuple[int, int], ...]
     """The TPU runtime's ports between hosts and slices, as merged ``(first, last)`` TCP ranges
-    (:func:`tpuray.components.runtime_ports.union_ports` of the cluster's slices under the stack's backend); empty
-    with no TPU worker group."""
+    (:func:`tpuray.components.catalog.runtime_ports.union_ports` of the cluster's slices under the stack's backend);
+    empty with no TPU worker group."""
     operator_namespace: str | None = None
     """Where the KubeRay operator runs, if in the cluster; it calls the head's job API for RayJob status."""
     labels: Mapping[str, str] = field(default_factory=dict)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from tpuray.components.config_types import parse_quantity
+from tpuray.components.config.value_types import parse_quantity
 
 __all__ = ["format_cpu", "format_memory", "parse_quantity"]
 

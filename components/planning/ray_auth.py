@@ -11,7 +11,7 @@ same Secret (key ``auth_token``) that the Pulumi program generates:
 - any KubeRay: both variables written into every Ray container (KubeRay's ``ray-cluster.auth-manual.yaml``
   sample); the worker's ``wait-gcs-ready`` init container inherits them. The operator's own job API calls then
   carry no token, so a RayJob's status gets 401: the stacks always use ``authOptions``
-  (:mod:`tpuray.components.cloud_limits`), and this way is left to a component's own ``RayAuth``.
+  (:mod:`tpuray.components.catalog.cloud_limits`), and this way is left to a component's own ``RayAuth``.
 
 The RayJob submitter always gets the variables in its pod template: KubeRay skips variables already set.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components.names import RAY_AUTH_MODE_ENV, RAY_AUTH_TOKEN_ENV, RAY_AUTH_TOKEN_KEY
+from tpuray.components.catalog.names import RAY_AUTH_MODE_ENV, RAY_AUTH_TOKEN_ENV, RAY_AUTH_TOKEN_KEY
 
 __all__ = ["RayAuth", "auth_secret_name"]
 

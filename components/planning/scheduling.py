@@ -3,8 +3,8 @@ tolerations its pods (and its Kueue flavor) use to land there.
 
 Pure Python. The node pools (``planning.node_pools``), the KubeRay worker group (``planning.kuberay``) and the Kueue
 ResourceFlavor (``planning.kueue``) all read a pool's :class:`PoolScheduling`, so what a node offers and what a pod
-asks for cannot drift apart. Built from the pool's config, its :class:`~tpuray.components.topology.TpuSlice` and its
-capacity type's traits (``config.capacity``).
+asks for cannot drift apart. Built from the pool's config, its :class:`~tpuray.components.catalog.topology.TpuSlice`
+and its capacity type's traits (``config.capacity``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components.config import SlicePoolConfig
-from tpuray.components.names import (
+from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_TOPOLOGY_LABEL,
     POD_TYPE_LABEL,
@@ -23,6 +22,7 @@ from tpuray.components.names import (
     Taint,
     Toleration,
 )
+from tpuray.components.config import SlicePoolConfig
 
 __all__ = ["PoolScheduling"]
 

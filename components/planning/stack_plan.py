@@ -16,7 +16,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar, cast
 
-from tpuray.components.component_args import (
+from tpuray.components.catalog.images import ArtifactRepository, parse_image
+from tpuray.components.catalog.names import (
+    KUEUE_PRIORITY_CLASS_LABEL,
+    KUEUE_QUEUE_NAME_LABEL,
+    RAY_SERVICE_ACCOUNT,
+    RAY_WORKER_SERVICE_ACCOUNT,
+    SYSTEM_POOL,
+)
+from tpuray.components.config import CostConfig, SlicePoolConfig, StackConfig
+from tpuray.components.config.value_types import label_value
+from tpuray.components.planning.component_args import (
     ControlPlane,
     GkeClusterArgs,
     KueuePlan,
@@ -26,16 +36,6 @@ from tpuray.components.component_args import (
     SlicePoolPlan,
     StackMonitoringArgs,
     TpuWebhookPlan,
-)
-from tpuray.components.config import CostConfig, SlicePoolConfig, StackConfig
-from tpuray.components.config_types import label_value
-from tpuray.components.images import ArtifactRepository, parse_image
-from tpuray.components.names import (
-    KUEUE_PRIORITY_CLASS_LABEL,
-    KUEUE_QUEUE_NAME_LABEL,
-    RAY_SERVICE_ACCOUNT,
-    RAY_WORKER_SERVICE_ACCOUNT,
-    SYSTEM_POOL,
 )
 from tpuray.components.planning.dashboard import dashboard_plan, idle_alert_plan
 from tpuray.components.planning.entrypoint import train_entrypoint

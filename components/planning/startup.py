@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tpuray.components.compile_cache_key import (
+from tpuray.components.catalog.compile_cache_key import (
     CACHE_DIR_ENV,
     CACHE_URL_ENV,
     RUNTIME_FROM_IMAGE,

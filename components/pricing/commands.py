@@ -9,8 +9,8 @@ import argparse
 import sys
 from typing import Any
 
-from tpuray.components.data_file import DataFileError, loads_json, read_text
-from tpuray.components.safe_text import one_line
+from tpuray.components.catalog.data_file import DataFileError, loads_json, read_text
+from tpuray.components.catalog.safe_text import one_line
 
 __all__ = ["cmd_compare", "register"]
 
@@ -38,7 +38,7 @@ def _from_summary(path: str) -> tuple[object, object]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from tpuray.components.pricing.throughput import comparison, setup
+    from tpuray.components.catalog.throughput import comparison, setup
 
     try:
         usd, tps = args.usd_per_hour, args.tokens_per_second

@@ -12,6 +12,7 @@ import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tpuray.components.catalog.topology import TopologyError, TpuSlice, generation
 from tpuray.components.config.capacity import PriceBasis, capacity_class
 from tpuray.components.pricing.catalogue import (
     CATALOGUE,
@@ -22,7 +23,6 @@ from tpuray.components.pricing.catalogue import (
     Source,
     sentinel,
 )
-from tpuray.components.topology import TopologyError, TpuSlice, generation
 
 __all__ = [
     "HOURS_PER_MONTH",

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tpuray.components.safe_text import one_line
+from tpuray.components.catalog.safe_text import one_line
 
 __all__ = ["cmd_diff", "cmd_plan", "register"]
 
@@ -24,7 +24,7 @@ def _error(message: object, code: int) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     """Render one stack; exit 1 on a bad stack file, a failing program or a policy violation."""
     from tpuray.components.config import ConfigError
-    from tpuray.components.config_types import stack_name_problem
+    from tpuray.components.config.value_types import stack_name_problem
     from tpuray.components.review.engine import RunError
     from tpuray.components.review.plan import find_root, render_stack, summary, write_plan
     from tpuray.components.review.plan_dir import PlanOutError, check_out_dir
@@ -93,7 +93,7 @@ def _plan_dir_pairs(base: Path, new: Path) -> list[tuple[dict[str, Any], dict[st
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """Compare two plan directories, or two git refs (each stack rendered at each ref)."""
-    from tpuray.components.config_types import stack_name_problem
+    from tpuray.components.config.value_types import stack_name_problem
     from tpuray.components.review.diff import StackMismatchError, diff_plans, render_markdown
     from tpuray.components.review.git_refs import GitPlanError, is_git_ref, plan_of_ref
     from tpuray.components.review.plan import find_root

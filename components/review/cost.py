@@ -16,9 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuray.components.catalog.names import POOL_LABEL
+from tpuray.components.catalog.safe_text import md_code, md_text, one_line
+from tpuray.components.catalog.topology import generation_of_machine_type
 from tpuray.components.config import NAMESPACE, CostConfig
 from tpuray.components.config.capacity import CommitmentTerm, capacity_of_node_pool
-from tpuray.components.names import POOL_LABEL
 from tpuray.components.pricing.table import (
     HOURS_PER_MONTH,
     PriceRow,
@@ -28,8 +30,6 @@ from tpuray.components.pricing.table import (
 )
 from tpuray.components.review.pool_views import declared_nodes
 from tpuray.components.review.resource_types import NODE_POOL
-from tpuray.components.safe_text import md_code, md_text, one_line
-from tpuray.components.topology import generation_of_machine_type
 
 __all__ = [
     "BUDGET_RULE",

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tpuray.components.safe_text import xml_text as escape
+from tpuray.components.catalog.safe_text import xml_text as escape
 
 __all__ = ["dashboard_tiles", "render_dashboard_svg"]
 

@@ -2,7 +2,7 @@
 
 Pure functions over two ``plan.json`` documents. Resources are matched by URN (as Pulumi matches them), so a
 resource whose name or parent changed shows as removed + added, which Pulumi would also do (delete + create).
-Every string read from a plan reaches the comment through :mod:`tpuray.components.safe_text` (a hand-edited
+Every string read from a plan reaches the comment through :mod:`tpuray.components.catalog.safe_text` (a hand-edited
 ``plan.json`` cannot add a heading, a link or a table row), and two plans of different stacks are not compared.
 """
 
@@ -13,12 +13,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuray.components.catalog.safe_text import md_code, md_text, one_line
 from tpuray.components.review.cost import CostDiff, cost_changes, cost_diff_markdown
 from tpuray.components.review.kueue_view import tpu_quota_by_generation
 from tpuray.components.review.pool_views import tpu_chips_by_generation
 from tpuray.components.review.replacement_fields import replacement_reason
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_JOB, RESOURCE_POLICY
-from tpuray.components.safe_text import md_code, md_text, one_line
 
 __all__ = ["Change", "FieldChange", "PlanDiff", "StackMismatchError", "diff_plans", "render_markdown"]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpuray.components.stack_yaml import safe_load
+from tpuray.components.config.stack_yaml import safe_load
 
 __all__ = ["Program", "ProgramRun", "RunError", "config_from_stack_file", "run_program"]
 

@@ -10,9 +10,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components.names import GKE_ACCELERATOR_LABEL, POOL_LABEL, TPU_RESOURCE
+from tpuray.components.catalog.names import GKE_ACCELERATOR_LABEL, POOL_LABEL, TPU_RESOURCE
+from tpuray.components.catalog.topology import GENERATIONS
 from tpuray.components.review.resource_types import CLUSTER_QUEUE, RESOURCE_FLAVOR
-from tpuray.components.topology import GENERATIONS
 
 __all__ = ["CLUSTER_QUEUE", "RESOURCE_FLAVOR", "KueueAdmission", "kueue_admissions", "tpu_quota_by_generation"]
 

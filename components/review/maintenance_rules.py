@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tpuray.components.catalog.wire import as_int
 from tpuray.components.review.policy_rules import slice_of, tpu_pool
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL
 from tpuray.components.review.rule_types import Resource, RuleContext, StackRule
-from tpuray.components.wire import as_int
 
 __all__ = [
     "MAINTENANCE_STACK_RULES",

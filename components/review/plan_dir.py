@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, cast
 
-from tpuray.components.data_file import DataFileError, read_json_file
+from tpuray.components.catalog.data_file import DataFileError, read_json_file
 
 __all__ = [
     "MARKER",

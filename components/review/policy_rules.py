@@ -14,18 +14,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuray.components.names import RAY_DASHBOARD_PORT
-from tpuray.components.planning.kuberay_checks import worker_group_chips_problem
-from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, SERVICE
-from tpuray.components.review.rule_types import Resource, Rule, RuleContext
-from tpuray.components.slice_labels import slice_from_labels
-from tpuray.components.topology import (
+from tpuray.components.catalog.names import RAY_DASHBOARD_PORT
+from tpuray.components.catalog.slice_labels import slice_from_labels
+from tpuray.components.catalog.topology import (
     Generation,
     TopologyError,
     TpuSlice,
     generation_of_machine_type,
 )
-from tpuray.components.wire import as_int, get_path
+from tpuray.components.catalog.wire import as_int, get_path
+from tpuray.components.planning.kuberay_checks import worker_group_chips_problem
+from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, SERVICE
+from tpuray.components.review.rule_types import Resource, Rule, RuleContext
 
 __all__ = ["PLATFORM_RULES", "TpuPool", "slice_of", "tpu_pool"]
 

@@ -15,12 +15,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components.names import POOL_LABEL, RAY_TPU_RESOURCE, TPU_RESOURCE
+from tpuray.components.catalog.names import POOL_LABEL, RAY_TPU_RESOURCE, TPU_RESOURCE
+from tpuray.components.catalog.safe_text import one_line
+from tpuray.components.catalog.topology import TpuSlice, generation_of_machine_type
 from tpuray.components.planning.stack_plan import StackPlan
 from tpuray.components.review.kueue_view import KueueAdmission, kueue_admissions
 from tpuray.components.review.resource_types import NODE_POOL, RAY_CLUSTER, RAY_JOB
-from tpuray.components.safe_text import one_line
-from tpuray.components.topology import TpuSlice, generation_of_machine_type
 
 __all__ = ["PoolView", "RayGroup", "pool_views", "ray_groups", "ray_workers_text", "tpu_chips_by_generation"]
 

@@ -14,15 +14,16 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpuray.components.config import SYSTEM_NAMESPACE_PREFIXES, SYSTEM_NAMESPACES
-from tpuray.components.images import parse_image
-from tpuray.components.metric_names import TPU_DEVICE_PLUGIN_METRICS_PORT
-from tpuray.components.names import (
+from tpuray.components.catalog.images import parse_image
+from tpuray.components.catalog.metric_names import TPU_DEVICE_PLUGIN_METRICS_PORT
+from tpuray.components.catalog.names import (
     NODE_SERVICE_ACCOUNT_ROLE,
     RAY_AUTH_MODE_ENV,
     RAY_AUTH_TOKEN_ENV,
     RAY_CLUSTER_POD_LABEL,
 )
+from tpuray.components.catalog.wire import get_path
+from tpuray.components.config import SYSTEM_NAMESPACE_PREFIXES, SYSTEM_NAMESPACES
 from tpuray.components.planning.pod_security import PSA_LEVEL, restricted_problems
 from tpuray.components.review.resource_types import (
     BUCKET,
@@ -35,7 +36,6 @@ from tpuray.components.review.resource_types import (
     RAY_JOB,
 )
 from tpuray.components.review.rule_types import Resource, Rule, RuleContext, StackRule
-from tpuray.components.wire import get_path
 
 __all__ = [
     "BUCKET",

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tpuray.components.catalog.safe_text import xml_text as escape
+from tpuray.components.catalog.topology import GENERATIONS
 from tpuray.components.review.pool_views import PoolView, ray_workers_text
-from tpuray.components.safe_text import xml_text as escape
-from tpuray.components.topology import GENERATIONS
 
 __all__ = ["render_svg"]
 
@@ -47,7 +47,7 @@ PALETTE = (
 )
 """Tableau 10, in the order the catalog's generations take it; a generation added to the catalog gets the next."""
 COLORS = {g.name: PALETTE[i % len(PALETTE)] for i, g in enumerate(GENERATIONS)}
-"""Each generation's colour, by its place in the catalog (:data:`tpuray.components.topology.GENERATIONS`)."""
+"""Each generation's colour, by its place in the catalog (:data:`tpuray.components.catalog.topology.GENERATIONS`)."""
 
 
 def _host_size(pool: PoolView) -> tuple[int, int]:

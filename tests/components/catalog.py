@@ -6,9 +6,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from tpuray.components.catalog.topology import GENERATIONS, TpuSlice, generation, valid_topologies
 from tpuray.components.config import SlicePoolConfig
 from tpuray.components.planning.kuberay import RayClusterParams, TpuWorkerGroup
-from tpuray.components.topology import GENERATIONS, TpuSlice, generation, valid_topologies
 
 
 def all_slices() -> list[TpuSlice]:

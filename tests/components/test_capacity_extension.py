@@ -17,7 +17,8 @@ from typing import Any, ClassVar, Literal
 import pytest
 
 from tests.components.catalog import ray_params
-from tpuray.components import topology
+from tpuray.components.catalog import topology
+from tpuray.components.catalog.names import POOL_LABEL, TPU_TAINT, Taint, Toleration
 from tpuray.components.config import ConfigError, StackConfig, parse_stack_config, stack_values
 from tpuray.components.config.capacity import (
     CapacityType,
@@ -28,7 +29,7 @@ from tpuray.components.config.capacity import (
     register_capacity,
     unregister_capacity,
 )
-from tpuray.components.names import POOL_LABEL, TPU_TAINT, Taint, Toleration
+from tpuray.components.config.stack_yaml import read_yaml_file
 from tpuray.components.planning.drain import drain_plan
 from tpuray.components.planning.kuberay import TpuWorkerGroup, ray_cluster_spec
 from tpuray.components.planning.kueue import kueue_spec
@@ -37,7 +38,6 @@ from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.pricing.table import price_basis
 from tpuray.components.review.replacement_fields import replacement_reason
 from tpuray.components.review.resource_types import NODE_POOL
-from tpuray.components.stack_yaml import read_yaml_file
 
 ROOT = Path(__file__).resolve().parents[2]
 TAINT = Taint(key="example.test/short-lived", value="true", effect="NO_EXECUTE")

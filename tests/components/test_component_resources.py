@@ -13,6 +13,8 @@ import pytest
 from tests.components import engine_run as er
 from tests.components.catalog import CAPACITIES, pool
 from tests.components.kuberay_schema import schema_errors, tpu_chip_mismatches
+from tpuray.components.catalog.topology import TpuSlice
+from tpuray.components.catalog.tpu_locations import TPU_ZONES, zones_of
 from tpuray.components.config import StackConfig, parse_stack_config
 from tpuray.components.gke_cluster import NODE_SA_ROLES, GkeCluster
 from tpuray.components.planning.kuberay import RayJobParams
@@ -21,8 +23,6 @@ from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
 from tpuray.components.review.engine import STANDIN_ENDPOINT, ProgramRun
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, RAY_JOB
-from tpuray.components.topology import TpuSlice
-from tpuray.components.tpu_locations import TPU_ZONES, zones_of
 from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
 
 

@@ -14,7 +14,9 @@ import pytest
 
 from tests.components import engine_run as er
 from tests.components.prometheus_server import Exporter, prometheus_scraping
-from tpuray.components import metric_names as mn
+from tpuray.components.catalog import metric_names as mn
+from tpuray.components.catalog.topology import GENERATIONS, TpuSlice
+from tpuray.components.catalog.tpu_locations import zones_of
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.planning.dashboard import (
     COLUMNS,
@@ -29,8 +31,6 @@ from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
 from tpuray.components.review.resource_types import ALERT_POLICY, DASHBOARD
 from tpuray.components.stack_monitoring import StackMonitoring, StackMonitoringArgs
-from tpuray.components.topology import GENERATIONS, TpuSlice
-from tpuray.components.tpu_locations import zones_of
 
 STACKS = ("dev", "prod", "prod-dws")
 

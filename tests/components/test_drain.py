@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from tests.components.catalog import CAPACITIES, pool, ray_params
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config.capacity import Reservation, Spot, capacity_class
 from tpuray.components.planning.drain import DRAIN_REASON, DrainPlan, drain_plan, pre_stop_command
 from tpuray.components.planning.kuberay import TpuWorkerGroup, ray_cluster_spec
-from tpuray.components.topology import TpuSlice
 
 
 @pytest.mark.parametrize("capacity", sorted(CAPACITIES))
@@ -173,7 +173,7 @@ def test_a_hook_that_cannot_reach_ray_ends_without_blocking_shutdown(tmp_path: P
 def test_workers_of_time_limited_vms_are_told_their_lifetime(capacity: str) -> None:
     """Flex-start (and queued with maxRunDuration) VMs go away after maxRunDuration: the workers get it in
     TPURAY_MAX_RUN_SECONDS, so the training side can checkpoint before then; other workers get nothing."""
-    from tpuray.components.names import MAX_RUN_ENV
+    from tpuray.components.catalog.names import MAX_RUN_ENV
 
     cfg = pool(TpuSlice.parse("v6e", "4x4"), capacity, 1)
     [group] = ray_cluster_spec(ray_params(TpuWorkerGroup.from_pool(cfg)))["workerGroupSpecs"]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.components.gmp_schema import cel_problems, schema_errors
-from tpuray.components import metric_names as mn
+from tpuray.components.catalog import metric_names as mn
 from tpuray.components.planning.gmp import (
     GMP_API_VERSION,
     KUEUE_METRICS_READER_ROLE,

@@ -11,9 +11,7 @@ import pytest
 
 from tests.components import engine_run as er
 from tests.components.kuberay_schema import schema_errors
-from tpuray.components.config import StackConfig, load_stack_file, parse_stack_config
-from tpuray.components.gke_cluster import GkeCluster
-from tpuray.components.names import (
+from tpuray.components.catalog.names import (
     HEAD_PORTS,
     RAY_CLUSTER_POD_LABEL,
     RAY_DASHBOARD_PORT,
@@ -25,6 +23,8 @@ from tpuray.components.names import (
     TPU_PROCESS_BASE_PORT,
     TPU_RUNTIME_PORTS,
 )
+from tpuray.components.config import StackConfig, load_stack_file, parse_stack_config
+from tpuray.components.gke_cluster import GkeCluster
 from tpuray.components.planning.kuberay import ray_cluster_manifest, ray_start_ports
 from tpuray.components.planning.network_policy import (
     DEFAULT_DENY,

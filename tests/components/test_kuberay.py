@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from tests.components.catalog import ALL_SLICES, pool, ray_params, slice_capacity_st
 from tests.components.kuberay_schema import schema_errors, tpu_chip_mismatches
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import (
     DEFAULT_JOB_TTL_SECONDS,
     ConfigError,
@@ -32,7 +33,6 @@ from tpuray.components.planning.kuberay import (
 )
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job
 from tpuray.components.planning.stack_plan import plan_stack
-from tpuray.components.topology import TpuSlice
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 

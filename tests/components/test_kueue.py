@@ -15,23 +15,23 @@ from tests.components import engine_run as er
 from tests.components.catalog import ALL_SLICES, capacity_st, pool, supported
 from tests.components.kuberay_schema import schema_errors as kuberay_schema_errors
 from tests.components.kueue_schema import cel_problems, schema_errors, scope_of
-from tpuray.components.cloud_limits import GKE_MAX_NODES_PER_CLUSTER
-from tpuray.components.component_args import KueuePlan
-from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
-from tpuray.components.kueue import KUEUE_CHART, KueueQueues, KueueQueuesArgs
-from tpuray.components.names import (
+from tpuray.components.catalog.cloud_limits import GKE_MAX_NODES_PER_CLUSTER
+from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_TOPOLOGY_LABEL,
     KUEUE_PRIORITY_CLASS_LABEL,
     KUEUE_QUEUE_NAME_LABEL,
     TPU_RESOURCE,
 )
+from tpuray.components.catalog.tpu_locations import TPU_ZONES
+from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
+from tpuray.components.kueue import KUEUE_CHART, KueueQueues, KueueQueuesArgs
+from tpuray.components.planning.component_args import KueuePlan
 from tpuray.components.planning.kuberay import ray_job_manifest
 from tpuray.components.planning.kueue import DWS_PROVISIONING_CLASS, KueueSpec, kueue_spec
 from tpuray.components.planning.kueue_checks import MAX_POD_SETS, check_kueue_ray_job
 from tpuray.components.planning.node_pools import slice_pool_node_pools
 from tpuray.components.planning.stack_plan import plan_stack
-from tpuray.components.tpu_locations import TPU_ZONES
 
 DWS = er.ROOT / "Pulumi.prod-dws.yaml"
 

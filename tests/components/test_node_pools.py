@@ -6,14 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.components.catalog import ALL_SLICES, pool, slice_capacity_st
-from tpuray.components.names import POOL_LABEL, TPU_TAINT
+from tpuray.components.catalog.names import POOL_LABEL, TPU_TAINT
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.planning.node_pools import (
     NodePoolSpec,
     bounded_name,
     slice_pool_node_pools,
     workload_policy_name,
 )
-from tpuray.components.topology import TpuSlice
 
 ZONE = "us-east5-a"
 

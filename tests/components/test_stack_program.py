@@ -10,10 +10,10 @@ import pytest
 
 from tests.components import engine_run as er
 from tests.components.kuberay_schema import schema_errors, tpu_chip_mismatches
+from tpuray.components.catalog.topology import generation
 from tpuray.components.config import ConfigError, load_stack_file
 from tpuray.components.planning.node_pools import slice_pool_node_pools
 from tpuray.components.review.engine import ProgramRun
-from tpuray.components.topology import generation
 
 PROGRAM = er.ROOT / "infra" / "__main__.py"
 STACKS = ("dev", "prod")

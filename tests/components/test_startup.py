@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from tests.components.kuberay_schema import schema_errors
-from tpuray.components.compile_cache_key import CACHE_DIR_ENV, CACHE_URL_ENV, WORKER_IMAGE_ENV, CompileCacheKey
+from tpuray.components.catalog.compile_cache_key import CACHE_DIR_ENV, CACHE_URL_ENV, WORKER_IMAGE_ENV, CompileCacheKey
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import ConfigError, StackConfig, parse_stack_config
 from tpuray.components.planning.kuberay import ray_cluster_manifest, ray_job_manifest
 from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.planning.startup import FUSE_CACHE_VOLUME, first_step_waits
-from tpuray.components.topology import TpuSlice
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST_A = "sha256:" + "a" * 64
@@ -138,7 +138,7 @@ def test_streaming_a_non_artifact_registry_image_is_refused_with_the_field() -> 
 
 def test_a_preloaded_disk_needs_its_gke_version_and_names_it() -> None:
     from tpuray.components.config.startup import SECONDARY_BOOT_DISK_MIN_GKE
-    from tpuray.components.config_types import gke_version_key
+    from tpuray.components.config.value_types import gke_version_key
 
     # every TPU generation tpuray serves needs a newer GKE than secondary boot disks do: the floor holds today,
     # and the rule is what keeps it when an older version is ever accepted

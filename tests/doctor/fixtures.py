@@ -18,9 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tpuray.components.config import StackConfig, load_stack_file
-from tpuray.components.doctor.reader import LIST_FILES, VERSION_FILE
-from tpuray.components.names import (
+from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
     GKE_TOPOLOGY_LABEL,
@@ -29,6 +27,8 @@ from tpuray.components.names import (
     IMAGE_TORCH_XLA_VERSION_LABEL,
     TPU_RESOURCE,
 )
+from tpuray.components.config import StackConfig, load_stack_file
+from tpuray.components.doctor.reader import LIST_FILES, VERSION_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 

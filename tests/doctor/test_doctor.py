@@ -13,10 +13,7 @@ import pytest
 from tests.doctor.fake_api import PATHS, serve, write_kubeconfig
 from tests.doctor.fixtures import FIXTURES, STACK, write_snapshot, write_stack
 from tpuray.components import cli
-from tpuray.components.config import WorkloadConfig, parse_stack_config
-from tpuray.components.doctor.checks import check_tpu_webhook
-from tpuray.components.doctor.reader import LIST_FILES, SNAPSHOT_FILES, VERSION_FILE, ClusterObjects
-from tpuray.components.names import (
+from tpuray.components.catalog.names import (
     IMAGE_BACKEND_LABEL,
     IMAGE_LIBTPU_VERSION_LABEL,
     IMAGE_RAY_VERSION_LABEL,
@@ -24,6 +21,9 @@ from tpuray.components.names import (
     IMAGE_TORCH_VERSION_LABEL,
     IMAGE_TORCH_XLA_VERSION_LABEL,
 )
+from tpuray.components.config import WorkloadConfig, parse_stack_config
+from tpuray.components.doctor.checks import check_tpu_webhook
+from tpuray.components.doctor.reader import LIST_FILES, SNAPSHOT_FILES, VERSION_FILE, ClusterObjects
 
 ROOT = Path(__file__).resolve().parents[2]
 

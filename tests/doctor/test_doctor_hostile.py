@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from tests.doctor.fixtures import STACK, STACK_YAML, healthy, write_snapshot, write_stack
 from tpuray.components import cli
+from tpuray.components.catalog.names import GKE_NODEPOOL_LABEL
 from tpuray.components.config import StackConfig, load_stack_file
 from tpuray.components.doctor.checks import check_kuberay_crds, run_checks
 from tpuray.components.doctor.crd_schema import pruned_paths
 from tpuray.components.doctor.reader import LIST_FILES, ClusterObjects, ReadError, SnapshotReader, parse_list
-from tpuray.components.names import GKE_NODEPOOL_LABEL
 
 
 def doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

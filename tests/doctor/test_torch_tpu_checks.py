@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from tpuray.components.catalog.names import POOL_LABEL, TORCH_TPU_ENV_CALLBACK, TPU_RESOURCE
 from tpuray.components.config import StackConfig, load_stack_file
 from tpuray.components.doctor.reader import ClusterObjects
 from tpuray.components.doctor.torch_tpu_checks import runtime_checks
-from tpuray.components.names import POOL_LABEL, TORCH_TPU_ENV_CALLBACK, TPU_RESOURCE
 
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOK_IMAGE = "us-docker.pkg.dev/ai-on-gke/kuberay-tpu-webhook/tpu-webhook"
@@ -86,8 +86,7 @@ def test_an_xla_single_host_stack_has_neither_check() -> None:
 
 
 def _image(**labels: str) -> Any:
-    from tpuray.components.doctor.checks import ImageVersions
-    from tpuray.components.names import (
+    from tpuray.components.catalog.names import (
         IMAGE_BACKEND_LABEL,
         IMAGE_LIBTPU_VERSION_LABEL,
         IMAGE_RAY_VERSION_LABEL,
@@ -95,6 +94,7 @@ def _image(**labels: str) -> Any:
         IMAGE_TORCH_VERSION_LABEL,
         IMAGE_TORCH_XLA_VERSION_LABEL,
     )
+    from tpuray.components.doctor.checks import ImageVersions
 
     keys = {
         "ray": IMAGE_RAY_VERSION_LABEL,

@@ -69,7 +69,7 @@ def test_plans_of_two_stacks_are_refused(tmp_path: Path, capsys: pytest.CaptureF
 @pytest.mark.parametrize(
     ("count", "shown"),
     [
-        # numbers no plan.json holds: the file reader refuses them (components/data_file.py)
+        # numbers no plan.json holds: the file reader refuses them (components/catalog/data_file.py)
         ("1e999", "the number 1e999 does not fit a double"),
         ("-1", "autoscaling.totalMaxNodeCount is -1"),
         ("2.5", "autoscaling.totalMaxNodeCount is 2.5"),

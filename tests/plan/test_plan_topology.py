@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from tests.plan.conftest import STACKS
+from tpuray.components.catalog.names import TPU_RESOURCE
+from tpuray.components.catalog.topology import GENERATIONS, TpuSlice
 from tpuray.components.cli import build_parser
-from tpuray.components.names import TPU_RESOURCE
 from tpuray.components.review.plan import Plan
 from tpuray.components.review.pool_views import PoolView, RayGroup
 from tpuray.components.review.render import summary_table, topology_markdown
 from tpuray.components.review.resource_types import RAY_CLUSTER
 from tpuray.components.review.svg import COLORS, MAX_SLICES_DRAWN, render_svg
-from tpuray.components.topology import GENERATIONS, TpuSlice
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from tests.plan.conftest import ROOT
+from tpuray.components.catalog.names import RAY_CLUSTER_POD_LABEL, TORCH_TPU_ENV_CALLBACK, TPU_RESOURCE
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import ConfigError, load_stack_file
-from tpuray.components.names import RAY_CLUSTER_POD_LABEL, TORCH_TPU_ENV_CALLBACK, TPU_RESOURCE
 from tpuray.components.planning.network_policy import network_policies
 from tpuray.components.review.plan import Plan, render_stack
-from tpuray.components.topology import TpuSlice
 
 STACK = ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.torch-tpu.yaml"
 SLICE = TpuSlice.parse("tpu7x:2x2x2")

@@ -1,5 +1,5 @@
-"""The one text rule (``tpuray.components.safe_text``) and the review outputs that go through it: a string read from
-a plan, a stack file or a flag never adds a line, a heading, a link or a table cell to the PR comment, and never
+"""The one text rule (``tpuray.components.catalog.safe_text``) and the review outputs that go through it: a string read
+from a plan, a stack file or a flag never adds a line, a heading, a link or a table cell to the PR comment, and never
 reaches an SVG or a terminal with a control character in it."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.plan.conftest import GOLDEN, ROOT
+from tpuray.components.catalog.names import POOL_LABEL
+from tpuray.components.catalog.safe_text import CONTROL_CATEGORIES, md_code, md_text, one_line, xml_text
 from tpuray.components.config import ConfigError, load_stack_file
-from tpuray.components.names import POOL_LABEL
 from tpuray.components.review.cost import cost_markdown, cost_of_plan
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
 from tpuray.components.review.diff import diff_plans, render_markdown
-from tpuray.components.safe_text import CONTROL_CATEGORIES, md_code, md_text, one_line, xml_text
 
 PROPERTY = settings(max_examples=200, deadline=None)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tpuray.components.catalog.throughput import CostFileError, slice_usd_per_hour
 from tpuray.components.cli import main as tpuray
-from tpuray.components.pricing.throughput import CostFileError, slice_usd_per_hour
 from tpuray.workloads.train import main as train
 
 GOLDEN_DEV = Path(__file__).resolve().parents[1] / "plan" / "golden" / "dev"
@@ -65,7 +65,8 @@ def test_labels_reach_the_terminal_without_their_escape_sequences(capsys: pytest
         ("0", r"pools\[0\]\.usd_per_chip_hour is .*a price is a positive finite"),
         ('"2.0"', r"pools\[0\]\.usd_per_chip_hour is .*a price is a positive finite"),
         ("true", r"pools\[0\]\.usd_per_chip_hour is .*a price is a positive finite"),
-        # JSON has no such numbers: the file reader (components/data_file.py) refuses them first, naming the flag
+        # JSON has no such numbers: the file reader (components/catalog/data_file.py) refuses them first, naming the
+        # flag
         ("Infinity", r"--cost-json .*Infinity"),
         ("-Infinity", r"--cost-json .*Infinity"),
         ("NaN", r"--cost-json .*NaN"),

@@ -18,8 +18,13 @@ from typing import Any
 import pytest
 
 from tests.torch_tpu_env.torch_tpu_venv import PCI_DEVICE_ID, run_launch_env
-from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_SLICE_NAME_LABEL, RAY_TOPOLOGY_LABEL, RAY_WORKER_ID_LABEL
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.names import (
+    RAY_POD_TYPE_LABEL,
+    RAY_SLICE_NAME_LABEL,
+    RAY_TOPOLOGY_LABEL,
+    RAY_WORKER_ID_LABEL,
+)
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.torch_tpu import RankSeat, slice_envs
 from tpuray.workloads.worker_env import host_major_seats, torch_tpu_env, torch_tpu_topology
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_WORKER_ID_LABEL
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.names import RAY_POD_TYPE_LABEL, RAY_WORKER_ID_LABEL
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.worker_env import chip_env, hostnames_from_env
 
 ENV_PREFIXES = ("TPU_", "CLOUD_TPU_TASK_ID", "MEGASCALE_")

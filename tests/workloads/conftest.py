@@ -23,7 +23,7 @@ def emulated_slices() -> Iterator[None]:
     """One emulated cluster (:data:`SHARED_SLICES`) for every test that trains on it and leaves it as it found it:
     starting one costs tens of seconds of the suite's two cores. This driver is connected to it."""
     ray = pytest.importorskip("ray")
-    from tpuray.components.topology import TpuSlice
+    from tpuray.components.catalog.topology import TpuSlice
     from tpuray.workloads.emulation import EmulatedCluster
 
     with EmulatedCluster([(TpuSlice.parse(spec), n) for spec, n in SHARED_SLICES]) as c:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tpuray.components import metric_names as mn
+from tpuray.components.catalog import metric_names as mn
 from tpuray.workloads.goodput import EVENTS_FILE, compute_goodput, read_events
 
 TOLERANCE = 0.02

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_SLICE_NAME_LABEL, RAY_TOPOLOGY_LABEL, RAY_WORKER_ID_LABEL
-from tpuray.components.topology import TopologyError, TpuSlice
+from tpuray.components.catalog.names import (
+    RAY_POD_TYPE_LABEL,
+    RAY_SLICE_NAME_LABEL,
+    RAY_TOPOLOGY_LABEL,
+    RAY_WORKER_ID_LABEL,
+)
+from tpuray.components.catalog.topology import TopologyError, TpuSlice
 from tpuray.workloads import XlaChipConfig, chip, tpu_scaling_config
 from tpuray.workloads.backend import GENERATION_PIN, check_scaling_config, slice_of
 from tpuray.workloads.placement import PlacementError

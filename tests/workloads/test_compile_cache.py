@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 RUN = """
 import json, sys
 import torch, torch_xla
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads import compile_cache
 use = compile_cache.enable_xla(int(sys.argv[1]), TpuSlice.parse(sys.argv[2]), 1, sys.argv[3])
 x = torch.arange(8.0, device=torch_xla.device()) * 3 + 1

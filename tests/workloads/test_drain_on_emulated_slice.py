@@ -27,9 +27,9 @@ import pytest
 
 from tests.workloads.goodput_by_hand import check_goodput_by_hand
 from tests.workloads.local_prometheus import LocalPrometheus
-from tpuray.components import metric_names as mn
+from tpuray.components.catalog import metric_names as mn
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.planning.drain import DRAIN_REASON
-from tpuray.components.topology import TpuSlice
 from tpuray.workloads.emulation import EmulatedCluster
 
 ray = pytest.importorskip("ray")

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuray.components.names import MAX_RUN_ENV
+from tpuray.components.catalog.names import MAX_RUN_ENV
 from tpuray.workloads.drain import CheckpointSignal, DrainWatch, RunDeadline, agree
 
 

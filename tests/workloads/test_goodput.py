@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tpuray.components import metric_names as mn
+from tpuray.components.catalog import metric_names as mn
 from tpuray.workloads.goodput import EVENTS_FILE, GoodputRecorder, compute_goodput, read_events, record_job_event
 
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuray.components.topology import GENERATIONS, TpuSlice, generation
+from tpuray.components.catalog.topology import GENERATIONS, TpuSlice, generation
 from tpuray.workloads.metrics import ModelShape, mfu, throughput
 from tpuray.workloads.model import GPT
 

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuray.components.names import RAY_POD_TYPE_LABEL as LABEL_POD_TYPE
-from tpuray.components.names import RAY_SLICE_NAME_LABEL as LABEL_SLICE_NAME
-from tpuray.components.names import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
-from tpuray.components.names import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.names import RAY_POD_TYPE_LABEL as LABEL_POD_TYPE
+from tpuray.components.catalog.names import RAY_SLICE_NAME_LABEL as LABEL_SLICE_NAME
+from tpuray.components.catalog.names import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
+from tpuray.components.catalog.names import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.placement import (
     PlacementError,
     Seat,

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from tpuray.components.catalog.throughput import CostFileError
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.cli import main as tpuray
-from tpuray.components.pricing.throughput import CostFileError
-from tpuray.components.topology import TpuSlice
 from tpuray.workloads.train import RunPrice, _summary, build_parser, run_price
 
 GOLDEN_DEV = Path(__file__).resolve().parents[1] / "plan" / "golden" / "dev"

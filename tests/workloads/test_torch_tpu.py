@@ -10,8 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpuray.components.names import RAY_POD_TYPE_LABEL, RAY_SLICE_NAME_LABEL, RAY_TOPOLOGY_LABEL, RAY_WORKER_ID_LABEL
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.names import (
+    RAY_POD_TYPE_LABEL,
+    RAY_SLICE_NAME_LABEL,
+    RAY_TOPOLOGY_LABEL,
+    RAY_WORKER_ID_LABEL,
+)
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads import torch_tpu
 from tpuray.workloads.placement import PlacementError
 from tpuray.workloads.torch_tpu import RankSeat, slice_envs

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tpuray.components.names import TORCH_TPU_ENV_CALLBACK
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.names import TORCH_TPU_ENV_CALLBACK
+from tpuray.components.catalog.topology import TpuSlice
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ import pytest
 
 from tests.workloads.chip_seats import ENV_PREFIXES, Seat, check_seats
 from tests.workloads.goodput_by_hand import check_goodput_by_hand
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads import XlaChipConfig, tpu_scaling_config
 
 ray = pytest.importorskip("ray")

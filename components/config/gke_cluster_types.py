@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tpuray.components.config_types import Cidr, ExclusionName, NetworkDisplayName, Rrule, UtcTime
+from tpuray.components.config.value_types import Cidr, ExclusionName, NetworkDisplayName, Rrule, UtcTime
 
 __all__ = ["AuthorizedNetwork", "ExclusionScope", "MaintenanceExclusion", "MaintenanceWindow"]
 

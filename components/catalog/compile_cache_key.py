@@ -14,8 +14,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from tpuray.components.images import parse_image
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.images import parse_image
+from tpuray.components.catalog.topology import TpuSlice
 
 __all__ = ["CACHE_DIR_ENV", "CACHE_URL_ENV", "RUNTIME_FROM_IMAGE", "WORKER_IMAGE_ENV", "CompileCacheKey", "image_id"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from tpuray.components import topology
+from tpuray.components.catalog import topology
 
 __all__ = [
     "TPU_REGIONS",

@@ -1,6 +1,6 @@
 """Every name that TPU slices are matched and reached by: node labels, Ray labels and resources, taints, ports.
 
-Pure data, no Pulumi, beside the catalog (:mod:`tpuray.components.topology`). Node pools, KubeRay worker groups,
+Pure data, no Pulumi, beside the catalog (:mod:`tpuray.components.catalog.topology`). Node pools, KubeRay worker groups,
 policy rules, the plan and the workload's placement all read these, so each name is written once.
 """
 

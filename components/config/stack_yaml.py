@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from tpuray.components.data_file import DataFileError, read_text
+from tpuray.components.catalog.data_file import DataFileError, read_text
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "SafeLoader", "YamlError", "load_yaml", "read_yaml_file", "safe_load"]
 
@@ -29,7 +29,7 @@ MAX_NODES = 100_000
 
 class YamlError(DataFileError):
     """The file is not a YAML document Pulumi would read; the message is one short line. A
-    :class:`~tpuray.components.data_file.DataFileError`, so one ``except`` catches a bad JSON or YAML file."""
+    :class:`~tpuray.components.catalog.data_file.DataFileError`, so one ``except`` catches a bad JSON or YAML file."""
 
 
 def _mark(node: Node) -> str:
@@ -125,7 +125,7 @@ def load_yaml(text: str) -> Any:
 
 def read_yaml_file(path: str | Path, *, what: str = "YAML file") -> Any:
     """Read and parse ``path``; every failure (missing, not a regular file, too big, not UTF-8, not YAML) is a
-    :class:`YamlError`. The file is opened by :func:`tpuray.components.data_file.read_text`, the one bounded
+    :class:`YamlError`. The file is opened by :func:`tpuray.components.catalog.data_file.read_text`, the one bounded
     reader of the files tpuray is given (a FIFO or ``/dev/zero`` is refused before it is opened)."""
     try:
         text = read_text(path, what=what, max_bytes=MAX_BYTES)

@@ -20,7 +20,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from tpuray.components.images import parse_image
+from tpuray.components.catalog.images import parse_image
 
 __all__ = [
     "BucketLocation",
@@ -269,7 +269,7 @@ BUCKET_LOCATIONS_SOURCE = "https://cloud.google.com/storage/docs/locations"
 
 
 def _bucket_location(value: str) -> str | None:
-    from tpuray.components.tpu_locations import tpu_regions  # the catalog, read each time as tpu_locations does
+    from tpuray.components.catalog.tpu_locations import tpu_regions  # the catalog, read each time as tpu_locations does
 
     regions = tpu_regions()
     if value.lower() in regions or value.upper() in (*BUCKET_MULTI_REGIONS, *BUCKET_DUAL_REGIONS):

@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tpuray.components.gke_cluster_types import AuthorizedNetwork, MaintenanceExclusion, MaintenanceWindow
-from tpuray.components.images import ArtifactRepository
+from tpuray.components.catalog.images import ArtifactRepository
+from tpuray.components.catalog.topology import TpuSlice
+from tpuray.components.config.gke_cluster_types import AuthorizedNetwork, MaintenanceExclusion, MaintenanceWindow
 from tpuray.components.planning.dashboard import AlertPlan, DashboardPlan
 from tpuray.components.planning.kuberay import RayClusterParams
 from tpuray.components.planning.kueue import KueueSpec
 from tpuray.components.planning.node_pools import NodePoolSpec
-from tpuray.components.topology import TpuSlice
 
 __all__ = [
     "AuthorizedNetwork",
@@ -94,7 +94,7 @@ class GkeClusterArgs:
     ray_operator_addon: bool
     """Enable the GKE Ray Operator add-on (KubeRay and the TPU webhook), else declare it off. tpuray's stacks never
     enable it (KubeRay comes from its Helm chart): a RayJob on it cannot authenticate, see
-    :func:`tpuray.components.cloud_limits.ray_addon_problem`."""
+    :func:`tpuray.components.catalog.cloud_limits.ray_addon_problem`."""
     image_repositories: list[ArtifactRepository]
     """Artifact Registry repositories of the stack's images: the nodes may read these and no others."""
     resource_labels: dict[str, str] = field(default_factory=dict)
@@ -141,7 +141,7 @@ class RayClusterPlan:
     operator: Literal["addon", "helm"]
     """``helm``: install KubeRay ``helm_chart_version`` from its chart (what tpuray's stacks do); ``addon``: the GKE
     Ray add-on provides KubeRay, which ``RayTpuCluster`` refuses with authOptions or a RayJob's own cluster
-    (:func:`tpuray.components.cloud_limits.ray_addon_problem`)."""
+    (:func:`tpuray.components.catalog.cloud_limits.ray_addon_problem`)."""
     helm_chart_version: str
     soft_delete_days: int
     """Deleted or overwritten checkpoints stay restorable this long (GCS soft delete, 7-90 days)."""

@@ -100,8 +100,8 @@ class Generation:
     """GKE flex-start (and flex-start with queued provisioning) serves this generation."""
     zones: tuple[str, ...] = ()
     """The zones that offer it, as the Cloud TPU "regions and zones" page lists them
-    (https://cloud.google.com/tpu/docs/regions-zones, read 2026-12-01; :mod:`tpuray.components.tpu_locations` says
-    what is kept and left out, and checks stacks against these)."""
+    (https://cloud.google.com/tpu/docs/regions-zones, read 2026-12-01; :mod:`tpuray.components.catalog.tpu_locations`
+    says what is kept and left out, and checks stacks against these)."""
 
     @property
     def multi_host_machine_type(self) -> str:

@@ -1,8 +1,8 @@
 """One reader of a TPU slice from what a node or a worker carries: its labels (Ray's, GKE's or tpuray's) or the
 env GKE gives a TPU container.
 
-Pure Python, no Pulumi, beside the label names (:mod:`tpuray.components.names`) and the catalog
-(:mod:`tpuray.components.topology`). The Ray Train backend (the labels of the nodes its workers landed on), the
+Pure Python, no Pulumi, beside the label names (:mod:`tpuray.components.catalog.names`) and the catalog
+(:mod:`tpuray.components.catalog.topology`). The Ray Train backend (the labels of the nodes its workers landed on), the
 trainer (a cluster's slices) and the policy rules (a node pool's labels) all recover a :class:`TpuSlice` here.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tpuray.components.names import (
+from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_TOPOLOGY_LABEL,
     POD_TYPE_LABEL,
@@ -23,7 +23,7 @@ from tpuray.components.names import (
     TPU_TOPOLOGY_ENV,
     TPU_WORKER_ID_ENV,
 )
-from tpuray.components.topology import (
+from tpuray.components.catalog.topology import (
     Generation,
     TopologyError,
     TpuSlice,

@@ -1,8 +1,8 @@
 """The TCP ports a slice's training processes listen on, per backend: one table the NetworkPolicy, the worker
 containers' ports and the worker env (``tpuray.workloads.worker_env``) all read.
 
-Pure Python, no Pulumi. Each range is derived from the :class:`~tpuray.components.topology.TpuSlice`: one port per
-process on a host, processes numbered from 0 on each host.
+Pure Python, no Pulumi. Each range is derived from the :class:`~tpuray.components.catalog.topology.TpuSlice`: one port
+per process on a host, processes numbered from 0 on each host.
 
 - TorchTPU (``torch_tpu``): one process per runtime device (two per chip on tpu7x). Each device's slice builder
   listens on its entry of ``TORCH_TPU_SLICEBUILDER_ADDRESSES``, ``host:base + i`` for the ``i``-th device of a host
@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from tpuray.components.names import TPU_MEGASCALE_PORT, TPU_PROCESS_BASE_PORT, TPU_SLICEBUILDER_PORT
-from tpuray.components.topology import TpuSlice
+from tpuray.components.catalog.names import TPU_MEGASCALE_PORT, TPU_PROCESS_BASE_PORT, TPU_SLICEBUILDER_PORT
+from tpuray.components.catalog.topology import TpuSlice
 
 __all__ = [
     "BACKENDS",

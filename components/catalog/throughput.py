@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tpuray.components.data_file import DataFileError, read_json_file
-from tpuray.components.safe_text import one_line
+from tpuray.components.catalog.data_file import DataFileError, read_json_file
+from tpuray.components.catalog.safe_text import one_line
 
 __all__ = ["CostFileError", "Setup", "comparison", "setup", "slice_usd_per_hour", "tokens_per_usd"]
 

@@ -3,7 +3,7 @@
 Every JSON document tpuray reads from outside (``tpuray doctor --snapshot`` files and the API server's answers,
 ``tpuray diff``'s ``plan.json``, ``--cost-json``, ``--workload``, ``--image-inspect``) goes through
 :func:`read_json_file` or :func:`loads_json`; YAML (stack and project files) goes through
-:func:`tpuray.components.stack_yaml.read_yaml_file`, which opens the file with :func:`read_text` and raises a
+:func:`tpuray.components.config.stack_yaml.read_yaml_file`, which opens the file with :func:`read_text` and raises a
 :class:`DataFileError` too. What they refuse, each as one :class:`DataFileError`:
 
 - a path that is not a regular file: a FIFO blocks the open until a writer comes, a device (``/dev/zero``, or a
