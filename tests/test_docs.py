@@ -181,3 +181,15 @@ def test_record_replaces_one_entry_with_the_date_command_and_machine(tmp_path: P
     assert entry["command"] == "python bench/plan_bench.py --record"
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", entry["date"])
     assert entry["machine"]["cpus"] >= 1 and len(entry["machine"]["load_average_at_start"]) == 3
+
+
+def test_the_readme_follows_one_slice_pool_through_at_most_eight_files_that_exist() -> None:
+    section = README.read_text().split("## Following one slice pool", 1)[1].split("\n## ", 1)[0]
+    steps = re.findall(r"^\d+\. (?:\[)?`([^`]+)`", section, flags=re.M)
+    assert 2 <= len(steps) <= 8, steps
+    files = [s for s in steps if not s.startswith("Pulumi.")]
+    assert all((ROOT / f).is_file() for f in files), files
+    # the chain reaches the node pool, the worker group and the Kueue flavor
+    assert {"components/tpu_slice_pool.py", "components/planning/kuberay.py", "components/planning/kueue.py"} <= set(
+        files
+    )
