@@ -21,7 +21,8 @@ import yaml
 from tpuray.components.catalog.topology import GENERATIONS, TopologyError, TpuSlice
 from tpuray.components.config import ConfigError, load_stack_file
 
-# Modules that add further commands (``register(subparsers) -> None``); imported only when present.
+# The command table: modules that add their commands (``register(subparsers) -> None``), imported when the parser
+# is built; the Pulumi program never builds it, so it loads none of the tools.
 COMMAND_MODULES: tuple[str, ...] = (
     "tpuray.components.review.commands",
     "tpuray.components.doctor.commands",
@@ -165,14 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     port_check.add_argument("--json", action="store_true", help="print the findings as JSON")
     port_check.set_defaults(func=cmd_port_check)
 
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
-            continue
-        module.register(sub)
+    for name in COMMAND_MODULES:  # they ship in this package: a failed import is a broken install, and says so
+        importlib.import_module(name).register(sub)
     return parser
 
 

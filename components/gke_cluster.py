@@ -221,19 +221,7 @@ class GkeCluster(pulumi.ComponentResource):
         # The Ray add-on is declared off, not left out: the provider's ray_operator_config is Optional+Computed
         # (terraform-provider-google resource_container_cluster.go), so leaving it out would keep an add-on a
         # cluster already has running beside the Helm operator.
-        ray_addon = (
-            gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(
-                enabled=True,
-                ray_cluster_logging_config=(
-                    gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterLoggingConfigArgs(enabled=True)
-                ),
-                ray_cluster_monitoring_config=(
-                    gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterMonitoringConfigArgs(enabled=True)
-                ),
-            )
-            if args.ray_operator_addon
-            else gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(enabled=False)
-        )
+        ray_addon = gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(enabled=False)
         addons = gcp.container.ClusterAddonsConfigArgs(
             gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(enabled=True),
             ray_operator_configs=[ray_addon],

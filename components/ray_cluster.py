@@ -21,7 +21,6 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 import pulumi_random as random
 
-from tpuray.components.catalog.cloud_limits import ray_addon_problem
 from tpuray.components.catalog.names import KUBERAY_NAMESPACE, RAY_AUTH_TOKEN_KEY, TPU_WEBHOOK, TPU_WEBHOOK_SOURCE
 from tpuray.components.catalog.runtime_ports import union_ports
 from tpuray.components.config.value_types import service_account_id
@@ -99,12 +98,6 @@ class RayTpuCluster(pulumi.ComponentResource):
         plan = args.plan
         if plan.params.auth is None:  # what plan_stack builds always has one
             raise ValueError("RayTpuClusterArgs.plan.params.auth: required (the Ray token Secret is created here)")
-        # An ephemeral job's cluster (declare_cluster off) is a RayJob's; a shared one's jobs are declared elsewhere.
-        addon = ray_addon_problem(
-            plan.operator, ray_job=not plan.declare_cluster, auth_options=plan.params.auth.auth_options
-        )
-        if addon:
-            raise ValueError(f"RayTpuClusterArgs.plan.operator: {addon}")
         # Rendering checks the KubeRay/TPU-webhook rules; a bad spec fails here, before any child exists.
         self.manifest = ray_cluster_manifest(plan.params) if plan.declare_cluster else None
         super().__init__("tpuray:index:RayTpuCluster", name, None, opts)
@@ -115,28 +108,27 @@ class RayTpuCluster(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, depends_on=after)
 
         operator: list[pulumi.Resource] = []
-        if plan.operator == "helm":
-            # The KubeRay chart has no TPU webhook (the GKE add-on bundled one): multi-host pods lack TPU_WORKER_ID
-            # and TPU_WORKER_HOSTNAMES unless the kuberay-tpu-webhook is installed (the stack's TpuWebhook, on by
-            # default for multi-host pools); `tpuray doctor` checks for it.
-            if not plan.tpu_webhook and any(g.tpu_slice.multi_host for g in p.groups):
-                pulumi.log.warn(
-                    f"multi-host TPU slices need the {TPU_WEBHOOK} and ray.tpuWebhook.enabled is false: install it "
-                    f"yourself ({TPU_WEBHOOK_SOURCE}); tpuray doctor checks it",
-                    resource=self,
-                )
-            operator.append(
-                k8s.helm.v3.Release(
-                    f"{name}-kuberay-operator",
-                    name=KUBERAY_HELM_CHART,
-                    chart=KUBERAY_HELM_CHART,
-                    version=plan.helm_chart_version,
-                    namespace=KUBERAY_NAMESPACE,
-                    create_namespace=True,
-                    repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KUBERAY_HELM_REPO),
-                    opts=child,
-                )
+        # The KubeRay chart has no TPU webhook (the GKE add-on bundled one): multi-host pods lack TPU_WORKER_ID
+        # and TPU_WORKER_HOSTNAMES unless the kuberay-tpu-webhook is installed (the stack's TpuWebhook, on by
+        # default for multi-host pools); `tpuray doctor` checks for it.
+        if not plan.tpu_webhook and any(g.tpu_slice.multi_host for g in p.groups):
+            pulumi.log.warn(
+                f"multi-host TPU slices need the {TPU_WEBHOOK} and ray.tpuWebhook.enabled is false: install it "
+                f"yourself ({TPU_WEBHOOK_SOURCE}); tpuray doctor checks it",
+                resource=self,
             )
+        operator.append(
+            k8s.helm.v3.Release(
+                f"{name}-kuberay-operator",
+                name=KUBERAY_HELM_CHART,
+                chart=KUBERAY_HELM_CHART,
+                version=plan.helm_chart_version,
+                namespace=KUBERAY_NAMESPACE,
+                create_namespace=True,
+                repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KUBERAY_HELM_REPO),
+                opts=child,
+            )
+        )
 
         ns = k8s.core.v1.Namespace(
             f"{name}-namespace",

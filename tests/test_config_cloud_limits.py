@@ -189,7 +189,7 @@ def test_the_helm_operator_is_the_default_and_the_addon_stays_off() -> None:
         "kuberay-system",
     )
     plan = plan_stack(cfg, "test")
-    assert plan.gke.ray_operator_addon is False and plan.ray.operator == "helm"
+    assert plan.ray.helm_chart_version == cfg.ray.helm_chart_version  # KubeRay from its chart; the add-on is off
     cluster, job = plan.manifests  # the shared RayCluster carries the token for the job that runs on it
     assert cluster["spec"]["authOptions"] == {"mode": "token", "secretName": "tpuray-ray-auth"}
     assert job["spec"]["clusterSelector"]
@@ -199,13 +199,9 @@ def test_the_token_in_env_variables_only_is_refused_for_the_stacks_rayjob() -> N
     assert "401" in problems_of(base(ray={"authOptions": False}))["ray.authOptions"]
 
 
-def test_the_addon_rule_holds_only_where_kuberay_needs_the_token() -> None:
-    """The rule itself: a shared cluster with no RayJob and the env token is the one safe use of the add-on (what
-    the RayTpuCluster component still allows a platform team)."""
-    assert ray_addon_problem("addon", ray_job=False, auth_options=False) is None
-    assert ray_addon_problem("helm", ray_job=True, auth_options=True) is None
-    assert ray_addon_problem("addon", ray_job=True, auth_options=False) is not None
-    assert ray_addon_problem("addon", ray_job=False, auth_options=True) is not None
-    assert env_token_problem(ray_job=False, auth_options=False) is None
-    assert env_token_problem(ray_job=True, auth_options=True) is None
-    assert env_token_problem(ray_job=True, auth_options=False) is not None
+def test_the_addon_and_the_env_only_token_are_refused_and_helm_with_auth_options_is_not() -> None:
+    assert ray_addon_problem("helm") is None
+    assert "ray.operator: helm" in (ray_addon_problem("addon") or "")
+    assert env_token_problem(auth_options=True) is None
+    assert "401" in (env_token_problem(auth_options=False) or "")
+    assert "ray.operator" in problems_of(base(ray={"operator": "addon"}))

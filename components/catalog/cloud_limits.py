@@ -196,14 +196,10 @@ _STATUS_NEEDS_AUTH_OPTIONS = (
 )
 
 
-def ray_addon_problem(operator: str, *, ray_job: bool, auth_options: bool) -> str | None:
-    """Why the GKE Ray add-on (``operator == "addon"``) cannot run this token-authenticated Ray cluster, or None.
-
-    ``ray_job``: a RayJob runs on the cluster (KubeRay polls its status from the Ray dashboard); ``auth_options``:
-    the token goes through the RayCluster's ``authOptions`` (else by env variables only). Without either, the add-on
-    is safe: the env token keeps the cluster closed, and nothing of KubeRay's needs the dashboard.
-    """
-    if operator != "addon" or not (ray_job or auth_options):
+def ray_addon_problem(operator: str) -> str | None:
+    """Why the GKE Ray add-on (``operator == "addon"``) cannot run a tpuray stack, or None: every stack runs a RayJob
+    (KubeRay polls its status from the Ray dashboard, with the token only through ``authOptions``)."""
+    if operator != "addon":
         return None
     return (
         f"the GKE Ray add-on cannot run a RayJob: {_STATUS_NEEDS_AUTH_OPTIONS}; an add-on KubeRay < 1.6 "
@@ -211,8 +207,8 @@ def ray_addon_problem(operator: str, *, ray_job: bool, auth_options: bool) -> st
     )
 
 
-def env_token_problem(*, ray_job: bool, auth_options: bool) -> str | None:
-    """Why a RayJob cannot run with the Ray token in env variables only (``auth_options`` off), or None."""
-    if not ray_job or auth_options:
+def env_token_problem(*, auth_options: bool) -> str | None:
+    """Why the stack's RayJob cannot run with the Ray token in env variables only (``auth_options`` off), or None."""
+    if auth_options:
         return None
     return f"{_STATUS_NEEDS_AUTH_OPTIONS}: leave ray.authOptions unset (on) with ray.operator: helm"

@@ -135,9 +135,9 @@ class RayConfig(ConfigModel):
     def _token_auth_needs(self) -> RayConfig:
         # Every stack renders a training RayJob (stack_plan), whose status KubeRay reads from the dashboard with
         # the token only through authOptions: cloud_limits says why the add-on and env-only tokens are refused.
-        if problem := ray_addon_problem(self.operator, ray_job=True, auth_options=self.uses_auth_options):
+        if problem := ray_addon_problem(self.operator):
             raise ValueError(field_msg("operator", problem))
-        if problem := env_token_problem(ray_job=True, auth_options=self.uses_auth_options):
+        if problem := env_token_problem(auth_options=self.uses_auth_options):
             raise ValueError(field_msg("authOptions", problem))
         # Older versions ignore the setting instead of failing: the cluster would run without authentication.
         if _version_key(self.version) < _version_key(MIN_RAY_TOKEN_AUTH):

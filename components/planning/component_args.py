@@ -10,7 +10,7 @@ plain part lives here (``SlicePoolPlan``, ``RayClusterPlan``, ``KueuePlan``) and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from tpuray.components.catalog.images import ArtifactRepository
 from tpuray.components.catalog.topology import TpuSlice
@@ -91,10 +91,6 @@ class GkeClusterArgs:
     cluster: ControlPlane
     network: Network
     maintenance: Maintenance
-    ray_operator_addon: bool
-    """Enable the GKE Ray Operator add-on (KubeRay and the TPU webhook), else declare it off. tpuray's stacks never
-    enable it (KubeRay comes from its Helm chart): a RayJob on it cannot authenticate, see
-    :func:`tpuray.components.catalog.cloud_limits.ray_addon_problem`."""
     image_repositories: list[ArtifactRepository]
     """Artifact Registry repositories of the stack's images: the nodes may read these and no others."""
     resource_labels: dict[str, str] = field(default_factory=dict)
@@ -138,11 +134,9 @@ class RayClusterPlan:
     bucket_location: str
     retention_days: int
     """Delete checkpoints older than this many days (0 keeps them)."""
-    operator: Literal["addon", "helm"]
-    """``helm``: install KubeRay ``helm_chart_version`` from its chart (what tpuray's stacks do); ``addon``: the GKE
-    Ray add-on provides KubeRay, which ``RayTpuCluster`` refuses with authOptions or a RayJob's own cluster
-    (:func:`tpuray.components.catalog.cloud_limits.ray_addon_problem`)."""
     helm_chart_version: str
+    """KubeRay, installed from its Helm chart (the config refuses the GKE Ray add-on:
+    :func:`tpuray.components.catalog.cloud_limits.ray_addon_problem`)."""
     soft_delete_days: int
     """Deleted or overwritten checkpoints stay restorable this long (GCS soft delete, 7-90 days)."""
     versioning: bool

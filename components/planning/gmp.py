@@ -6,8 +6,7 @@ stacks run KubeRay from its Helm chart without the add-on. tpuray declares, as `
 objects (GMP v0.17 CRDs; https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed#gmp-pod-monitoring):
 
 - a PodMonitoring of the Ray cluster's pods that keeps every Ray series, the training job's own gauges among
-  them (``ray_tpuray_*``, exported through ``ray.util.metrics`` on the same port); beside the add-on's monitoring
-  (``addon_monitoring``) it keeps only those gauges, so nothing is ingested twice;
+  them (``ray_tpuray_*``, exported through ``ray.util.metrics`` on the same port);
 - with Kueue, a PodMonitoring of Kueue's controller manager: its metrics endpoint is HTTPS with authentication
   and authorization (https://kueue.sigs.k8s.io/docs/tasks/manage/observability/setup_prometheus/), so a service
   account bound to the chart's metrics-reader ClusterRole holds the token, and GMP's collectors may read that
@@ -49,15 +48,9 @@ def _meta(name: str, namespace: str | None, labels: Mapping[str, str]) -> dict[s
     return meta
 
 
-def ray_training_monitoring(
-    cluster: str, namespace: str, labels: Mapping[str, str], addon_monitoring: bool
-) -> dict[str, Any]:
-    """The PodMonitoring of a Ray cluster's pods for the training job's gauges (every Ray series without the
-    add-on's monitoring)."""
+def ray_training_monitoring(cluster: str, namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
+    """The PodMonitoring of a Ray cluster's pods: every Ray series, the training job's gauges among them."""
     endpoint: dict[str, Any] = {"port": RAY_METRICS_PORT, "interval": SCRAPE_INTERVAL}
-    if addon_monitoring:
-        prefix = mn.ray_exported(mn.TRAIN_STEP_TIME.split("_train_")[0])  # ray_tpuray
-        endpoint["metricRelabeling"] = [{"action": "keep", "sourceLabels": ["__name__"], "regex": f"{prefix}_.+"}]
     return {
         "apiVersion": GMP_API_VERSION,
         "kind": "PodMonitoring",

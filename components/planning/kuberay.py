@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from tpuray.components.catalog.names import (
     GKE_NODEPOOL_LABEL,
@@ -149,10 +149,6 @@ class RayJobParams:
     shutdown_after_job_finishes: bool = True
     ttl_seconds_after_finished: int = DEFAULT_JOB_TTL_SECONDS
     backoff_limit: int = 0
-    active_deadline_seconds: int | None = None
-    entrypoint_num_cpus: float = 1.0
-    """The head advertises no CPUs, so a driver that asks for one runs on a worker (whose image has tpuray)."""
-    submission_mode: Literal["K8sJobMode", "HTTPMode"] = "K8sJobMode"
     labels: Mapping[str, str] = field(default_factory=dict)
     suspend: bool = False
     """Created suspended: Kueue admits it (unsuspends it) when the whole cluster fits its quota."""
@@ -395,13 +391,20 @@ def submitter_pod_template(j: RayJobParams) -> dict[str, Any]:
     }
 
 
+SUBMISSION_MODE = "K8sJobMode"
+"""KubeRay runs ``ray job submit`` in a submitter pod, whose template tpuray hardens (:func:`submitter_pod_template`)
+when the job names an image."""
+ENTRYPOINT_NUM_CPUS = 1.0
+"""The head advertises no CPUs, so a driver that asks for one runs on a worker (whose image has tpuray)."""
+
+
 def ray_job_manifest(j: RayJobParams) -> dict[str, Any]:
     if (j.cluster is None) == (j.cluster_selector is None):
         raise ValueError(f"RayJob {j.name}: set exactly one of cluster (its own RayCluster) and cluster_selector")
     spec: dict[str, Any] = {
         "entrypoint": j.entrypoint,
-        "submissionMode": j.submission_mode,
-        "entrypointNumCpus": j.entrypoint_num_cpus,
+        "submissionMode": SUBMISSION_MODE,
+        "entrypointNumCpus": ENTRYPOINT_NUM_CPUS,
     }
     if j.cluster is not None:
         spec["rayClusterSpec"] = ray_cluster_spec(j.cluster)
@@ -417,11 +420,9 @@ def ray_job_manifest(j: RayJobParams) -> dict[str, Any]:
             spec["shutdownAfterJobFinishes"] = True
         if j.backoff_limit:
             spec["backoffLimit"] = j.backoff_limit
-    if j.active_deadline_seconds is not None:
-        spec["activeDeadlineSeconds"] = j.active_deadline_seconds
     if j.suspend:
         spec["suspend"] = True
-    if j.submitter_image and j.submission_mode == "K8sJobMode":
+    if j.submitter_image:
         spec["submitterPodTemplate"] = submitter_pod_template(j)
     manifest: dict[str, Any] = {
         "apiVersion": API_VERSION,

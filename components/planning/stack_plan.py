@@ -167,7 +167,6 @@ def _gke(cfg: StackConfig, labels: Mapping[str, str]) -> GkeClusterArgs:
         ),
         network=_fields_of(Network, cfg.network),
         maintenance=Maintenance(window=m.window, exclusions=tuple(m.exclusions)),
-        ray_operator_addon=cfg.ray.operator == "addon",
         image_repositories=image_repositories([cfg.ray.image, cfg.ray.worker_image or cfg.ray.image]),
         resource_labels=dict(labels),
     )
@@ -201,16 +200,11 @@ def _ray(
         retention_days=cfg.checkpoints.retention_days,
         soft_delete_days=cfg.checkpoints.soft_delete_days,
         versioning=cfg.checkpoints.versioning,
-        operator=cfg.ray.operator,
         helm_chart_version=cfg.ray.helm_chart_version,
         resource_labels=dict(labels),
         operator_namespace=cfg.ray.job_api_namespace,
         node_cidr=cfg.network.subnet_cidr,
-        monitoring=(
-            ray_training_monitoring(
-                params.name, params.namespace, params.labels, addon_monitoring=cfg.ray.operator == "addon"
-            ),
-        ),
+        monitoring=(ray_training_monitoring(params.name, params.namespace, params.labels),),
         declare_cluster=declare_cluster,
         tpu_webhook=_tpu_webhook(cfg) is not None,
         compile_cache_bucket=_own_cache_bucket(cfg),

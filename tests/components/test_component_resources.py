@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import pulumi
@@ -126,16 +125,6 @@ def test_gke_cluster_existing_network_public_nodes() -> None:
     assert c["subnetwork"] == "projects/tpuray-test-proj/regions/us-east5/subnetworks/gke"
     assert c["location"] == "us-east5"
     assert "privateClusterConfig" not in c
-
-
-def test_gke_cluster_component_still_enables_the_ray_addon_when_asked() -> None:
-    """A platform team's own GkeClusterArgs may ask for the add-on (no stack does): on, with its logging and
-    monitoring."""
-    args = replace(plan_stack(stack(), "test").gke, ray_operator_addon=True)
-    rec, _ = er.run(lambda: {"name": GkeCluster("gke", args).cluster_name})
-    assert rec.one(CLUSTER)["inputs"]["addonsConfig"]["rayOperatorConfigs"] == [
-        {"enabled": True, "rayClusterLoggingConfig": {"enabled": True}, "rayClusterMonitoringConfig": {"enabled": True}}
-    ]
 
 
 def test_gke_cluster_existing_network_private_nats_only_its_subnet() -> None:
@@ -272,7 +261,6 @@ def build_ray(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
                     namespace=cfg.ray.namespace,
                     entrypoint="python -m tpuray.workloads.train",
                     cluster=planned.params,
-                    active_deadline_seconds=7200,
                     backoff_limit=1,
                 ),
                 depends_on=list(ray.prerequisites),
@@ -345,7 +333,7 @@ def test_ray_cluster_and_job() -> None:
     rj = rec.one(RAY_JOB)["inputs"]
     assert rj == job.manifest
     assert schema_errors(job.manifest) == []
-    assert (job.manifest["spec"]["activeDeadlineSeconds"], job.manifest["spec"]["backoffLimit"]) == (7200, 1)
+    assert job.manifest["spec"]["backoffLimit"] == 1
 
 
 def test_helm_operator_mode_installs_the_pinned_chart() -> None:
@@ -404,22 +392,3 @@ def test_cluster_maintenance_window_exclusions_and_pool_auto_upgrade() -> None:
     assert "maintenancePolicy" not in rec.one(CLUSTER)["inputs"]
     rec, _ = er.run(build_pool(stack()))
     assert all(p["inputs"]["management"]["autoUpgrade"] is True for p in rec.of_type(NODE_POOL))
-
-
-def test_ray_cluster_component_refuses_the_addon_where_the_token_cannot_reach_kuberay() -> None:
-    """The component keeps the add-on option for a platform team's own plan, under the same rule as the config:
-    not with authOptions (an add-on KubeRay < 1.6 would drop them), not for a RayJob's own cluster (its status calls
-    carry no env token); a shared cluster with the token in env variables is allowed."""
-    planned = plan_stack(stack(), "test").ray
-    assert planned.params.auth is not None
-    env_token = replace(planned.params, auth=replace(planned.params.auth, auth_options=False))
-    refused = r"RayTpuClusterArgs\.plan\.operator: the GKE Ray add-on .*ray\.operator: helm"
-    with pytest.raises(ValueError, match=refused):
-        RayTpuCluster("ray", RayTpuClusterArgs(replace(planned, operator="addon")))
-    with pytest.raises(ValueError, match=refused):
-        RayTpuCluster(
-            "ray", RayTpuClusterArgs(replace(planned, operator="addon", params=env_token, declare_cluster=False))
-        )
-    shared = replace(planned, operator="addon", params=env_token)
-    rec, _ = er.run(lambda: {"name": RayTpuCluster("ray", RayTpuClusterArgs(shared)).name})
-    assert rec.one(RAY_CLUSTER) and not rec.of_type("kubernetes:helm.sh/v3:Release")  # the add-on brings KubeRay

@@ -90,7 +90,6 @@ def test_rendered_clusters_and_jobs_are_schema_valid(
             cluster_selector="tpu-cluster",
             shutdown_after_job_finishes=False,
             ttl_seconds_after_finished=0,
-            active_deadline_seconds=3600,
         )
     )
     for job in (own, attached):
