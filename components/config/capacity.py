@@ -5,7 +5,7 @@ sets, the taints its nodes get and the tolerations its pods need, whether only K
 may sit in the long-lived shared RayCluster, the drain grace and deadline of its pods, the VMs' maximum run time,
 the node pool inputs whose change replaces the pool, and the price it pays. The planners ask the capacity object;
 none of them tests its class or its ``type`` string. A new capacity type is one class here (a member of
-:data:`CapacityClass`), or, from outside, one :func:`register_capacity` call.
+:data:`CapacityClass`).
 """
 
 from __future__ import annotations
@@ -311,35 +311,3 @@ def capacity_of_node_pool(inputs: Mapping[str, Any]) -> str:
         return best
     (plain,) = (tag for tag, cls in CAPACITY_CLASSES.items() if not cls.wire_signatures)
     return plain
-
-
-def register_capacity(cls: type[CapacityType]) -> None:
-    """Add a capacity type from outside this module (an extension, a test): the registry, the ``capacity`` union of
-    :class:`~tpuray.components.config.SlicePoolConfig` and the models embedding it are rebuilt.
-    :func:`unregister_capacity` undoes it."""
-    tag = capacity_type(cls)
-    if tag in CAPACITY_CLASSES:
-        raise ValueError(f"capacity type {tag!r} is already registered")
-    CAPACITY_CLASSES[tag] = cls
-    _rebuild()
-
-
-def unregister_capacity(cls: type[CapacityType]) -> None:
-    """Remove a capacity type :func:`register_capacity` added (a built-in one stays)."""
-    tag = capacity_type(cls)
-    if tag in CAPACITY_TYPES or CAPACITY_CLASSES.get(tag) is not cls:
-        raise ValueError(f"capacity type {tag!r} was not registered by register_capacity")
-    del CAPACITY_CLASSES[tag]
-    _rebuild()
-
-
-def _rebuild() -> None:
-    """Point ``SlicePoolConfig.capacity`` at the registry's union (its discriminator stays) and rebuild every model
-    whose schema embeds it. Imported here: those models import this module."""
-    from tpuray.components.config.cost import CostConfig, SuppliedRateConfig
-    from tpuray.components.config.slice_pool import SlicePoolConfig
-    from tpuray.components.config.stack import StackConfig
-
-    SlicePoolConfig.__pydantic_fields__["capacity"].annotation = typing.Union[tuple(CAPACITY_CLASSES.values())]  # type: ignore[assignment]  # noqa: UP007
-    for model in (SlicePoolConfig, SuppliedRateConfig, CostConfig, StackConfig):
-        model.model_rebuild(force=True)

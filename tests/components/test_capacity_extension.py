@@ -1,9 +1,10 @@
 """A capacity type and a TPU generation added in this test alone: the planners follow from the new class's traits
 and the new catalog row, with no other file changed.
 
-The capacity type is a :class:`~tpuray.components.config.capacity.CapacityType` subclass added with
-``register_capacity`` (the registry the slice pool's ``capacity`` union is built from); the generation is a row
-appended to ``topology.GENERATIONS``. Both are undone after the test.
+The capacity type is a :class:`~tpuray.components.config.capacity.CapacityType` subclass added to the registry
+the slice pool's ``capacity`` union is built from, as one more member of ``CapacityClass`` would be (the fixture
+rebuilds the models that embed the union, which importing the config does once); the generation is a row appended
+to ``topology.GENERATIONS``. Both are undone after the test.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import dataclasses
 import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Union
 
 import pytest
 
@@ -21,14 +22,16 @@ from tpuray.components.catalog import topology
 from tpuray.components.catalog.names import POOL_LABEL, TPU_TAINT, Taint, Toleration
 from tpuray.components.config import ConfigError, StackConfig, parse_stack_config, stack_values
 from tpuray.components.config.capacity import (
+    CAPACITY_CLASSES,
     CapacityType,
     PriceBasis,
     capacity_class,
     capacity_of_node_pool,
+    capacity_type,
     capacity_types,
-    register_capacity,
-    unregister_capacity,
 )
+from tpuray.components.config.cost import CostConfig, SuppliedRateConfig
+from tpuray.components.config.slice_pool import SlicePoolConfig
 from tpuray.components.config.stack_yaml import read_yaml_file
 from tpuray.components.planning.drain import drain_plan
 from tpuray.components.planning.kuberay import TpuWorkerGroup, ray_cluster_spec
@@ -84,15 +87,25 @@ def _clear_topology_caches() -> None:
             obj.cache_clear()
 
 
+def _rebuild_capacity_union() -> None:
+    """Point ``SlicePoolConfig.capacity`` at the registry's union (its discriminator stays) and rebuild every model
+    whose schema embeds it, as importing the config does for ``CapacityClass``."""
+    SlicePoolConfig.__pydantic_fields__["capacity"].annotation = Union[tuple(CAPACITY_CLASSES.values())]  # type: ignore[assignment]  # noqa: UP007
+    for model in (SlicePoolConfig, SuppliedRateConfig, CostConfig, StackConfig):
+        model.model_rebuild(force=True)
+
+
 @pytest.fixture
 def extended(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(topology, "GENERATIONS", (*topology.GENERATIONS, V9Z))
     _clear_topology_caches()
-    register_capacity(ShortLived)
+    CAPACITY_CLASSES[capacity_type(ShortLived)] = ShortLived
+    _rebuild_capacity_union()
     try:
         yield
     finally:
-        unregister_capacity(ShortLived)
+        del CAPACITY_CLASSES[capacity_type(ShortLived)]
+        _rebuild_capacity_union()
         monkeypatch.undo()
         _clear_topology_caches()
 
@@ -182,5 +195,3 @@ def test_without_the_registration_the_type_and_generation_are_unknown() -> None:
         _stack(NEW_POOL)
     assert "unknown capacity type 'short-lived'" in str(e.value)
     assert "unknown TPU generation 'trillium-next'" in str(e.value)
-    with pytest.raises(ValueError, match="not registered"):
-        unregister_capacity(ShortLived)
