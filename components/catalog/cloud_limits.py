@@ -7,8 +7,9 @@ or None; the config model calls them and puts the field in front.
 from __future__ import annotations
 
 import calendar
-import re
 from datetime import datetime
+
+from packaging.version import Version
 
 __all__ = [
     "ACCELERATOR_MACHINE_SERIES",
@@ -80,14 +81,10 @@ KUEUE_API_FIRST_CHART: dict[str, str] = {
 """API version -> the first Kueue release (Helm chart version) whose CRDs serve it."""
 
 
-def _semver(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
-
-
 def kueue_chart_problem(chart_version: str, api_version: str = KUEUE_RENDERED_API) -> str | None:
     """Why the Kueue chart ``chart_version`` cannot take the objects tpuray renders, or None."""
     first = KUEUE_API_FIRST_CHART[api_version]
-    if _semver(chart_version) >= _semver(first):
+    if Version(chart_version) >= Version(first):
         return None
     return (
         f"Kueue {chart_version} does not serve {api_version}, the API of the ResourceFlavors, ClusterQueue and "

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
+from packaging.version import Version
 from pydantic import (
     AfterValidator,
     Field,
@@ -30,10 +30,6 @@ from tpuray.components.config.value_types import (
 MIN_RAY_TOKEN_AUTH = "2.52.0"
 MIN_KUBERAY_AUTH_OPTIONS = "1.6.0"
 """The Ray docs name 1.5.1 in one version of the page and 1.6.0 in another; the later one is required here."""
-
-
-def _version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
 CERT_MANAGER_NAMESPACE = "cert-manager"
@@ -140,7 +136,7 @@ class RayConfig(ConfigModel):
         if problem := env_token_problem(auth_options=self.uses_auth_options):
             raise ValueError(field_msg("authOptions", problem))
         # Older versions ignore the setting instead of failing: the cluster would run without authentication.
-        if _version_key(self.version) < _version_key(MIN_RAY_TOKEN_AUTH):
+        if Version(self.version) < Version(MIN_RAY_TOKEN_AUTH):
             raise ValueError(
                 field_msg(
                     "version",
@@ -168,7 +164,7 @@ class RayConfig(ConfigModel):
                     "KubeRay operator's own namespace (e.g. kuberay-system)",
                 )
             )
-        if _version_key(self.helm_chart_version) < _version_key(MIN_KUBERAY_AUTH_OPTIONS):
+        if Version(self.helm_chart_version) < Version(MIN_KUBERAY_AUTH_OPTIONS):
             raise ValueError(
                 field_msg(
                     "helmChartVersion",
