@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["as_int", "get_path"]
+__all__ = ["as_int", "as_list", "get_path"]
 
 
 def get_path(obj: Any, *path: str) -> Any:
@@ -25,3 +25,8 @@ def as_int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def as_list(value: Any) -> list[Any]:
+    """``value`` if it is a list, else an empty one."""
+    return value if isinstance(value, list) else []

@@ -33,6 +33,7 @@ from tpuray.components.catalog.names import (
 )
 from tpuray.components.catalog.runtime_ports import TORCH_TPU_LIBTPU, TORCH_TPU_TORCH, TORCH_TPU_VERSIONS
 from tpuray.components.catalog.topology import MIN_GKE_VERSION, generation
+from tpuray.components.catalog.wire import as_list, get_path
 from tpuray.components.config import (
     MIN_KUBERAY_AUTH_OPTIONS,
     MIN_RAY_TOKEN_AUTH,
@@ -138,29 +139,19 @@ def _name(obj: Mapping[str, Any]) -> str:
     return str(_meta(obj).get("name", "?"))
 
 
-def _dig(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        obj = obj.get(key) if isinstance(obj, Mapping) else None
-    return obj
-
-
-def _list(obj: Any) -> list[Any]:
-    return obj if isinstance(obj, list) else []
-
-
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
-    conditions = _list(_dig(pod, "status", "conditions"))
+    conditions = as_list(get_path(pod, "status", "conditions"))
     return any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _deployment_ready(dep: Mapping[str, Any]) -> bool:
-    ready = _dig(dep, "status", "readyReplicas")
+    ready = get_path(dep, "status", "readyReplicas")
     return isinstance(ready, int) and ready >= 1
 
 
 def _image_tag_version(dep: Mapping[str, Any]) -> str | None:
     """The version a Deployment runs: its first container's image tag (``quay.io/kuberay/operator:v1.7.0``)."""
-    for c in _list(_dig(dep, "spec", "template", "spec", "containers")):
+    for c in as_list(get_path(dep, "spec", "template", "spec", "containers")):
         image = c.get("image") if isinstance(c, Mapping) else None
         if isinstance(image, str) and ":" in image.rsplit("/", 1)[-1]:
             return image.rsplit(":", 1)[1].split("@", 1)[0]
@@ -294,12 +285,13 @@ def _crd_problems(rendered: Sequence[Mapping[str, Any]], crds: Sequence[Mapping[
     for kind, api_version, objects in _rendered_kinds(rendered):
         group, _, version = api_version.rpartition("/")
         crd = next(
-            (c for c in crds if _dig(c, "spec", "group") == group and _dig(c, "spec", "names", "kind") == kind), None
+            (c for c in crds if get_path(c, "spec", "group") == group and get_path(c, "spec", "names", "kind") == kind),
+            None,
         )
         if crd is None:
             problems.append(f"no CRD for {kind} ({api_version})")
             continue
-        versions = [v for v in _list(_dig(crd, "spec", "versions")) if isinstance(v, Mapping)]
+        versions = [v for v in as_list(get_path(crd, "spec", "versions")) if isinstance(v, Mapping)]
         served = [str(v.get("name")) for v in versions if v.get("served")]
         entry = next((v for v in versions if v.get("name") == version and v.get("served")), None)
         found.append(f"{_name(crd)} serves {', '.join(served) or 'nothing'}")
@@ -307,7 +299,7 @@ def _crd_problems(rendered: Sequence[Mapping[str, Any]], crds: Sequence[Mapping[
             problems.append(f"{_name(crd)} does not serve {version} (serves {', '.join(served) or 'nothing'})")
             continue
         # every path of every rendered object against the served schema (crd_schema: the API server's pruning)
-        schema = _dig(entry, "schema", "openAPIV3Schema")
+        schema = get_path(entry, "schema", "openAPIV3Schema")
         if not isinstance(schema, Mapping):
             problems.append(f"{_name(crd)} {version} has no openAPIV3Schema: unknown what it keeps")
             continue
@@ -347,17 +339,17 @@ def check_kuberay_crds(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
 
 # ---- the TPU webhook ----------------------------------------------------------------------------------------
 def _mutates_pod_create(hook: Mapping[str, Any]) -> bool:
-    for rule in _list(hook.get("rules")):
+    for rule in as_list(hook.get("rules")):
         if not isinstance(rule, Mapping):
             continue
-        ops, groups, resources = (_list(rule.get(k)) for k in ("operations", "apiGroups", "resources"))
+        ops, groups, resources = (as_list(rule.get(k)) for k in ("operations", "apiGroups", "resources"))
         if ({"CREATE", "*"} & set(ops)) and ({"", "*"} & set(groups)) and ({"pods", "*"} & set(resources)):
             return True
     return False
 
 
 def _selects_ray_pods(hook: Mapping[str, Any]) -> bool:
-    selector = _dig(hook, "objectSelector", "matchLabels")
+    selector = get_path(hook, "objectSelector", "matchLabels")
     return isinstance(selector, Mapping) and all(selector.get(k) == v for k, v in WEBHOOK_POD_LABEL.items())
 
 
@@ -365,7 +357,7 @@ def check_tpu_webhook(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
     found = [
         f"{_name(cfg_obj)}/{hook.get('name')}"
         for cfg_obj in objs.webhooks
-        for hook in _list(cfg_obj.get("webhooks"))
+        for hook in as_list(cfg_obj.get("webhooks"))
         if isinstance(hook, Mapping)
         and _mutates_pod_create(hook)
         and ("tpu" in f"{_name(cfg_obj)} {hook.get('name')}".lower() or _selects_ray_pods(hook))
@@ -406,7 +398,7 @@ def _listed_twice(pool: SlicePoolConfig, objs: ClusterObjects) -> list[str]:
 def _not_schedulable(node: Mapping[str, Any]) -> str | None:
     """Why the scheduler would not place a pod on ``node`` (NotReady, cordoned), or None.
     https://kubernetes.io/docs/concepts/architecture/nodes/#condition, kubectl cordon sets spec.unschedulable."""
-    if _dig(node, "spec", "unschedulable") is True:
+    if get_path(node, "spec", "unschedulable") is True:
         return "cordoned"
     if not _pod_ready(node):  # the same Ready condition, on a node
         return "NotReady"
@@ -458,9 +450,9 @@ def check_pool_nodes(pool: SlicePoolConfig, objs: ClusterObjects) -> list[CheckR
     )
 
     wrong = [
-        f"{_name(n)} has {_dig(n, 'status', 'allocatable', TPU_RESOURCE) or 'none'}"
+        f"{_name(n)} has {get_path(n, 'status', 'allocatable', TPU_RESOURCE) or 'none'}"
         for n in nodes
-        if str(_dig(n, "status", "allocatable", TPU_RESOURCE)) != str(s.chips_per_host)
+        if str(get_path(n, "status", "allocatable", TPU_RESOURCE)) != str(s.chips_per_host)
     ]
     fact = f"pool {pool.name} nodes ({s.machine_type}) allocate {TPU_RESOURCE}={s.chips_per_host}"
     fix = "check the TPU device plugin on those nodes (tpu-device-plugin check), then repair or recreate them"
@@ -480,7 +472,7 @@ def check_device_plugin(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
     tpu_nodes = {_name(n) for p in cfg.slice_pools for n in _pool_nodes(p, objs)}
     key, value = DEVICE_PLUGIN_POD_LABEL
     ready = {
-        str(_dig(pod, "spec", "nodeName"))
+        str(get_path(pod, "spec", "nodeName"))
         for pod in objs.pods
         if _meta(pod).get("namespace") == SYSTEM_NAMESPACE and _labels(pod).get(key) == value and _pod_ready(pod)
     }
@@ -553,9 +545,9 @@ def check_network_policy(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
 
 # ---- the worker image ---------------------------------------------------------------------------------------
 def _requests_tpu(pod: Mapping[str, Any]) -> bool:
-    for c in _list(_dig(pod, "spec", "containers")):
-        resources = _dig(c, "resources")
-        if any(TPU_RESOURCE in (_dig(resources, part) or {}) for part in ("limits", "requests")):
+    for c in as_list(get_path(pod, "spec", "containers")):
+        resources = get_path(c, "resources")
+        if any(TPU_RESOURCE in (get_path(resources, part) or {}) for part in ("limits", "requests")):
             return True
     return False
 

@@ -19,13 +19,12 @@ from tpuray.components.catalog.names import (
     TPU_WEBHOOK,
     TPU_WEBHOOK_SOURCE,
 )
+from tpuray.components.catalog.wire import as_list, get_path
 from tpuray.components.config import StackConfig
 from tpuray.components.doctor.checks import (
     CheckResult,
-    _dig,
     _find_deployment,
     _image_tag_version,
-    _list,
     _meta,
     _name,
     _requests_tpu,
@@ -70,8 +69,8 @@ def check_tpu_webhook_version(cfg: StackConfig, objs: ClusterObjects) -> CheckRe
 
 def _env(pod: Mapping[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
-    for c in _list(_dig(pod, "spec", "containers")):
-        for e in _list(_dig(c, "env")):
+    for c in as_list(get_path(pod, "spec", "containers")):
+        for e in as_list(get_path(c, "env")):
             if isinstance(e, Mapping) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str):
                 out[e["name"]] = e["value"]
     return out

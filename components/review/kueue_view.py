@@ -12,6 +12,7 @@ from typing import Any
 
 from tpuray.components.catalog.names import GKE_ACCELERATOR_LABEL, POOL_LABEL, TPU_RESOURCE
 from tpuray.components.catalog.topology import GENERATIONS
+from tpuray.components.catalog.wire import as_int
 from tpuray.components.review.resource_types import CLUSTER_QUEUE, RESOURCE_FLAVOR
 
 __all__ = ["CLUSTER_QUEUE", "RESOURCE_FLAVOR", "KueueAdmission", "kueue_admissions", "tpu_quota_by_generation"]
@@ -31,13 +32,6 @@ class KueueAdmission:
     def provisioned(self) -> bool:
         """Admitted through a (ProvisioningRequest) admission check: nodes appear only once it passes."""
         return bool(self.admission_checks)
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
 
 
 def _flavors(resources: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -61,7 +55,9 @@ def _tpu_quotas(resources: Iterable[Mapping[str, Any]]) -> list[tuple[str, str, 
         for group in spec.get("resourceGroups") or []:
             for f in group.get("flavors") or []:
                 chips = sum(
-                    _int(q.get("nominalQuota")) for q in f.get("resources") or [] if q.get("name") == TPU_RESOURCE
+                    (as_int(q.get("nominalQuota")) or 0)
+                    for q in f.get("resources") or []
+                    if q.get("name") == TPU_RESOURCE
                 )
                 mine = tuple(str(c["name"]) for c in checks if f["name"] in (c.get("onFlavors") or [f["name"]]))
                 out.append((cq, str(f["name"]), chips, mine))

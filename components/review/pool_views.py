@@ -18,6 +18,7 @@ from typing import Any
 from tpuray.components.catalog.names import POOL_LABEL, RAY_TPU_RESOURCE, TPU_RESOURCE
 from tpuray.components.catalog.safe_text import one_line
 from tpuray.components.catalog.topology import TpuSlice, generation_of_machine_type
+from tpuray.components.catalog.wire import as_int
 from tpuray.components.planning.stack_plan import StackPlan
 from tpuray.components.review.kueue_view import KueueAdmission, kueue_admissions
 from tpuray.components.review.resource_types import NODE_POOL, RAY_CLUSTER, RAY_JOB
@@ -170,10 +171,8 @@ def declared_nodes(inputs: Mapping[str, Any], pool: str) -> tuple[int, int]:
 
 
 def _int(v: Any, default: int = 0) -> int:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return default
+    n = as_int(v)
+    return default if n is None else n
 
 
 def ray_groups(resources: Iterable[Mapping[str, Any]]) -> list[RayGroup]:

@@ -22,7 +22,7 @@ from tpuray.components.catalog.names import (
     RAY_AUTH_TOKEN_ENV,
     RAY_CLUSTER_POD_LABEL,
 )
-from tpuray.components.catalog.wire import get_path
+from tpuray.components.catalog.wire import as_list, get_path
 from tpuray.components.config import SYSTEM_NAMESPACE_PREFIXES, SYSTEM_NAMESPACES
 from tpuray.components.planning.pod_security import PSA_LEVEL, restricted_problems
 from tpuray.components.review.resource_types import (
@@ -52,17 +52,13 @@ ALLOWED_PROJECT_ROLES = frozenset({NODE_SERVICE_ACCOUNT_ROLE})
 MIN_SOFT_DELETE_SECONDS = 7 * 86400
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
 # ---- control plane ------------------------------------------------------------------------------------------
 def check_control_plane(res: Resource, ctx: RuleContext) -> list[str]:
     """No authorized network opens the control plane to every address; a production control plane is private,
     DNS-only, or public to a non-empty list of networks (hardening guide; CIS GKE 5.6.3, 5.6.4)."""
     cidrs = [
         str(get_path(b, "cidrBlock"))
-        for b in _list(get_path(res.props, "masterAuthorizedNetworksConfig", "cidrBlocks"))
+        for b in as_list(get_path(res.props, "masterAuthorizedNetworksConfig", "cidrBlocks"))
         if get_path(b, "cidrBlock")
     ]
     found = []
@@ -133,7 +129,7 @@ def _cluster_specs(res: Resource) -> list[tuple[str, Mapping[str, Any]]]:
 
 def _ray_pods(spec: Mapping[str, Any], at: str) -> list[tuple[str, Mapping[str, Any]]]:
     pods = [(f"{at}.headGroupSpec", get_path(spec, "headGroupSpec", "template", "spec") or {})]
-    for i, g in enumerate(_list(spec.get("workerGroupSpecs"))):
+    for i, g in enumerate(as_list(spec.get("workerGroupSpecs"))):
         pods.append((f"{at}.workerGroupSpecs[{g.get('groupName', i)}]", get_path(g, "template", "spec") or {}))
     return pods
 
@@ -145,11 +141,11 @@ def check_token_auth(res: Resource, ctx: RuleContext) -> list[str]:
     for at, spec in _cluster_specs(res):
         if get_path(spec, "authOptions", "mode") == "token":
             continue
-        checked = [(where, (_list(pod.get("containers")) or [{}])[0]) for where, pod in _ray_pods(spec, at)]
+        checked = [(where, (as_list(pod.get("containers")) or [{}])[0]) for where, pod in _ray_pods(spec, at)]
         if spec.get("enableInTreeAutoscaling"):  # the autoscaler sidecar talks to the GCS too
             checked.append((f"{at}.autoscalerOptions", spec.get("autoscalerOptions") or {}))
         for where, container in checked:
-            env = {e.get("name"): e for e in _list(container.get("env"))}
+            env = {e.get("name"): e for e in as_list(container.get("env"))}
             if get_path(env.get(RAY_AUTH_MODE_ENV), "value") != "token":
                 found.append(f"{where}: no authOptions and the Ray container lacks {RAY_AUTH_MODE_ENV}=token")
             if not get_path(env.get(RAY_AUTH_TOKEN_ENV), "valueFrom", "secretKeyRef", "name"):
@@ -160,7 +156,7 @@ def check_token_auth(res: Resource, ctx: RuleContext) -> list[str]:
 def _pod_problems(where: str, pod: Mapping[str, Any]) -> list[str]:
     found = [f"{where}: {key} is true" for key in ("hostNetwork", "hostPID", "hostIPC") if pod.get(key) is True]
     for kind in ("initContainers", "containers"):
-        for c in _list(pod.get(kind)):
+        for c in as_list(pod.get(kind)):
             found += restricted_problems(f"{where}.{kind}[{c.get('name')}]", c, pod)
     return found
 
@@ -214,19 +210,19 @@ def check_network_policy_scoped(res: Resource, ctx: RuleContext) -> list[str]:
     to every address on every port (CIS GKE 5.6.7; the Ray head is reachable only as the policies allow)."""
     found = []
     spec = res.props.get("spec") or {}
-    for i, rule in enumerate(_list(spec.get("ingress"))):
-        sources = _list(get_path(rule, "from"))
+    for i, rule in enumerate(as_list(spec.get("ingress"))):
+        sources = as_list(get_path(rule, "from"))
         if not sources:
             found.append(f"spec.ingress[{i}] has no 'from': it admits every source")
         for s in sources:
             cidr = get_path(s, "ipBlock", "cidr")
             if isinstance(cidr, str) and cidr.endswith("/0"):
                 found.append(f"spec.ingress[{i}] admits {cidr}")
-    for i, rule in enumerate(_list(spec.get("egress"))):
-        wide = not _list(get_path(rule, "to")) or any(
-            str(get_path(t, "ipBlock", "cidr") or "").endswith("/0") for t in _list(get_path(rule, "to"))
+    for i, rule in enumerate(as_list(spec.get("egress"))):
+        wide = not as_list(get_path(rule, "to")) or any(
+            str(get_path(t, "ipBlock", "cidr") or "").endswith("/0") for t in as_list(get_path(rule, "to"))
         )
-        if wide and not _list(get_path(rule, "ports")):
+        if wide and not as_list(get_path(rule, "ports")):
             found.append(f"spec.egress[{i}] lets out to every address on every port")
     return found
 
@@ -246,11 +242,11 @@ def _images(res: Resource) -> list[tuple[str, str]]:
     out = []
     for at, spec in _cluster_specs(res):
         for where, pod in _ray_pods(spec, at):
-            out += [(where, str(c.get("image"))) for c in _list(pod.get("containers")) if c.get("image")]
+            out += [(where, str(c.get("image"))) for c in as_list(pod.get("containers")) if c.get("image")]
         image = get_path(spec, "autoscalerOptions", "image")
         if image:
             out.append((f"{at}.autoscalerOptions", str(image)))
-    for c in _list(get_path(res.props, "spec", "submitterPodTemplate", "spec", "containers")):
+    for c in as_list(get_path(res.props, "spec", "submitterPodTemplate", "spec", "containers")):
         if c.get("image"):
             out.append(("spec.submitterPodTemplate", str(c["image"])))
     return out
@@ -348,9 +344,9 @@ def _deny_all(policy: Mapping[str, Any]) -> bool:
     spec = policy.get("spec") or {}
     return (
         not (get_path(spec, "podSelector", "matchLabels") or get_path(spec, "podSelector", "matchExpressions"))
-        and {"Ingress", "Egress"} <= set(_list(spec.get("policyTypes")))
-        and not _list(spec.get("ingress"))
-        and not _list(spec.get("egress"))
+        and {"Ingress", "Egress"} <= set(as_list(spec.get("policyTypes")))
+        and not as_list(spec.get("ingress"))
+        and not as_list(spec.get("egress"))
     )
 
 
@@ -379,7 +375,7 @@ def _monitoring_on(resources: Sequence[Resource]) -> bool:
             return True
         if r.type != CLUSTER:
             continue
-        for cfg in _list(get_path(r.props, "addonsConfig", "rayOperatorConfigs")):
+        for cfg in as_list(get_path(r.props, "addonsConfig", "rayOperatorConfigs")):
             if get_path(cfg, "rayClusterMonitoringConfig", "enabled") is True:
                 return True
     return False
@@ -387,9 +383,9 @@ def _monitoring_on(resources: Sequence[Resource]) -> bool:
 
 def _lets_out_to_device_plugin(policy: Mapping[str, Any]) -> bool:
     """An egress rule to an address range (the plugin serves on the node's own address) on TCP 2112."""
-    for rule in _list(get_path(policy, "spec", "egress")):
-        to_nodes = any(get_path(t, "ipBlock", "cidr") for t in _list(rule.get("to")))
-        ports = _list(rule.get("ports"))
+    for rule in as_list(get_path(policy, "spec", "egress")):
+        to_nodes = any(get_path(t, "ipBlock", "cidr") for t in as_list(rule.get("to")))
+        ports = as_list(rule.get("ports"))
         on_port = any(
             pt.get("protocol", "TCP") == "TCP"
             and isinstance(pt.get("port"), int)
