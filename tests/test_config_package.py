@@ -89,7 +89,7 @@ def test_an_invalid_stack_runs_the_same_rules_over_its_valid_parts() -> None:
     assert ("zone", zone[0]) in rules_of_valid_parts(values, "prod")
     valid = parse_stack_config(_stack())
     assert stack_rules(valid.view("dev")) == []
-    assert [line.split(" :: ")[0] for line in stack_rules(valid.view("prod"))] == ["cluster.masterAuthorizedNetworks"]
+    assert [p.path for p in stack_rules(valid.view("prod"))] == ["cluster.masterAuthorizedNetworks"]
 
 
 def test_pulumi_values_decode_json_and_name_each_bad_key() -> None:

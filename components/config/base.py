@@ -1,10 +1,12 @@
 """The base of every config model and the helpers the models share: a model-level error that names a sub-field
-(:func:`field_msg`), durations, name patterns."""
+(:class:`Problem`, :func:`field_problem`), durations, name patterns."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic.dataclasses
@@ -65,9 +67,23 @@ def duration_seconds(value: object) -> int:
     return int(m.group(1)) * _UNIT_SECONDS[m.group(2)]
 
 
-FIELD_SEP = " :: "
+@dataclass(frozen=True)
+class Problem:
+    """One problem of a config value: where (a camelCase path below the model that finds it) and what."""
+
+    path: str
+    message: str
 
 
-def field_msg(field: str, message: str) -> str:
-    """A model-level error that names a sub-field; :func:`problems` moves the field into the path."""
-    return f"{field}{FIELD_SEP}{message}"
+class FieldProblems(ValueError):  # pydantic turns a ValueError from a validator into its error
+    """Problems a model's validator finds under its own fields: pydantic keeps the exception in the error's
+    context, and :func:`tpuray.components.config.errors.problems` puts each one at its path."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(f"{p.path}: {p.message}" for p in self.problems))
+
+
+def field_problem(field: str, message: str) -> FieldProblems:
+    """The one problem a model's validator raises about its field ``field``."""
+    return FieldProblems([Problem(field, message)])

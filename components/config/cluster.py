@@ -20,7 +20,7 @@ from tpuray.components.config.base import (
     NAME_PATTERN,
     ConfigModel,
     config_dataclass,
-    field_msg,
+    field_problem,
 )
 from tpuray.components.config.gke_cluster_types import AuthorizedNetwork
 from tpuray.components.config.value_types import (
@@ -39,12 +39,10 @@ from tpuray.components.config.value_types import (
 
 def _not_everyone(network: AuthorizedNetwork) -> AuthorizedNetwork:
     if ipaddress.ip_network(network.cidr).prefixlen == 0:
-        raise ValueError(
-            field_msg(
-                "cidr",
-                f"{network.cidr} opens the control plane to every address; list your networks, or set "
-                "cluster.controlPlaneEndpoint: private or dns (GKE hardening guide, CIS GKE 5.6.3)",
-            )
+        raise field_problem(
+            "cidr",
+            f"{network.cidr} opens the control plane to every address; list your networks, or set "
+            "cluster.controlPlaneEndpoint: private or dns (GKE hardening guide, CIS GKE 5.6.3)",
         )
     return network
 
@@ -107,30 +105,28 @@ class ClusterConfig(ConfigModel):
         nets, limit = self.master_authorized_networks, MAX_AUTHORIZED_NETWORKS[self.private_nodes]
         if len(nets) > limit:
             kind = "private" if self.private_nodes else "public"
-            raise ValueError(
-                field_msg("masterAuthorizedNetworks", f"{len(nets)} ranges; a {kind} cluster takes at most {limit}")
+            raise field_problem(
+                "masterAuthorizedNetworks", f"{len(nets)} ranges; a {kind} cluster takes at most {limit}"
             )
         cidrs = [n.cidr for n in nets]
         for i, cidr in enumerate(cidrs):
             if cidr in cidrs[:i]:
-                raise ValueError(field_msg(f"masterAuthorizedNetworks[{i}].cidr", f"{cidr} is listed twice"))
+                raise field_problem(f"masterAuthorizedNetworks[{i}].cidr", f"{cidr} is listed twice")
         # The union is judged, not each literal (0.0.0.0/1 + 128.0.0.0/1 is the whole internet).
         if public_addresses(cidrs) > MAX_PUBLIC_AUTHORIZED_ADDRESSES:
-            raise ValueError(
-                field_msg(
-                    "masterAuthorizedNetworks",
-                    f"together these ranges cover {public_addresses(cidrs):,} public addresses, more than a /8: "
-                    "list the networks that must reach the control plane (e.g. an office's /24), or set "
-                    "cluster.controlPlaneEndpoint: private or dns",
-                )
+            raise field_problem(
+                "masterAuthorizedNetworks",
+                f"together these ranges cover {public_addresses(cidrs):,} public addresses, more than a /8: "
+                "list the networks that must reach the control plane (e.g. an office's /24), or set "
+                "cluster.controlPlaneEndpoint: private or dns",
             )
         return self
 
     @model_validator(mode="after")
     def _endpoint(self) -> ClusterConfig:
         if self.control_plane_endpoint == "private" and not self.private_nodes:
-            raise ValueError(
-                field_msg("controlPlaneEndpoint", "a private endpoint needs privateNodes: true (GKE private clusters)")
+            raise field_problem(
+                "controlPlaneEndpoint", "a private endpoint needs privateNodes: true (GKE private clusters)"
             )
         return self
 
@@ -160,9 +156,9 @@ class NetworkConfig(ConfigModel):
     @model_validator(mode="after")
     def _rules(self) -> NetworkConfig:
         if not self.create and not (self.name and self.subnetwork):
-            raise ValueError(field_msg("name", "an existing network needs both name and subnetwork"))
+            raise field_problem("name", "an existing network needs both name and subnetwork")
         if self.pods_range_name == self.services_range_name:
-            raise ValueError(field_msg("servicesRangeName", f"{self.services_range_name!r} is also the pods range"))
+            raise field_problem("servicesRangeName", f"{self.services_range_name!r} is also the pods range")
         # https://cloud.google.com/vpc/docs/subnets#valid-ranges (smallest subnet /29) and
         # https://cloud.google.com/kubernetes-engine/docs/concepts/alias-ips (Pod range /9-/24, Service range /16-/27)
         limits = {
@@ -179,11 +175,11 @@ class NetworkConfig(ConfigModel):
             cidr = getattr(self, key)
             problem = private_range_problem(cidr) or prefix_problem(cidr, largest, smallest, what, source)
             if problem:
-                raise ValueError(field_msg(to_camel(key), problem))
+                raise field_problem(to_camel(key), problem)
         nets = {k: ipaddress.ip_network(getattr(self, k)) for k in ("subnet_cidr", "pods_cidr", "services_cidr")}
         keys = list(nets)
         for i, a in enumerate(keys):
             for b in keys[i + 1 :]:
                 if nets[a].overlaps(nets[b]):
-                    raise ValueError(field_msg(to_camel(b), f"{nets[b]} overlaps {to_camel(a)} {nets[a]}"))
+                    raise field_problem(to_camel(b), f"{nets[b]} overlaps {to_camel(a)} {nets[a]}")
         return self

@@ -14,7 +14,7 @@ from pydantic import (
 from tpuray.components.catalog.safe_text import refuse_control
 from tpuray.components.config.base import (
     ConfigModel,
-    field_msg,
+    field_problem,
 )
 from tpuray.components.config.capacity import capacity_class, capacity_type
 from tpuray.components.config.slice_pool import SlicePoolConfig
@@ -58,5 +58,5 @@ class CostConfig(ConfigModel):
         keys = [(r.generation, r.capacity) for r in self.rates]
         for i, key in enumerate(keys):
             if key in keys[:i]:
-                raise ValueError(field_msg(f"rates[{i}]", f"a second rate for {key[0]} {key[1]}"))
+                raise field_problem(f"rates[{i}]", f"a second rate for {key[0]} {key[1]}")
         return self

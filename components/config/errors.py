@@ -14,9 +14,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from tpuray.components.config.base import (
-    FIELD_SEP,
-)
+from tpuray.components.config.base import FieldProblems
 from tpuray.components.config.capacity import capacity_types
 from tpuray.components.config.stack import StackConfig
 
@@ -134,10 +132,9 @@ def problems(err: ValidationError, model: type[BaseModel] | None = None) -> list
             msg = f"missing 'type'; valid choices: {', '.join(capacity_types())}"
         elif e["type"] == "literal_error" and "expected" in e.get("ctx", {}):
             msg = f"not allowed; valid choices: {e['ctx']['expected']}"
-        for line in msg.split("\n"):
-            if FIELD_SEP in line:
-                sub, text = line.split(FIELD_SEP, 1)
-                problems.append((f"{base}.{sub}" if base else sub, text))
-            else:
-                problems.append((base or "(root)", line))
+        raised = e.get("ctx", {}).get("error")
+        if isinstance(raised, FieldProblems):  # a validator's problems under its own fields
+            problems += [(f"{base}.{p.path}" if base else p.path, p.message) for p in raised.problems]
+        else:
+            problems += [(base or "(root)", line) for line in msg.split("\n")]
     return problems

@@ -14,7 +14,7 @@ from pydantic import (
 from tpuray.components.config.base import (
     ConfigModel,
     config_dataclass,
-    field_msg,
+    field_problem,
 )
 from tpuray.components.config.gke_cluster_types import MaintenanceExclusion, MaintenanceWindow
 from tpuray.components.config.value_types import (
@@ -34,16 +34,14 @@ def utc_instant(text: str) -> datetime:
 
 def _window_length(window: MaintenanceWindow) -> MaintenanceWindow:
     if utc_instant(window.end) - utc_instant(window.start) < _MIN_WINDOW:
-        raise ValueError(field_msg("end", "a maintenance window lasts at least 4 hours after start"))
+        raise field_problem("end", "a maintenance window lasts at least 4 hours after start")
     # GKE refuses a window giving less than 48 h in some 32-day rolling window (stretches >= 4 h count).
     got = maintenance_availability(utc_instant(window.start), utc_instant(window.end), window.recurrence)
     if got < timedelta(hours=MIN_MAINTENANCE_HOURS):
-        raise ValueError(
-            field_msg(
-                "recurrence",
-                f"gives only {got.total_seconds() / 3600:g} h of maintenance in the worst 32 days; GKE needs at "
-                f"least {MIN_MAINTENANCE_HOURS} h (e.g. 6 h on FREQ=WEEKLY;BYDAY=SA,SU)",
-            )
+        raise field_problem(
+            "recurrence",
+            f"gives only {got.total_seconds() / 3600:g} h of maintenance in the worst 32 days; GKE needs at "
+            f"least {MIN_MAINTENANCE_HOURS} h (e.g. 6 h on FREQ=WEEKLY;BYDAY=SA,SU)",
         )
     return window
 
@@ -51,9 +49,9 @@ def _window_length(window: MaintenanceWindow) -> MaintenanceWindow:
 def _exclusion_span(exclusion: MaintenanceExclusion) -> MaintenanceExclusion:
     span = utc_instant(exclusion.end) - utc_instant(exclusion.start)
     if span <= timedelta(0):
-        raise ValueError(field_msg("end", f"{exclusion.end} is not after start {exclusion.start}"))
+        raise field_problem("end", f"{exclusion.end} is not after start {exclusion.start}")
     if exclusion.scope == "NO_UPGRADES" and span > _MAX_NO_UPGRADES:
-        raise ValueError(field_msg("end", "a NO_UPGRADES exclusion lasts at most 30 days"))
+        raise field_problem("end", "a NO_UPGRADES exclusion lasts at most 30 days")
     return exclusion
 
 
@@ -78,7 +76,7 @@ class MaintenanceConfig(ConfigModel):
         names = [e.name for e in self.exclusions]
         for i, name in enumerate(names):
             if name in names[:i]:
-                raise ValueError(field_msg(f"exclusions[{i}].name", f"duplicate exclusion name {name!r}"))
+                raise field_problem(f"exclusions[{i}].name", f"duplicate exclusion name {name!r}")
         return self
 
     @property

@@ -16,7 +16,7 @@ from tpuray.components.catalog.names import KUBERAY_NAMESPACE
 from tpuray.components.config.base import (
     NAME_PATTERN,
     ConfigModel,
-    field_msg,
+    field_problem,
 )
 from tpuray.components.config.tpu_webhook import TpuWebhookConfig
 from tpuray.components.config.value_types import (
@@ -112,12 +112,10 @@ class RayConfig(ConfigModel):
     @model_validator(mode="after")
     def _ttl_needs_an_own_cluster(self) -> RayConfig:
         if self.ttl_seconds_after_finished is not None and self.job_mode != "ephemeral":
-            raise ValueError(
-                field_msg(
-                    "ttlSecondsAfterFinished",
-                    "applies only to ray.jobMode: ephemeral (a shared-mode job runs on the long-lived cluster, "
-                    "which it never deletes); remove it or set jobMode: ephemeral",
-                )
+            raise field_problem(
+                "ttlSecondsAfterFinished",
+                "applies only to ray.jobMode: ephemeral (a shared-mode job runs on the long-lived cluster, "
+                "which it never deletes); remove it or set jobMode: ephemeral",
             )
         return self
 
@@ -132,46 +130,38 @@ class RayConfig(ConfigModel):
         # Every stack renders a training RayJob (stack_plan), whose status KubeRay reads from the dashboard with
         # the token only through authOptions: cloud_limits says why the add-on and env-only tokens are refused.
         if problem := ray_addon_problem(self.operator):
-            raise ValueError(field_msg("operator", problem))
+            raise field_problem("operator", problem)
         if problem := env_token_problem(auth_options=self.uses_auth_options):
-            raise ValueError(field_msg("authOptions", problem))
+            raise field_problem("authOptions", problem)
         # Older versions ignore the setting instead of failing: the cluster would run without authentication.
         if Version(self.version) < Version(MIN_RAY_TOKEN_AUTH):
-            raise ValueError(
-                field_msg(
-                    "version",
-                    f"{self.version} has no token authentication (Ray >= {MIN_RAY_TOKEN_AUTH}: "
-                    "https://docs.ray.io/en/latest/ray-security/token-auth.html)",
-                )
+            raise field_problem(
+                "version",
+                f"{self.version} has no token authentication (Ray >= {MIN_RAY_TOKEN_AUTH}: "
+                "https://docs.ray.io/en/latest/ray-security/token-auth.html)",
             )
         # The image, not rayVersion, decides whether token auth runs: a tag naming another Ray (an older one runs
         # with auth silently off) is refused; a digest-pinned image is taken at ray.version's word.
         for field, image in (("image", self.image), ("workerImage", self.worker_image)):
             tagged = image_ray_version(image) if image is not None else None
             if tagged is not None and tagged != self.version:
-                raise ValueError(
-                    field_msg(
-                        field,
-                        f"{image} runs Ray {tagged} but ray.version is {self.version}: use an image tagged "
-                        f"{self.version} (Ray >= {MIN_RAY_TOKEN_AUTH} for token auth), or pin it by digest",
-                    )
+                raise field_problem(
+                    field,
+                    f"{image} runs Ray {tagged} but ray.version is {self.version}: use an image tagged "
+                    f"{self.version} (Ray >= {MIN_RAY_TOKEN_AUTH} for token auth), or pin it by digest",
                 )
         if self.operator_namespace in ("default", self.namespace):
-            raise ValueError(
-                field_msg(
-                    "operatorNamespace",
-                    f"{self.operator_namespace!r} would let every pod there call the head's job API: name the "
-                    "KubeRay operator's own namespace (e.g. kuberay-system)",
-                )
+            raise field_problem(
+                "operatorNamespace",
+                f"{self.operator_namespace!r} would let every pod there call the head's job API: name the "
+                "KubeRay operator's own namespace (e.g. kuberay-system)",
             )
         if Version(self.helm_chart_version) < Version(MIN_KUBERAY_AUTH_OPTIONS):
-            raise ValueError(
-                field_msg(
-                    "helmChartVersion",
-                    f"KubeRay {self.helm_chart_version} has no authOptions (needs >= {MIN_KUBERAY_AUTH_OPTIONS}); its "
-                    "CRD would drop the field and leave the cluster unauthenticated: use chart "
-                    f"{MIN_KUBERAY_AUTH_OPTIONS} or later",
-                )
+            raise field_problem(
+                "helmChartVersion",
+                f"KubeRay {self.helm_chart_version} has no authOptions (needs >= {MIN_KUBERAY_AUTH_OPTIONS}); its "
+                "CRD would drop the field and leave the cluster unauthenticated: use chart "
+                f"{MIN_KUBERAY_AUTH_OPTIONS} or later",
             )
         return self
 

@@ -18,9 +18,8 @@ from tpuray.components.catalog.images import BACKEND_TAG_SUFFIXES, image_backend
 from tpuray.components.catalog.names import SYSTEM_POOL
 from tpuray.components.catalog.tpu_locations import location_problems
 from tpuray.components.config.base import (
-    FIELD_SEP,
     ConfigModel,
-    field_msg,
+    Problem,
 )
 from tpuray.components.config.cluster import (
     ClusterConfig,
@@ -86,7 +85,7 @@ class StackView:
         return self.workload.slice_pool if self.workload is not None else None
 
 
-def control_plane_rules(view: StackView) -> list[str]:
+def control_plane_rules(view: StackView) -> list[Problem]:
     """A production control plane is private, DNS-only, or public to a non-empty list of networks.
 
     GKE hardening guide (https://cloud.google.com/kubernetes-engine/docs/how-to/hardening-your-cluster) and CIS GKE
@@ -98,7 +97,7 @@ def control_plane_rules(view: StackView) -> list[str]:
     if cluster.master_authorized_networks:
         return []
     return [
-        field_msg(
+        Problem(
             "cluster.masterAuthorizedNetworks",
             f"[gke-control-plane-not-public] production stack {stack!r} has a public control plane open to every "
             "address: list the networks allowed to reach it (never 0.0.0.0/0), or set "
@@ -107,9 +106,9 @@ def control_plane_rules(view: StackView) -> list[str]:
     ]
 
 
-def monitoring_rules(view: StackView) -> list[str]:
+def monitoring_rules(view: StackView) -> list[Problem]:
     """Settings that name slice pools name pools of this stack, and an excluded pool can be told from a watched one."""
-    found: list[str] = []
+    found: list[Problem] = []
     monitoring, pools = view.monitoring, view.pools
     if monitoring is None:
         return found
@@ -118,7 +117,7 @@ def monitoring_rules(view: StackView) -> list[str]:
     if monitoring.enabled and monitoring.idle_alert.enabled and names and set(names) <= set(excluded):
         # An enabled alert that watches no pool would never fire, and look like one that watches them all.
         found.append(
-            field_msg(
+            Problem(
                 "monitoring.idleAlert.excludePools",
                 f"excludes every slice pool ({', '.join(names)}): the alert would watch nothing; leave at least one "
                 "pool out of the list, or set monitoring.idleAlert.enabled: false",
@@ -130,12 +129,12 @@ def monitoring_rules(view: StackView) -> list[str]:
         pool = next((p for _, p in pools if p.name == name), None)
         if pool is None:
             if names and name not in names:
-                found.append(field_msg(at, f"{name!r} is not a slice pool; valid choices: {', '.join(names)}"))
+                found.append(Problem(at, f"{name!r} is not a slice pool; valid choices: {', '.join(names)}"))
             continue
         other = watched.get(slice_shape(pool.tpu_slice))
         if other is not None:
             found.append(
-                field_msg(
+                Problem(
                     at,
                     f"{name!r} has the slice shape of watched pool {other!r} ({pool.tpu_slice.generation} "
                     f"{pool.tpu_slice.topology}); TPU metrics carry the shape, not the pool, so the alert cannot "
@@ -149,15 +148,15 @@ KUEUE_RESERVED_GROUP = "head"
 """Kueue names the head's pod set ``head``; a worker group of that name is rejected (Kueue raycluster webhook)."""
 
 
-def capacity_rules(view: StackView) -> list[str]:
+def capacity_rules(view: StackView) -> list[Problem]:
     """Rules tying capacity types to Kueue, the job mode and maintenance."""
-    found: list[str] = []
+    found: list[Problem] = []
     pools, cluster, ray, kueue, maintenance = view.pools, view.cluster, view.ray, view.kueue, view.maintenance
     queued = [(i, p) for i, p in pools if p.capacity.needs_kueue]
     if kueue is not None and not kueue.enabled:
         for i, p in queued:
             found.append(
-                field_msg(
+                Problem(
                     f"slicePools[{i}].capacity",
                     f"queued pool {p.name!r} is only reachable through Kueue (its ProvisioningRequest admission "
                     "check is what makes GKE create the nodes): set kueue.enabled: true",
@@ -165,7 +164,7 @@ def capacity_rules(view: StackView) -> list[str]:
             )
         if ray is not None and ray.job_mode == "ephemeral":
             found.append(
-                field_msg(
+                Problem(
                     "kueue.enabled",
                     "ray.jobMode ephemeral submits a suspended RayJob that only Kueue admits: set kueue.enabled: true",
                 )
@@ -175,7 +174,7 @@ def capacity_rules(view: StackView) -> list[str]:
         job_pool = next((p for _, p in pools if target is None or p.name == target), None)
         if job_pool is not None and not job_pool.capacity.in_shared_cluster:
             found.append(
-                field_msg(
+                Problem(
                     "ray.jobMode",
                     f"the training job runs on queued pool {job_pool.name!r}, which only a Kueue-admitted RayJob "
                     "with its own cluster reaches: set ray.jobMode: ephemeral",
@@ -183,16 +182,16 @@ def capacity_rules(view: StackView) -> list[str]:
             )
     if kueue is not None and kueue.enabled:
         if problem := kueue_flavors_problem(len(view.pool_names)):  # the CRD's list bound (cloud_limits)
-            found.append(field_msg("slicePools", problem))
+            found.append(Problem("slicePools", problem))
         for i, p in pools:
             if p.name == KUEUE_RESERVED_GROUP:
-                found.append(field_msg(f"slicePools[{i}].name", "'head' is Kueue's name for the Ray head's pod set"))
+                found.append(Problem(f"slicePools[{i}].name", "'head' is Kueue's name for the Ray head's pod set"))
     if cluster is not None:
         enrolled = cluster.release_channel != "UNSPECIFIED"
         for i, p in pools:
             if not p.auto_upgrade and enrolled:
                 found.append(
-                    field_msg(
+                    Problem(
                         f"slicePools[{i}].autoUpgrade",
                         f"GKE keeps node auto-upgrade on in release channel {cluster.release_channel}: set "
                         "cluster.releaseChannel: UNSPECIFIED, or use maintenance exclusions instead",
@@ -201,10 +200,10 @@ def capacity_rules(view: StackView) -> list[str]:
         for j, e in enumerate(maintenance.exclusions if maintenance is not None else []):
             start, end = utc_instant(e.start), utc_instant(e.end)
             if span := exclusion_span_problem(e.scope, start, end, cluster.release_channel):
-                found.append(field_msg(f"maintenance.exclusions[{j}].end", span))  # cloud_limits cites the spans
+                found.append(Problem(f"maintenance.exclusions[{j}].end", span))  # cloud_limits cites the spans
             if e.scope != "NO_UPGRADES" and not enrolled:
                 found.append(
-                    field_msg(
+                    Problem(
                         f"maintenance.exclusions[{j}].scope",
                         f"{e.scope} needs a release channel; a cluster outside one can only use NO_UPGRADES",
                     )
@@ -220,41 +219,40 @@ def max_nodes(cluster: ClusterConfig, pools: Iterable[SlicePoolConfig]) -> int:
     return cluster.system_nodes * (3 if cluster.regional else 1) + sum(p.slices * p.tpu_slice.hosts for p in pools)
 
 
-def pool_rules(view: StackView) -> list[str]:
+def pool_rules(view: StackView) -> list[Problem]:
     """Zones, node pool names, versions and address room of the slice pools."""
     region, zone, zone_invalid, cluster, pools = view.region, view.zone, view.zone_invalid, view.cluster, view.pools
     network, project, checkpoints = view.network, view.project, view.checkpoints
-    found: list[str] = []
+    found: list[Problem] = []
     if region is not None and zone is not None and not zone.startswith(region + "-"):
-        found.append(field_msg("zone", f"{zone!r} is not in region {region!r}"))
+        found.append(Problem("zone", f"{zone!r} is not in region {region!r}"))
     # A region or zone without TPUs, a pool in a zone without its generation (tpu_locations cites the page).
     found += [
-        field_msg(f, m)
-        for f, m in location_problems(region, zone, [(i, p.name, p.generation, p.zone) for i, p in pools])
+        Problem(f, m) for f, m in location_problems(region, zone, [(i, p.name, p.generation, p.zone) for i, p in pools])
     ]
     if cluster is not None and not cluster.regional and zone is None and not zone_invalid:
-        found.append(field_msg("zone", "a zonal cluster (cluster.regional: false) needs a zone"))
+        found.append(Problem("zone", "a zonal cluster (cluster.regional: false) needs a zone"))
     seen: set[str] = set()
     # Every GKE node pool name the stack derives, with the pool that owns it; the system pool is the cluster's.
     node_pools: dict[str, str] = {SYSTEM_POOL: "the system node pool"}
     for i, pool in pools:
         at = f"slicePools[{i}]"
         if pool.name in seen:
-            found.append(field_msg(f"{at}.name", f"duplicate pool name {pool.name!r}"))
+            found.append(Problem(f"{at}.name", f"duplicate pool name {pool.name!r}"))
         seen.add(pool.name)
         for node_pool in pool.node_pool_names:
             # https://github.com/pulumi/pulumi-gcp/issues/1510 quotes GKE's rule: [a-z](?:[-a-z0-9]{0,38}[a-z0-9])?
             if not _NODE_POOL_NAME.match(node_pool):
-                found.append(field_msg(f"{at}.name", f"node pool name {node_pool!r} is longer than 40 characters"))
+                found.append(Problem(f"{at}.name", f"node pool name {node_pool!r} is longer than 40 characters"))
             me = f"slicePools[{i}] ({pool.name})"
             owner = node_pools.setdefault(node_pool, me)
             if owner != me and not owner.endswith(f"({pool.name})"):  # same pool name: reported above
-                found.append(field_msg(f"{at}.name", f"node pool name {node_pool!r} is also used by {owner}"))
+                found.append(Problem(f"{at}.name", f"node pool name {node_pool!r} is also used by {owner}"))
         if region is not None and pool.zone is not None and not pool.zone.startswith(region + "-"):
-            found.append(field_msg(f"{at}.zone", f"{pool.zone!r} is not in region {region!r}"))
+            found.append(Problem(f"{at}.zone", f"{pool.zone!r} is not in region {region!r}"))
         if cluster is not None and not cluster.regional and zone is not None and pool.zone not in (None, zone):
             found.append(
-                field_msg(
+                Problem(
                     f"{at}.zone",
                     f"{pool.zone!r}: the zonal cluster lives in {zone!r} and its node pools too; set "
                     "cluster.regional: true to spread pools over the region's zones",
@@ -262,7 +260,7 @@ def pool_rules(view: StackView) -> list[str]:
             )
         if pool.tpu_slice.placement != "none" and (pool.zone or zone) is None and not zone_invalid:
             found.append(
-                field_msg(
+                Problem(
                     f"{at}.zone",
                     f"a multi-host {pool.tpu_slice.topology} slice needs compact placement in a single zone: set "
                     "the pool's zone or the stack's zone",
@@ -272,7 +270,7 @@ def pool_rules(view: StackView) -> list[str]:
             # Without node locations a pool spans every zone of a regional cluster, and GKE applies the autoscaling
             # limits per zone: up to three times the slices, in zones that may not have the TPU at all.
             found.append(
-                field_msg(
+                Problem(
                     f"{at}.zone",
                     f"TPU {pool.tpu_slice.generation} slices are zonal: set the pool's zone or the stack's zone",
                 )
@@ -281,21 +279,21 @@ def pool_rules(view: StackView) -> list[str]:
         need = required_gke_version(p for _, p in pools)
         if not gke_version_meets(cluster.min_master_version, need):  # an alias (1.33) counts as its newest patch
             found.append(
-                field_msg(
+                Problem(
                     "cluster.minMasterVersion",
                     f"{cluster.min_master_version} is older than {need}, which the TPU generations of this stack need",
                 )
             )
     nodes = max_nodes(cluster, [p for _, p in pools]) if cluster is not None else None
     if nodes is not None and (problem := cluster_size_problem(nodes)):  # cloud_limits cites GKE's limit
-        found.append(field_msg("slicePools", problem))
+        found.append(Problem("slicePools", problem))
     if network is not None and network.create and cluster is not None and nodes is not None:
         # Each node takes a /24 of the Pod range at GKE's default of 110 Pods per node
         # (https://cloud.google.com/kubernetes-engine/docs/how-to/flexible-pod-cidr).
         room = ipaddress.ip_network(network.pods_cidr).num_addresses // 256
         if nodes > room:
             found.append(
-                field_msg(
+                Problem(
                     "network.podsCidr",
                     f"{network.pods_cidr} holds {room} nodes (a /24 each), but the stack can grow to {nodes} nodes",
                 )
@@ -303,11 +301,11 @@ def pool_rules(view: StackView) -> list[str]:
     if project is not None and cluster is not None and checkpoints is not None and checkpoints.bucket is None:
         problem = bucket_name_problem(derived_bucket_name(project, cluster.name))
         if problem:
-            found.append(field_msg("checkpoints.bucket", f"the default name does not work ({problem}); set one"))
+            found.append(Problem("checkpoints.bucket", f"the default name does not work ({problem}); set one"))
     workload_pool, pool_names = view.workload_pool, view.pool_names
     if workload_pool is not None and pool_names and workload_pool not in pool_names:
         found.append(
-            field_msg(
+            Problem(
                 "workload.slicePool",
                 f"{workload_pool!r} is not a slice pool; valid choices: {', '.join(dict.fromkeys(pool_names))}",
             )
@@ -315,17 +313,17 @@ def pool_rules(view: StackView) -> list[str]:
     return found
 
 
-def backend_rules(view: StackView) -> list[str]:
+def backend_rules(view: StackView) -> list[Problem]:
     """What the stack's TPU runtime (``workload.backend``) needs of its pools and its worker image."""
     if view.workload is None:
         return []
     backend = view.workload.backend
-    found: list[str] = []
+    found: list[Problem] = []
     per_chip = {p.tpu_slice.spec.devices_per_chip: p for _, p in view.pools}
     if backend == "torch_tpu" and len(per_chip) > 1:
         gens = ", ".join(f"{p.name} ({p.generation}: {n} per chip)" for n, p in sorted(per_chip.items()))
         found.append(
-            field_msg(
+            Problem(
                 "workload.backend",
                 f"torch_tpu runs one Ray worker per device, and Ray 2.60 counts TPU devices per chip with one "
                 f"number per process (RAY_TPU_RESOURCE_PER_CHIP), but these pools differ: {gens}; put tpu7x pools "
@@ -336,7 +334,7 @@ def backend_rules(view: StackView) -> list[str]:
     tagged = image_backend(image) if image is not None else None
     if tagged is not None and tagged != backend:
         found.append(
-            field_msg(
+            Problem(
                 "ray.workerImage",
                 f"{image} is a {tagged} worker image (its tag ends in "
                 f"{next(k for k, v in BACKEND_TAG_SUFFIXES.items() if v == tagged)}) but workload.backend is "
@@ -347,7 +345,7 @@ def backend_rules(view: StackView) -> list[str]:
     return found
 
 
-def model_fit_rules(view: StackView) -> list[str]:
+def model_fit_rules(view: StackView) -> list[Problem]:
     """The model's replicated training state fits one chip of the pool the job runs on (data parallel: every chip
     holds all of it). The bound is the chip's HBM; on tpu7x, whose chips are two PJRT devices each, a replica per
     device would have half of it, which this lenient bound does not assume."""
@@ -365,7 +363,7 @@ def model_fit_rules(view: StackView) -> list[str]:
     if need <= chip:
         return []
     return [
-        field_msg(
+        Problem(
             "workload.model",
             f"does not fit: needs {need / 2**30:,.1f} GiB, a {pool.tpu_slice.generation} chip has "
             f"{chip / 2**30:g} GiB ({workload.model_parameters:,} parameters x {TRAIN_BYTES_PER_PARAMETER} bytes: "
@@ -375,12 +373,12 @@ def model_fit_rules(view: StackView) -> list[str]:
     ]
 
 
-def namespace_rules(view: StackView) -> list[str]:
+def namespace_rules(view: StackView) -> list[Problem]:
     """Kueue and Ray each run in a namespace of their own."""
     if view.kueue is None or view.ray is None or view.kueue.namespace != view.ray.namespace:
         return []
     return [
-        field_msg(
+        Problem(
             "kueue.namespace",
             f"{view.kueue.namespace!r} is Ray's namespace: Kueue's controller and webhook need their own "
             "(e.g. kueue-system)",
@@ -388,7 +386,7 @@ def namespace_rules(view: StackView) -> list[str]:
     ]
 
 
-RULES: tuple[Callable[[StackView], list[str]], ...] = (
+RULES: tuple[Callable[[StackView], list[Problem]], ...] = (
     pool_rules,
     control_plane_rules,
     capacity_rules,
@@ -400,10 +398,10 @@ RULES: tuple[Callable[[StackView], list[str]], ...] = (
 """Every cross-section rule, each taking the one :class:`StackView`."""
 
 
-def stack_rules(view: StackView) -> list[str]:
-    """Every cross-section problem of ``view``, as :func:`field_msg` strings (one validation path: the model's
+def stack_rules(view: StackView) -> list[Problem]:
+    """Every cross-section problem of ``view``, as :class:`Problem` values (one validation path: the model's
     validator and :func:`rules_of_valid_parts` both call this)."""
-    return [line for rule in RULES for line in rule(view)]
+    return [p for rule in RULES for p in rule(view)]
 
 
 def _valid_part(model: type[ConfigModel], value: Any) -> Any:
@@ -457,8 +455,7 @@ def rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) ->
     pydantic skips a model's own after-validator once any field fails, so without this a type error in one
     section would hide a zone or version problem in another until the first was fixed.
     """
-    found = stack_rules(view_of_values(values, stack))
-    return [(path, text) for path, text in (line.split(FIELD_SEP, 1) for line in found)]
+    return [(p.path, p.message) for p in stack_rules(view_of_values(values, stack))]
 
 
 _NODE_POOL_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")

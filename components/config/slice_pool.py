@@ -16,7 +16,7 @@ from tpuray.components.catalog.topology import GENERATIONS, TopologyError, TpuSl
 from tpuray.components.config.base import (
     NAME_PATTERN,
     ConfigModel,
-    field_msg,
+    field_problem,
 )
 from tpuray.components.config.capacity import Capacity, OnDemand
 from tpuray.components.config.value_types import (
@@ -58,28 +58,26 @@ class SlicePoolConfig(ConfigModel):
         try:
             TpuSlice.parse(self.generation, self.topology, self.machine_type)
         except TopologyError as e:
-            raise ValueError(field_msg(to_camel(e.field), str(e).split(": ", 1)[1])) from None
+            raise field_problem(to_camel(e.field), str(e).split(": ", 1)[1]) from None
         auto, cap = self.autoscaling, self.capacity
         if auto.min_slices > self.slices:
-            raise ValueError(field_msg("autoscaling.minSlices", f"{auto.min_slices} exceeds slices={self.slices}"))
+            raise field_problem("autoscaling.minSlices", f"{auto.min_slices} exceeds slices={self.slices}")
         if cap.queued_provisioning and not (auto.enabled and auto.min_slices == 0):
-            raise ValueError(
-                field_msg(
-                    "autoscaling",
-                    "queued provisioning needs autoscaling enabled with minSlices 0 (GKE creates the "
-                    "nodes when a ProvisioningRequest is granted); set autoscaling: {enabled: true, minSlices: 0}",
-                )
+            raise field_problem(
+                "autoscaling",
+                "queued provisioning needs autoscaling enabled with minSlices 0 (GKE creates the "
+                "nodes when a ProvisioningRequest is granted); set autoscaling: {enabled: true, minSlices: 0}",
             )
         if cap.flex_start and not auto.enabled:
-            raise ValueError(
-                field_msg("autoscaling", "flex-start pools have no static node count: set autoscaling.enabled: true")
+            raise field_problem(
+                "autoscaling", "flex-start pools have no static node count: set autoscaling.enabled: true"
             )
         gen = generation(self.generation)
         if cap.flex_start and not gen.flex_start:
             # https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start : "TPU v3 and v4 are not supported."
             served = ", ".join(g.name for g in GENERATIONS if g.flex_start)
-            raise ValueError(
-                field_msg("capacity.type", f"flex-start capacity does not serve TPU {gen.name}; it serves {served}")
+            raise field_problem(
+                "capacity.type", f"flex-start capacity does not serve TPU {gen.name}; it serves {served}"
             )
         return self
 

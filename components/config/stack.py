@@ -14,6 +14,7 @@ from pydantic import (
 
 from tpuray.components.config.base import (
     ConfigModel,
+    FieldProblems,
 )
 from tpuray.components.config.cluster import (
     ClusterConfig,
@@ -78,7 +79,7 @@ class StackConfig(ConfigModel):
     def _rules(self, info: ValidationInfo) -> StackConfig:
         found = stack_rules(self.view(_stack_of(info.context))) + startup_problems(self)
         if found:
-            raise ValueError("\n".join(found))
+            raise FieldProblems(found)
         return self
 
     def view(self, stack: str | None = None) -> StackView:

@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field, model_validator
 
 from tpuray.components.catalog.images import parse_image
-from tpuray.components.config.base import ConfigModel, field_msg
+from tpuray.components.config.base import (
+    ConfigModel,
+    Problem,
+    field_problem,
+)
 from tpuray.components.config.value_types import BucketName, MountPath, ProjectId, gke_version_key
 
 if TYPE_CHECKING:
@@ -103,9 +107,9 @@ class FuseMountConfig(ConfigModel):
     @model_validator(mode="after")
     def _cache_needs(self) -> FuseMountConfig:
         if self.parallel_downloads and self.file_cache_capacity is None:
-            raise ValueError(field_msg("parallelDownloads", "downloads go into the file cache: set fileCacheCapacity"))
+            raise field_problem("parallelDownloads", "downloads go into the file cache: set fileCacheCapacity")
         if self.file_cache_for_range_read and self.file_cache_capacity is None:
-            raise ValueError(field_msg("fileCacheForRangeRead", "needs a file cache: set fileCacheCapacity"))
+            raise field_problem("fileCacheForRangeRead", "needs a file cache: set fileCacheCapacity")
         return self
 
 
@@ -137,15 +141,15 @@ def _below(version: str, floor: str) -> bool:
     return gke_version_key(version) < gke_version_key(floor)
 
 
-def startup_problems(cfg: StackConfig) -> list[str]:
-    """The rules of ``startup`` that read other sections, as :func:`field_msg` lines under ``startup``."""
+def startup_problems(cfg: StackConfig) -> list[Problem]:
+    """The rules of ``startup`` that read other sections, as :class:`Problem` values."""
     s, found = cfg.startup, []
     worker_image = cfg.ray.worker_image or cfg.ray.image
     version = cfg.master_version
     where = "cluster.minMasterVersion" if cfg.cluster.min_master_version else "the version the TPU pools need"
     if s.images.streaming and parse_image(worker_image).artifact_repository is None:
         found.append(
-            field_msg(
+            Problem(
                 "startup.images.streaming",
                 f"image streaming serves Artifact Registry images only, and the worker image {worker_image} is "
                 "not one (<location>-docker.pkg.dev/<project>/<repository>/<image>): push it there, or use "
@@ -154,7 +158,7 @@ def startup_problems(cfg: StackConfig) -> list[str]:
         )
     if s.images.preloaded_disk_image is not None and _below(version, SECONDARY_BOOT_DISK_MIN_GKE):
         found.append(
-            field_msg(
+            Problem(
                 "startup.images.preloadedDiskImage",
                 f"secondary boot disks need GKE {SECONDARY_BOOT_DISK_MIN_GKE} or later; {where} is {version}: set "
                 f"cluster.minMasterVersion to {SECONDARY_BOOT_DISK_MIN_GKE} or later",
@@ -164,7 +168,7 @@ def startup_problems(cfg: StackConfig) -> list[str]:
     owner = c.bucket_project or cfg.project
     if c.enabled and c.bucket is not None and owner != cfg.project and not c.access_granted:
         found.append(
-            field_msg(
+            Problem(
                 "startup.compileCache.bucket",
                 f"{c.bucket} is in project {owner}, not the stack's ({cfg.project}): tpuray grants the Ray service "
                 "account access only in its own project, so the workers could not read or write it. Have its owner "
@@ -173,13 +177,13 @@ def startup_problems(cfg: StackConfig) -> list[str]:
             )
         )
     if c.bucket_project is not None and c.bucket is None:
-        found.append(field_msg("startup.compileCache.bucketProject", "names the project of `bucket`: set bucket"))
+        found.append(Problem("startup.compileCache.bucketProject", "names the project of `bucket`: set bucket"))
     d = s.data_mount
     if d is not None:
         owner = d.bucket_project or cfg.project
         if owner != cfg.project and not d.access_granted:
             found.append(
-                field_msg(
+                Problem(
                     "startup.dataMount.bucket",
                     f"{d.bucket} is in project {owner}, not the stack's ({cfg.project}): tpuray grants the Ray "
                     "service account access only in its own project. Have its owner grant roles/storage.objectViewer "
@@ -195,5 +199,5 @@ def startup_problems(cfg: StackConfig) -> list[str]:
                 or d.mount_path.startswith(path.rstrip("/") + "/")
                 or path.startswith(d.mount_path.rstrip("/") + "/")
             ):
-                found.append(field_msg("startup.dataMount.mountPath", f"{d.mount_path} overlaps {name} {path}"))
+                found.append(Problem("startup.dataMount.mountPath", f"{d.mount_path} overlaps {name} {path}"))
     return found

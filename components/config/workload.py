@@ -12,7 +12,7 @@ from pydantic import (
 from tpuray.components.catalog.runtime_ports import RuntimeBackend
 from tpuray.components.config.base import (
     ConfigModel,
-    field_msg,
+    field_problem,
 )
 from tpuray.components.config.value_types import (
     BucketLocation,
@@ -46,7 +46,7 @@ class ModelConfig(ConfigModel):
     @model_validator(mode="after")
     def _heads(self) -> ModelConfig:
         if self.d_model % self.heads:
-            raise ValueError(field_msg("heads", f"{self.heads} does not divide dModel={self.d_model}"))
+            raise field_problem("heads", f"{self.heads} does not divide dModel={self.d_model}")
         return self
 
 
