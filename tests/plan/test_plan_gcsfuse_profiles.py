@@ -151,3 +151,21 @@ def test_the_program_declares_the_volume_and_claim_before_the_ray_cluster(tmp_pa
 def test_without_a_profile_nothing_changes() -> None:
     params = plan_stack(cfg(stack("prod")), "prod").ray.params
     assert profile_claims(params.startup, params.checkpoint_bucket, params.namespace) == []
+
+
+def test_the_volume_and_claim_are_what_the_kubernetes_api_reads() -> None:
+    """Each object round-trips through the Kubernetes client's own models unchanged: every field is one the API
+    has, under its name (a misspelt one would be dropped), and the required ones are there (the models refuse a
+    missing one)."""
+    import json
+
+    from kubernetes.client import ApiClient
+
+    c = cfg(profiled(checkpointMount=PROFILED, dataMount={"bucket": "tpuray-prod-corpus", **PROFILED}))
+    params = plan_stack(c, "prod").ray.params
+    objs = profile_claims(params.startup, params.checkpoint_bucket, params.namespace, {"app": "tpuray"})
+    assert [o["kind"] for o in objs] == ["PersistentVolume", "PersistentVolumeClaim"] * 2
+    api = ApiClient()
+    for obj in objs:
+        model = api.deserialize(json.dumps(obj), f"V1{obj['kind']}", "application/json")
+        assert api.sanitize_for_serialization(model) == obj  # type: ignore[no-untyped-call]
