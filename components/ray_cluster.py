@@ -260,8 +260,10 @@ class RayTpuCluster(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, ns]),
                 )
             )
-        # a mount with a GCS FUSE profile is a PersistentVolume of the profile's StorageClass and its claim
+        # a mount with a GCS FUSE profile is a PersistentVolume of the profile's StorageClass and its claim; their
+        # specs are immutable and their names fixed, so a changed one is deleted before its replacement is created
         claims: list[pulumi.Resource] = []
+        replaced = pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(delete_before_replace=True))
         for obj in profile_claims(p.startup, p.checkpoint_bucket, p.namespace, dict(p.labels)):
             kind = (
                 k8s.core.v1.PersistentVolume if obj["kind"] == "PersistentVolume" else k8s.core.v1.PersistentVolumeClaim
@@ -271,7 +273,7 @@ class RayTpuCluster(pulumi.ComponentResource):
                     f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}",
                     metadata=cast(Any, obj["metadata"]),
                     spec=cast(Any, obj["spec"]),
-                    opts=in_ns,
+                    opts=replaced,
                 )
             )
         self.prerequisites = [

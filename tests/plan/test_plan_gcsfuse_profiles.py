@@ -144,6 +144,7 @@ def test_the_program_declares_the_volume_and_claim_before_the_ray_cluster(tmp_pa
     pvc = by_type["kubernetes:core/v1:PersistentVolumeClaim"]
     assert pv["inputs"]["spec"]["storageClassName"] == "gcsfusecsi-checkpointing"
     assert pvc["inputs"]["metadata"]["name"] == "checkpoints-gcsfuse"
+    assert pv["options"]["deleteBeforeReplace"] and pvc["options"]["deleteBeforeReplace"]  # fixed names
     ray_cluster = by_type["kubernetes:ray.io/v1:RayCluster"]
     assert {pv["urn"], pvc["urn"]} <= set(ray_cluster["options"]["dependsOn"]), "the RayCluster waits for its claim"
 
