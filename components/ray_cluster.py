@@ -34,6 +34,7 @@ from tpuray.components.planning.kuberay import (
 )
 from tpuray.components.planning.network_policy import NetworkPolicyParams, network_policies
 from tpuray.components.planning.pod_security import pod_security_labels
+from tpuray.components.planning.startup import profile_claims
 
 __all__ = [
     "KUBERAY_HELM_REPO",
@@ -251,7 +252,32 @@ class RayTpuCluster(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[*after, ns]),
                 )
             )
-        self.prerequisites = [ns, *ksas, self.auth_secret, bucket_access, *cache_access, *wi_bindings, *operator]
+        # a mount with a GCS FUSE profile is a PersistentVolume of the profile's StorageClass and its claim; their
+        # specs are immutable and their names fixed, so a changed one is deleted before its replacement is created
+        claims: list[pulumi.Resource] = []
+        replaced = pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(delete_before_replace=True))
+        for obj in profile_claims(p.startup, p.checkpoint_bucket, p.namespace, dict(p.labels)):
+            kind = (
+                k8s.core.v1.PersistentVolume if obj["kind"] == "PersistentVolume" else k8s.core.v1.PersistentVolumeClaim
+            )
+            claims.append(
+                kind(
+                    f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}",
+                    metadata=cast(Any, obj["metadata"]),
+                    spec=cast(Any, obj["spec"]),
+                    opts=replaced,
+                )
+            )
+        self.prerequisites = [
+            ns,
+            *ksas,
+            self.auth_secret,
+            bucket_access,
+            *cache_access,
+            *wi_bindings,
+            *claims,
+            *operator,
+        ]
         self.ray_cluster = None
         if self.manifest is not None:
             self.ray_cluster = declare_manifest(

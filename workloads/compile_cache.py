@@ -10,9 +10,16 @@ shape; the root is ``TPURAY_COMPILE_CACHE_DIR`` (the stack mounts the bucket the
   writes; the other ranks read only, as its docstring advises for several processes on one cache.
   :class:`~tpuray.workloads.XlaChipConfig`'s backend calls :func:`enable_xla` on every worker before the
   process group starts, so the GPT trainer and any portable train function use it unchanged.
-- TorchTPU: ``TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT``, which torch_tpu 0.2.0 reads in its C++ glue (the
-  string is in ``torch_tpu/csrc/common/glue_2_12_0/libpywrap_2_12_0_common.so`` and its siblings; no Python
-  source of the wheel names it), pointed at ``gs://`` (``TPURAY_COMPILE_CACHE_URL``) under the same key.
+- TorchTPU: ``TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT``, pointed at ``gs://`` (``TPURAY_COMPILE_CACHE_URL``)
+  under the same key. No Python source of the torch_tpu 0.2.0 wheel names it; its C++ glue does
+  (``torch_tpu/csrc/common/glue_2_12_0/libpywrap_2_12_0_common.so`` and its siblings, built from
+  ``csrc/common/tier3_compilation_cache.cc``): the root is read once per process (``GetEnvOnce`` of
+  ``kTorchTpuTier3CompilationCacheRootEnvVar``) on the first compile through the compilation cache
+  (``CompilationCache::GetFromTier3OrCompile``), and the directory is created through tsl's file systems, which
+  the wheel links with GCS (``tsl::GcsFileSystem`` in ``libxla_base.so``). So it must be set before the process
+  compiles anything: :class:`~tpuray.workloads.torch_tpu.TorchTpuEnvCallback` sets it on every worker before
+  Ray's backend starts the process group. The wheel's tier 2 (``TORCH_TPU_TIER2_COMPILATION_CACHE``) is a
+  separate, local tier that tpuray leaves alone.
 
 :func:`cache_report` counts the key directory's files now against when the run enabled it, and PyTorch/XLA's own
 persistent-cache counters: on the emulated slice (PJRT CPU) a second run finds the files but cannot reload them

@@ -63,6 +63,8 @@ class Goodput:
     badput_s: dict[str, float]
     """Seconds per bucket of :data:`tpuray.components.catalog.metric_names.BADPUT_BUCKETS` (every bucket present)."""
     restarts: int
+    time_to_first_step_s: float | None = None
+    """The latest attempt's start (the job's start, for the first) to the end of its first step; None until then."""
 
     @property
     def goodput(self) -> float:
@@ -138,8 +140,11 @@ def compute_goodput(events: Sequence[dict[str, Any]], now: float | None = None) 
         end = max(end, now)
     bad = dict.fromkeys(mn.BADPUT_BUCKETS, 0.0)
     productive = 0.0
+    first_step_s: float | None = None
     for i, a in enumerate(attempts):
         origin = begin if i == 0 else a.start
+        if a.steps:
+            first_step_s = max(0.0, a.steps[0]["t1"] - origin)
         ready = a.tpu_ready if a.tpu_ready is not None else a.last
         bad[mn.BADPUT_TPU_INITIALIZATION] += max(0.0, ready - origin)
         first_step = a.steps[0]["t"] if a.steps else (a.prep_end or a.last)
@@ -167,7 +172,13 @@ def compute_goodput(events: Sequence[dict[str, Any]], now: float | None = None) 
             bad[mn.BADPUT_INFRASTRUCTURE_RECOVERY] += max(0.0, attempts[i + 1].start - a.last)
     elapsed = max(0.0, end - begin)
     bad[mn.BADPUT_OTHER] = max(0.0, elapsed - productive - sum(v for k, v in bad.items() if k != mn.BADPUT_OTHER))
-    return Goodput(elapsed_s=elapsed, productive_s=productive, badput_s=bad, restarts=max(0, len(attempts) - 1))
+    return Goodput(
+        elapsed_s=elapsed,
+        productive_s=productive,
+        badput_s=bad,
+        restarts=max(0, len(attempts) - 1),
+        time_to_first_step_s=first_step_s if attempts and attempts[-1].steps else None,
+    )
 
 
 class GoodputRecorder:

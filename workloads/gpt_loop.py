@@ -185,7 +185,8 @@ def _torch_tpu_runtime() -> _Runtime:  # pragma: no cover - needs torch_tpu and 
 
 
 def _torch_tpu_cache(job: GptJob, rank: int, world: int) -> None:  # pragma: no cover - needs torch_tpu and TPUs
-    """TorchTPU's tier-3 compile cache under the stack's key (before the first step compiles anything)."""
+    """TorchTPU's tier-3 compile cache under the stack's key. The env callback set it on this worker before the
+    process group started, which is when it must be set; this keeps that value."""
     from tpuray.workloads import compile_cache
 
     s = _slice(job)

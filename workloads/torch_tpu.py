@@ -13,8 +13,9 @@ rank ``r``'s own host, and Ray decides the ranks only once the workers exist.
 written against Ray's documented TorchTPU API gets the env with no tpuray import; ``tpuray.workloads.train``'s
 ``--backend torch_tpu`` passes the same callback itself. Once Ray has given the workers their ranks, and before its
 backend creates the process group, the callback asks each worker where it runs and sets, on every worker of each
-slice, the env of :func:`tpuray.workloads.worker_env.torch_tpu_env`. A variable already set is kept, as
-``set_tpu_launch_env`` keeps it.
+slice, the env of :func:`tpuray.workloads.worker_env.torch_tpu_env`, and TorchTPU's tier-3 compile cache root
+under the stack's cache key (:func:`tpuray.workloads.compile_cache.enable_torch_tpu`). A variable already set is
+kept, as ``set_tpu_launch_env`` keeps it.
 
 torch_tpu has no CPU mode (it registers its device only when it finds a TPU), so this path runs on TPUs only; its
 env is checked here against torch_tpu 0.2.0's own launcher code (``tests/torch_tpu_env``).
@@ -92,6 +93,21 @@ def _apply(env: dict[str, str]) -> dict[str, str]:
     for key, value in env.items():
         os.environ.setdefault(key, value)
     return {k: os.environ[k] for k in env}
+
+
+def _enable_cache(rank: int, tpu_slice: TpuSlice, num_slices: int) -> str | None:
+    """Run on each worker: TorchTPU's tier-3 compile cache root under the stack's key (unless set already).
+
+    torch_tpu 0.2.0 reads ``TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT`` once per process, on the first compile that
+    goes through its compilation cache, and keeps the value (in ``libpywrap_*_common.so``: ``GetEnvOnce`` of
+    ``kTorchTpuTier3CompilationCacheRootEnvVar``, called from ``GetTier3CacheRootDir`` and
+    ``CompilationCache::GetFromTier3OrCompile``; ``EnsureTier3CacheDirExistsOnceOrDie`` then creates the directory
+    through tsl's file systems, GCS among them). So it is set here, before Ray's backend starts the process group
+    and before any train function (a user's too) compiles anything."""
+    from tpuray.workloads import compile_cache
+
+    use = compile_cache.enable_torch_tpu(rank, tpu_slice, num_slices)
+    return use.directory if use is not None else None
 
 
 def _slice_of(seats: Sequence[RankSeat]) -> TpuSlice:
@@ -180,6 +196,16 @@ class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ig
         seats: list[RankSeat] = ray.get([worker_group.execute_single_async(i, _report) for i in range(n)])
         envs = slice_envs(seats)
         ray.get([worker_group.execute_single_async(i, _apply, env) for i, env in enumerate(envs)])
+        by_slice: dict[str, list[RankSeat]] = {}
+        for s in seats:
+            by_slice.setdefault(s.slice_name, []).append(s)
+        shapes = {name: _slice_of(group) for name, group in by_slice.items()}
+        ray.get(
+            [
+                worker_group.execute_single_async(i, _enable_cache, s.world_rank, shapes[s.slice_name], len(shapes))
+                for i, s in enumerate(seats)
+            ]
+        )
 
 
 def torch_tpu_trainer(job: Any, tpu_slice: TpuSlice, num_slices: int, run_config: Any) -> Any:

@@ -29,6 +29,7 @@ _HELP = {
     mn.TRAIN_BADPUT: "Unproductive seconds by ml-goodput-measurement bucket",
     mn.TRAIN_PRODUCTIVE: "Productive training seconds",
     mn.TRAIN_ELAPSED: "Elapsed seconds since the run's first start",
+    mn.TRAIN_TIME_TO_FIRST_STEP: "Seconds from the run's latest start until its first step ended",
 }
 
 
@@ -82,6 +83,7 @@ def report_step_metrics(
             mn.TRAIN_RESTARTS: float(goodput.restarts),
             mn.TRAIN_CHECKPOINT_SAVE: goodput.badput_s[mn.BADPUT_CHECKPOINT_SAVE],
             mn.TRAIN_CHECKPOINT_RESTORE: goodput.badput_s[mn.BADPUT_CHECKPOINT_RESTORE],
+            mn.TRAIN_TIME_TO_FIRST_STEP: goodput.time_to_first_step_s,
         }
     done: dict[str, float] = {}
     for name, value in values.items():

@@ -59,6 +59,10 @@ TRAIN_PRODUCTIVE: Final = "tpuray_train_productive_seconds"
 """Productive training seconds of the run (the goodput numerator)."""
 TRAIN_ELAPSED: Final = "tpuray_train_elapsed_seconds"
 """Elapsed seconds of the run since its first start (the goodput denominator)."""
+TRAIN_TIME_TO_FIRST_STEP: Final = "tpuray_train_time_to_first_step_seconds"
+"""Seconds from the latest start of the run (the job's start, for its first attempt; the restarted workers'
+start, after a restart) until its first optimizer step ended: TPU initialisation, training prep, checkpoint restore
+and the first step's compilation together (:mod:`tpuray.workloads.goodput`)."""
 
 TRAIN_RUN_TAG: Final = "run"
 """Tag on every training metric: the run's name (``RunConfig.name``)."""
@@ -80,6 +84,7 @@ TRAIN_METRICS: Final = (
     TRAIN_BADPUT,
     TRAIN_PRODUCTIVE,
     TRAIN_ELAPSED,
+    TRAIN_TIME_TO_FIRST_STEP,
 )
 
 # ---- goodput buckets: Google's ML goodput definitions --------------------------------------------------------

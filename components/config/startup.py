@@ -13,17 +13,15 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field, model_validator
 
 from tpuray.components.catalog.images import parse_image
-from tpuray.components.config.base import (
-    ConfigModel,
-    Problem,
-    field_problem,
-)
-from tpuray.components.config.value_types import BucketName, MountPath, ProjectId, gke_version_key
+from tpuray.components.config.base import ConfigModel, Problem, field_problem
+from tpuray.components.config.value_types import BucketName, MountPath, ProjectId, gke_version_key, gke_version_meets
 
 if TYPE_CHECKING:
     from tpuray.components.config.stack import StackConfig
 
 __all__ = [
+    "GCSFUSE_PROFILES",
+    "GCSFUSE_PROFILES_MIN_GKE",
     "IMAGE_STREAMING_MIN_GKE",
     "SECONDARY_BOOT_DISK_MIN_GKE",
     "CompileCacheConfig",
@@ -43,6 +41,19 @@ miss it: written down, not checked."""
 # https://cloud.google.com/kubernetes-engine/docs/how-to/data-container-image-preloading ("Overview"): Standard
 # clusters configure node pools with secondary boot disks starting in 1.28.3-gke.1067000.
 SECONDARY_BOOT_DISK_MIN_GKE = "1.28.3-gke.1067000"
+# GKE's Cloud Storage FUSE profiles are StorageClasses GKE installs (labelled gke-gcsfuse/profile=true), one per
+# workload, each with its gcsfuse `profile:aiml-<name>` mount option and the parameters GKE sizes the caches from
+# (gcs-fuse-csi-driver deploy/base/setup/storageclass.yaml). They apply only to a PersistentVolume of that class:
+# the driver skips the profile of an inline (ephemeral) volume (pkg/profiles/recommender.go, BuildProfileConfig:
+# "Skip the profiles feature for ephemeral volumes") and strips a `profile` mount option passed by hand
+# (pkg/csi_driver/utils.go, generateDisallowedFlagsMap). GKE ships them from 1.35.1-gke.1616000
+# (https://cloud.google.com/kubernetes-engine/docs/how-to/persistent-volumes/gcsfuse-profiles; the same floor in
+# GoogleCloudPlatform/cluster-toolkit, minGCSFuseProfileGKEVersion). `serving` (Anywhere Cache, the bucket in the
+# cluster's region) is for model serving, not a training stack's mounts.
+GCSFUSE_PROFILES_MIN_GKE = "1.35.1-gke.1616000"
+GCSFUSE_PROFILES = {"training": "gcsfusecsi-training", "checkpointing": "gcsfusecsi-checkpointing"}
+"""A mount's ``profile`` and the StorageClass GKE installs for it."""
+GcsFuseProfile = Literal["training", "checkpointing"]
 STREAMING_NODE_IMAGE = "COS_CONTAINERD"
 """The node image both need (containerd on Container-Optimized OS); tpuray sets it on the pools that use them."""
 
@@ -103,6 +114,41 @@ class FuseMountConfig(ConfigModel):
         default=None, description="stat and type cache TTL (-1: never expire: objects nobody else writes)"
     )
     metadata_prefetch: bool = Field(default=False, description="list the bucket at mount time to warm the cache")
+    profile: GcsFuseProfile | None = Field(
+        default=None,
+        description="GKE's Cloud Storage FUSE profile (training or checkpointing; GKE 1.35.1-gke.1616000 or later): "
+        "GKE sizes the caches from the bucket and the node, in place of the options above",
+    )
+    profile_scan_granted: bool = Field(
+        default=False,
+        description="with `profile`: the cluster's GKE service agent holds storage.buckets.get and "
+        "storage.objects.list on the bucket (GKE scans it to size the caches)",
+    )
+
+    @model_validator(mode="after")
+    def _profile_or_options(self) -> FuseMountConfig:
+        if self.profile is None:
+            if self.profile_scan_granted:
+                raise field_problem("profileScanGranted", "says GKE's bucket scan is granted: set profile")
+            return self
+        # The profile's StorageClass sets these itself (the file cache sized from the node's memory, metadata cache
+        # TTL -1, prefetch on mount); the PersistentVolume's own values would override it piece by piece.
+        tuned = {
+            "fileCacheCapacity": self.file_cache_capacity is not None,
+            "fileCacheMedium": self.file_cache_medium != "disk",
+            "fileCacheForRangeRead": self.file_cache_for_range_read,
+            "parallelDownloads": self.parallel_downloads,
+            "metadataCacheTtlSeconds": self.metadata_cache_ttl_seconds is not None,
+            "metadataPrefetch": self.metadata_prefetch,
+        }
+        if clash := [k for k, v in tuned.items() if v]:
+            raise field_problem(
+                clash[0],
+                f"profile {self.profile} sizes the file and metadata caches and picks their medium itself (GKE's "
+                f"{GCSFUSE_PROFILES[self.profile]} StorageClass); set either profile or the hand-tuned options "
+                f"({', '.join(clash)}), not both",
+            )
+        return self
 
     @model_validator(mode="after")
     def _cache_needs(self) -> FuseMountConfig:
@@ -164,6 +210,7 @@ def startup_problems(cfg: StackConfig) -> list[Problem]:
                 f"cluster.minMasterVersion to {SECONDARY_BOOT_DISK_MIN_GKE} or later",
             )
         )
+    found += _profile_problems(cfg)
     c = s.compile_cache
     owner = c.bucket_project or cfg.project
     if c.enabled and c.bucket is not None and owner != cfg.project and not c.access_granted:
@@ -200,4 +247,44 @@ def startup_problems(cfg: StackConfig) -> list[Problem]:
                 or path.startswith(d.mount_path.rstrip("/") + "/")
             ):
                 found.append(Problem("startup.dataMount.mountPath", f"{d.mount_path} overlaps {name} {path}"))
+    return found
+
+
+def _profile_problems(cfg: StackConfig) -> list[Problem]:
+    """A GCS FUSE profile needs a GKE version that ships its StorageClass, and GKE's bucket scan to be granted."""
+    found = []
+    mounts = [("startup.checkpointMount", cfg.startup.checkpoint_mount, cfg.checkpoint_bucket)]
+    if cfg.startup.data_mount is not None:
+        mounts.append(("startup.dataMount", cfg.startup.data_mount, cfg.startup.data_mount.bucket))
+    version = cfg.master_version
+    for where, m, bucket in mounts:
+        if m.profile is None:
+            continue
+        # an alias (1.35) counts as its newest patch, as GKE resolves it (config_types.gke_version_meets)
+        if not gke_version_meets(version, GCSFUSE_PROFILES_MIN_GKE):
+            source = (
+                f"cluster.minMasterVersion is {version}"
+                if cfg.cluster.min_master_version
+                else f"cluster.minMasterVersion is unset, and the version the TPU pools need is {version}"
+            )
+            found.append(
+                Problem(
+                    f"{where}.profile",
+                    f"GKE installs the {GCSFUSE_PROFILES[m.profile]} StorageClass from {GCSFUSE_PROFILES_MIN_GKE}; "
+                    f"{source}: set cluster.minMasterVersion to {GCSFUSE_PROFILES_MIN_GKE} or later (offered in "
+                    f"release channel {cfg.cluster.release_channel}), or drop profile and tune the mount by hand "
+                    "(fileCacheCapacity, metadataCacheTtlSeconds, ...)",
+                )
+            )
+        if not m.profile_scan_granted:
+            found.append(
+                Problem(
+                    f"{where}.profileScanGranted",
+                    f"GKE scans gs://{bucket} to size a profile's caches, as the cluster's GKE service agent "
+                    "(service-<project number>@container-engine-robot.iam.gserviceaccount.com), and holds the Ray "
+                    "pods until it has; tpuray cannot name that account (its program reads no project number). Grant "
+                    f"it roles/storage.legacyBucketReader on gs://{bucket} (storage.buckets.get and "
+                    "storage.objects.list) and set profileScanGranted: true",
+                )
+            )
     return found

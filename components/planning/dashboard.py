@@ -179,9 +179,10 @@ TOKENS_PER_CHIP = m.ray_exported(m.TRAIN_TOKENS_PER_CHIP)
 MFU = m.ray_exported(m.TRAIN_MFU)
 GOODPUT = m.ray_exported(m.TRAIN_GOODPUT)
 BADPUT = m.ray_exported(m.TRAIN_BADPUT)
+TIME_TO_FIRST_STEP = m.ray_exported(m.TRAIN_TIME_TO_FIRST_STEP)
 IDLE_METRICS = {"dutyCycle": RAY_DUTY_CYCLE, "tensorcoreUtilization": RAY_TENSORCORE}
 """The config's ``idleAlert.metric`` -> the per-chip gauge it watches."""
-TRAINING_KEYS = frozenset({"stepTime", "tokensPerChip", "mfu", "goodput", "badput"})
+TRAINING_KEYS = frozenset({"stepTime", "tokensPerChip", "mfu", "goodput", "badput", "timeToFirstStep"})
 
 
 def shape_selector(s: TpuSlice) -> str:
@@ -236,6 +237,10 @@ def _training_panels(slices: Sequence[TpuSlice]) -> list[Panel]:
               f"100 * max by ({run}) ({GOODPUT}{{{sel}}})", "%", False, (GOODPUT,), "${" + run + "}"),
         Panel("badput", "Badput by cause (s)", f"max by ({run}, {bucket}) ({BADPUT}{{{sel}}})", "s", False,
               (BADPUT,), "${" + run + "} ${" + bucket + "}"),
+        # what a start costs before training moves: TPU initialisation, prep, restore and the first compile
+        # (metric_names.TRAIN_TIME_TO_FIRST_STEP); a warm compile cache shows here as a shorter bar after a restart
+        Panel("timeToFirstStep", "Time to first step, latest start (s)",
+              f"max by ({run}) ({TIME_TO_FIRST_STEP}{{{sel}}})", "s", False, (TIME_TO_FIRST_STEP,), "${" + run + "}"),
     ]  # fmt: skip
 
 

@@ -41,8 +41,8 @@ from tpuray.components.catalog.names import (
 from tpuray.components.catalog.runtime_ports import RuntimeBackend
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import DEFAULT_JOB_TTL_SECONDS, SlicePoolConfig
+from tpuray.components.config.startup import FuseMountConfig
 from tpuray.components.planning.drain import DrainPlan, drain_plan, pre_stop_hook
-from tpuray.components.planning.gcsfuse import GCSFUSE_DRIVER, GCSFUSE_MOUNT_OPTIONS
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, check_ray_job, raise_problems
 from tpuray.components.planning.pod_security import (
     container_security_context,
@@ -50,7 +50,7 @@ from tpuray.components.planning.pod_security import (
 )
 from tpuray.components.planning.ray_auth import RayAuth
 from tpuray.components.planning.scheduling import PoolScheduling
-from tpuray.components.planning.startup import StartupPlan, checkpoint_fuse_attributes, startup_pod_pieces
+from tpuray.components.planning.startup import CHECKPOINT_VOLUME, StartupPlan, fuse_volume, startup_pod_pieces
 
 __all__ = [
     "API_VERSION",
@@ -68,9 +68,6 @@ __all__ = [
 ]
 
 API_VERSION = "ray.io/v1"
-
-
-CHECKPOINT_VOLUME = "checkpoints"
 
 
 @dataclass(frozen=True)
@@ -174,20 +171,8 @@ def _volumes(p: RayClusterParams) -> tuple[list[dict[str, Any]], list[dict[str, 
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if p.checkpoint_bucket:
-        tuned, options = checkpoint_fuse_attributes(p.startup.checkpoint_mount) if p.startup else ({}, [])
-        volumes.append(
-            {
-                "name": CHECKPOINT_VOLUME,
-                "csi": {
-                    "driver": GCSFUSE_DRIVER,
-                    "volumeAttributes": {
-                        "bucketName": p.checkpoint_bucket,
-                        "mountOptions": ",".join([GCSFUSE_MOUNT_OPTIONS, *options]),
-                        **tuned,
-                    },
-                },
-            }
-        )
+        m = p.startup.checkpoint_mount if p.startup else FuseMountConfig()
+        volumes.append(fuse_volume(CHECKPOINT_VOLUME, p.checkpoint_bucket, m))
         mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": p.checkpoint_mount_path})
         # the compile cache's own bucket and the sidecar's file cache: GCS FUSE volumes too (the same annotation)
         _, extra_volumes, extra_mounts = startup_pod_pieces(p.startup)

@@ -18,7 +18,14 @@ from tpuray.components.catalog.compile_cache_key import (
     WORKER_IMAGE_ENV,
     CompileCacheKey,
 )
-from tpuray.components.config.startup import STREAMING_NODE_IMAGE, DataMountConfig, FuseMountConfig, ImagePullConfig
+from tpuray.components.config.startup import (
+    GCSFUSE_PROFILES,
+    GCSFUSE_PROFILES_MIN_GKE,
+    STREAMING_NODE_IMAGE,
+    DataMountConfig,
+    FuseMountConfig,
+    ImagePullConfig,
+)
 from tpuray.components.planning.gcsfuse import GCSFUSE_DRIVER, GCSFUSE_MOUNT_OPTIONS
 
 if TYPE_CHECKING:
@@ -31,13 +38,16 @@ __all__ = [
     "StartupPlan",
     "checkpoint_fuse_attributes",
     "first_step_waits",
+    "fuse_volume",
     "node_pool_startup_fields",
+    "profile_claims",
     "startup_markdown",
     "startup_plan",
     "startup_pod_pieces",
 ]
 
 CACHE_VOLUME = "compile-cache"
+CHECKPOINT_VOLUME = "checkpoints"
 DATA_VOLUME = "training-data"
 FUSE_CACHE_VOLUME = "gke-gcsfuse-cache"
 """The volume the GCS FUSE sidecar keeps its file cache in when the pod declares one (gcs-fuse-csi-driver
@@ -115,6 +125,86 @@ def checkpoint_fuse_attributes(m: FuseMountConfig) -> tuple[dict[str, str], list
     return attrs, options
 
 
+def _claim_name(volume: str) -> str:
+    return f"{volume}-gcsfuse"
+
+
+def fuse_volume(volume: str, bucket: str, m: FuseMountConfig, *, read_only: bool = False) -> dict[str, Any]:
+    """A Ray pod's GCS FUSE volume of ``bucket``: inline (CSI ephemeral) with the hand-tuned options, or, with a
+    ``profile``, the claim of :func:`profile_claims` (a profile applies only to a PersistentVolume of its class)."""
+    if m.profile is not None:
+        return {"name": volume, "persistentVolumeClaim": {"claimName": _claim_name(volume), "readOnly": read_only}}
+    attrs, options = checkpoint_fuse_attributes(m)
+    csi: dict[str, Any] = {"driver": GCSFUSE_DRIVER}
+    if read_only:
+        csi["readOnly"] = True
+    joined = ",".join([GCSFUSE_MOUNT_OPTIONS, *options])
+    csi["volumeAttributes"] = {"bucketName": bucket, "mountOptions": joined, **attrs}
+    return {"name": volume, "csi": csi}
+
+
+def _profiled_mounts(plan: StartupPlan, checkpoint_bucket: str | None) -> list[tuple[str, str, FuseMountConfig, bool]]:
+    mounts: list[tuple[str, str, FuseMountConfig, bool]] = []
+    if checkpoint_bucket:
+        mounts.append((CHECKPOINT_VOLUME, checkpoint_bucket, plan.checkpoint_mount, False))
+    if plan.data_mount is not None:
+        mounts.append((DATA_VOLUME, plan.data_mount.bucket, plan.data_mount, True))
+    return [x for x in mounts if x[2].profile is not None]
+
+
+def profile_claims(
+    plan: StartupPlan | None, checkpoint_bucket: str | None, namespace: str, labels: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The PersistentVolume and PersistentVolumeClaim of every mount with a GCS FUSE ``profile``: the volume names
+    the bucket (``volumeHandle``) and the profile's StorageClass, and is bound to the claim in the Ray namespace
+    (the shape of gcs-fuse-csi-driver examples/gcsfuse-profiles/pv-pvc-deployment.yaml)."""
+    if plan is None:
+        return []
+    out: list[dict[str, Any]] = []
+    for volume, bucket, m, read_only in _profiled_mounts(plan, checkpoint_bucket):
+        assert m.profile is not None
+        storage_class = GCSFUSE_PROFILES[m.profile]
+        claim = _claim_name(volume)
+        pv_name = f"{namespace}-{claim}"  # PersistentVolumes are cluster-wide: the namespace keeps stacks apart
+        access = ["ReadOnlyMany"] if read_only else ["ReadWriteMany"]
+        capacity = {"storage": "5Gi"}  # Kubernetes requires one; the CSI driver ignores it (a bucket has no size)
+        meta_labels = dict(labels or {})
+        csi: dict[str, Any] = {"driver": GCSFUSE_DRIVER, "volumeHandle": bucket}
+        if read_only:
+            csi["readOnly"] = True
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": pv_name, "labels": meta_labels},
+                "spec": {
+                    "accessModes": access,
+                    "capacity": capacity,
+                    "persistentVolumeReclaimPolicy": "Retain",  # never touches the bucket; says so
+                    "storageClassName": storage_class,
+                    # the class adds its profile:aiml-<name> option; these keep the files the Ray user's
+                    "mountOptions": GCSFUSE_MOUNT_OPTIONS.split(","),
+                    "claimRef": {"namespace": namespace, "name": claim},
+                    "csi": csi,
+                },
+            }
+        )
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim, "namespace": namespace, "labels": meta_labels},
+                "spec": {
+                    "accessModes": access,
+                    "resources": {"requests": capacity},
+                    "storageClassName": storage_class,
+                    "volumeName": pv_name,
+                },
+            }
+        )
+    return out
+
+
 def _capacity_mib(m: FuseMountConfig) -> float:
     c = m.file_cache_capacity or "0Mi"
     return float("inf") if c == "-1" else int(c[:-2]) * {"Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}[c[-2:]]
@@ -151,21 +241,7 @@ def startup_pod_pieces(
             mounts.append({"name": CACHE_VOLUME, "mountPath": cache.mount_path})
     d = plan.data_mount
     if d is not None:
-        attrs, options = checkpoint_fuse_attributes(d)
-        volumes.append(
-            {
-                "name": DATA_VOLUME,
-                "csi": {
-                    "driver": GCSFUSE_DRIVER,
-                    "readOnly": True,
-                    "volumeAttributes": {
-                        "bucketName": d.bucket,
-                        "mountOptions": ",".join([GCSFUSE_MOUNT_OPTIONS, *options]),
-                        **attrs,
-                    },
-                },
-            }
-        )
+        volumes.append(fuse_volume(DATA_VOLUME, d.bucket, d, read_only=True))
         mounts.append({"name": DATA_VOLUME, "mountPath": d.mount_path, "readOnly": True})
     # one file cache per pod (the sidecar's), sized by the larger of the two mounts' capacities
     m = max(
@@ -233,6 +309,11 @@ def first_step_waits(cfg: StackConfig, pool: SlicePoolConfig) -> dict[str, str]:
 
 
 def _tuned(m: FuseMountConfig) -> str:
+    if m.profile is not None:
+        return (
+            f"GKE profile {m.profile}: StorageClass {GCSFUSE_PROFILES[m.profile]} sizes the caches from the bucket "
+            f"scan and the node, GKE {GCSFUSE_PROFILES_MIN_GKE} or later; the pods wait for the scan"
+        )
     attrs, options = checkpoint_fuse_attributes(m)
     return ", ".join([f"{k}={v}" for k, v in sorted(attrs.items())] + options) or "no file or metadata cache"
 

@@ -64,7 +64,7 @@ def test_every_pool_has_a_row_with_its_shapes_panels(name: str) -> None:
         row = plan.row(pool.name)
         s = pool.tpu_slice
         keys = [p.key for p in row.panels]
-        assert keys[:8] == [
+        assert keys[:9] == [
             "dutyCycle",
             "tensorcoreUtilization",
             "hbmUsed",
@@ -73,10 +73,11 @@ def test_every_pool_has_a_row_with_its_shapes_panels(name: str) -> None:
             "mfu",
             "goodput",
             "badput",
+            "timeToFirstStep",
         ]
         for p in row.panels[:3]:
             assert p.per_chip and f'TpuType="{s.gke_accelerator}"' in p.query and f'"{s.topology}"' in p.query
-        for p in row.panels[3:8]:
+        for p in row.panels[3:9]:
             assert f'tpu_slice="{s}"' in p.query
         kueue = [k for k in keys if k in ("admissionWait", "sliceProvisioning")]
         queued = pool.capacity.type == "queued"

@@ -56,6 +56,25 @@ def test_a_disrupted_run_splits_into_the_libraries_buckets() -> None:
     assert set(b) == set(mn.BADPUT_BUCKETS)
 
 
+def test_time_to_first_step_is_the_latest_starts_until_its_first_step_ended() -> None:
+    first = [
+        {"e": "job_start", "t": 0.0},
+        {"e": "attempt_start", "t": 1.0},
+        {"e": "tpu_ready", "t": 10.0},
+        {"e": "prep_end", "t": 12.0, "step": 0},
+        *_steps(0, 12.0, [3.0, 1.0]),
+    ]
+    # the first attempt counts from the job's start (the driver's, before the cluster came up): 0 to 15
+    assert compute_goodput(first).time_to_first_step_s == pytest.approx(15.0)
+    # restarted at 30, not stepped yet: unknown until it has, not the first attempt's figure
+    restarted = [*first, {"e": "attempt_start", "t": 30.0}, {"e": "tpu_ready", "t": 33.0}]
+    assert compute_goodput(restarted).time_to_first_step_s is None
+    # its first step (36 to 38, after a restore) ends 8 s after the restart
+    resumed = [*restarted, {"e": "prep_end", "t": 36.0, "step": 2}, *_steps(2, 36.0, [2.0, 1.0])]
+    assert compute_goodput(resumed).time_to_first_step_s == pytest.approx(8.0)
+    assert compute_goodput(first[:4]).time_to_first_step_s is None  # no step at all
+
+
 def test_the_recorder_writes_what_the_split_reads(tmp_path: Path) -> None:
     record_job_event(tmp_path, "job_start")
     rec = GoodputRecorder(tmp_path, enabled=True)
@@ -84,3 +103,23 @@ def test_the_recorder_writes_what_the_split_reads(tmp_path: Path) -> None:
 def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
     (tmp_path / EVENTS_FILE).write_text('{"e": "job_start", "t": 1.0}\n{"e": "attempt_st')
     assert read_events(tmp_path / EVENTS_FILE) == [{"e": "job_start", "t": 1.0}]
+
+
+def test_the_trainers_gauges_carry_the_time_to_first_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tpuray.workloads import training_metrics
+
+    class Gauge:  # records what ray.util.metrics.Gauge.set would be given
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.sets: list[tuple[float, dict[str, str]]] = []
+
+        def set(self, value: float, tags: dict[str, str]) -> None:
+            self.sets.append((value, tags))
+
+    gauges: dict[str, Gauge] = {}
+    monkeypatch.setattr(training_metrics, "_gauge", lambda name: gauges.setdefault(name, Gauge(name)))
+    g = compute_goodput([{"e": "job_start", "t": 0.0}, {"e": "attempt_start", "t": 1.0}, *_steps(0, 5.0, [2.0, 1.0])])
+    done = training_metrics.report_step_metrics("r1", "v6e:2x4", goodput=g)
+    assert done[mn.TRAIN_TIME_TO_FIRST_STEP] == pytest.approx(7.0)
+    assert gauges[mn.TRAIN_TIME_TO_FIRST_STEP].sets == [(7.0, {mn.TRAIN_RUN_TAG: "r1", mn.TRAIN_SLICE_TAG: "v6e:2x4"})]
+    assert set(mn.TRAIN_METRICS) <= set(training_metrics._HELP)  # every exported name has its help text

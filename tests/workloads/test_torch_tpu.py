@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any
 
@@ -118,6 +119,7 @@ class _FakeGroup:
     def __init__(self, seats: list[RankSeat]) -> None:
         self.seats = seats
         self.applied: dict[int, dict[str, str]] = {}
+        self.cache_calls: dict[int, tuple[Any, ...]] = {}
         self.shut = False
 
     def __len__(self) -> int:
@@ -129,6 +131,9 @@ class _FakeGroup:
     def execute_single_async(self, i: int, fn: Any, *args: Any) -> Any:
         if fn is torch_tpu._report:
             return self.seats[i]
+        if fn is torch_tpu._enable_cache:
+            self.cache_calls[i] = args
+            return None
         self.applied[i] = args[0]
         return args[0]
 
@@ -149,6 +154,37 @@ def test_callback_sets_the_env_before_the_backend_and_keeps_what_is_set(monkeypa
     assert {e["TORCH_TPU_SLICEBUILDER_ADDRESSES"] for e in applied.values()} == {
         slice_envs(seats)[0]["TORCH_TPU_SLICEBUILDER_ADDRESSES"]
     }
+
+
+def test_callback_points_each_worker_at_the_compile_cache_before_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    seats = _rank_seats("v5p:2x2x2", 2, 7)  # two slices, ranks in an order that is not host-major
+    monkeypatch.setattr(ray, "get", lambda refs: list(refs))
+    group = _FakeGroup(seats)
+    torch_tpu.TorchTpuEnvCallback().after_worker_group_start(group)
+    shape = TpuSlice.parse("v5p:2x2x2")
+    assert group.cache_calls == {i: (s.world_rank, shape, 2) for i, s in enumerate(seats)}
+
+
+def test_the_worker_sets_the_tier3_root_under_the_stacks_key_and_keeps_a_users(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tpuray.components.catalog.compile_cache_key import CACHE_URL_ENV, WORKER_IMAGE_ENV
+    from tpuray.workloads import compile_cache
+
+    monkeypatch.setattr(compile_cache, "runtime_version", lambda backend: "torch_tpu-0.2.0+libtpu-0.0.50")
+    monkeypatch.setattr(compile_cache, "_current", None)
+    monkeypatch.setenv(CACHE_URL_ENV, "gs://ckpt/compile-cache/")
+    monkeypatch.setenv(WORKER_IMAGE_ENV, "us-docker.pkg.dev/p/r/worker@sha256:" + "c" * 64)
+    monkeypatch.delenv(compile_cache.TORCH_TPU_CACHE_ENV, raising=False)
+    got = torch_tpu._enable_cache(3, TpuSlice.parse("v5p:2x2x2"), 2)
+    want = "gs://ckpt/compile-cache/torch_tpu-torch_tpu-0.2.0+libtpu-0.0.50/v5p-16-2x2x2-x2/" + "c" * 16
+    assert got == want and os.environ[compile_cache.TORCH_TPU_CACHE_ENV] == want
+    monkeypatch.setenv(compile_cache.TORCH_TPU_CACHE_ENV, "gs://mine/cache")
+    assert torch_tpu._enable_cache(0, TpuSlice.parse("v5p:2x2x2"), 2) == "gs://mine/cache"
+    monkeypatch.delenv(CACHE_URL_ENV)
+    assert torch_tpu._enable_cache(0, TpuSlice.parse("v5p:2x2x2"), 2) is None  # a stack with the cache off
 
 
 def test_apply_keeps_a_variable_already_set(monkeypatch: pytest.MonkeyPatch) -> None:
