@@ -101,3 +101,16 @@ def test_pulumi_values_decode_json_and_name_each_bad_key() -> None:
         "project": "p",
         "cluster": {"name": "c"},
     }
+
+
+def test_both_views_of_a_valid_stack_are_the_same_and_hold_every_section_the_rules_read() -> None:
+    """The view of a valid config and the view of its raw values are built from the same section list, derived
+    from StackConfig's own fields."""
+    from tpuray.components.config.rules import view_of_values, view_sections_of
+
+    values = _stack()
+    cfg = parse_stack_config(values)
+    assert set(view_sections_of(cfg)) == {
+        "cluster", "network", "checkpoints", "ray", "workload", "kueue", "maintenance", "monitoring"
+    }  # fmt: skip
+    assert view_of_values(values, "dev") == cfg.view("dev")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from pydantic import (
     TypeAdapter,
     ValidationError,
 )
+from pydantic.alias_generators import to_camel
 
 from tpuray.components.catalog.cloud_limits import cluster_size_problem, exclusion_span_problem, kueue_flavors_problem
 from tpuray.components.catalog.images import BACKEND_TAG_SUFFIXES, image_backend
@@ -427,7 +428,6 @@ def view_of_values(values: Mapping[str, Any], stack: str | None = None) -> Stack
     raw_pools = values.get("slicePools")
     raw_pools = raw_pools if isinstance(raw_pools, list) else []
     pools = [(i, p) for i, p in enumerate(_valid_part(SlicePoolConfig, raw) for raw in raw_pools) if p is not None]
-    workload = _valid_part(WorkloadConfig, values.get("workload"))
     project = values.get("project")
     zone_ok = zone is None or (isinstance(zone, str) and _valid_part_of(Zone, zone))
     return StackView(
@@ -435,18 +435,32 @@ def view_of_values(values: Mapping[str, Any], stack: str | None = None) -> Stack
         zone=zone if zone_ok else None,
         zone_invalid=not zone_ok,
         project=project if isinstance(project, str) and _valid_part_of(ProjectId, project) else None,
-        cluster=_valid_part(ClusterConfig, values.get("cluster")),
-        network=_valid_part(NetworkConfig, values.get("network")),
         pools=tuple(pools),
         pool_names=tuple(str(raw.get("name")) for raw in raw_pools if isinstance(raw, Mapping) and "name" in raw),
-        checkpoints=_valid_part(CheckpointConfig, values.get("checkpoints")),
-        ray=_valid_part(RayConfig, values.get("ray")),
-        workload=workload,
-        kueue=_valid_part(KueueConfig, values.get("kueue")),
-        maintenance=_valid_part(MaintenanceConfig, values.get("maintenance")),
-        monitoring=_valid_part(MonitoringConfig, values.get("monitoring")),
         stack=stack,
+        **{name: _valid_part(model, values.get(to_camel(name))) for name, model in _view_sections().items()},
     )
+
+
+def view_sections_of(config: Any) -> dict[str, Any]:
+    """The sections of a valid :class:`~tpuray.components.config.stack.StackConfig` that a :class:`StackView`
+    holds, by field name."""
+    return {name: getattr(config, name) for name in _view_sections()}
+
+
+def _view_sections() -> dict[str, type[ConfigModel]]:
+    """The :class:`StackView` fields that are whole sections of the stack config, each with the section's model
+    as :class:`~tpuray.components.config.stack.StackConfig` declares it: a section added to both is read by both
+    builders of a view."""
+    from tpuray.components.config.stack import StackConfig  # stack.py imports this module
+
+    out: dict[str, type[ConfigModel]] = {}
+    for f in fields(StackView):
+        declared = StackConfig.model_fields.get(f.name)
+        model = declared.annotation if declared else None
+        if isinstance(model, type) and issubclass(model, ConfigModel):
+            out[f.name] = model
+    return out
 
 
 def rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -> list[tuple[str, str]]:

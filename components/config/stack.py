@@ -31,7 +31,7 @@ from tpuray.components.config.monitoring import (
 from tpuray.components.config.ray import (
     RayConfig,
 )
-from tpuray.components.config.rules import StackView, stack_rules
+from tpuray.components.config.rules import StackView, stack_rules, view_sections_of
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version
 from tpuray.components.config.startup import StartupConfig, startup_problems
 from tpuray.components.config.value_types import (
@@ -89,17 +89,10 @@ class StackConfig(ConfigModel):
             zone=self.zone,
             zone_invalid=False,
             project=self.project,
-            cluster=self.cluster,
-            network=self.network,
             pools=tuple(enumerate(self.slice_pools)),
             pool_names=tuple(p.name for p in self.slice_pools),
-            checkpoints=self.checkpoints,
-            ray=self.ray,
-            workload=self.workload,
-            kueue=self.kueue,
-            maintenance=self.maintenance,
-            monitoring=self.monitoring,
             stack=stack,
+            **view_sections_of(self),
         )
 
     @property
