@@ -143,7 +143,7 @@ def test_the_chips_end_in_sync_and_the_loss_falls(runs: dict[str, Any]) -> None:
         assert all(r["params"] == ranks[0]["params"] for r in ranks), tag
     losses = runs["ranks"]["first"][0]["losses"]
     assert len(losses) == STEPS
-    assert losses[-1] < 0.9 * losses[0], losses
+    assert losses[-1] < 0.95 * losses[0], losses
     # 4 chips x batch 2 per step: the 64 rows are 8 steps, so 6 steps never see the same batch twice on one chip;
     # were each chip alone (a world of one) it would step through the same rows as the others, and the loss logged
     # (Trainer's mean over the world) would be each chip's own
