@@ -36,6 +36,7 @@ __all__ = [
     "raylet_pid",
     "ready_train_autoscaling_coordinator",
     "require_hooks",
+    "set_torch_distributed_env_vars",
     "torch_backend_base",
     "torch_device_manager_base",
     "tpu_resource_per_chip",
@@ -271,6 +272,17 @@ def tpu_resource_per_chip() -> int:
     except ImportError as e:
         raise _missing("get_tpu_resource_per_chip", "ray/_private/accelerators/tpu.py") from e
     return int(get_tpu_resource_per_chip())
+
+
+def set_torch_distributed_env_vars() -> None:
+    """Set torchrun's variables on this worker as Ray's torch backend does on every worker before the train function
+    (``_set_torch_distributed_env_vars`` in ``ray/train/torch/config.py``: ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+    ``NODE_RANK``, ``RANK``, ``WORLD_SIZE`` from the train context, and ``ACCELERATE_TORCH_DEVICE``)."""
+    try:
+        from ray.train.torch.config import _set_torch_distributed_env_vars
+    except ImportError as e:
+        raise _missing("_set_torch_distributed_env_vars", "ray/train/torch/config.py") from e
+    _set_torch_distributed_env_vars()  # type: ignore[no-untyped-call]
 
 
 def chips_per_host(topology: str, pod_type_prefix: str) -> int:

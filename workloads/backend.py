@@ -37,7 +37,7 @@ from tpuray.components.catalog.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_
 from tpuray.components.catalog.runtime_ports import BACKENDS, RuntimeBackend
 from tpuray.components.catalog.slice_labels import slice_from_labels
 from tpuray.components.catalog.topology import GENERATIONS, TopologyError, TpuSlice
-from tpuray.workloads import _ray_compat, compile_cache, portable
+from tpuray.workloads import _ray_compat, compile_cache, frameworks, portable
 from tpuray.workloads.placement import ChipAssignment, PlacementError, Seat, assign_chips
 from tpuray.workloads.runtimes import require_runtime
 from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS, hostnames_from_env
@@ -302,8 +302,16 @@ def _join(
     if tpu_slice is not None:  # before anything computes: the persistent cache must be set first
         compile_cache.enable_xla(info.rank, tpu_slice, info.num_slices, cache_dir)
     portable.install(os.environ["PJRT_DEVICE"])  # Ray Train's get_device()/prepare_model/... now mean this chip
-    if info.world_size == 1 or dist.is_initialized():
-        return
+    if info.world_size > 1 and not dist.is_initialized():
+        _init_process_group(info, master, timeout_s)
+    # what Transformers/Accelerate and Lightning read of the job (torchrun's variables, torch_xla's world)
+    chips_per_host = tpu_slice.chips_per_host if tpu_slice is not None else 1
+    frameworks.install(info.rank, info.world_size, info.chip, chips_per_host, emulated=info.collective == "gloo")
+
+
+def _init_process_group(info: ChipInfo, master: tuple[str, int], timeout_s: float) -> None:
+    import torch.distributed as dist
+
     timeout = timedelta(seconds=timeout_s)
     if info.collective == "gloo":
         dist.init_process_group(
@@ -325,6 +333,7 @@ def _leave() -> None:
 
     if dist.is_initialized():
         dist.destroy_process_group()
+    frameworks.uninstall()
     portable.uninstall()
     _CHIP = None
 

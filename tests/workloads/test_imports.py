@@ -34,6 +34,7 @@ MODULES = [
     "_ray_compat",
     "compile_cache",
     "runtimes",
+    "frameworks",
 ]
 
 

@@ -1,0 +1,239 @@
+"""What Hugging Face Transformers (through Accelerate) and PyTorch Lightning read on a per-chip worker, set to agree
+with :class:`~tpuray.workloads.XlaChipConfig`'s setup. The backend calls :func:`install` on every worker once the
+process group exists (after :func:`tpuray.workloads.portable.install`), and :func:`uninstall` as the group ends.
+
+- The torchrun variables stock Ray Train sets on every worker (``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK``,
+  ``RANK``, ``WORLD_SIZE``, and ``ACCELERATE_TORCH_DEVICE``), by Ray's own function
+  (:func:`tpuray.workloads._ray_compat.set_torch_distributed_env_vars`), which Ray's torch backend runs and this
+  one, a backend of its own, would not.
+  Lightning's ``LightningEnvironment`` takes a worker without ``LOCAL_RANK`` for a launcher and spawns processes
+  (``lightning/fabric/plugins/environments/lightning.py``, ``creates_processes_externally``).
+- ``PJRT_LOCAL_PROCESS_RANK``/``PJRT_LOCAL_PROCESS_COUNT``: the chip's index on its host and the chips per host, what
+  torch_xla's own launcher sets per process (``torch_xla/_internal/pjrt.py``, ``initialize_multiprocess``). Without
+  them every chip's ``xr.local_ordinal()`` is 0, so every process on a host is ``xm.is_master_ordinal()`` and
+  writes what ``xm.save`` writes once per host (Transformers saves its optimizer and scheduler with it).
+- On the emulated slice only (``PJRT_DEVICE=CPU``, the gloo-over-XLA group): Accelerate (hence the Transformers
+  ``Trainer``) takes torch_xla's path whenever torch_xla imports (``accelerate/state.py``, ``_prepare_backend``):
+  its world is ``xr.world_size()``/``xr.global_ordinal()`` and it averages gradients with ``xm.all_reduce``
+  (``accelerate/accelerator.py``, ``optimizer.py``), gathers with ``xm.all_gather`` and waits with
+  ``xm.rendezvous`` (built on ``all_gather``). XLA collectives do not cross CPU processes, and each process is a
+  world of one there, so every chip would train alone on the whole dataset. :func:`install` gives torch_xla the
+  chip world (its own ``_WORLD_SIZE``/``_ORDINAL`` caches, ``torch_xla/runtime.py``) and runs those two collectives
+  on the job's process group, through gloo on CPU copies, as the emulated slice's DDP does. On TPUs torch_xla's own
+  world is already the chips, and nothing of torch_xla is replaced.
+- PyTorch Lightning through ``ray.train.lightning`` cannot train on the chip (Lightning 2.6): ``RayDDPStrategy``
+  puts the model on ``ray.train.torch.get_device()``, the XLA device, but no Lightning accelerator takes it with
+  that strategy. ``accelerator="auto"`` picks ``XLAAccelerator`` where torch_xla finds TPUs, which Lightning allows
+  only with its own ``XLAStrategy``/``SingleDeviceXLAStrategy`` (``lightning/pytorch/trainer/connectors/
+  accelerator_connector.py``: it raises as the ``Trainer`` is made), and those launch their own processes
+  (``xmp.spawn``) and are not strategies Ray's ``prepare_trainer`` accepts; elsewhere it picks ``CPUAccelerator``,
+  whose ``setup_device`` raises on a non-CPU device once ``fit`` starts. ``ray.train.lightning.prepare_trainer``
+  therefore refuses a trainer whose strategy's device is an XLA chip, saying so and naming what does run.
+- Torch's fused Adam/AdamW/SGD (``fused=True``; Transformers' default ``optim="adamw_torch_fused"`` with torch >=
+  2.8, ``transformers/training_args.py``) has no XLA kernel, on TPUs too: torch refuses it by listing the devices
+  that have one. It is refused as the optimizer is made, naming what to pass instead.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+__all__ = ["FUSED_OPTIMIZER_REFUSAL", "LIGHTNING_REFUSAL", "install", "uninstall"]
+
+FUSED_OPTIMIZER_REFUSAL = (
+    "{name}(fused=True) is not supported on this worker's XLA chip: torch's fused optimizer kernels exist for "
+    "CUDA, CPU and a few others, not XLA (XLA fuses the update into the step's graph itself); pass fused=False, "
+    'or with Hugging Face Transformers TrainingArguments(optim="adamw_torch") (its default, "adamw_torch_fused" '
+    "since torch 2.8, asks for the fused kernel)"
+)
+
+LIGHTNING_REFUSAL = (
+    "ray.train.lightning.prepare_trainer: PyTorch Lightning {version} cannot train on this worker's XLA chip "
+    "({device}): RayDDPStrategy puts the model on the chip, but Lightning pairs an XLA device only with its own "
+    "XLAStrategy, which launches its own processes and is not a strategy Ray Train runs (accelerator='auto' picks "
+    "XLAAccelerator on TPUs and Lightning refuses it with RayDDPStrategy; CPUAccelerator refuses the XLA device). "
+    "On TPU chips use ray.train.torch.prepare_model/prepare_data_loader in a plain loop, or a Hugging Face "
+    "Transformers Trainer through ray.train.huggingface.transformers.prepare_trainer"
+)
+LIGHTNING_UTILS = "ray.train.lightning._lightning_utils"
+"""Where Ray defines ``prepare_trainer`` (``ray.train.lightning`` re-exports it from there)."""
+
+_FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD")
+_restore: list[tuple[Any, str, Any]] = []
+
+
+def install(rank: int, world_size: int, chip: int, chips_per_host: int, emulated: bool) -> None:
+    """Set this worker's framework view of the job (see the module docstring). ``rank`` is the XLA rank (the
+    process group's), ``chip`` the chip's index on its host."""
+    from tpuray.workloads import _ray_compat
+
+    _ray_compat.set_torch_distributed_env_vars()
+    os.environ["PJRT_LOCAL_PROCESS_RANK"] = str(chip)
+    os.environ["PJRT_LOCAL_PROCESS_COUNT"] = str(chips_per_host)
+    if _restore:
+        return
+    _guard_fused_optimizers()
+    _after_import(LIGHTNING_UTILS, _guard_lightning)
+    if emulated and world_size > 1:
+        _xla_world_over_process_group(rank, world_size)
+
+
+def uninstall() -> None:
+    for finder in [f for f in sys.meta_path if isinstance(f, _AfterImport)]:
+        sys.meta_path.remove(finder)
+    while _restore:
+        owner, name, value = _restore.pop()
+        setattr(owner, name, value)
+
+
+def _replace(owner: Any, name: str, value: Any) -> None:
+    _restore.append((owner, name, getattr(owner, name)))
+    setattr(owner, name, value)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Run ``then(module)`` right after module ``name`` is first imported (before the names importing it see it),
+    so a guarded framework adds no import to the workers that never use it."""
+
+    def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader: Any = spec.loader
+        exec_module, then = loader.exec_module, self.then
+
+        class Then(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> Any:
+                return loader.create_module(spec)
+
+            def exec_module(self, module: ModuleType) -> None:
+                exec_module(module)
+                then(module)
+
+        spec.loader = Then()
+        return spec
+
+
+def _after_import(name: str, then: Callable[[ModuleType], None]) -> None:
+    module = sys.modules.get(name)
+    if module is not None:
+        then(module)
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
+
+
+def _guard_lightning(utils: ModuleType) -> None:
+    prepare = utils.prepare_trainer
+
+    def prepare_trainer(trainer: Any) -> Any:
+        device = getattr(getattr(trainer, "strategy", None), "root_device", None)
+        if getattr(device, "type", None) == "xla":
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                release = version("lightning")
+            except PackageNotFoundError:  # Ray takes pytorch_lightning where lightning is missing
+                release = version("pytorch_lightning")
+            raise RuntimeError(LIGHTNING_REFUSAL.format(version=release, device=device))
+        return prepare(trainer)
+
+    prepare_trainer.__doc__ = prepare.__doc__
+    _replace(utils, "prepare_trainer", prepare_trainer)
+    package = sys.modules.get(LIGHTNING_UTILS.rsplit(".", 1)[0])
+    if package is not None and getattr(package, "prepare_trainer", None) is prepare:  # imported before install
+        _replace(package, "prepare_trainer", prepare_trainer)
+
+
+def _guard_fused_optimizers() -> None:
+    import torch
+
+    for name in _FUSED_OPTIMIZERS:
+        cls = getattr(torch.optim, name)
+        init = cls.__init__
+
+        def guarded(self: Any, params: Any, *args: Any, _init: Any = init, _name: str = name, **kwargs: Any) -> None:
+            if kwargs.get("fused"):
+                # param groups may be iterators: list them once, for the check and for the optimizer
+                params = [dict(g, params=list(g["params"])) if isinstance(g, dict) else g for g in params]
+                tensors = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
+                if any(t.device.type == "xla" for t in tensors):
+                    raise RuntimeError(FUSED_OPTIMIZER_REFUSAL.format(name=f"torch.optim.{_name}"))
+            _init(self, params, *args, **kwargs)
+
+        _replace(cls, "__init__", guarded)
+
+
+_REDUCE_OPS = {"sum": "SUM", "mul": "PRODUCT", "min": "MIN", "max": "MAX", "and": "BAND", "or": "BOR"}
+"""torch_xla's ``xm.REDUCE_*`` names and the ``torch.distributed.ReduceOp`` each is."""
+
+
+def _xla_world_over_process_group(rank: int, world_size: int) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+    # torch_xla's own caches of the world (runtime.py reads them first): the chips, not this process alone
+    _replace(xr, "_WORLD_SIZE", world_size)
+    _replace(xr, "_ORDINAL", rank)
+
+    def host_copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        if any(t.device.type == "xla" for t in tensors):
+            torch_xla.sync()  # the step's pending graph runs whole, once, before its tensors are read
+        return [t.detach().cpu() for t in tensors]
+
+    def all_reduce(
+        reduce_type: str, inputs: Any, scale: float = 1.0, groups: Any = None, pin_layout: bool = True
+    ) -> Any:
+        if groups:
+            raise NotImplementedError(
+                "xm.all_reduce(groups=...) on the emulated slice: only the whole job's group is emulated"
+            )
+        op = getattr(dist.ReduceOp, _REDUCE_OPS[reduce_type])
+        single = isinstance(inputs, torch.Tensor)
+        tensors = [inputs] if single else list(inputs)
+        outs = [inputs.clone()] if single else tensors  # a tensor in: a new one out; a list: in place
+        for dtype in dict.fromkeys(t.dtype for t in tensors):
+            idx = [i for i, t in enumerate(tensors) if t.dtype == dtype]
+            flat = torch.cat([h.reshape(-1) for h in host_copies([tensors[i] for i in idx])])
+            dist.all_reduce(flat, op=op)
+            if scale != 1.0:
+                flat = flat * scale
+            parts = flat.split([tensors[i].numel() for i in idx])  # type: ignore[no-untyped-call]
+            with torch.no_grad():
+                for i, part in zip(idx, parts, strict=True):
+                    outs[i].copy_(part.view_as(tensors[i]).to(tensors[i].device))
+        return outs[0] if single else inputs
+
+    def all_gather(
+        value: torch.Tensor, dim: int = 0, groups: Any = None, output: Any = None, pin_layout: bool = True
+    ) -> torch.Tensor:
+        if groups:
+            raise NotImplementedError(
+                "xm.all_gather(groups=...) on the emulated slice: only the whole job's group is emulated"
+            )
+        (local,) = host_copies([value])
+        parts = [torch.empty_like(local) for _ in range(world_size)]
+        dist.all_gather(parts, local)
+        gathered = torch.cat([p if p.dim() else p.reshape(1) for p in parts], dim=dim).to(value.device)
+        if output is not None:
+            with torch.no_grad():
+                output.copy_(gathered)
+            return output  # type: ignore[no-any-return]
+        return gathered
+
+    _replace(xm, "all_reduce", all_reduce)
+    _replace(xm, "all_gather", all_gather)
