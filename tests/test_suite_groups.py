@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import CLUSTER_GROUP, SHARED_CLUSTER_GROUP, group_of
+
 
 def test_this_test_runs_in_its_modules_group(request: pytest.FixtureRequest) -> None:
     if not hasattr(request.config, "workerinput") or request.config.getoption("dist") != "no":
@@ -15,12 +17,13 @@ def test_this_test_runs_in_its_modules_group(request: pytest.FixtureRequest) -> 
     assert request.node.nodeid.endswith("@tests/test_suite_groups.py"), request.node.nodeid
 
 
-def test_the_cluster_group_is_queued_first(request: pytest.FixtureRequest) -> None:
-    """xdist queues the groups in collection order (``--no-loadscope-reorder``; by default it queues them by size),
-    and the cluster group, the suite's longest chain, is collected first: a worker starts it at once."""
+def test_the_cluster_groups_are_queued_first(request: pytest.FixtureRequest) -> None:
+    """xdist queues the groups in collection order (``--no-loadscope-reorder``; by default it queues them by size)
+    and hands the first two to its two workers: the two cluster groups, the suite's longest chains, are collected
+    first, the one of the tests with clusters of their own before the shared cluster's."""
     if not hasattr(request.config, "workerinput"):
         pytest.skip("not a pytest-xdist worker")
     assert request.config.getoption("loadscopereorder") is False, "pyproject addopts: --no-loadscope-reorder"
-    items = request.session.items
-    if any(item.get_closest_marker("slow") for item in items):  # not when a run selects no slow test
-        assert items[0].get_closest_marker("slow"), items[0].nodeid
+    groups = list(dict.fromkeys(group_of(item) for item in request.session.items))
+    chains = [g for g in (CLUSTER_GROUP, SHARED_CLUSTER_GROUP) if g in groups]  # a run may select neither
+    assert groups[: len(chains)] == chains, groups[:3]
