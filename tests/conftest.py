@@ -1,13 +1,12 @@
 """How the suite spreads over CPUs (pytest-xdist, ``--dist loadgroup``).
 
-Tests marked ``slow`` start real processes (a local Ray cluster, ``ray start``, a Prometheus server). Those on the
-emulated cluster that tests/workloads/conftest.py shares for the session (the ``emulated_slices`` fixture) form
-one group, :data:`SHARED_CLUSTER_GROUP`; those that start clusters of their own (a command's, ``ray start``, one
-they take hosts from) another, :data:`CLUSTER_GROUP`. The two groups are the suite's longest chains: they are
-queued first, so the two workers start one each at once, and at most two clusters run at a time. A ``slow`` test
-that starts no Ray cluster (fresh PyTorch/XLA processes, a Prometheus server) says so with ``no_ray_cluster``:
-it is grouped by its module, off the chains. Every other test is grouped by its module, so a module's fixtures
-are built once.
+Tests marked ``slow`` start real processes (a local Ray cluster, ``ray start``, a Prometheus server): they share
+one group, so at most one such cluster runs at a time and each keeps the CPUs it was written for, while the
+other workers run the rest. (Two cluster groups at once, one per worker, were measured slower on two cores, and
+the drain test then missed its checkpoint.) A ``slow`` test that starts no Ray cluster (fresh PyTorch/XLA
+processes, a Prometheus server) says so with ``no_ray_cluster``: it is grouped by its module, off the cluster
+group's chain, which sets the suite's wall time. Every other test is grouped by its module, so a module's
+fixtures are built once.
 https://pytest-xdist.readthedocs.io/en/stable/distribution.html
 """
 
@@ -20,8 +19,7 @@ import pytest
 from tests.components.prometheus_server import prometheus_binary
 
 CLUSTER_GROUP = "local-clusters"
-SHARED_CLUSTER_GROUP = "shared-cluster"
-SHARED_CLUSTER_FIXTURE = "emulated_slices"  # tests/workloads/conftest.py
+SHARED_CLUSTER_FIXTURE = "emulated_slices"  # tests/workloads/conftest.py's session cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,22 +44,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(group_of(item)))
-    # The cluster groups come first, and pyproject's --no-loadscope-reorder keeps xdist from queueing the groups by
-    # size instead: xdist hands the first two groups to its two workers, which start both chains at once. The
-    # tests with clusters of their own come before the shared cluster's, which lives until the session ends: a
-    # driver connects to one cluster at a time, and in a run without xdist (-n 0) both chains share one process.
-    # The sort is stable: each group keeps its own order.
-    order = {CLUSTER_GROUP: 0, SHARED_CLUSTER_GROUP: 1}
-    items.sort(key=lambda item: order.get(group_of(item), 2))
+        item.add_marker(pytest.mark.xdist_group(CLUSTER_GROUP if on_cluster(item) else item.nodeid.split("::", 1)[0]))
+
+    # The cluster group is the suite's longest chain, one test after another: it comes first, and pyproject's
+    # --no-loadscope-reorder keeps xdist from queueing the groups by size instead, so a worker starts it at once
+    # while the other runs the rest. The tests on the shared session cluster come last: it lives until the
+    # session ends, and a driver connects to one cluster at a time (the tests that start clusters of their own,
+    # and those that must find Ray unconnected, run before it starts in the same process). The sort is stable.
+    items.sort(key=lambda item: (SHARED_CLUSTER_FIXTURE in getattr(item, "fixturenames", ()), not on_cluster(item)))
 
 
-def group_of(item: pytest.Item) -> str:
-    """The test's xdist group: one of the two cluster groups for a ``slow`` test not marked ``no_ray_cluster``,
-    else its module."""
-    if item.get_closest_marker("slow") is None or item.get_closest_marker("no_ray_cluster") is not None:
-        return item.nodeid.split("::", 1)[0]
-    return SHARED_CLUSTER_GROUP if SHARED_CLUSTER_FIXTURE in getattr(item, "fixturenames", ()) else CLUSTER_GROUP
+def on_cluster(item: pytest.Item) -> bool:
+    """Whether the test runs in the cluster group: ``slow``, and not marked ``no_ray_cluster``."""
+    return item.get_closest_marker("slow") is not None and item.get_closest_marker("no_ray_cluster") is None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

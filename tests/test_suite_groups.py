@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import CLUSTER_GROUP, SHARED_CLUSTER_GROUP, group_of
+from tests.conftest import SHARED_CLUSTER_FIXTURE, on_cluster
 
 
 def test_this_test_runs_in_its_modules_group(request: pytest.FixtureRequest) -> None:
@@ -17,13 +17,15 @@ def test_this_test_runs_in_its_modules_group(request: pytest.FixtureRequest) -> 
     assert request.node.nodeid.endswith("@tests/test_suite_groups.py"), request.node.nodeid
 
 
-def test_the_cluster_groups_are_queued_first(request: pytest.FixtureRequest) -> None:
-    """xdist queues the groups in collection order (``--no-loadscope-reorder``; by default it queues them by size)
-    and hands the first two to its two workers: the two cluster groups, the suite's longest chains, are collected
-    first, the one of the tests with clusters of their own before the shared cluster's."""
+def test_the_cluster_group_is_queued_first(request: pytest.FixtureRequest) -> None:
+    """xdist queues the groups in collection order (``--no-loadscope-reorder``; by default it queues them by size),
+    and the cluster group, the suite's longest chain, is collected first: a worker starts it at once. The tests on
+    the shared session cluster come last."""
     if not hasattr(request.config, "workerinput"):
         pytest.skip("not a pytest-xdist worker")
     assert request.config.getoption("loadscopereorder") is False, "pyproject addopts: --no-loadscope-reorder"
-    groups = list(dict.fromkeys(group_of(item) for item in request.session.items))
-    chains = [g for g in (CLUSTER_GROUP, SHARED_CLUSTER_GROUP) if g in groups]  # a run may select neither
-    assert groups[: len(chains)] == chains, groups[:3]
+    items = request.session.items
+    if any(on_cluster(item) for item in items):  # not when a run selects no cluster test
+        assert on_cluster(items[0]), items[0].nodeid
+    shared = [SHARED_CLUSTER_FIXTURE in item.fixturenames for item in items]
+    assert shared == sorted(shared), "a test after the shared cluster's tests"

@@ -21,9 +21,8 @@ on the other slices' VMs)."""
 @pytest.fixture(scope="session")
 def emulated_slices() -> Iterator[None]:
     """One emulated cluster (:data:`SHARED_SLICES`) for every test that trains on it and leaves it as it found it:
-    starting one costs tens of seconds of the suite's two cores. This driver is connected to it. A ``slow`` test
-    that asks for it runs in the shared cluster's xdist group, after the tests with clusters of their own
-    (tests/conftest.py)."""
+    starting one costs tens of seconds of the suite's two cores. This driver is connected to it. The tests that
+    ask for it run after the cluster group's tests that start clusters of their own (tests/conftest.py)."""
     ray = pytest.importorskip("ray")
     from tpuray.components.topology import TpuSlice
     from tpuray.workloads.emulation import EmulatedCluster

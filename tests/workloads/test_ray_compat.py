@@ -221,7 +221,7 @@ def _compiles_per_path(rank: int, world: int, port: int, portable_path: bool, ou
         out.put((portable_path, compiles, [p.detach().cpu().tolist() for p in net.parameters()]))
 
 
-# spawns four XLA processes (two runs of two emulated chips): too heavy for the fast loop (-m 'not slow'); no Ray cluster
+# four XLA processes (two runs of two emulated chips), no Ray cluster: too heavy for the fast loop (-m 'not slow')
 @pytest.mark.slow
 @pytest.mark.no_ray_cluster
 def test_the_portable_path_compiles_the_graphs_optimizer_step_does() -> None:
@@ -266,7 +266,7 @@ def _accumulate(rank: int, world: int, port: int, out: Any) -> None:
         out.put((rank, local, averaged, refused))
 
 
-# spawns two XLA processes (two emulated chips): too heavy for the fast loop (-m 'not slow'); no Ray cluster
+# two XLA processes (two emulated chips), no Ray cluster: too heavy for the fast loop (-m 'not slow')
 @pytest.mark.slow
 @pytest.mark.no_ray_cluster
 def test_no_sync_accumulates_and_the_next_backward_averages_the_sum() -> None:
