@@ -27,5 +27,5 @@ def test_the_cluster_group_is_queued_first(request: pytest.FixtureRequest) -> No
     items = request.session.items
     if any(on_cluster(item) for item in items):  # not when a run selects no cluster test
         assert on_cluster(items[0]), items[0].nodeid
-    shared = [SHARED_CLUSTER_FIXTURE in item.fixturenames for item in items]
+    shared = [SHARED_CLUSTER_FIXTURE in getattr(item, "fixturenames", ()) for item in items]
     assert shared == sorted(shared), "a test after the shared cluster's tests"
