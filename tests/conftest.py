@@ -2,7 +2,11 @@
 
 Tests marked ``slow`` start real processes (a local Ray cluster, ``ray start``, a Prometheus server): they share
 one group, so at most one such cluster runs at a time and each keeps the CPUs it was written for, while the
-other workers run the rest. Every other test is grouped by its module, so a module's fixtures are built once.
+other workers run the rest. (Two cluster groups at once, one per worker, were measured slower on two cores, and
+the drain test then missed its checkpoint.) A ``slow`` test that starts no Ray cluster (fresh PyTorch/XLA
+processes, a Prometheus server) says so with ``no_ray_cluster``: it is grouped by its module, off the cluster
+group's chain, which sets the suite's wall time. Every other test is grouped by its module, so a module's
+fixtures are built once.
 https://pytest-xdist.readthedocs.io/en/stable/distribution.html
 """
 
@@ -15,6 +19,7 @@ import pytest
 from tests.components.prometheus_server import prometheus_binary
 
 CLUSTER_GROUP = "local-clusters"
+SHARED_CLUSTER_FIXTURE = "emulated_slices"  # tests/workloads/conftest.py's session cluster
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -22,6 +27,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "prometheus: needs a real Prometheus (Debian's prometheus package); skips without one, fails under CI=true",
+    )
+    config.addinivalue_line(
+        "markers", "no_ray_cluster: a slow test that starts no Ray cluster; runs beside the cluster tests, not after"
     )
 
 
@@ -36,12 +44,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        group = CLUSTER_GROUP if item.get_closest_marker("slow") else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(CLUSTER_GROUP if on_cluster(item) else item.nodeid.split("::", 1)[0]))
+
     # The cluster group is the suite's longest chain, one test after another: it comes first, and pyproject's
     # --no-loadscope-reorder keeps xdist from queueing the groups by size instead, so a worker starts it at once
-    # while the other runs the rest (the sort is stable: each group keeps its own order).
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # while the other runs the rest. The tests on the shared session cluster come last: it lives until the
+    # session ends, and a driver connects to one cluster at a time (the tests that start clusters of their own,
+    # and those that must find Ray unconnected, run before it starts in the same process). The sort is stable.
+    items.sort(key=lambda item: (SHARED_CLUSTER_FIXTURE in getattr(item, "fixturenames", ()), not on_cluster(item)))
+
+
+def on_cluster(item: pytest.Item) -> bool:
+    """Whether the test runs in the cluster group: ``slow``, and not marked ``no_ray_cluster``."""
+    return item.get_closest_marker("slow") is not None and item.get_closest_marker("no_ray_cluster") is None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

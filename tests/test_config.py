@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,13 @@ STACKS = {"dev": ROOT / "Pulumi.dev.yaml", "prod": ROOT / "Pulumi.prod.yaml"}
 
 
 def values(stack: str) -> dict[str, Any]:
+    """The stack's config values, a fresh copy per call (a test may change it)."""
+    return copy.deepcopy(_values(stack))
+
+
+@functools.cache
+def _values(stack: str) -> dict[str, Any]:
+    # read once: PyYAML's pure-Python reader took more than half of the generated-configs test's time
     return stack_values(yaml.safe_load(STACKS[stack].read_text())["config"])
 
 
@@ -80,7 +88,7 @@ def test_provider_namespaces_are_ignored_and_bare_keys_belong_to_the_project() -
 
 
 def corrupted(stack: str, path: list[Any], value: Any) -> dict[str, Any]:
-    v = copy.deepcopy(values(stack))
+    v = values(stack)
     node: Any = v
     for part in path[:-1]:
         node = node[part]
@@ -277,7 +285,7 @@ def mutation(draw: st.DrawFn) -> tuple[str, Any]:
 @given(st.sampled_from(["dev", "prod"]), mutation())
 def test_generated_bad_configs_are_rejected_with_their_path(stack: str, m: tuple[str, Any]) -> None:
     expected_path, (path, value) = m
-    v = copy.deepcopy(values(stack))
+    v = values(stack)
     if value is None:
         node: Any = v
         for part in path[:-1]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import SHARED_CLUSTER_FIXTURE, on_cluster
+
 
 def test_this_test_runs_in_its_modules_group(request: pytest.FixtureRequest) -> None:
     if not hasattr(request.config, "workerinput") or request.config.getoption("dist") != "no":
@@ -17,10 +19,13 @@ def test_this_test_runs_in_its_modules_group(request: pytest.FixtureRequest) -> 
 
 def test_the_cluster_group_is_queued_first(request: pytest.FixtureRequest) -> None:
     """xdist queues the groups in collection order (``--no-loadscope-reorder``; by default it queues them by size),
-    and the cluster group, the suite's longest chain, is collected first: a worker starts it at once."""
+    and the cluster group, the suite's longest chain, is collected first: a worker starts it at once. The tests on
+    the shared session cluster come last."""
     if not hasattr(request.config, "workerinput"):
         pytest.skip("not a pytest-xdist worker")
     assert request.config.getoption("loadscopereorder") is False, "pyproject addopts: --no-loadscope-reorder"
     items = request.session.items
-    if any(item.get_closest_marker("slow") for item in items):  # not when a run selects no slow test
-        assert items[0].get_closest_marker("slow"), items[0].nodeid
+    if any(on_cluster(item) for item in items):  # not when a run selects no cluster test
+        assert on_cluster(items[0]), items[0].nodeid
+    shared = [SHARED_CLUSTER_FIXTURE in getattr(item, "fixturenames", ()) for item in items]
+    assert shared == sorted(shared), "a test after the shared cluster's tests"

@@ -21,7 +21,8 @@ on the other slices' VMs)."""
 @pytest.fixture(scope="session")
 def emulated_slices() -> Iterator[None]:
     """One emulated cluster (:data:`SHARED_SLICES`) for every test that trains on it and leaves it as it found it:
-    starting one costs tens of seconds of the suite's two cores. This driver is connected to it."""
+    starting one costs tens of seconds of the suite's two cores. This driver is connected to it. The tests that
+    ask for it run after the cluster group's tests that start clusters of their own (tests/conftest.py)."""
     ray = pytest.importorskip("ray")
     from tpuray.components.catalog.topology import TpuSlice
     from tpuray.workloads.emulation import EmulatedCluster
@@ -30,12 +31,6 @@ def emulated_slices() -> Iterator[None]:
         ray.init(address=c.address, log_to_driver=False)
         yield
         ray.shutdown()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests on the shared cluster run last (in their own order): it lives until the session ends, and the tests
-    that start clusters of their own (a driver connects to one cluster at a time) run before it starts."""
-    items.sort(key=lambda item: "emulated_slices" in getattr(item, "fixturenames", ()))
 
 
 @pytest.fixture
