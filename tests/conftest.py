@@ -3,10 +3,10 @@
 Tests marked ``slow`` start real processes (a local Ray cluster, ``ray start``, a Prometheus server): they share
 one group, so at most one such cluster runs at a time and each keeps the CPUs it was written for, while the
 other workers run the rest. (Two cluster groups at once, one per worker, were measured slower on two cores, and
-the drain test then missed its checkpoint.) A ``slow`` test that starts no Ray cluster (fresh PyTorch/XLA
-processes, a Prometheus server) says so with ``no_ray_cluster``: it is grouped by its module, off the cluster
-group's chain, which sets the suite's wall time. Every other test is grouped by its module, so a module's
-fixtures are built once.
+the drain test then missed its checkpoint; so did the slow tests that start no cluster but spawn PyTorch/XLA
+processes, when they ran beside the chain: in that CI run the chain's multi-host and contract tests took 1.7 times
+as long as in the run before, when those tests were still in the chain.) Every other test is grouped by its
+module, so a module's fixtures are built once.
 https://pytest-xdist.readthedocs.io/en/stable/distribution.html
 """
 
@@ -27,9 +27,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "prometheus: needs a real Prometheus (Debian's prometheus package); skips without one, fails under CI=true",
-    )
-    config.addinivalue_line(
-        "markers", "no_ray_cluster: a slow test that starts no Ray cluster; runs beside the cluster tests, not after"
     )
 
 
@@ -55,8 +52,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def on_cluster(item: pytest.Item) -> bool:
-    """Whether the test runs in the cluster group: ``slow``, and not marked ``no_ray_cluster``."""
-    return item.get_closest_marker("slow") is not None and item.get_closest_marker("no_ray_cluster") is None
+    """Whether the test runs in the cluster group: every ``slow`` test."""
+    return item.get_closest_marker("slow") is not None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

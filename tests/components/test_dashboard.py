@@ -292,7 +292,6 @@ def exposition(cfg: StackConfig, tick: int) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.no_ray_cluster  # a Prometheus server and an exporter thread
 @pytest.mark.prometheus
 def test_every_query_parses_and_finds_its_series_on_a_real_prometheus(tmp_path: Path) -> None:
     cfg = stack("prod-dws")

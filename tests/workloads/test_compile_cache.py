@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("torch_xla")
 
 # three fresh PyTorch/XLA processes: tens of CPU seconds on the suite's two cores, and no Ray cluster
-pytestmark = [pytest.mark.slow, pytest.mark.no_ray_cluster, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 RUN = """
 import json, sys

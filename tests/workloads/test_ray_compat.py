@@ -223,7 +223,6 @@ def _compiles_per_path(rank: int, world: int, port: int, portable_path: bool, ou
 
 # four XLA processes (two runs of two emulated chips), no Ray cluster: too heavy for the fast loop (-m 'not slow')
 @pytest.mark.slow
-@pytest.mark.no_ray_cluster
 def test_the_portable_path_compiles_the_graphs_optimizer_step_does() -> None:
     """Two emulated chips, each seeing different data, train the same model both ways. DDP's reducer (its
     bucket, laid out on the XLA device, and its layout broadcast) compiled 1 to 6 more graphs here than
@@ -268,7 +267,6 @@ def _accumulate(rank: int, world: int, port: int, out: Any) -> None:
 
 # two XLA processes (two emulated chips), no Ray cluster: too heavy for the fast loop (-m 'not slow')
 @pytest.mark.slow
-@pytest.mark.no_ray_cluster
 def test_no_sync_accumulates_and_the_next_backward_averages_the_sum() -> None:
     """DDP's gradient accumulation on the emulated slice's wrapper: inside ``no_sync()`` each chip keeps its own
     gradient; the next backward averages the accumulated sums over the chips. DDP's reducer hooks are refused by
