@@ -1,17 +1,19 @@
-"""The portable API's contract: one GPU-style train function, run on the emulated ``v5e:2x2`` slice (4 chips,
-``tpu_scaling_config`` + ``XlaChipConfig``) and on stock CPU Ray Train (``ScalingConfig(num_workers=4)``, gloo),
-does with what Ray Train hands it everything a script does besides training (:mod:`portable_contract`'s model
-rows, and the prepare_model, loader, Ray Data, checkpoint and precision rows here); each row gives the same kind of
-result on both.
+"""The portable API's contract: one GPU-style train function, run on an emulated slice (``tpu_scaling_config`` +
+``XlaChipConfig``) and on stock CPU Ray Train with as many workers (``ScalingConfig(num_workers=N)``, gloo), does
+with what Ray Train hands it everything a script does besides training (:mod:`portable_contract`'s model rows, and
+the prepare_model, loader, Ray Data, checkpoint and precision rows here); each row gives the same kind of result on
+both. Two slices: ``v5e:2x2`` (4 chips on one host) and the multi-host ``v5p:2x2x2`` (8 chips on two hosts).
 
-Suite time: every row runs inside ONE Ray Train run per backend (the row results are written per rank), with one
-planned restart in it (``get_checkpoint()`` after a restart); each test below reads the shared results of one row.
+Suite time: every row runs inside ONE Ray Train run per backend and slice (the row results are written per rank);
+the ``v5e:2x2`` runs hold one planned restart (``get_checkpoint()`` after a restart: the one row that needs a
+second attempt, and whose result does not depend on the slice). Each test below reads the shared results of one row.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,11 @@ ray = pytest.importorskip("ray")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
-WORKERS = 4  # the v5e 2x2 slice's chips
-SAMPLES = 256  # 64 rows per chip: 8 batches, enough steps to count graphs after the warm-up
+SHAPES = {"v5e:2x2": 4, "v5p:2x2x2": 8}
+"""The emulated slices the contract runs on, with their chips (the workers of both runs)."""
+RESTART_SHAPE = "v5e:2x2"
+"""The slice whose runs hold the planned restart."""
+SAMPLES = 256  # 64 rows per chip on v5e 2x2, 32 on v5p 2x2x2: enough steps to count graphs after the warm-up
 BATCH = 8
 
 OTHER_ROWS = (
@@ -255,8 +260,16 @@ def contract_train(config: dict[str, Any]) -> None:
 
     rows |= run_rows({"checkpoint.report_every_rank": report_every_rank, "checkpoint.report_rank_0": report_rank_0})
     params = [p.detach().cpu().reshape(-1).tolist() for p in model.module.parameters()]
-    (out / f"rows-{rank}.json").write_text(json.dumps({"rows": rows, "params": params, "world": world}, default=str))
-    raise RuntimeError("planned restart: the next attempt reads get_checkpoint()")
+    # Ray Train's node rank goes by IP, which every emulated host shares: the host is its Ray node and TPU_WORKER_ID
+    hosts = {
+        "node": ray.get_runtime_context().get_node_id(),
+        "worker_id": os.environ.get("TPU_WORKER_ID"),
+        "chip": os.environ.get("TPU_VISIBLE_CHIPS"),
+    }
+    doc = {"rows": rows, "params": params, "world": world, "hosts": hosts}
+    (out / f"rows-{rank}.json").write_text(json.dumps(doc, default=str))
+    if config["restart"]:
+        raise RuntimeError("planned restart: the next attempt reads get_checkpoint()")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -265,10 +278,11 @@ def by_value() -> None:
         ray.cloudpickle.register_pickle_by_value(module)  # Ray workers cannot import these test modules
 
 
-def _fit(tmp: Path, emulated: bool) -> dict[str, Any]:
+def _fit(tmp: Path, shape: str, emulated: bool) -> dict[str, Any]:
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    workers, restart = SHAPES[shape], shape == RESTART_SHAPE
     out = tmp / ("emulated" if emulated else "stock")
     out.mkdir()
     import numpy as np
@@ -279,24 +293,51 @@ def _fit(tmp: Path, emulated: bool) -> dict[str, Any]:
     g = ray.data.range(SAMPLES).map(features)
     result = TorchTrainer(
         contract_train,
-        train_loop_config={"out": str(out)},
+        train_loop_config={"out": str(out), "restart": restart},
         # the only lines that differ between the runs
-        scaling_config=tpu_scaling_config("v5e:2x2") if emulated else ScalingConfig(num_workers=WORKERS),
+        scaling_config=tpu_scaling_config(shape) if emulated else ScalingConfig(num_workers=workers),
         torch_config=XlaChipConfig() if emulated else None,
         datasets={"train": g},
-        run_config=RunConfig(storage_path=str(tmp / "storage"), name=out.name, failure_config=FailureConfig(1)),
+        run_config=RunConfig(
+            storage_path=str(tmp / "storage"), name=out.name, failure_config=FailureConfig(1 if restart else 0)
+        ),
     ).fit()
-    ranks = [json.loads((out / f"rows-{r}.json").read_text()) for r in range(WORKERS)]
-    restarts = [json.loads((out / f"restart-{r}.json").read_text()) for r in range(WORKERS)]
-    for r, again in zip(ranks, restarts, strict=True):
-        r["rows"] |= again
+    ranks = [json.loads((out / f"rows-{r}.json").read_text()) for r in range(workers)]
+    if restart:
+        restarts = [json.loads((out / f"restart-{r}.json").read_text()) for r in range(workers)]
+        for r, again in zip(ranks, restarts, strict=True):
+            r["rows"] |= again
     return {"result": result, "ranks": ranks}
 
 
 @pytest.fixture(scope="module")
-def runs(emulated_slices: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("contract")
-    return {"emulated": _fit(tmp, True), "stock": _fit(tmp, False)}
+def contract_runs(
+    emulated_slices: None, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], dict[str, dict[str, Any]]]:
+    """Each slice's two runs, made when a test first asks for that slice (each slice's tests run together)."""
+    done: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def of(shape: str) -> dict[str, dict[str, Any]]:
+        if shape not in done:
+            tmp = tmp_path_factory.mktemp(f"contract-{shape.replace(':', '-')}")
+            done[shape] = {"emulated": _fit(tmp, shape, True), "stock": _fit(tmp, shape, False)}
+        return done[shape]
+
+    return of
+
+
+@pytest.fixture(params=list(SHAPES))
+def shape(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def runs(contract_runs: Callable[[str], dict[str, dict[str, Any]]], shape: str) -> dict[str, dict[str, Any]]:
+    return contract_runs(shape)
+
+
+def _rows_of(shape: str) -> tuple[str, ...]:
+    return ROWS if shape == RESTART_SHAPE else (*MODEL_ROWS, *OTHER_ROWS)
 
 
 def _row(runs: dict[str, dict[str, Any]], backend: str, row: str) -> list[dict[str, Any]]:
@@ -313,13 +354,20 @@ REFUSED_ON_CHIPS = {
 
 
 @pytest.mark.parametrize(
-    "row", [r for r in ROWS if r not in ("model.no_sync", "data.graphs_per_step", *REFUSED_ON_CHIPS)]
+    ("shape", "row"),
+    [
+        (shape, r)
+        for shape in SHAPES
+        for r in _rows_of(shape)
+        if r not in ("model.no_sync", "data.graphs_per_step", *REFUSED_ON_CHIPS)
+    ],
+    indirect=["shape"],
 )
 def test_a_row_gives_the_same_result_on_the_emulated_slice_as_on_stock_ray_train(
-    runs: dict[str, dict[str, Any]], row: str
+    runs: dict[str, dict[str, Any]], shape: str, row: str
 ) -> None:
     for backend in runs:
-        assert sorted(runs[backend]["ranks"][0]["rows"]) == sorted(ROWS)
+        assert sorted(runs[backend]["ranks"][0]["rows"]) == sorted(_rows_of(shape))
     emulated, stock = _row(runs, "emulated", row), _row(runs, "stock", row)
     if row == "prepare_model.fsdp":  # refused by Ray itself on every non-GPU worker, before any torch call
         for r in emulated + stock:
@@ -328,6 +376,21 @@ def test_a_row_gives_the_same_result_on_the_emulated_slice_as_on_stock_ray_train
     assert all("ok" in r for r in stock), stock
     assert all("ok" in r for r in emulated), emulated
     assert emulated == stock
+
+
+def test_the_emulated_slices_workers_are_its_chips_host_by_host(runs: dict[str, dict[str, Any]], shape: str) -> None:
+    from tpuray.components.catalog.topology import TpuSlice
+
+    s = TpuSlice.parse(shape)
+    ranks = runs["emulated"]["ranks"]
+    assert [r["world"] for r in ranks] == [s.chips] * s.chips
+    by_node: dict[str, list[tuple[str, str]]] = {}
+    for r in ranks:
+        by_node.setdefault(r["hosts"]["node"], []).append((r["hosts"]["worker_id"], r["hosts"]["chip"]))
+    chips = [str(c) for c in range(s.chips_per_host)]
+    assert sorted(sorted(seats) for seats in by_node.values()) == [
+        [(str(host), c) for c in chips] for host in range(s.hosts)
+    ]
 
 
 @pytest.mark.parametrize("row", sorted(REFUSED_ON_CHIPS))
@@ -364,7 +427,7 @@ def test_the_chips_trained_in_sync_and_their_checkpoint_loads_on_cpu(runs: dict[
         assert result.error is None, backend
         every_rank, rank_0 = (c for c, _ in result.best_checkpoints[:2])
         with every_rank.as_directory() as d:
-            assert sorted(p.name for p in Path(d).iterdir()) == [f"rank-{r}.json" for r in range(WORKERS)]
+            assert sorted(p.name for p in Path(d).iterdir()) == sorted(f"rank-{r}.json" for r in range(len(params)))
         with rank_0.as_directory() as d:
             state = torch.load(Path(d) / "model.pt", map_location="cpu", weights_only=True)
         plain = make_net()
