@@ -22,6 +22,7 @@ from tpuray.components.config import (
     parse_stack_config,
     stack_values,
 )
+from tpuray.components.config.base import Problem
 from tpuray.components.config.project_file import config_declarations
 from tpuray.components.config.stack_yaml import YamlError, load_yaml
 
@@ -149,8 +150,9 @@ def test_every_problem_is_listed_at_once() -> None:
     v["cluster"]["releaseChannel"] = "FAST"
     with pytest.raises(ConfigError) as err:
         parse_stack_config(v)
-    paths = {p for p, _ in err.value.problems}
+    paths = {p.path for p in err.value.problems}
     assert {"slicePools[1].topology", "slicePools[0].slices", "cluster.releaseChannel"} <= paths
+    assert all(type(p) is Problem and p.message for p in err.value.problems)  # one type, from every source
 
 
 def test_unreadable_and_malformed_files(tmp_path: Path) -> None:

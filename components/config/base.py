@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pydantic.dataclasses
 from pydantic import (
@@ -67,9 +66,10 @@ def duration_seconds(value: object) -> int:
     return int(m.group(1)) * _UNIT_SECONDS[m.group(2)]
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One problem of a config value: where (a camelCase path below the model that finds it) and what."""
+class Problem(NamedTuple):
+    """One problem of a config value: where (a camelCase path below the model that finds it) and what.
+
+    A named pair, so a caller may also unpack it as ``path, message``."""
 
     path: str
     message: str

@@ -1,11 +1,12 @@
-"""Problems as ``(path, message)`` pairs: :class:`ConfigError` and the formatting of pydantic errors."""
+"""Problems as :class:`~tpuray.components.config.base.Problem` values (``path``, ``message``): :class:`ConfigError`
+and the formatting of pydantic errors."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import (
@@ -14,24 +15,24 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from tpuray.components.config.base import FieldProblems
+from tpuray.components.config.base import FieldProblems, Problem
 from tpuray.components.config.capacity import capacity_types
 from tpuray.components.config.stack import StackConfig
 
 
 class ConfigError(ValueError):
-    """Every problem of a stack configuration, each as ``(path, message)``."""
+    """Every problem of a stack configuration, each a :class:`Problem` (a ``(path, message)`` pair)."""
 
     MAX_SHOWN = 40
     """Problems printed at most; the rest are counted (a generated file can have thousands)."""
     MAX_LINE = 400
 
-    def __init__(self, problems: list[tuple[str, str]], source: str | None = None) -> None:
-        self.problems = problems
+    def __init__(self, problems: Sequence[tuple[str, str]], source: str | None = None) -> None:
+        self.problems = [Problem(*p) for p in problems]
         self.source = source
         where = f" in {source}" if source else ""
         lines = [f"{len(problems)} problem(s){where}:"]
-        for path, message in problems[: self.MAX_SHOWN]:
+        for path, message in self.problems[: self.MAX_SHOWN]:
             line = f"  {path}: {message}"
             lines.append(line if len(line) <= self.MAX_LINE else line[: self.MAX_LINE - 3] + "...")
         if len(problems) > self.MAX_SHOWN:
@@ -112,14 +113,14 @@ def _unknown_key(loc: tuple[int | str, ...], model: type) -> str:
     return f"unknown key{hint} valid keys here: {', '.join(valid)}"
 
 
-def problems(err: ValidationError, model: type[BaseModel] | None = None) -> list[tuple[str, str]]:
-    """A pydantic error of any config model as ``(path, message)`` pairs, paths in camelCase.
+def problems(err: ValidationError, model: type[BaseModel] | None = None) -> list[Problem]:
+    """A pydantic error of any config model as :class:`Problem` values, paths in camelCase.
 
     ``model`` is the model that was validated (default :class:`StackConfig`); it lets an unknown key name the
     nearest valid one.
     """
     root = model or StackConfig
-    problems: list[tuple[str, str]] = []
+    problems: list[Problem] = []
     for e in err.errors(include_url=False, include_input=False):
         base = _path(e["loc"])
         msg = str(e["msg"]).removeprefix("Value error, ")
@@ -134,7 +135,7 @@ def problems(err: ValidationError, model: type[BaseModel] | None = None) -> list
             msg = f"not allowed; valid choices: {e['ctx']['expected']}"
         raised = e.get("ctx", {}).get("error")
         if isinstance(raised, FieldProblems):  # a validator's problems under its own fields
-            problems += [(f"{base}.{p.path}" if base else p.path, p.message) for p in raised.problems]
+            problems += [Problem(f"{base}.{p.path}" if base else p.path, p.message) for p in raised.problems]
         else:
-            problems += [(base or "(root)", line) for line in msg.split("\n")]
+            problems += [Problem(base or "(root)", line) for line in msg.split("\n")]
     return problems

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from tpuray.components.catalog.data_file import DataFileError, loads_json
+from tpuray.components.config.base import Problem
 from tpuray.components.config.errors import ConfigError, problems
 from tpuray.components.config.rules import (
     rules_of_valid_parts,
@@ -32,7 +33,8 @@ def parse_stack_config(values: Mapping[str, Any], source: str | None = None, sta
     """Validate the ``tpuray:`` config values of a stack (namespace already stripped); ``stack`` names the stack
     for the production rules."""
     if not isinstance(values, Mapping):
-        raise ConfigError([("(root)", f"expected a mapping of config keys, got {type(values).__name__}")], source)
+        message = f"expected a mapping of config keys, got {type(values).__name__}"
+        raise ConfigError([Problem("(root)", message)], source)
     try:
         # by alias only: a snake_case key (slice_pools) is a different Pulumi config key the program never reads
         return StackConfig.model_validate(dict(values), by_name=False, context={"stack": stack})
@@ -72,7 +74,7 @@ def stack_values(raw_config: Mapping[str, Any], source: str | None = None) -> di
         ns, _, name = str(key).rpartition(":")
         if ns in ("", NAMESPACE) and name not in SECRET_KEYS:  # secret-bearing keys are read with get_secret only
             if name in given_as:  # `cluster` and `tpuray:cluster` are one Pulumi key
-                raise ConfigError([(name, f"given twice, as {given_as[name]!r} and {str(key)!r}")], source)
+                raise ConfigError([Problem(name, f"given twice, as {given_as[name]!r} and {str(key)!r}")], source)
             given_as[name] = str(key)
             values[name] = as_pulumi_passes(value)
     return values
@@ -84,7 +86,7 @@ def pulumi_values(raw: Mapping[str, str], string_keys: Collection[str], source: 
     ``PULUMI_CONFIG`` hand objects and arrays to a program. Raises :class:`ConfigError` naming each key that is
     not JSON."""
     values: dict[str, Any] = {}
-    found: list[tuple[str, str]] = []
+    found: list[Problem] = []
     for key, text in raw.items():
         if key in string_keys:
             values[key] = text
@@ -92,7 +94,7 @@ def pulumi_values(raw: Mapping[str, str], string_keys: Collection[str], source: 
         try:
             values[key] = loads_json(text, what="value")
         except DataFileError as e:
-            found.append((key, f"expected a JSON object or array (as the Pulumi CLI passes it): {e}"))
+            found.append(Problem(key, f"expected a JSON object or array (as the Pulumi CLI passes it): {e}"))
     if found:
         raise ConfigError(found, source)
     return values
@@ -111,9 +113,9 @@ def load_stack_file(path: str | Path, stack: str | None = None) -> StackConfig:
     try:
         doc = read_yaml_file(p)
     except YamlError as e:
-        raise ConfigError([("(file)", str(e))], str(p)) from None
+        raise ConfigError([Problem("(file)", str(e))], str(p)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
-        raise ConfigError([("config", "a stack file needs a top-level 'config:' mapping")], str(p))
+        raise ConfigError([Problem("config", "a stack file needs a top-level 'config:' mapping")], str(p))
     return parse_stack_config(stack_values(doc["config"], str(p)), str(p), stack or stack_of_file(p))
 
 
@@ -123,7 +125,7 @@ def find_stack_file(stack: str, start: Path, flag: str = "--stack") -> Path:
     for d in (start, *start.parents):
         if (d / name).is_file():
             return d / name
-    raise ConfigError([(flag, f"no {name} in {start} or its parents; pass --stack-file")])
+    raise ConfigError([Problem(flag, f"no {name} in {start} or its parents; pass --stack-file")])
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -150,4 +152,4 @@ def exclusive_sources(given: Mapping[str, bool]) -> None:
     """At most one of the named sources (flags) is given; the error names the first and the others."""
     named = [k for k, v in given.items() if v]
     if len(named) > 1:
-        raise ConfigError([(named[0], f"comes instead of {'/'.join(named[1:])}; pass one of them")])
+        raise ConfigError([Problem(named[0], f"comes instead of {'/'.join(named[1:])}; pass one of them")])

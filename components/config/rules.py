@@ -463,13 +463,13 @@ def _view_sections() -> dict[str, type[ConfigModel]]:
     return out
 
 
-def rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -> list[tuple[str, str]]:
+def rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -> list[Problem]:
     """The cross-section rules run over whatever parts of an invalid stack are valid on their own.
 
     pydantic skips a model's own after-validator once any field fails, so without this a type error in one
     section would hide a zone or version problem in another until the first was fixed.
     """
-    return [(p.path, p.message) for p in stack_rules(view_of_values(values, stack))]
+    return stack_rules(view_of_values(values, stack))
 
 
 _NODE_POOL_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
