@@ -6,6 +6,8 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
+from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import (
@@ -448,7 +450,8 @@ def view_sections_of(config: Any) -> dict[str, Any]:
     return {name: getattr(config, name) for name in _view_sections()}
 
 
-def _view_sections() -> dict[str, type[ConfigModel]]:
+@cache  # the two models are fixed once imported; every view of every stack reads the same list
+def _view_sections() -> Mapping[str, type[ConfigModel]]:
     """The :class:`StackView` fields that are whole sections of the stack config, each with the section's model
     as :class:`~tpuray.components.config.stack.StackConfig` declares it: a section added to both is read by both
     builders of a view."""
@@ -460,7 +463,7 @@ def _view_sections() -> dict[str, type[ConfigModel]]:
         model = declared.annotation if declared else None
         if isinstance(model, type) and issubclass(model, ConfigModel):
             out[f.name] = model
-    return out
+    return MappingProxyType(out)
 
 
 def rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -> list[Problem]:
