@@ -304,9 +304,15 @@ def _join(
     portable.install(os.environ["PJRT_DEVICE"])  # Ray Train's get_device()/prepare_model/... now mean this chip
     if info.world_size > 1 and not dist.is_initialized():
         _init_process_group(info, master, timeout_s)
-    # what Transformers/Accelerate and Lightning read of the job (torchrun's variables, torch_xla's world)
-    chips_per_host = tpu_slice.chips_per_host if tpu_slice is not None else 1
-    frameworks.install(info.rank, info.world_size, info.chip, chips_per_host, emulated=info.collective == "gloo")
+
+
+def _start(master: tuple[str, int], timeout_s: float, tpu_slice: TpuSlice, cache_dir: str | None) -> None:
+    """A Ray Train worker's start: :func:`_join`, then what Transformers/Accelerate and Lightning read of the job
+    (torchrun's variables from the Ray Train context, torch_xla's world)."""
+    _join(master, timeout_s, tpu_slice, cache_dir)
+    info = chip()
+    emulated = info.collective == "gloo"
+    frameworks.install(info.rank, info.world_size, info.chip, tpu_slice.chips_per_host, emulated=emulated)
 
 
 def _init_process_group(info: ChipInfo, master: tuple[str, int], timeout_s: float) -> None:
@@ -401,7 +407,7 @@ class _XlaChipBackend(Backend):
         ray.get(
             [
                 worker_group.execute_single_async(
-                    a.actor_index, _join, master, cfg.timeout_s, tpu_slice, cfg.compile_cache_dir
+                    a.actor_index, _start, master, cfg.timeout_s, tpu_slice, cfg.compile_cache_dir
                 )
                 for a in assignments
             ]
