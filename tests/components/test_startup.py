@@ -14,6 +14,7 @@ from tests.components.kuberay_schema import schema_errors
 from tpuray.components.catalog.compile_cache_key import CACHE_DIR_ENV, CACHE_URL_ENV, WORKER_IMAGE_ENV, CompileCacheKey
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import ConfigError, StackConfig, parse_stack_config
+from tpuray.components.config.base import Problem
 from tpuray.components.planning.kuberay import ray_cluster_manifest, ray_job_manifest
 from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.planning.startup import FUSE_CACHE_VOLUME, first_step_waits
@@ -53,7 +54,7 @@ def cache_key(config: StackConfig) -> str:
     return first_step_waits(config, config.workload_pool())["compile_cache"]
 
 
-def problems_of(values: dict[str, Any]) -> list[tuple[str, str]]:
+def problems_of(values: dict[str, Any]) -> list[Problem]:
     with pytest.raises(ConfigError) as e:
         cfg(values)
     return e.value.problems
