@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_config_harden import base  # the minimal valid stack those rules start from
+from tests.config.test_config_harden import base  # the minimal valid stack those rules start from
 from tpuray.components.catalog.cloud_limits import (
     KUEUE_API_FIRST_CHART,
     KUEUE_RENDERED_API,
@@ -24,7 +24,7 @@ from tpuray.components.config import ConfigError, load_stack_file, parse_stack_c
 from tpuray.components.planning.kueue import API_VERSION
 from tpuray.components.planning.stack_plan import plan_stack
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def problems_of(values: dict[str, Any]) -> dict[str, str]:

@@ -38,7 +38,7 @@ from tpuray.components.config.value_types import (
     service_account_id,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STACK_TEXT = {s: (ROOT / f"Pulumi.{s}.yaml").read_text() for s in ("dev", "prod")}
 MAX_OUTPUT = 64 * 1024
 FIGURES: Counter[str] = Counter()

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_config_harden import base  # the minimal valid stack the rules start from
+from tests.config.test_config_harden import base  # the minimal valid stack the rules start from
 from tpuray.components.catalog.cloud_limits import GKE_MAX_NODES_PER_CLUSTER, KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP
 from tpuray.components.catalog.tpu_locations import TPU_REGIONS
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
@@ -24,7 +24,7 @@ from tpuray.components.config.value_types import gke_version_meets
 from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER, WorkloadConfig
 from tpuray.components.planning.kueue import kueue_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def problems_of(values: dict[str, Any], stack: str | None = None) -> dict[str, str]:

@@ -13,7 +13,7 @@ from tpuray.components.catalog.gpu_to_tpu import REPLACEMENTS
 from tpuray.components.cli import main
 from tpuray.components.review.port_check import check_file, check_source
 
-FIXTURES = Path(__file__).parent / "fixtures" / "port"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "port"
 GPU_SCRIPT = FIXTURES / "gpu_train.py"
 CLEAN_SCRIPT = FIXTURES / "tpu_train.py"
 

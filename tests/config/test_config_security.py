@@ -16,7 +16,7 @@ from tpuray.components.config import (
     stack_values,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def values(env: str = "prod") -> dict[str, Any]:

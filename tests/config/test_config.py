@@ -26,7 +26,7 @@ from tpuray.components.config.base import Problem
 from tpuray.components.config.project_file import config_declarations
 from tpuray.components.config.stack_yaml import YamlError, load_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STACKS = {"dev": ROOT / "Pulumi.dev.yaml", "prod": ROOT / "Pulumi.prod.yaml"}
 
 
