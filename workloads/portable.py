@@ -41,6 +41,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from tpuray.workloads import _ray_compat
+from tpuray.workloads.patches import Patches
 
 if TYPE_CHECKING:
     import torch
@@ -357,7 +358,7 @@ def uninstall() -> None:
     global _step_hook
     _ray_compat.uninstall_torch_device_manager()
     _ray_compat.uninstall_iter_torch_batches_device()
-    _unguard_fp16()
+    _fp16.restore()
     if _step_hook is not None:
         _step_hook.remove()
         _step_hook = None
@@ -365,7 +366,7 @@ def uninstall() -> None:
 
 # ---- float16: refused on the chip, with the TPU alternative ------------------------------------------------
 
-_fp16_guards: list[tuple[Any, Any]] = []
+_fp16 = Patches()
 
 
 def _refusal(kind: str, pjrt_device: str) -> str:
@@ -386,7 +387,7 @@ def _guard_fp16(pjrt_device: str) -> None:
     from torch.amp.autocast_mode import autocast
     from torch.amp.grad_scaler import GradScaler
 
-    if _fp16_guards:
+    if _fp16:
         return
     autocast_init, scaler_init = autocast.__init__, GradScaler.__init__
     autocast_sig, scaler_sig = inspect.signature(autocast_init), inspect.signature(scaler_init)
@@ -408,15 +409,8 @@ def _guard_fp16(pjrt_device: str) -> None:
             raise RuntimeError(_refusal("grad-scaler", pjrt_device))
         scaler_init(self, *args, **kwargs)
 
-    _fp16_guards.extend([(autocast, autocast_init), (GradScaler, scaler_init)])
-    autocast.__init__ = guarded_autocast  # type: ignore[method-assign]
-    GradScaler.__init__ = guarded_scaler  # type: ignore[method-assign]
-
-
-def _unguard_fp16() -> None:
-    while _fp16_guards:
-        cls, init = _fp16_guards.pop()
-        cls.__init__ = init
+    _fp16.replace(autocast, "__init__", guarded_autocast)
+    _fp16.replace(GradScaler, "__init__", guarded_scaler)
 
 
 # ---- the emulated slice's process group -------------------------------------------------------------------
