@@ -7,7 +7,8 @@ asked for, Workload Identity, Dataplane V2, release channel, private nodes, a pu
 authorized networks or a private or DNS-only endpoint, shielded nodes, legacy ABAC and client certificates off,
 default node pool removed) and a CPU system node pool for the Ray head and system pods. Outputs the cluster
 name, endpoint, location, a kubeconfig (secret, using ``gke-gcloud-auth-plugin``) and a Kubernetes provider for
-the other components.
+the other components. What to declare is decided by :func:`~tpuray.components.planning.cluster_plan.plan_cluster`;
+this module only turns its :class:`ClusterPlan` into resources.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from tpuray.components.catalog.names import CLOUD_PLATFORM_SCOPE, NODE_SERVICE_ACCOUNT_ROLE, SYSTEM_POOL
+from tpuray.components.catalog.names import CLOUD_PLATFORM_SCOPE, SYSTEM_POOL
+from tpuray.components.planning.cluster_plan import IMAGE_READER_ROLE, NODE_SA_ROLES, ClusterPlan, plan_cluster
 from tpuray.components.planning.component_args import (
     AuthorizedNetwork,
     ControlPlane,
@@ -33,6 +35,7 @@ __all__ = [
     "NODE_SA_ROLES",
     "SYSTEM_POOL",
     "AuthorizedNetwork",
+    "ClusterPlan",
     "ControlPlane",
     "GkeCluster",
     "GkeClusterArgs",
@@ -43,11 +46,6 @@ __all__ = [
     "maintenance_policy",
     "render_kubeconfig",
 ]
-
-# The one project role GKE documents for node service accounts (logs, metrics, autoscaling metrics). Images are
-# read with roles/artifactregistry.reader on each image repository, never project-wide.
-NODE_SA_ROLES = (NODE_SERVICE_ACCOUNT_ROLE,)
-IMAGE_READER_ROLE = "roles/artifactregistry.reader"
 
 
 def maintenance_policy(m: Maintenance) -> gcp.container.ClusterMaintenancePolicyArgs | None:
@@ -106,6 +104,7 @@ def render_kubeconfig(name: str, endpoint: str, ca_certificate: str) -> str:
 class GkeCluster(pulumi.ComponentResource):
     """A GKE cluster with Workload Identity, the GCS FUSE CSI driver and a CPU system pool."""
 
+    plan: ClusterPlan
     cluster_name: pulumi.Output[str]
     endpoint: pulumi.Output[str]
     location: pulumi.Output[str]
@@ -116,104 +115,97 @@ class GkeCluster(pulumi.ComponentResource):
     system_pool: gcp.container.NodePool
 
     def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        self.plan = plan = plan_cluster(args)  # every decision, before any child exists
         super().__init__("tpuray:index:GkeCluster", name, None, opts)
-        c, net = args.cluster, args.network
         child = pulumi.ResourceOptions(parent=self)
 
         # ---- network ------------------------------------------------------------------------------------
         network: pulumi.Input[str]
         subnetwork: pulumi.Input[str]
-        nat_subnets: list[gcp.compute.RouterNatSubnetworkArgs] | None = None
-        if net.create:
+        if plan.new_network is not None:
+            new = plan.new_network
             vpc = gcp.compute.Network(
                 f"{name}-network",
-                name=f"{c.name}-net",
-                project=args.project,
+                name=new.vpc_name,
+                project=plan.project,
                 auto_create_subnetworks=False,
                 opts=child,
             )
             subnet = gcp.compute.Subnetwork(
                 f"{name}-subnet",
-                name=f"{c.name}-subnet",
-                project=args.project,
-                region=args.region,
+                name=new.subnet_name,
+                project=plan.project,
+                region=plan.region,
                 network=vpc.id,
-                ip_cidr_range=net.subnet_cidr,
+                ip_cidr_range=new.subnet_cidr,
                 private_ip_google_access=True,
                 secondary_ip_ranges=[
                     gcp.compute.SubnetworkSecondaryIpRangeArgs(
-                        range_name=net.pods_range_name, ip_cidr_range=net.pods_cidr
+                        range_name=plan.pods_range_name, ip_cidr_range=new.pods_cidr
                     ),
                     gcp.compute.SubnetworkSecondaryIpRangeArgs(
-                        range_name=net.services_range_name, ip_cidr_range=net.services_cidr
+                        range_name=plan.services_range_name, ip_cidr_range=new.services_cidr
                     ),
                 ],
                 opts=child,
             )
             network, subnetwork = vpc.self_link, subnet.self_link
         else:
-            network = f"projects/{args.project}/global/networks/{net.name}"
-            subnetwork = f"projects/{args.project}/regions/{args.region}/subnetworks/{net.subnetwork}"
-            # On a shared network, NAT only this cluster's subnet so other subnets' egress is left alone.
-            nat_subnets = [
-                gcp.compute.RouterNatSubnetworkArgs(name=subnetwork, source_ip_ranges_to_nats=["ALL_IP_RANGES"])
-            ]
+            assert plan.existing_network is not None and plan.existing_subnetwork is not None  # plan_cluster's rule
+            network, subnetwork = plan.existing_network, plan.existing_subnetwork
 
-        if c.private_nodes:
-            # Private nodes have no external IPs; NAT gives them egress to pull images and reach Google APIs.
+        if plan.nat is not None:
             router = gcp.compute.Router(
                 f"{name}-router",
-                name=f"{c.name}-router",
-                project=args.project,
-                region=args.region,
+                name=plan.nat.router_name,
+                project=plan.project,
+                region=plan.region,
                 network=network,
                 opts=child,
             )
             gcp.compute.RouterNat(
                 f"{name}-nat",
-                name=f"{c.name}-nat",
-                project=args.project,
-                region=args.region,
+                name=plan.nat.nat_name,
+                project=plan.project,
+                region=plan.region,
                 router=router.name,
                 nat_ip_allocate_option="AUTO_ONLY",
-                source_subnetwork_ip_ranges_to_nat=(
-                    "LIST_OF_SUBNETWORKS" if nat_subnets else "ALL_SUBNETWORKS_ALL_IP_RANGES"
-                ),
-                subnetworks=nat_subnets,
-                log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter="ERRORS_ONLY"),
+                source_subnetwork_ip_ranges_to_nat=plan.nat.source_ranges,
+                subnetworks=[
+                    gcp.compute.RouterNatSubnetworkArgs(name=s, source_ip_ranges_to_nats=["ALL_IP_RANGES"])
+                    for s in plan.nat.subnetworks
+                ]
+                or None,
+                log_config=gcp.compute.RouterNatLogConfigArgs(enable=True, filter=plan.nat.log_filter),
                 opts=child,
             )
 
         # ---- node identity --------------------------------------------------------------------------------
         node_sa = gcp.serviceaccount.Account(
             f"{name}-node-sa",
-            account_id=c.node_service_account_id,
-            display_name=f"GKE nodes of {c.name}",
-            project=args.project,
+            account_id=plan.node_account_id,
+            display_name=plan.node_account_display_name,
+            project=plan.project,
             opts=child,
         )
         member = node_sa.email.apply(lambda e: f"serviceAccount:{e}")
         role_bindings: list[pulumi.Resource] = [
             gcp.projects.IAMMember(
-                f"{name}-node-sa-{role.split('/')[1].replace('.', '-').lower()}",
-                project=args.project,
-                role=role,
-                member=member,
-                opts=child,
+                f"{name}-node-sa-{g.key}", project=plan.project, role=g.role, member=member, opts=child
             )
-            for role in NODE_SA_ROLES
+            for g in plan.project_roles
         ]
         role_bindings += [
             gcp.artifactregistry.RepositoryIamMember(
-                f"{name}-node-sa-reads-{repo.project}-{repo.location}-{repo.repository}",
-                project=repo.project,
-                location=repo.location,
-                repository=repo.repository,
+                f"{name}-node-sa-reads-{g.key}",
+                project=g.repository.project,
+                location=g.repository.location,
+                repository=g.repository.repository,
                 role=IMAGE_READER_ROLE,
                 member=member,
                 opts=child,
             )
-            for repo in args.image_repositories
+            for g in plan.image_reads
         ]
         node_metadata = gcp.container.ClusterNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")
 
@@ -228,9 +220,9 @@ class GkeCluster(pulumi.ComponentResource):
         )
         private = (
             gcp.container.ClusterPrivateClusterConfigArgs(
-                enable_private_nodes=True, enable_private_endpoint=c.control_plane_endpoint == "private"
+                enable_private_nodes=True, enable_private_endpoint=plan.private_endpoint
             )
-            if c.private_nodes
+            if plan.private_nodes
             else None
         )
         # DNS-only: the IP endpoints are off and the DNS endpoint checks IAM on every request
@@ -244,7 +236,7 @@ class GkeCluster(pulumi.ComponentResource):
                     enabled=False
                 ),
             )
-            if c.control_plane_endpoint == "dns"
+            if plan.dns_endpoint_only
             else None
         )
         authorized = (
@@ -253,32 +245,30 @@ class GkeCluster(pulumi.ComponentResource):
                     gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(
                         cidr_block=n.cidr, display_name=n.name or None
                     )
-                    for n in c.master_authorized_networks
+                    for n in plan.authorized_networks
                 ]
             )
-            if c.master_authorized_networks
+            if plan.authorized_networks
             else None
         )
         # Shielded nodes with secure boot and integrity monitoring on every pool (CIS GKE 5.5.5-5.5.7).
         shielded = {"enable_secure_boot": True, "enable_integrity_monitoring": True}
         self.cluster = gcp.container.Cluster(
             f"{name}-cluster",
-            name=c.name,
-            project=args.project,
-            location=args.location,
+            name=plan.name,
+            project=plan.project,
+            location=plan.location,
             network=network,
             subnetwork=subnetwork,
             networking_mode="VPC_NATIVE",
             ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
-                cluster_secondary_range_name=net.pods_range_name,
-                services_secondary_range_name=net.services_range_name,
+                cluster_secondary_range_name=plan.pods_range_name,
+                services_secondary_range_name=plan.services_range_name,
             ),
-            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=c.release_channel),
-            maintenance_policy=maintenance_policy(args.maintenance),
-            min_master_version=c.min_master_version,
-            workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
-                workload_pool=f"{args.project}.svc.id.goog"
-            ),
+            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=plan.release_channel),
+            maintenance_policy=maintenance_policy(plan.maintenance) if plan.maintenance is not None else None,
+            min_master_version=plan.min_master_version,
+            workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(workload_pool=plan.workload_pool),
             addons_config=addons,
             datapath_provider="ADVANCED_DATAPATH",
             private_cluster_config=private,
@@ -292,7 +282,7 @@ class GkeCluster(pulumi.ComponentResource):
                     issue_client_certificate=False
                 )
             ),
-            deletion_protection=c.deletion_protection,
+            deletion_protection=plan.deletion_protection,
             # The default pool is created and deleted at once; give it the node identity anyway so the
             # default compute service account never runs a node.
             remove_default_node_pool=True,
@@ -303,27 +293,28 @@ class GkeCluster(pulumi.ComponentResource):
                 workload_metadata_config=node_metadata,
                 shielded_instance_config=gcp.container.ClusterNodeConfigShieldedInstanceConfigArgs(**shielded),
             ),
-            resource_labels=args.resource_labels or None,
+            resource_labels=plan.resource_labels,
             opts=pulumi.ResourceOptions(parent=self, depends_on=role_bindings),
         )
 
+        system = plan.system_pool
         self.system_pool = gcp.container.NodePool(
             f"{name}-system-pool",
-            name=SYSTEM_POOL,
-            project=args.project,
+            name=system.name,
+            project=plan.project,
             cluster=self.cluster.name,
-            location=args.location,
-            node_count=c.system_nodes,
+            location=plan.location,
+            node_count=system.nodes,
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             node_config=gcp.container.NodePoolNodeConfigArgs(
-                machine_type=c.system_machine_type,
+                machine_type=system.machine_type,
                 service_account=node_sa.email,
                 oauth_scopes=[CLOUD_PLATFORM_SCOPE],
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
                     mode="GKE_METADATA"
                 ),
-                labels={"tpuray.io/role": "system"},
-                resource_labels=args.resource_labels or None,
+                labels=dict(system.labels),
+                resource_labels=plan.resource_labels,
                 shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(**shielded),
             ),
             opts=child,

@@ -1,7 +1,8 @@
 """Compose a whole tpuray environment from a :class:`~tpuray.components.config.StackConfig`.
 
 :func:`deploy` declares an explicit GCP provider (project and region from the typed config, so the stack needs no
-``gcp:project``), the :class:`GkeCluster`, one :class:`TpuSlicePool` per slice pool, the :class:`RayTpuCluster`,
+``gcp:project``), the :class:`GkeCluster`, one :class:`TpuSlicePool` per slice pool, the :class:`RayPlatform` and
+the :class:`RayTpuCluster` on it,
 a :class:`KueueQueues` (when ``kueue.enabled``), a :class:`RayTpuJob` for the training entrypoint and a
 :class:`StackMonitoring` (dashboard and idle-slice alert, when ``monitoring.enabled``). Names and
 inputs depend only on the config and the stack name: every component's data comes from
@@ -23,6 +24,7 @@ from tpuray.components.gke_cluster import GkeCluster
 from tpuray.components.kueue import KueueQueues, KueueQueuesArgs
 from tpuray.components.planning.stack_plan import StackPlan, plan_stack
 from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
+from tpuray.components.ray_platform import RayPlatform, RayPlatformArgs
 from tpuray.components.stack_monitoring import StackMonitoring
 from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
 from tpuray.components.tpu_webhook import TpuWebhook, TpuWebhookArgs
@@ -40,6 +42,8 @@ class Stack:
     gcp_provider: gcp.Provider
     cluster: GkeCluster
     pools: list[TpuSlicePool]
+    platform: RayPlatform
+    """The namespace, policies, token, bucket, identities and the KubeRay operator."""
     ray: RayTpuCluster
     job: RayTpuJob
     kueue: KueueQueues | None = None
@@ -109,17 +113,22 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
             "tpu-webhook", TpuWebhookArgs(plan.tpu_webhook, depends_on=[cluster.cluster, cluster.system_pool]), on_both
         )
         ray_after.append(webhook.release)  # TPU pods are mutated as they are created: the webhook serves first
-    ray = RayTpuCluster("ray", RayTpuClusterArgs(plan.ray, auth_token=_ray_token(), depends_on=ray_after), on_both)
+    # "ray" names both: the platform's children keep their names, and their aliases name the RayTpuCluster "ray"
+    # that declared them before the split (ray_platform.py)
+    platform = RayPlatform("ray", RayPlatformArgs(plan.ray, auth_token=_ray_token(), depends_on=ray_after), on_both)
+    ray = RayTpuCluster("ray", RayTpuClusterArgs(plan.ray, platform, depends_on=ray_after), on_both)
     kueue = None
-    job_after: list[pulumi.Resource] = [ray.ray_cluster] if ray.ray_cluster is not None else list(ray.prerequisites)
+    job_after: list[pulumi.Resource] = (
+        [ray.ray_cluster] if ray.ray_cluster is not None else list(platform.prerequisites)
+    )
     if plan.kueue is not None:
         kueue = KueueQueues(
             "kueue",
-            KueueQueuesArgs(plan.kueue, depends_on=[cluster.system_pool, *node_pools, ray.prerequisites[0]]),
+            KueueQueuesArgs(plan.kueue, depends_on=[cluster.system_pool, *node_pools, platform.namespace_resource]),
             on_both,
         )
         job_after += list(kueue.objects.values())
-    job = RayTpuJob("train", RayTpuJobArgs(plan.job, depends_on=[*job_after, ray.auth_secret]), on_both)
+    job = RayTpuJob("train", RayTpuJobArgs(plan.job, depends_on=[*job_after, platform.auth_secret]), on_both)
     monitoring = None
     if plan.monitoring is not None:
         monitoring = StackMonitoring("monitoring", plan.monitoring, on_gcp)
@@ -129,6 +138,7 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
         gcp_provider=provider,
         cluster=cluster,
         pools=pools,
+        platform=platform,
         ray=ray,
         job=job,
         kueue=kueue,

@@ -12,6 +12,6 @@ pulumi.export("clusterName", stack.cluster.cluster_name)
 pulumi.export("kubeconfig", stack.cluster.kubeconfig)  # secret
 pulumi.export("rayClusterName", stack.ray.name)
 pulumi.export("rayDashboardService", stack.ray.dashboard_service)
-pulumi.export("rayAuthSecret", stack.ray.auth_secret_ref)  # <namespace>/<name> of the Ray token (key auth_token)
-pulumi.export("checkpointBucket", stack.ray.bucket_name)
+pulumi.export("rayAuthSecret", stack.platform.auth_secret_ref)  # <namespace>/<name> of the Ray token (key auth_token)
+pulumi.export("checkpointBucket", stack.platform.bucket_name)
 pulumi.export("topology", stack.topology)

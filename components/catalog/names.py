@@ -65,6 +65,12 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 (https://cloud.google.com/kubernetes-engine/docs/how-to/access-scopes)."""
 
 
+def workload_identity_pool(project: str) -> str:
+    """The cluster's Workload Identity pool; a Kubernetes service account is ``<pool>[<namespace>/<name>]`` in it
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/workload-identity)."""
+    return f"{project}.svc.id.goog"
+
+
 # ---- taints -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Taint:

@@ -123,7 +123,8 @@ class SlicePoolPlan:
 
 @dataclass(frozen=True)
 class RayClusterPlan:
-    """What ``RayTpuCluster`` declares, as data: everything but the Ray token and what its children wait for."""
+    """What ``RayPlatform`` and ``RayTpuCluster`` declare, as data: everything but the Ray token and what their
+    children wait for."""
 
     project: str
     cluster_name: str

@@ -194,6 +194,12 @@ def diff_plans(base: Mapping[str, Any], new: Mapping[str, Any]) -> PlanDiff:
         raise StackMismatchError(mismatch)
     by_urn_base = {r["urn"]: r for r in base.get("resources", [])}
     by_urn_new = {r["urn"]: r for r in new.get("resources", [])}
+    # a resource that moved (new parent, name or type) names its old URN in an alias: Pulumi updates it in place
+    for r in list(by_urn_new.values()):
+        for alias in r.get("options", {}).get("aliasURNs", []):
+            if alias in by_urn_base and alias not in by_urn_new:
+                by_urn_base[r["urn"]] = by_urn_base.pop(alias)
+                break
     d = PlanDiff(stack=str(new.get("stack") or base.get("stack") or "?"))
     d.added = [by_urn_new[u] for u in sorted(set(by_urn_new) - set(by_urn_base))]
     d.removed = [by_urn_base[u] for u in sorted(set(by_urn_base) - set(by_urn_new))]

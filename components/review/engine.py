@@ -185,6 +185,30 @@ def _make_monitor(pulumi: Any, run: ProgramRun) -> Any:
                     type_ = f"{qualified}${type_}"
             return f"urn:pulumi:{run.stack}::{run.project}::{type_}::{name}"
 
+        def alias_urns(self, request: Any) -> list[str]:
+            """The URNs the resource was known by: given whole, or as specs that the engine resolves against the
+            resource's own name, type and parent (pulumi/sdk/proto/alias.proto).
+
+            A spec that renames only the type is left out: the provider SDKs add those to every resource of a
+            renamed type (pulumi_gcp's ``gcp:serviceAccount/...``), whatever the program does; the plan shows
+            what the program moved."""
+            urns = set(getattr(request, "aliasURNs", []) or [])
+            for alias in getattr(request, "aliases", []) or []:
+                if alias.WhichOneof("alias") == "urn":
+                    urns.add(alias.urn)
+                    continue
+                spec = alias.spec
+                if not (spec.name or spec.stack or spec.project or spec.parentUrn or spec.noParent):
+                    continue
+                parent = "" if spec.noParent else (spec.parentUrn or request.parent)
+                urn = self.make_urn(parent, spec.type or request.type, spec.name or request.name)
+                if spec.stack or spec.project:  # another stack's or project's resource
+                    urn = (
+                        f"urn:pulumi:{spec.stack or run.stack}::{spec.project or run.project}::{urn.split('::', 2)[2]}"
+                    )
+                urns.add(urn)
+            return sorted(urns)
+
         def RegisterResource(self, request: Any) -> Any:  # the gRPC method name
             seen.inputs = None
             response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
@@ -199,10 +223,13 @@ def _make_monitor(pulumi: Any, run: ProgramRun) -> Any:
                     options["deleteBeforeReplace"] = True
                 if request.retainOnDelete:
                     options["retainOnDelete"] = True
-                for key in ("ignoreChanges", "replaceOnChanges", "aliasURNs"):
+                for key in ("ignoreChanges", "replaceOnChanges"):
                     values = sorted(getattr(request, key, []) or [])
                     if values:
                         options[key] = values
+                aliases = self.alias_urns(request)
+                if aliases:
+                    options["aliasURNs"] = aliases
                 if request.dependencies:
                     options["dependsOn"] = sorted(set(request.dependencies))
                 run.resources.append(

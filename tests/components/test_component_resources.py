@@ -20,6 +20,7 @@ from tpuray.components.planning.kuberay import RayJobParams
 from tpuray.components.planning.node_pools import slice_pool_node_pools
 from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
+from tpuray.components.ray_platform import RayPlatform, RayPlatformArgs
 from tpuray.components.review.engine import STANDIN_ENDPOINT, ProgramRun
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, RAY_JOB
 from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
@@ -248,11 +249,12 @@ def _capacity_inputs(cap: str, i: dict[str, Any]) -> None:
         assert i["queuedProvisioning"] == {"enabled": True}
 
 
-# ---- RayTpuCluster / RayTpuJob ------------------------------------------------------------------------
+# ---- RayPlatform / RayTpuCluster / RayTpuJob -----------------------------------------------------------
 def build_ray(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:
         planned = plan_stack(cfg, "test").ray
-        ray = RayTpuCluster("ray", RayTpuClusterArgs(planned, depends_on=[]))
+        platform = RayPlatform("ray", RayPlatformArgs(planned, depends_on=[]))
+        ray = RayTpuCluster("ray", RayTpuClusterArgs(planned, platform))
         job = RayTpuJob(
             "job",
             RayTpuJobArgs(
@@ -263,11 +265,11 @@ def build_ray(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
                     cluster=planned.params,
                     backoff_limit=1,
                 ),
-                depends_on=list(ray.prerequisites),
+                depends_on=list(platform.prerequisites),
             ),
         )
         holder.update(ray=ray, job=job)
-        return {"bucket": ray.bucket_name, "gsa": ray.google_service_account_email}
+        return {"bucket": platform.bucket_name, "gsa": platform.google_service_account_email}
 
     holder: dict[str, Any] = {}
     build.holder = holder  # type: ignore[attr-defined]
@@ -284,10 +286,16 @@ def test_ray_cluster_and_job() -> None:
     build = build_ray(cfg)
     rec, out = er.run(build)
     ray, job = build.holder["ray"], build.holder["job"]  # type: ignore[attr-defined]
-    # namespace, bucket, GSA, bucket grant, WI binding, KSA, RayCluster, token + Secret, 6 NetworkPolicies
+    # namespace, bucket, GSA, bucket grant, WI binding, KSA, token + Secret, 6 NetworkPolicies
     # +1 service account, +1 binding: the workers'; +1 NetworkPolicy (egress to the TPU device plugin's metrics port)
     # and +1 PodMonitoring (the training metrics); +1 the KubeRay operator's Helm release (ray.operator: helm)
-    assert_parented(rec, "tpuray:index:RayTpuCluster", 20)
+    assert_parented(rec, "tpuray:index:RayPlatform", 19)
+    assert_parented(rec, "tpuray:index:RayTpuCluster", 1)  # the RayCluster
+    (rc_reg,) = er.children_of(rec, "tpuray:index:RayTpuCluster")
+    platform_urns = {r["urn"] for r in er.children_of(rec, "tpuray:index:RayPlatform")}
+    kinds = {r["type"] for r in er.children_of(rec, "tpuray:index:RayPlatform") if r["urn"] in er.depends_on(rc_reg)}
+    # the RayCluster waits for the namespace, accounts, token, grants and the operator, all of the platform
+    assert set(er.depends_on(rc_reg)) <= platform_urns and "kubernetes:helm.sh/v3:Release" in kinds
     assert_parented(rec, "tpuray:index:RayTpuJob", 1)
     assert len(rec.of_type("kubernetes:helm.sh/v3:Release")) == 1
 

@@ -44,7 +44,10 @@ def test_registers_the_expected_resources(program_run: tuple[str, ProgramRun]) -
     counts = Counter(rec.types())
     assert counts["tpuray:index:GkeCluster"] == 1
     assert counts["tpuray:index:TpuSlicePool"] == len(cfg.slice_pools)
-    assert counts["tpuray:index:RayTpuCluster"] == counts["tpuray:index:RayTpuJob"] == 1
+    assert (
+        counts["tpuray:index:RayPlatform"] == counts["tpuray:index:RayTpuCluster"] == counts["tpuray:index:RayTpuJob"]
+    )
+    assert counts["tpuray:index:RayTpuJob"] == 1
     assert counts["gcp:container/nodePool:NodePool"] == 1 + len(plans)  # system pool + TPU pools
     assert counts["gcp:container/cluster:Cluster"] == 1
     assert counts["kubernetes:ray.io/v1:RayCluster"] == counts["kubernetes:ray.io/v1:RayJob"] == 1
