@@ -15,7 +15,7 @@ plan directory or a git ref needs no config: ``review.cost``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tpuray.components.catalog.topology import TpuSlice
@@ -27,7 +27,7 @@ from tpuray.components.planning.kueue import PoolKueue, pool_kueue
 from tpuray.components.planning.node_pools import NodePoolSpec, slice_pool_node_pools
 from tpuray.components.planning.scheduling import PoolScheduling
 
-__all__ = ["PoolPlan", "pool_plan", "pool_plans"]
+__all__ = ["PoolPlan", "kueue_entries", "pool_plan", "pool_plans"]
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,9 @@ class PoolPlan:
     ephemeral job may train on a pool the shared cluster leaves out (:attr:`worker_group`, :meth:`job_group`)."""
     in_shared_cluster: bool
     """The shared RayCluster has a group for it (its capacity type's ``in_shared_cluster``: not queued pools)."""
-    kueue: PoolKueue
-    """Its ResourceFlavor, ClusterQueue quota and (queued provisioning) admission check, used where
-    ``kueue.enabled``."""
+    kueue: PoolKueue | None
+    """Its ResourceFlavor, ClusterQueue quota and (queued provisioning) admission check; None where the stack has
+    no Kueue (``kueue.enabled`` off)."""
 
     @property
     def name(self) -> str:
@@ -99,8 +99,17 @@ def pool_plan(cfg: StackConfig, pool: SlicePoolConfig, resource_labels: Mapping[
         ),
         group=TpuWorkerGroup.from_pool(pool, scheduling),
         in_shared_cluster=pool.capacity.in_shared_cluster,
-        kueue=pool_kueue(cfg, pool, scheduling),
+        kueue=pool_kueue(cfg, pool, scheduling) if cfg.kueue.enabled else None,
     )
+
+
+def kueue_entries(pools: Sequence[PoolPlan]) -> list[PoolKueue]:
+    """The pools' Kueue entries, in their order, for :func:`~tpuray.components.planning.kueue.kueue_spec`; a
+    ValueError where the stack has no Kueue (they have none)."""
+    entries = [p.kueue for p in pools if p.kueue is not None]
+    if len(entries) != len(pools):
+        raise ValueError("kueue.enabled is off: the slice pools have no Kueue flavor or quota")
+    return entries
 
 
 def pool_plans(cfg: StackConfig, resource_labels: Mapping[str, str] | None = None) -> tuple[PoolPlan, ...]:

@@ -46,7 +46,7 @@ from tpuray.components.planning.kuberay import (
     ray_job_manifest,
 )
 from tpuray.components.planning.kueue import kueue_spec, priority_class_name
-from tpuray.components.planning.pool_plan import PoolPlan, pool_plans
+from tpuray.components.planning.pool_plan import PoolPlan, kueue_entries, pool_plans
 from tpuray.components.planning.ray_auth import RayAuth, auth_secret_name
 from tpuray.components.planning.startup import startup_plan
 
@@ -226,7 +226,7 @@ def _own_cache_bucket(cfg: StackConfig) -> str | None:
 
 def _kueue(cfg: StackConfig, pools: Sequence[PoolPlan], k8s_labels: Mapping[str, str]) -> KueuePlan:
     return KueuePlan(
-        spec=kueue_spec(cfg, [p.kueue for p in pools], k8s_labels),
+        spec=kueue_spec(cfg, kueue_entries(pools), k8s_labels),
         chart_version=cfg.kueue.chart_version,
         namespace=cfg.kueue.namespace,
         monitoring=tuple(kueue_monitoring(cfg.kueue.namespace, k8s_labels)),

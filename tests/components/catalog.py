@@ -11,7 +11,7 @@ from tpuray.components.config import SlicePoolConfig, StackConfig
 from tpuray.components.planning.kuberay import RayClusterParams, TpuWorkerGroup
 from tpuray.components.planning.kueue import KueueSpec, kueue_spec
 from tpuray.components.planning.node_pools import NodePoolSpec, slice_pool_node_pools
-from tpuray.components.planning.pool_plan import pool_plans
+from tpuray.components.planning.pool_plan import kueue_entries, pool_plans
 from tpuray.components.planning.scheduling import PoolScheduling
 
 
@@ -106,4 +106,4 @@ def node_pools(p: SlicePoolConfig, zone: str | None, cluster: str) -> list[NodeP
 
 def kueue_of(cfg: StackConfig, labels: dict[str, str] | None = None) -> KueueSpec:
     """The Kueue objects of a stack, from its pool plans (as ``plan_stack`` makes them, with ``labels``)."""
-    return kueue_spec(cfg, [p.kueue for p in pool_plans(cfg)], labels)
+    return kueue_spec(cfg, kueue_entries(pool_plans(cfg)), labels)

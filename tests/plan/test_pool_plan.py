@@ -102,7 +102,8 @@ def check_pools_carry_their_scheduling(cfg: StackConfig, plan: StackPlan) -> Non
             whole = pool.slice_pool.slices
             assert size == ((whole, whole) if kind == "RayJob" else (pool.slice_pool.min_slices, whole))
             assert all(_pod_lands_on(selector, tolerations, n) for n in nodes)
-        if plan.kueue is not None:
+        assert (pool.kueue is None) == (plan.kueue is None) == (not cfg.kueue.enabled)
+        if plan.kueue is not None and pool.kueue is not None:
             flavor = flavors[pool.kueue.quota.flavor]
             assert flavor == {"nodeLabels": selector, "tolerations": tolerations}
             assert plan.kueue.spec.quota_of(pool.name) == pool.kueue.quota
