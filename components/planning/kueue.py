@@ -1,7 +1,8 @@
 """Kueue objects derived from the slice pools, as plain ``kueue.x-k8s.io/v1beta2`` dicts.
 
 Pure Python; imports no Pulumi. From the same :class:`~tpuray.components.catalog.topology.TpuSlice` as the node pools
-and the KubeRay worker groups:
+and the KubeRay worker groups; each pool's part (:func:`pool_kueue`: its flavor's spec, its quota, its admission
+check) is made with its plan (``planning.pool_plan``), and :func:`kueue_spec` puts the stack's objects together:
 
 - one ResourceFlavor per slice pool, whose node labels and tolerations are the pool's
   :class:`~tpuray.components.planning.scheduling.PoolScheduling` (what its worker group selects and tolerates),

@@ -224,11 +224,11 @@ def pool_views(plan: StackPlan, resources: Sequence[Mapping[str, Any]]) -> list[
     admissions = kueue_admissions(resources)
     node_pools = [r for r in resources if r["type"] == NODE_POOL]
     views: list[PoolView] = []
-    for pool in plan.pools:
+    for planned in plan.pools:
         # joined on what the pool's plan says its objects carry: its nodes' pool label, its pods' node selector,
         # its worker group's name; what the program declared under those keys is what the view counts
-        node_label = dict(pool.scheduling.node_labels)[POOL_LABEL]
-        selected = dict(pool.scheduling.node_selector)[POOL_LABEL]
+        node_label = dict(planned.scheduling.node_labels)[POOL_LABEL]
+        selected = dict(planned.scheduling.node_selector)[POOL_LABEL]
         mine = tuple(
             sorted(
                 _node_pool_name(r)
@@ -237,17 +237,17 @@ def pool_views(plan: StackPlan, resources: Sequence[Mapping[str, Any]]) -> list[
             )
         )
         group = next((g for g in groups if g.pool == selected), None) or next(
-            (g for g in groups if g.name == pool.group.name), None
+            (g for g in groups if g.name == planned.group.name), None
         )
-        planned = pool.slice_pool
+        pool = planned.slice_pool
         views.append(
             PoolView(
-                name=planned.name,
-                tpu_slice=planned.tpu_slice,
-                min_slices=planned.min_slices,
-                max_slices=planned.slices,
-                capacity=planned.capacity,
-                zone=planned.zone,
+                name=pool.name,
+                tpu_slice=pool.tpu_slice,
+                min_slices=pool.min_slices,
+                max_slices=pool.slices,
+                capacity=pool.capacity,
+                zone=pool.zone,
                 node_pools=mine,
                 ray_group=group,
                 kueue=admissions.get(pool.name),
