@@ -99,7 +99,7 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
     pools = [
         TpuSlicePool(
             pool.name,
-            TpuSlicePoolArgs(pool, cluster.cluster.name, cluster.node_service_account_email),
+            TpuSlicePoolArgs(pool.slice_pool, cluster.cluster.name, cluster.node_service_account_email),
             on_gcp,  # the node pools' cluster input orders them after the cluster
         )
         for pool in plan.pools

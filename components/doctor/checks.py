@@ -44,6 +44,7 @@ from tpuray.components.config.value_types import gke_version_key
 from tpuray.components.doctor.crd_schema import pruned_paths
 from tpuray.components.doctor.reader import ClusterObjects
 from tpuray.components.planning.kueue import kueue_spec
+from tpuray.components.planning.pool_plan import kueue_entries, pool_plans
 from tpuray.components.planning.stack_plan import plan_stack
 
 __all__ = ["CheckResult", "ImageVersions", "Status", "run_checks"]
@@ -513,7 +514,7 @@ def check_kueue(cfg: StackConfig, objs: ClusterObjects) -> list[CheckResult]:
             )
         else:
             controller = CheckResult("kueue-controller", "pass", fact, _SRC_KUEUE, fix)
-    rendered = kueue_spec(cfg).objects
+    rendered = kueue_spec(cfg, kueue_entries(pool_plans(cfg))).objects
     problems, found = _crd_problems(rendered, objs.crds)
     fact = "the stack renders " + ", ".join(f"{kind} ({v})" for kind, v, _ in _rendered_kinds(rendered))
     status: Status = "fail" if problems else "pass"

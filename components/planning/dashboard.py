@@ -30,7 +30,7 @@ from typing import Any
 from tpuray.components.catalog import metric_names as m
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import SlicePoolConfig, StackConfig, slice_shape
-from tpuray.components.planning.kueue import kueue_spec
+from tpuray.components.planning.kueue import cluster_queue_name
 
 __all__ = [
     "COLUMNS",
@@ -276,7 +276,7 @@ def _shape_groups(cfg: StackConfig) -> list[list[SlicePoolConfig]]:
 
 def dashboard_plan(cfg: StackConfig, stack: str) -> DashboardPlan:
     """The dashboard of a stack: one row per slice pool (pools of one slice shape share theirs)."""
-    cluster_queue = kueue_spec(cfg).cluster_queue if cfg.kueue.enabled else None
+    cluster_queue = cluster_queue_name(cfg.cluster.name) if cfg.kueue.enabled else None
     rows = []
     for group in _shape_groups(cfg):
         slices = [p.tpu_slice for p in group]

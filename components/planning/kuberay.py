@@ -87,14 +87,15 @@ class TpuWorkerGroup:
     """The VMs' lifetime (the capacity's ``max_run_seconds``): passed to the workers as ``TPURAY_MAX_RUN_SECONDS``."""
 
     @classmethod
-    def from_pool(cls, pool: SlicePoolConfig) -> TpuWorkerGroup:
+    def from_pool(cls, pool: SlicePoolConfig, scheduling: PoolScheduling) -> TpuWorkerGroup:
+        """The group of ``pool``, autoscaling from its kept slices to all of them, on its ``scheduling``."""
         return cls(
             name=pool.name,
             tpu_slice=pool.tpu_slice,
             replicas=pool.slices,
             min_replicas=pool.min_slices,
             max_replicas=pool.slices,
-            scheduling=PoolScheduling.of(pool),
+            scheduling=scheduling,
             drain=drain_plan(pool.capacity),
             max_run_seconds=pool.capacity.max_run_seconds,
         )

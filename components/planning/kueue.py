@@ -1,7 +1,8 @@
 """Kueue objects derived from the slice pools, as plain ``kueue.x-k8s.io/v1beta2`` dicts.
 
 Pure Python; imports no Pulumi. From the same :class:`~tpuray.components.catalog.topology.TpuSlice` as the node pools
-and the KubeRay worker groups:
+and the KubeRay worker groups; each pool's part (:func:`pool_kueue`: its flavor's spec, its quota, its admission
+check) is made with its plan (``planning.pool_plan``), and :func:`kueue_spec` puts the stack's objects together:
 
 - one ResourceFlavor per slice pool, whose node labels and tolerations are the pool's
   :class:`~tpuray.components.planning.scheduling.PoolScheduling` (what its worker group selects and tolerates),
@@ -25,7 +26,8 @@ https://docs.cloud.google.com/kubernetes-engine/docs/tutorials/ray-kueue-dws.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +50,11 @@ __all__ = [
     "SUBMITTER_CPU",
     "SUBMITTER_MEMORY",
     "KueueSpec",
+    "PoolKueue",
     "PoolQuota",
+    "cluster_queue_name",
     "kueue_spec",
+    "pool_kueue",
     "priority_class_name",
 ]
 
@@ -110,7 +115,27 @@ def _object(
     return {"apiVersion": API_VERSION, "kind": kind, "metadata": meta, **body}
 
 
-def _pool_quota(cfg: StackConfig, pool: SlicePoolConfig) -> PoolQuota:
+@dataclass(frozen=True)
+class PoolKueue:
+    """One slice pool's part of the stack's Kueue objects (its :class:`PoolPlan`'s ``kueue``): its quota, its
+    ResourceFlavor's spec, and the ProvisioningRequestConfig of a queued-provisioning pool."""
+
+    quota: PoolQuota
+    slices: int
+    """Most slices the pool holds: at most that many admitted jobs (heads and submitters) on it."""
+    flavor_spec: dict[str, Any]
+    """The ResourceFlavor's ``spec``: the pool's node selector as node labels, and its pods' tolerations."""
+    provisioning: dict[str, Any] | None
+    """The ProvisioningRequestConfig's ``spec`` (queued provisioning only; named as the admission check)."""
+
+
+def cluster_queue_name(cluster: str) -> str:
+    """The stack's one ClusterQueue is named after its GKE cluster (as are its flavors)."""
+    return cluster
+
+
+def pool_kueue(cfg: StackConfig, pool: SlicePoolConfig, scheduling: PoolScheduling) -> PoolKueue:
+    """The Kueue entries of one slice pool; raises ValueError for an unparsable Ray resource size."""
     s = pool.tpu_slice
     pods = pool.slices * s.hosts
     check = (
@@ -118,13 +143,30 @@ def _pool_quota(cfg: StackConfig, pool: SlicePoolConfig) -> PoolQuota:
         if pool.capacity.queued_provisioning
         else None
     )
-    return PoolQuota(
+    try:
+        cpu = format_cpu(parse_quantity(cfg.ray.worker_cpu) * pods)
+        memory = format_memory(parse_quantity(cfg.ray.worker_memory) * pods)
+    except ValueError as e:
+        raise ValueError(f"ray: {e}") from None
+    quota = PoolQuota(
         pool=pool.name,
         flavor=f"{cfg.cluster.name}-{pool.name}",
         chips=pool.slices * s.chips,
-        cpu=format_cpu(parse_quantity(cfg.ray.worker_cpu) * pods),
-        memory=format_memory(parse_quantity(cfg.ray.worker_memory) * pods),
+        cpu=cpu,
+        memory=memory,
         admission_check=check,
+    )
+    provisioning: dict[str, Any] | None = None
+    if check is not None:
+        provisioning = {"provisioningClassName": DWS_PROVISIONING_CLASS, "managedResources": [TPU_RESOURCE]}
+        max_run = pool.capacity.provisioning_request_max_run_seconds
+        if max_run is not None:
+            provisioning["parameters"] = {"maxRunDurationSeconds": str(max_run)}
+    return PoolKueue(
+        quota=quota,
+        slices=pool.slices,
+        flavor_spec={"nodeLabels": scheduling.pod_node_selector(), "tolerations": scheduling.k8s_tolerations()},
+        provisioning=provisioning,
     )
 
 
@@ -136,17 +178,18 @@ def _resources(cpu: str, memory: str, chips: int) -> list[dict[str, Any]]:
     ]
 
 
-def kueue_spec(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> KueueSpec:
-    """The Kueue objects of a stack (``kueue.enabled``); raises ValueError for an unparsable Ray resource size."""
+def kueue_spec(cfg: StackConfig, pools: Sequence[PoolKueue], labels: Mapping[str, str] | None = None) -> KueueSpec:
+    """The Kueue objects of a stack (``kueue.enabled``) from its slice pools' entries (:func:`pool_kueue`, in
+    config order); raises ValueError for an unparsable Ray resource size."""
     labels = dict(labels or {})
     cluster = cfg.cluster.name
+    quotas = tuple(p.quota for p in pools)
     try:
-        quotas = tuple(_pool_quota(cfg, p) for p in cfg.slice_pools)
         head_cpu, head_memory = parse_quantity(cfg.ray.head_cpu), parse_quantity(cfg.ray.head_memory)
     except ValueError as e:
         raise ValueError(f"ray: {e}") from None
     # Every admitted job holds at least one slice, so there are never more heads (and submitters) than slices.
-    jobs = sum(p.slices for p in cfg.slice_pools)
+    jobs = sum(p.slices for p in pools)
     system_cpu = format_cpu((head_cpu + parse_quantity(SUBMITTER_CPU)) * jobs)
     system_memory = format_memory((head_memory + parse_quantity(SUBMITTER_MEMORY)) * jobs)
     system_flavor = f"{cluster}-{SYSTEM_POOL}"
@@ -154,10 +197,8 @@ def kueue_spec(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> Kue
     objects: list[dict[str, Any]] = [
         _object("ResourceFlavor", system_flavor, labels, spec={"nodeLabels": {GKE_NODEPOOL_LABEL: SYSTEM_POOL}})
     ]
-    for pool, q in zip(cfg.slice_pools, quotas, strict=True):
-        scheduling = PoolScheduling.of(pool)
-        spec = {"nodeLabels": scheduling.pod_node_selector(), "tolerations": scheduling.k8s_tolerations()}
-        objects.append(_object("ResourceFlavor", q.flavor, labels, spec=spec))
+    for p in pools:
+        objects.append(_object("ResourceFlavor", p.quota.flavor, labels, spec=copy.deepcopy(p.flavor_spec)))
     for level, value in PRIORITY_VALUES.items():
         objects.append(
             _object(
@@ -169,16 +210,11 @@ def kueue_spec(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> Kue
             )
         )
     checks: list[dict[str, Any]] = []
-    for pool, q in zip(cfg.slice_pools, quotas, strict=True):
-        if q.admission_check is None:
+    for p in pools:
+        q = p.quota
+        if q.admission_check is None or p.provisioning is None:
             continue
-        prc_spec: dict[str, Any] = {
-            "provisioningClassName": DWS_PROVISIONING_CLASS,
-            "managedResources": [TPU_RESOURCE],
-        }
-        max_run = pool.capacity.provisioning_request_max_run_seconds
-        if max_run is not None:
-            prc_spec["parameters"] = {"maxRunDurationSeconds": str(max_run)}
+        prc_spec = copy.deepcopy(p.provisioning)
         objects.append(_object("ProvisioningRequestConfig", q.admission_check, labels, spec=prc_spec))
         objects.append(
             _object(
@@ -207,7 +243,7 @@ def kueue_spec(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> Kue
     }
     if checks:
         cq_spec["admissionChecksStrategy"] = {"admissionChecks": checks}
-    objects.append(_object("ClusterQueue", cluster, labels, spec=cq_spec))
+    objects.append(_object("ClusterQueue", cluster_queue_name(cluster), labels, spec=cq_spec))
     objects.append(
         _object(
             "LocalQueue",
@@ -218,7 +254,7 @@ def kueue_spec(cfg: StackConfig, labels: Mapping[str, str] | None = None) -> Kue
         )
     )
     return KueueSpec(
-        cluster_queue=cluster,
+        cluster_queue=cluster_queue_name(cluster),
         local_queue=cfg.kueue.local_queue,
         namespace=cfg.ray.namespace,
         system_flavor=system_flavor,

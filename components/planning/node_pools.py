@@ -128,9 +128,14 @@ def workload_policy_name(cluster_name: str, pool_name: str) -> str:
 
 
 def slice_pool_node_pools(
-    pool: SlicePoolConfig, zone: str | None, cluster_name: str, images: ImagePullConfig | None = None
+    pool: SlicePoolConfig,
+    zone: str | None,
+    cluster_name: str,
+    images: ImagePullConfig | None = None,
+    *,
+    scheduling: PoolScheduling,
 ) -> list[NodePoolSpec]:
-    """The node pools of one slice pool, in a stable order.
+    """The node pools of one slice pool, in a stable order, whose nodes carry ``scheduling``'s labels and taints.
 
     ``zone`` is the pool's zone (``StackConfig.pool_zone``). Every rule (a zone for multi-host shapes, DWS
     autoscaling, node pool names) lives in the config model, which a ``SlicePoolConfig`` has passed; this function
@@ -138,7 +143,6 @@ def slice_pool_node_pools(
     """
     s = pool.tpu_slice
     cap = pool.capacity
-    scheduling = PoolScheduling.of(pool)
     workload_policy: WorkloadPolicySpec | None = None
     placement: PlacementSpec | None = None
     if s.placement == "compact":

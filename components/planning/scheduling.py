@@ -4,7 +4,8 @@ tolerations its pods (and its Kueue flavor) use to land there.
 Pure Python. The node pools (``planning.node_pools``), the KubeRay worker group (``planning.kuberay``) and the Kueue
 ResourceFlavor (``planning.kueue``) all read a pool's :class:`PoolScheduling`, so what a node offers and what a pod
 asks for cannot drift apart. Built from the pool's config, its :class:`~tpuray.components.catalog.topology.TpuSlice`
-and its capacity type's traits (``config.capacity``).
+and its capacity type's traits (``config.capacity``), once per pool, by its plan (``planning.pool_plan``), which
+hands the one object to each of them.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The one mapping from a :class:`~tpuray.components.config.StackConfig` to what the stack declares.
 
 :func:`plan_stack` returns a :class:`StackPlan`: plain data for every component (the GKE cluster, each TPU slice
-pool with its node pool specs, the KubeRay cluster and job, Kueue, monitoring), the resource labels and whether the
-training job brings its own cluster. :func:`~tpuray.components.stack.deploy` only instantiates components from it,
-adding the links only a running program has (the cluster's name output, the node service account, ``depends_on``,
-the Ray token secret); ``tpuray plan`` reads its pools, dashboard and budget from the same object. Each default
-lives in the config model and nowhere else.
+pool's :class:`~tpuray.components.planning.pool_plan.PoolPlan`, the KubeRay cluster and job, Kueue, monitoring), the
+resource labels and whether the training job brings its own cluster. :func:`~tpuray.components.stack.deploy`
+only instantiates components from it, adding the links only a running program has (the cluster's name output, the
+node service account, ``depends_on``, the Ray token secret); ``tpuray plan`` reads its pools, dashboard and budget
+from the same object. Each default lives in the config model and nowhere else.
 
 Pure Python; imports no Pulumi.
 """
@@ -24,7 +24,7 @@ from tpuray.components.catalog.names import (
     RAY_WORKER_SERVICE_ACCOUNT,
     SYSTEM_POOL,
 )
-from tpuray.components.config import CostConfig, SlicePoolConfig, StackConfig
+from tpuray.components.config import CostConfig, StackConfig
 from tpuray.components.config.value_types import label_value
 from tpuray.components.planning.component_args import (
     ControlPlane,
@@ -33,7 +33,6 @@ from tpuray.components.planning.component_args import (
     Maintenance,
     Network,
     RayClusterPlan,
-    SlicePoolPlan,
     StackMonitoringArgs,
     TpuWebhookPlan,
 )
@@ -43,12 +42,11 @@ from tpuray.components.planning.gmp import kueue_monitoring, ray_training_monito
 from tpuray.components.planning.kuberay import (
     RayClusterParams,
     RayJobParams,
-    TpuWorkerGroup,
     ray_cluster_manifest,
     ray_job_manifest,
 )
 from tpuray.components.planning.kueue import kueue_spec, priority_class_name
-from tpuray.components.planning.node_pools import slice_pool_node_pools
+from tpuray.components.planning.pool_plan import PoolPlan, kueue_entries, pool_plans
 from tpuray.components.planning.ray_auth import RayAuth, auth_secret_name
 from tpuray.components.planning.startup import startup_plan
 
@@ -71,8 +69,9 @@ class StackPlan:
     k8s_labels: dict[str, str]
     """Kubernetes labels on every object tpuray renders."""
     gke: GkeClusterArgs
-    pools: tuple[SlicePoolPlan, ...]
-    """One per slice pool, in config order."""
+    pools: tuple[PoolPlan, ...]
+    """One per slice pool, in config order: each ``TpuSlicePool`` declares a pool's ``slice_pool``, and the
+    RayCluster's groups and the Kueue objects are made from them."""
     ray: RayClusterPlan
     """The Ray namespace, identity, bucket and policies, and the long-lived RayCluster unless ``ephemeral``."""
     ephemeral: bool
@@ -110,11 +109,12 @@ def plan_stack(config: StackConfig, stack_name: str) -> StackPlan:
     """Everything the stack ``stack_name`` declares from ``config``."""
     labels = resource_labels(stack_name)
     k8s_labels = {"app.kubernetes.io/managed-by": "pulumi", "tpuray.io/stack": labels["tpuray-stack"]}
-    job = _ray_job(config, k8s_labels)
+    pools = pool_plans(config, labels)
+    job = _ray_job(config, pools, k8s_labels)
     # Ephemeral jobs bring their own cluster: the namespace, identity, token and network policies are declared
     # for that cluster (its pods carry its name), and no long-lived RayCluster is.
     ephemeral = config.ray.job_mode == "ephemeral" and job.cluster is not None
-    cluster = job.cluster if ephemeral and job.cluster else _ray_cluster(config, k8s_labels)
+    cluster = job.cluster if ephemeral and job.cluster else _ray_cluster(config, pools, k8s_labels)
     return StackPlan(
         stack=stack_name,
         project=config.project,
@@ -123,11 +123,11 @@ def plan_stack(config: StackConfig, stack_name: str) -> StackPlan:
         resource_labels=labels,
         k8s_labels=k8s_labels,
         gke=_gke(config, labels),
-        pools=tuple(_pool(config, p, labels) for p in config.slice_pools),
+        pools=pools,
         ray=_ray(config, cluster, declare_cluster=not ephemeral, labels=labels),
         ephemeral=ephemeral,
         job=job,
-        kueue=_kueue(config, k8s_labels) if config.kueue.enabled else None,
+        kueue=_kueue(config, pools, k8s_labels) if config.kueue.enabled else None,
         tpu_webhook=_tpu_webhook(config),
         monitoring=(
             StackMonitoringArgs(
@@ -168,23 +168,6 @@ def _gke(cfg: StackConfig, labels: Mapping[str, str]) -> GkeClusterArgs:
         network=_fields_of(Network, cfg.network),
         maintenance=Maintenance(window=m.window, exclusions=tuple(m.exclusions)),
         image_repositories=image_repositories([cfg.ray.image, cfg.ray.worker_image or cfg.ray.image]),
-        resource_labels=dict(labels),
-    )
-
-
-def _pool(cfg: StackConfig, pool: SlicePoolConfig, labels: Mapping[str, str]) -> SlicePoolPlan:
-    zone = cfg.pool_zone(pool)
-    return SlicePoolPlan(
-        name=pool.name,
-        tpu_slice=pool.tpu_slice,
-        slices=pool.slices,
-        min_slices=pool.min_slices,
-        capacity=pool.capacity.type,
-        zone=zone,
-        node_pools=tuple(slice_pool_node_pools(pool, zone, cfg.cluster.name, cfg.startup.images)),
-        auto_upgrade=pool.auto_upgrade,
-        project=cfg.project,
-        location=cfg.location,
         resource_labels=dict(labels),
     )
 
@@ -241,9 +224,9 @@ def _own_cache_bucket(cfg: StackConfig) -> str | None:
     return cache.bucket if cache is not None and cache.own_bucket and in_project else None
 
 
-def _kueue(cfg: StackConfig, k8s_labels: Mapping[str, str]) -> KueuePlan:
+def _kueue(cfg: StackConfig, pools: Sequence[PoolPlan], k8s_labels: Mapping[str, str]) -> KueuePlan:
     return KueuePlan(
-        spec=kueue_spec(cfg, k8s_labels),
+        spec=kueue_spec(cfg, kueue_entries(pools), k8s_labels),
         chart_version=cfg.kueue.chart_version,
         namespace=cfg.kueue.namespace,
         monitoring=tuple(kueue_monitoring(cfg.kueue.namespace, k8s_labels)),
@@ -255,7 +238,7 @@ def _ray_auth(cfg: StackConfig) -> RayAuth:
     return RayAuth(secret_name=auth_secret_name(cfg.cluster.name), auth_options=cfg.ray.uses_auth_options)
 
 
-def _ray_cluster(cfg: StackConfig, labels: Mapping[str, str]) -> RayClusterParams:
+def _ray_cluster(cfg: StackConfig, pools: Sequence[PoolPlan], labels: Mapping[str, str]) -> RayClusterParams:
     """The stack's RayCluster: a CPU head on the system pool and one TPU worker group per slice pool.
 
     Queued pools are left out: only a ProvisioningRequest makes GKE create their nodes, and only a Kueue-admitted
@@ -270,7 +253,7 @@ def _ray_cluster(cfg: StackConfig, labels: Mapping[str, str]) -> RayClusterParam
         worker_image=r.worker_image or r.image,
         service_account=RAY_SERVICE_ACCOUNT,
         worker_service_account=RAY_WORKER_SERVICE_ACCOUNT,
-        groups=tuple(TpuWorkerGroup.from_pool(p) for p in cfg.slice_pools if p.capacity.in_shared_cluster),
+        groups=tuple(p.worker_group for p in pools if p.worker_group is not None),
         head_cpu=r.head_cpu,
         head_memory=r.head_memory,
         worker_cpu=r.worker_cpu,
@@ -285,13 +268,13 @@ def _ray_cluster(cfg: StackConfig, labels: Mapping[str, str]) -> RayClusterParam
     )
 
 
-def _ray_job(cfg: StackConfig, labels: Mapping[str, str]) -> RayJobParams:
+def _ray_job(cfg: StackConfig, pools: Sequence[PoolPlan], labels: Mapping[str, str]) -> RayJobParams:
     """The stack's training job: on the stack's running RayCluster (``ray.jobMode: shared``), or with a cluster
     of its own that Kueue admits whole (``ephemeral``)."""
     name = f"{cfg.cluster.name}-train"
     checkpoint_dir = cfg.checkpoints.mount_path  # Ray Train's storage path: the run's checkpoints go to <it>/<name>/
     if cfg.ray.job_mode == "ephemeral":
-        return _ephemeral_job(cfg, name, checkpoint_dir, labels)
+        return _ephemeral_job(cfg, pools, name, checkpoint_dir, labels)
     return RayJobParams(
         name=name,
         namespace=cfg.ray.namespace,
@@ -306,7 +289,9 @@ def _ray_job(cfg: StackConfig, labels: Mapping[str, str]) -> RayJobParams:
     )
 
 
-def _ephemeral_job(cfg: StackConfig, name: str, checkpoint_dir: str, labels: Mapping[str, str]) -> RayJobParams:
+def _ephemeral_job(
+    cfg: StackConfig, pools: Sequence[PoolPlan], name: str, checkpoint_dir: str, labels: Mapping[str, str]
+) -> RayJobParams:
     """A suspended, queue-labelled RayJob whose own cluster holds the training pool's slices, all of them.
 
     The worker group is rendered as the shared cluster renders it, at a fixed size: Kueue admits a whole
@@ -314,8 +299,8 @@ def _ephemeral_job(cfg: StackConfig, name: str, checkpoint_dir: str, labels: Map
     every group would hold quota, and a queued pool would wait for capacity, whether the job uses it or not.
     """
     pool = cfg.workload_pool()
-    group = replace(TpuWorkerGroup.from_pool(pool), min_replicas=pool.slices, max_replicas=pool.slices)
-    cluster = replace(_ray_cluster(cfg, labels), name=name, groups=(group,))
+    [trained] = [p for p in pools if p.name == pool.name]
+    cluster = replace(_ray_cluster(cfg, pools, labels), name=name, groups=(trained.job_group(),))
     job_labels = {
         **labels,
         KUEUE_QUEUE_NAME_LABEL: cfg.kueue.local_queue,

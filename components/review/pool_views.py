@@ -1,8 +1,9 @@
 """What a plan holds per slice pool: slices, hosts, chips, Ray workers and chip-hours, as plain data.
 
-Pure Python. The shape of each pool comes from the stack plan (the object the program declares from); the node
-pools and Ray worker groups come from the resources the program actually declared, so a program that drifts
-from its config shows up here (e.g. a pool with no Ray worker group gets no Ray workers).
+Pure Python. The shape of each pool comes from its plan (``planning.pool_plan``, the object the program declares
+from), and so do the keys the declared objects are found by; the node pools and Ray worker groups come from the
+resources the program actually declared, so a program that drifts from its config shows up here (e.g. a pool with
+no Ray worker group gets no Ray workers).
 
 Two counts of Ray workers: a worker *pod* runs on each TPU host (VM) and carries that host's chips as its
 ``TPU`` resource; inside it tpuray runs one Ray worker per chip (an actor holding ``{"TPU": 1}``). So a pool's
@@ -223,17 +224,22 @@ def pool_views(plan: StackPlan, resources: Sequence[Mapping[str, Any]]) -> list[
     admissions = kueue_admissions(resources)
     node_pools = [r for r in resources if r["type"] == NODE_POOL]
     views: list[PoolView] = []
-    for pool in plan.pools:
+    for planned in plan.pools:
+        # joined on what the pool's plan says its objects carry: its nodes' pool label, its pods' node selector,
+        # its worker group's name; what the program declared under those keys is what the view counts
+        node_label = dict(planned.scheduling.node_labels)[POOL_LABEL]
+        selected = dict(planned.scheduling.node_selector)[POOL_LABEL]
         mine = tuple(
             sorted(
                 _node_pool_name(r)
                 for r in node_pools
-                if ((r["inputs"].get("nodeConfig") or {}).get("labels") or {}).get(POOL_LABEL) == pool.name
+                if ((r["inputs"].get("nodeConfig") or {}).get("labels") or {}).get(POOL_LABEL) == node_label
             )
         )
-        group = next((g for g in groups if g.pool == pool.name), None) or next(
-            (g for g in groups if g.name == pool.name), None
+        group = next((g for g in groups if g.pool == selected), None) or next(
+            (g for g in groups if g.name == planned.group.name), None
         )
+        pool = planned.slice_pool
         views.append(
             PoolView(
                 name=pool.name,

@@ -7,8 +7,12 @@ from typing import Any
 from hypothesis import strategies as st
 
 from tpuray.components.catalog.topology import GENERATIONS, TpuSlice, generation, valid_topologies
-from tpuray.components.config import SlicePoolConfig
+from tpuray.components.config import SlicePoolConfig, StackConfig
 from tpuray.components.planning.kuberay import RayClusterParams, TpuWorkerGroup
+from tpuray.components.planning.kueue import KueueSpec, kueue_spec
+from tpuray.components.planning.node_pools import NodePoolSpec, slice_pool_node_pools
+from tpuray.components.planning.pool_plan import kueue_entries, pool_plans
+from tpuray.components.planning.scheduling import PoolScheduling
 
 
 def all_slices() -> list[TpuSlice]:
@@ -88,3 +92,18 @@ def ray_params(*groups: TpuWorkerGroup, **overrides: Any) -> RayClusterParams:
         "checkpoint_mount_path": "/checkpoints",
     }
     return RayClusterParams(groups=groups, **{**fields, **overrides})
+
+
+def worker_group(p: SlicePoolConfig) -> TpuWorkerGroup:
+    """The KubeRay worker group of a slice pool with no stack around it, on the pool's own scheduling."""
+    return TpuWorkerGroup.from_pool(p, PoolScheduling.of(p))
+
+
+def node_pools(p: SlicePoolConfig, zone: str | None, cluster: str) -> list[NodePoolSpec]:
+    """The node pools of a slice pool with no stack around it, on the pool's own scheduling."""
+    return slice_pool_node_pools(p, zone, cluster, scheduling=PoolScheduling.of(p))
+
+
+def kueue_of(cfg: StackConfig, labels: dict[str, str] | None = None) -> KueueSpec:
+    """The Kueue objects of a stack, from its pool plans (as ``plan_stack`` makes them, with ``labels``)."""
+    return kueue_spec(cfg, kueue_entries(pool_plans(cfg)), labels)

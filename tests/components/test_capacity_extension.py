@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal, Union
 
 import pytest
 
-from tests.components.catalog import ray_params
+from tests.components.catalog import kueue_of, ray_params
 from tpuray.components.catalog import topology
 from tpuray.components.catalog.names import POOL_LABEL, TPU_TAINT, Taint, Toleration
 from tpuray.components.config import ConfigError, StackConfig, parse_stack_config, stack_values
@@ -34,9 +34,8 @@ from tpuray.components.config.cost import CostConfig, SuppliedRateConfig
 from tpuray.components.config.slice_pool import SlicePoolConfig
 from tpuray.components.config.stack_yaml import read_yaml_file
 from tpuray.components.planning.drain import drain_plan
-from tpuray.components.planning.kuberay import TpuWorkerGroup, ray_cluster_spec
-from tpuray.components.planning.kueue import kueue_spec
-from tpuray.components.planning.node_pools import slice_pool_node_pools
+from tpuray.components.planning.kuberay import ray_cluster_spec
+from tpuray.components.planning.pool_plan import pool_plan
 from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.pricing.table import price_basis
 from tpuray.components.review.replacement_fields import replacement_reason
@@ -138,7 +137,8 @@ def test_a_new_capacity_type_and_generation_reach_every_planner() -> None:
     assert (s.generation, s.machine_type, s.hosts) == ("v9z", "ct9z-standard-4t", 4)
 
     # node pools: one per multi-host slice, with the type's node fields and taints
-    specs = slice_pool_node_pools(pool, cfg.pool_zone(pool), cfg.cluster.name, cfg.startup.images)
+    planned_pool = pool_plan(cfg, pool)
+    specs = list(planned_pool.node_pools)
     assert [p.name for p in specs] == ["v9z-short-0", "v9z-short-1"]
     for p in specs:
         assert p.spot and not p.flex_start and not p.queued_provisioning and p.auto_repair
@@ -148,10 +148,11 @@ def test_a_new_capacity_type_and_generation_reach_every_planner() -> None:
 
     # the stack's plan carries those node pools for its TpuSlicePool
     [planned] = [p for p in plan_stack(cfg, "test").pools if p.name == pool.name]
-    assert list(planned.node_pools) == list(specs) and planned.capacity == "short-lived"
+    assert list(planned.node_pools) == specs and planned.slice_pool.capacity == "short-lived"
 
     # the KubeRay worker group: the node selector of the new slice, every toleration, the type's drain
-    group = TpuWorkerGroup.from_pool(pool)  # as plan_stack builds each pool's group
+    group = planned_pool.worker_group  # as plan_stack builds each pool's group
+    assert group is not None
     [spec] = ray_cluster_spec(ray_params(group))["workerGroupSpecs"]
     pod = spec["template"]["spec"]
     assert pod["nodeSelector"][POOL_LABEL] == pool.name
@@ -164,7 +165,7 @@ def test_a_new_capacity_type_and_generation_reach_every_planner() -> None:
     assert {"name": "TPURAY_MAX_RUN_SECONDS", "value": "5400"} in worker["env"]
 
     # Kueue: the pool's flavor selects what the workers select and tolerates what they tolerate; no admission check
-    kueue = kueue_spec(cfg)
+    kueue = kueue_of(cfg)
     quota = kueue.quota_of(pool.name)
     assert quota.chips == 2 * 16 and quota.admission_check is None
     [flavor] = [o for o in kueue.objects if o["kind"] == "ResourceFlavor" and o["metadata"]["name"] == quota.flavor]

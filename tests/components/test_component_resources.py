@@ -17,7 +17,7 @@ from tpuray.components.catalog.tpu_locations import TPU_ZONES, zones_of
 from tpuray.components.config import StackConfig, parse_stack_config
 from tpuray.components.gke_cluster import NODE_SA_ROLES, GkeCluster
 from tpuray.components.planning.kuberay import RayJobParams
-from tpuray.components.planning.node_pools import slice_pool_node_pools
+from tpuray.components.planning.pool_plan import pool_plan
 from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
 from tpuray.components.ray_platform import RayPlatform, RayPlatformArgs
@@ -139,7 +139,7 @@ def test_gke_cluster_existing_network_private_nats_only_its_subnet() -> None:
 # ---- TpuSlicePool -------------------------------------------------------------------------------------
 def build_pool(cfg: StackConfig, index: int = 0) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:
-        p = plan_stack(cfg, "test").pools[index]
+        p = plan_stack(cfg, "test").pools[index].slice_pool
         comp = TpuSlicePool(p.name, TpuSlicePoolArgs(p, "tpu", "nodes@tpuray-test-proj.iam.gserviceaccount.com"))
         return {"names": comp.pool_names}
 
@@ -182,7 +182,7 @@ def test_slice_pool_registers_what_the_plan_says(case: str) -> None:
     gen, topo, cap, slices, machine = CASES[case]
     cfg = pool_cfg(gen, topo, cap, slices, machine)
     rec, out = er.run(build_pool(cfg))
-    plans = slice_pool_node_pools(cfg.slice_pools[0], cfg.zone, cfg.cluster.name)
+    plans = pool_plan(cfg, cfg.slice_pools[0]).node_pools
     s = cfg.slice_pools[0].tpu_slice
     by_name = {p["inputs"]["name"]: p for p in rec.of_type(NODE_POOL)}  # registration order is not deterministic
     assert [p.name for p in plans] == out["names"] and sorted(by_name) == sorted(out["names"])

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.components import engine_run as er
+from tests.components.catalog import kueue_of
 from tests.components.prometheus_server import Exporter, prometheus_scraping
 from tpuray.components.catalog import metric_names as mn
 from tpuray.components.catalog.topology import GENERATIONS, TpuSlice
@@ -27,7 +28,6 @@ from tpuray.components.planning.dashboard import (
     dashboard_plan,
     idle_alert_plan,
 )
-from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
 from tpuray.components.review.resource_types import ALERT_POLICY, DASHBOARD
 from tpuray.components.stack_monitoring import StackMonitoring, StackMonitoringArgs
@@ -282,7 +282,7 @@ def exposition(cfg: StackConfig, tick: int) -> str:
         for bucket in mn.BADPUT_BUCKETS:
             lines.append(_line(mn.ray_exported(mn.TRAIN_BADPUT), {**run, mn.TRAIN_BUCKET_TAG: bucket}, 3.0))
     if cfg.kueue.enabled:
-        cq = {mn.KUEUE_CLUSTER_QUEUE_LABEL: kueue_spec(cfg).cluster_queue}
+        cq = {mn.KUEUE_CLUSTER_QUEUE_LABEL: kueue_of(cfg).cluster_queue}
         for name in (mn.KUEUE_ADMISSION_WAIT, mn.KUEUE_ADMISSION_CHECKS_WAIT):
             for le in ("1", "10", "100", "+Inf"):
                 lines.append(_line(f"{name}_bucket", {**cq, "le": le}, tick * (1 + int(le != "1"))))

@@ -18,17 +18,17 @@ from typing import Any
 
 import pytest
 
-from tests.components.catalog import CAPACITIES, pool, ray_params
+from tests.components.catalog import CAPACITIES, pool, ray_params, worker_group
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config.capacity import Reservation, Spot, capacity_class
 from tpuray.components.planning.drain import DRAIN_REASON, DrainPlan, drain_plan, pre_stop_command
-from tpuray.components.planning.kuberay import TpuWorkerGroup, ray_cluster_spec
+from tpuray.components.planning.kuberay import ray_cluster_spec
 
 
 @pytest.mark.parametrize("capacity", sorted(CAPACITIES))
 def test_every_tpu_worker_drains_within_its_capacity_types_grace_period(capacity: str) -> None:
     cfg = pool(TpuSlice.parse("v5p", "2x2x4"), capacity, 2)
-    spec = ray_cluster_spec(ray_params(TpuWorkerGroup.from_pool(cfg)))
+    spec = ray_cluster_spec(ray_params(worker_group(cfg)))
     [group] = spec["workerGroupSpecs"]
     pod = group["template"]["spec"]
     plan = drain_plan(cfg.capacity)
@@ -176,7 +176,7 @@ def test_workers_of_time_limited_vms_are_told_their_lifetime(capacity: str) -> N
     from tpuray.components.catalog.names import MAX_RUN_ENV
 
     cfg = pool(TpuSlice.parse("v6e", "4x4"), capacity, 1)
-    [group] = ray_cluster_spec(ray_params(TpuWorkerGroup.from_pool(cfg)))["workerGroupSpecs"]
+    [group] = ray_cluster_spec(ray_params(worker_group(cfg)))["workerGroupSpecs"]
     env = {e["name"]: e["value"] for c in group["template"]["spec"]["containers"] for e in c.get("env", [])}
     limit = getattr(cfg.capacity, "max_run_duration", None)
     assert env.get(MAX_RUN_ENV) == (None if limit is None else str(limit))

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
+from tests.components.catalog import kueue_of
 from tests.components.test_kueue import base, by_kind
 from tpuray.components.catalog.names import TPU_RESOURCE
 from tpuray.components.catalog.topology import TpuSlice
@@ -15,7 +16,6 @@ from tpuray.components.config import StackConfig
 from tpuray.components.config.value_types import GceName, GkeVersion, ImageRef, MachineType, ProjectId, Zone
 from tpuray.components.planning.kuberay import RayJobParams, ray_job_manifest
 from tpuray.components.planning.kuberay_checks import MAX_RAY_CLUSTER_NAME, MAX_RAY_JOB_NAME, check_ray_job
-from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.planning.kueue_checks import MAX_POD_SETS, check_kueue_ray_job
 from tpuray.components.planning.quantity import parse_quantity
 from tpuray.components.planning.stack_plan import plan_stack
@@ -99,7 +99,7 @@ def test_kueue_admits_up_to_18_pod_sets() -> None:
 
 def test_system_quota_counts_the_submitter_template_the_job_carries() -> None:
     cfg = StackConfig.model_validate(base())
-    plan = kueue_spec(cfg)
+    plan = kueue_of(cfg)
     job = ray_job_manifest(plan_stack(cfg, "test").job)
     spec = job["spec"]
     head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["requests"]

@@ -226,7 +226,8 @@ def test_tpu_node_pools_are_shielded() -> None:
 
     def build() -> dict[str, Any]:
         TpuSlicePool(
-            "v6e", TpuSlicePoolArgs(plan_stack(cfg, "test").pools[0], "tpu", "nodes@x.iam.gserviceaccount.com")
+            "v6e",
+            TpuSlicePoolArgs(plan_stack(cfg, "test").pools[0].slice_pool, "tpu", "nodes@x.iam.gserviceaccount.com"),
         )
         return {}
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.components.catalog import ALL_SLICES, pool, ray_params, slice_capacity_st
+from tests.components.catalog import ALL_SLICES, pool, ray_params, slice_capacity_st, worker_group
 from tests.components.kuberay_schema import schema_errors, tpu_chip_mismatches
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import (
@@ -44,7 +44,7 @@ def params(*groups: TpuWorkerGroup, bucket: str | None = "ckpt-bucket") -> RayCl
 
 
 def group(s: TpuSlice, slices: int = 1, capacity: str = "on-demand") -> TpuWorkerGroup:
-    return TpuWorkerGroup.from_pool(pool(s, capacity, slices, name="tpu"))
+    return worker_group(pool(s, capacity, slices, name="tpu"))
 
 
 def test_every_catalog_shape_renders_a_consistent_worker_group() -> None:
@@ -76,7 +76,7 @@ def test_every_catalog_shape_renders_a_consistent_worker_group() -> None:
 def test_rendered_clusters_and_jobs_are_schema_valid(
     shapes: list[tuple[tuple[TpuSlice, str], int]], bucket: str | None
 ) -> None:
-    groups = [TpuWorkerGroup.from_pool(pool(s, cap, n, name=f"tpu{i}")) for i, ((s, cap), n) in enumerate(shapes)]
+    groups = [worker_group(pool(s, cap, n, name=f"tpu{i}")) for i, ((s, cap), n) in enumerate(shapes)]
     p = params(*groups, bucket=bucket)
     cluster = ray_cluster_manifest(p)
     assert schema_errors(cluster) == []
@@ -147,7 +147,7 @@ def test_worker_pod_has_webhook_label_toleration_shm_and_checkpoints() -> None:
 
 
 def test_fixed_size_cluster_disables_the_autoscaler() -> None:
-    g = TpuWorkerGroup.from_pool(pool(TpuSlice.parse("v6e", "4x4"), autoscaling={"enabled": False}, slices=2))
+    g = worker_group(pool(TpuSlice.parse("v6e", "4x4"), autoscaling={"enabled": False}, slices=2))
     spec = ray_cluster_manifest(params(g))["spec"]
     assert spec["enableInTreeAutoscaling"] is False and "autoscalerOptions" not in spec
     assert spec["workerGroupSpecs"][0]["minReplicas"] == spec["workerGroupSpecs"][0]["maxReplicas"] == 2

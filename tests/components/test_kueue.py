@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from tests.components import engine_run as er
-from tests.components.catalog import ALL_SLICES, capacity_st, pool, supported
+from tests.components.catalog import ALL_SLICES, capacity_st, kueue_of, node_pools, pool, supported
 from tests.components.kuberay_schema import schema_errors as kuberay_schema_errors
 from tests.components.kueue_schema import cel_problems, schema_errors, scope_of
 from tpuray.components.catalog.cloud_limits import GKE_MAX_NODES_PER_CLUSTER
@@ -28,9 +28,9 @@ from tpuray.components.config import ConfigError, StackConfig, load_stack_file, 
 from tpuray.components.kueue import KUEUE_CHART, KueueQueues, KueueQueuesArgs
 from tpuray.components.planning.component_args import KueuePlan
 from tpuray.components.planning.kuberay import ray_job_manifest
-from tpuray.components.planning.kueue import DWS_PROVISIONING_CLASS, KueueSpec, kueue_spec
+from tpuray.components.planning.kueue import DWS_PROVISIONING_CLASS, KueueSpec
 from tpuray.components.planning.kueue_checks import MAX_POD_SETS, check_kueue_ray_job
-from tpuray.components.planning.node_pools import slice_pool_node_pools
+from tpuray.components.planning.pool_plan import pool_plan
 from tpuray.components.planning.stack_plan import plan_stack
 
 DWS = er.ROOT / "Pulumi.prod-dws.yaml"
@@ -70,7 +70,7 @@ def by_kind(plan: KueueSpec, kind: str) -> list[dict[str, Any]]:
 
 # ---- CRD validity ----------------------------------------------------------------------------------------
 def test_every_object_of_the_dws_stack_is_crd_valid() -> None:
-    plan = kueue_spec(dws(), {"app.kubernetes.io/managed-by": "pulumi"})
+    plan = kueue_of(dws(), {"app.kubernetes.io/managed-by": "pulumi"})
     kinds = {o["kind"] for o in plan.objects}
     assert kinds == {
         "ResourceFlavor",
@@ -88,7 +88,7 @@ def test_every_object_of_the_dws_stack_is_crd_valid() -> None:
 
 
 def test_schema_check_is_not_vacuous() -> None:
-    plan = kueue_spec(dws())
+    plan = kueue_of(dws())
     cq = copy.deepcopy(by_kind(plan, "ClusterQueue")[0])
     cq["spec"]["admissionChecks"] = ["x"]  # v1beta1's field: gone in v1beta2
     assert schema_errors(cq)
@@ -130,7 +130,7 @@ def test_quota_equals_each_pools_chips_at_maximum_size(pools: list[Any]) -> None
             "ray": {"jobMode": "ephemeral"},
         }
     )
-    plan = kueue_spec(cfg)
+    plan = kueue_of(cfg)
     cq = by_kind(plan, "ClusterQueue")[0]
     assert schema_errors(cq) == [] and cel_problems(cq) == []
     quota = {
@@ -142,7 +142,7 @@ def test_quota_equals_each_pools_chips_at_maximum_size(pools: list[Any]) -> None
         flavor = plan.quota_of(p.name).flavor
         assert quota[flavor][TPU_RESOURCE] == p.slices * p.tpu_slice.chips
         # every node of the pool at its largest holds exactly chips_per_host chips: the quota is the pool's nodes
-        nodes = sum(np.max_nodes for np in slice_pool_node_pools(p, "us-east5-a", "tpuray"))
+        nodes = sum(np.max_nodes for np in node_pools(p, "us-east5-a", "tpuray"))
         assert quota[flavor][TPU_RESOURCE] == nodes * p.tpu_slice.chips_per_host
     order = [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]]
     assert order == [plan.system_flavor, *(plan.quota_of(p.name).flavor for p in configs)]  # config order
@@ -167,7 +167,7 @@ def assign(pod: Mapping[str, Any], flavors: Sequence[Mapping[str, Any]], quota: 
 
 def test_head_submitter_and_each_worker_group_land_on_the_intended_flavor() -> None:
     cfg = dws()
-    plan = kueue_spec(cfg)
+    plan = kueue_of(cfg)
     cq = by_kind(plan, "ClusterQueue")[0]["spec"]["resourceGroups"][0]["flavors"]
     quota = {f["name"]: next(r["nominalQuota"] for r in f["resources"] if r["name"] == TPU_RESOURCE) for f in cq}
     flavors = sorted(
@@ -190,11 +190,11 @@ def test_head_submitter_and_each_worker_group_land_on_the_intended_flavor() -> N
 
 def test_flavor_labels_are_the_labels_the_pools_nodes_carry() -> None:
     cfg = dws()
-    plan = kueue_spec(cfg)
+    plan = kueue_of(cfg)
     flavors = {f["metadata"]["name"]: f["spec"] for f in by_kind(plan, "ResourceFlavor")}
     for p in cfg.slice_pools:
         spec = flavors[plan.quota_of(p.name).flavor]
-        for np in slice_pool_node_pools(p, cfg.pool_zone(p), cfg.cluster.name):
+        for np in pool_plan(cfg, p).node_pools:
             # GKE sets the accelerator/topology labels on TPU nodes; tpuray's labels come from the node config
             node_labels = {**np.labels, GKE_ACCELERATOR_LABEL: p.tpu_slice.gke_accelerator}
             node_labels[GKE_TOPOLOGY_LABEL] = p.tpu_slice.topology
@@ -205,7 +205,7 @@ def test_flavor_labels_are_the_labels_the_pools_nodes_carry() -> None:
 
 
 def test_queued_pool_gets_a_provisioning_request_check() -> None:
-    plan = kueue_spec(dws())
+    plan = kueue_of(dws())
     [prc] = by_kind(plan, "ProvisioningRequestConfig")
     [ac] = by_kind(plan, "AdmissionCheck")
     assert prc["spec"]["provisioningClassName"] == DWS_PROVISIONING_CLASS == "queued-provisioning.gke.io"
@@ -222,7 +222,7 @@ def test_queued_pool_gets_a_provisioning_request_check() -> None:
 
 def test_quota_sums_pod_sizes_in_any_quantity_form_the_config_accepts() -> None:
     v = base(ray={"jobMode": "ephemeral", "workerCpu": "7500m", "workerMemory": "68719476736", "headCpu": "2"})
-    plan = kueue_spec(parse_stack_config(v))
+    plan = kueue_of(parse_stack_config(v))
     # v6e 4x4 pool: 2 slices x 4 hosts = 8 worker pods of 7.5 CPU and 64Gi
     assert (plan.quota_of("dws").cpu, plan.quota_of("dws").memory) == ("60", "512Gi")
     assert plan.quota_of("res").cpu == "15"  # v5p 2x2x2: 1 slice x 2 hosts
@@ -233,7 +233,7 @@ def test_quota_sums_pod_sizes_in_any_quantity_form_the_config_accepts() -> None:
 # ---- the ephemeral RayJob ----------------------------------------------------------------------------------
 def test_ephemeral_job_is_queue_labelled_suspended_and_carries_the_training_pool() -> None:
     cfg = dws()
-    plan = kueue_spec(cfg)
+    plan = kueue_of(cfg)
     [job] = plan_stack(cfg, "test").manifests  # no shared RayCluster in ephemeral mode
     assert job["kind"] == "RayJob" and kuberay_schema_errors(job) == []
     labels = job["metadata"]["labels"]
@@ -402,7 +402,7 @@ def test_rules_run_even_when_another_section_is_invalid() -> None:
 
 # ---- the component --------------------------------------------------------------------------------------
 def test_component_declares_the_pinned_chart_and_every_object_after_it() -> None:
-    plan = kueue_spec(dws())
+    plan = kueue_of(dws())
 
     def build() -> dict[str, Any]:
         KueueQueues("kueue", KueueQueuesArgs(KueuePlan(spec=plan, chart_version="0.19.2", namespace="kueue-system")))

@@ -5,13 +5,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.components.catalog import ALL_SLICES, pool, slice_capacity_st
+from tests.components.catalog import ALL_SLICES, node_pools, pool, slice_capacity_st
 from tpuray.components.catalog.names import POOL_LABEL, TPU_TAINT
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.planning.node_pools import (
     NodePoolSpec,
     bounded_name,
-    slice_pool_node_pools,
     workload_policy_name,
 )
 
@@ -19,7 +18,7 @@ ZONE = "us-east5-a"
 
 
 def plan(s: TpuSlice, capacity: str = "on-demand", slices: int = 1, **kw: object) -> list[NodePoolSpec]:
-    return slice_pool_node_pools(pool(s, capacity, slices, **kw), ZONE, "tpuray-test")  # type: ignore[arg-type]
+    return node_pools(pool(s, capacity, slices, **kw), ZONE, "tpuray-test")  # type: ignore[arg-type]
 
 
 @settings(deadline=None)  # no wall-clock bounds
@@ -161,7 +160,7 @@ def test_tpu7x_multi_host_uses_a_workload_policy() -> None:
 
 
 def test_single_host_without_zone_spans_the_cluster_locations() -> None:
-    (p,) = slice_pool_node_pools(pool(TpuSlice.parse("v6e", "2x2")), None, "c")
+    (p,) = node_pools(pool(TpuSlice.parse("v6e", "2x2")), None, "c")
     assert p.node_locations is None
 
 

@@ -12,7 +12,7 @@ from tests.components import engine_run as er
 from tests.components.kuberay_schema import schema_errors, tpu_chip_mismatches
 from tpuray.components.catalog.topology import generation
 from tpuray.components.config import ConfigError, load_stack_file
-from tpuray.components.planning.node_pools import slice_pool_node_pools
+from tpuray.components.planning.pool_plan import pool_plans
 from tpuray.components.review.engine import ProgramRun
 
 PROGRAM = er.ROOT / "infra" / "__main__.py"
@@ -40,7 +40,7 @@ def program_run(request: pytest.FixtureRequest) -> tuple[str, ProgramRun]:
 def test_registers_the_expected_resources(program_run: tuple[str, ProgramRun]) -> None:
     stack, rec = program_run
     cfg = load_stack_file(er.ROOT / f"Pulumi.{stack}.yaml")
-    plans = [p for pool in cfg.slice_pools for p in slice_pool_node_pools(pool, cfg.pool_zone(pool), cfg.cluster.name)]
+    plans = [p for pool in pool_plans(cfg) for p in pool.node_pools]
     counts = Counter(rec.types())
     assert counts["tpuray:index:GkeCluster"] == 1
     assert counts["tpuray:index:TpuSlicePool"] == len(cfg.slice_pools)

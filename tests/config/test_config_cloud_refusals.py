@@ -15,6 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.components.catalog import kueue_of
 from tests.config.test_config_harden import base  # the minimal valid stack the rules start from
 from tpuray.components.catalog.cloud_limits import GKE_MAX_NODES_PER_CLUSTER, KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP
 from tpuray.components.catalog.tpu_locations import TPU_REGIONS
@@ -22,7 +23,6 @@ from tpuray.components.config import ConfigError, StackConfig, load_stack_file, 
 from tpuray.components.config.ray import SYSTEM_NAMESPACES
 from tpuray.components.config.value_types import gke_version_meets
 from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER, WorkloadConfig
-from tpuray.components.planning.kueue import kueue_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def test_the_clusterqueue_tpuray_renders_has_one_group_and_a_flavor_per_pool_plu
     """The rule counts what the planner renders: at the largest stack it accepts, exactly the CRD's bound."""
     n = KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP - 1
     cfg = parse_stack_config(base(slicePools=pools(n), kueue={"enabled": True}))
-    queue = next(o for o in kueue_spec(cfg).objects if o["kind"] == "ClusterQueue")
+    queue = next(o for o in kueue_of(cfg).objects if o["kind"] == "ClusterQueue")
     groups = queue["spec"]["resourceGroups"]
     assert len(groups) == 1 and len(groups[0]["flavors"]) == KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP
     checks = queue["spec"].get("admissionChecksStrategy", {}).get("admissionChecks", [])
@@ -93,7 +93,7 @@ def test_every_capacity_types_flavor_stays_within_the_resourceflavor_crds_bounds
         kueue={"enabled": True},
         ray={"jobMode": "ephemeral"},
     )
-    flavors = [o for o in kueue_spec(parse_stack_config(values)).objects if o["kind"] == "ResourceFlavor"]
+    flavors = [o for o in kueue_of(parse_stack_config(values)).objects if o["kind"] == "ResourceFlavor"]
     assert len(flavors) == len(capacities) + 1
     for props in bounds.values():
         for f in flavors:
