@@ -16,6 +16,8 @@ What Lightning 2.6 does with that trainer on an XLA chip, and what is set here t
   (``lightning/pytorch/accelerators/cpu.py``). So where the trainer's strategy is one of Ray's on an XLA device and
   the script asks for ``accelerator="auto"`` (or ``"tpu"``), the connector takes :class:`XlaChipAccelerator`: this
   process's one chip, no process launching, and not an ``XLAAccelerator`` (which would bring the check above).
+- Mixed precision. ``precision="bf16-mixed"`` autocasts on the XLA device, not on ``"cuda"`` (which Lightning picks
+  for any accelerator but CPU/MPS, and which torch turns off without CUDA).
 - The DDP wrapper. ``DDPStrategy._setup_model`` builds torch's ``DistributedDataParallel`` itself, with
   ``device_ids=[0]`` under a ``torch.cuda.stream`` (``lightning/pytorch/strategies/ddp.py``), not what
   ``ray.train.torch.prepare_model`` builds on the chip. On an XLA device ``RayDDPStrategy`` wraps the module as
@@ -79,7 +81,20 @@ def install(utils: ModuleType, replace: Replace) -> None:
         if isinstance(strategy, ray_strategies) and _on_chip(strategy) and self._accelerator_flag in _CHIP_FLAGS:
             self._accelerator_flag = accelerator()
 
+    init_precision = connector._check_and_init_precision
+
+    def check_and_init_precision(self: Any) -> Any:
+        plugin = init_precision(self)
+        # Lightning autocasts on "cuda" for any accelerator but CPU/MPS (_check_and_init_precision), which torch
+        # turns off with a warning where there is no CUDA: bf16-mixed would train in float32. On the chip it is
+        # torch.autocast("xla", dtype=torch.bfloat16), as torch_xla's AMP guide writes it. (16-mixed's GradScaler is
+        # refused as it is made, naming bfloat16: tpuray.workloads.portable.)
+        if isinstance(self._accelerator_flag, accelerator) and isinstance(plugin, pl.plugins.MixedPrecision):
+            plugin.device = "xla"
+        return plugin
+
     replace(connector, "_check_config_and_set_final_flags", check_config_and_set_final_flags)
+    replace(connector, "_check_and_init_precision", check_and_init_precision)
     _adapt_ddp_strategy(utils.RayDDPStrategy, replace)
     _guard_prepare_trainer(utils, accelerator, replace)
 

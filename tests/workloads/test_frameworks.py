@@ -95,6 +95,17 @@ def test_lightning_takes_the_chip_for_rays_strategy_on_an_xla_device(lightning_o
     assert utils.prepare_trainer is not prepare
 
 
+def test_bf16_mixed_precision_autocasts_on_the_chip(lightning_on_a_chip: ModuleType) -> None:
+    import torch
+    import torch_xla
+
+    trainer = _trainer(lightning_on_a_chip, accelerator="auto", precision="bf16-mixed")
+    layer = torch.nn.Linear(4, 2).to(torch_xla.device())
+    with trainer.precision_plugin.forward_context():
+        out = layer(torch.ones(3, 4, device=torch_xla.device()))
+    assert (trainer.precision_plugin.device, out.dtype) == ("xla", torch.bfloat16)
+
+
 def test_rays_fsdp_strategy_on_an_xla_device_is_refused_naming_the_one_that_runs(
     lightning_on_a_chip: ModuleType,
 ) -> None:
