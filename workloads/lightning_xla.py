@@ -28,7 +28,8 @@ What Lightning 2.6 does with that trainer on an XLA chip, and what is set here t
 - Means over the chips (``self.log(..., sync_dist=True)``; ``DDPStrategy.reduce``'s default): sums, then
   divided, as Lightning does on gloo; neither the xla group nor the emulated slice's takes ``ReduceOp.AVG``.
 - The step's graph. Lightning's automatic optimization calls ``optimizer.step(closure)``, so the portable API's
-  optimizer-step hook (:mod:`tpuray.workloads.portable`) cuts one XLA graph per step here too.
+  optimizer-step hook (:mod:`tpuray.workloads.portable`) ends the step's graph here too: a Lightning step runs the
+  graphs a ``prepare_model`` loop's step runs (two on the emulated slice), and compiles none once warm.
 - The checkpoint. ``RayTrainReportCallback`` saves with ``trainer.save_checkpoint``; on an XLA device the state is
   copied to the host first, as Lightning's own ``XLAStrategy`` does through ``xm.save``
   (``lightning/pytorch/strategies/xla.py``, ``save_checkpoint``; ``lightning/fabric/plugins/io/xla.py``), so the
@@ -40,6 +41,9 @@ What Lightning 2.6 does with that trainer on an XLA chip, and what is set here t
 
 ``prepare_trainer`` refuses, before ``fit``, what still cannot run on the chip: Ray's FSDP and DeepSpeed strategies,
 and an accelerator other than the chip's (``accelerator="cpu"``, an ``Accelerator`` instance) with the XLA device.
+On the emulated slice only, manual optimization (``automatic_optimization = False``) stops at its first
+``manual_backward``: Lightning prepares DDP's reducer there (``lightning/pytorch/overrides/distributed.py``,
+``prepare_for_backward``), and the emulated DDP refuses ``reducer`` by name (it has none).
 """
 
 from __future__ import annotations
@@ -52,8 +56,8 @@ __all__ = ["ACCELERATOR_REFUSAL", "STRATEGY_REFUSAL", "install"]
 
 STRATEGY_REFUSAL = (
     "ray.train.lightning.prepare_trainer: {strategy} is not supported on this worker's XLA chip ({device}): "
-    "tpuray runs Lightning on TPU chips with RayDDPStrategy only (Lightning's FSDP and DeepSpeed strategies need "
-    "CUDA); pass strategy=RayDDPStrategy()"
+    "tpuray runs Lightning on TPU chips with RayDDPStrategy only (Lightning's FSDPStrategy requires a CUDA "
+    "accelerator, and DeepSpeed has no XLA one); pass strategy=RayDDPStrategy()"
 )
 ACCELERATOR_REFUSAL = (
     "ray.train.lightning.prepare_trainer: {accelerator} cannot train on this worker's XLA chip ({device}), where "
