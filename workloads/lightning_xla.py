@@ -33,7 +33,10 @@ What Lightning 2.6 does with that trainer on an XLA chip, and what is set here t
 - The checkpoint. ``RayTrainReportCallback`` saves with ``trainer.save_checkpoint``; on an XLA device the state is
   copied to the host first, as Lightning's own ``XLAStrategy`` does through ``xm.save``
   (``lightning/pytorch/strategies/xla.py``, ``save_checkpoint``; ``lightning/fabric/plugins/io/xla.py``), so the
-  file loads on a CPU machine without torch_xla, and ``trainer.fit(ckpt_path=...)`` resumes from it.
+  file loads on a CPU machine without torch_xla, and ``trainer.fit(ckpt_path=...)`` resumes from it. Saved as XLA
+  tensors it would not: Lightning loads with a callable ``map_location`` (``lightning/fabric/plugins/io/
+  torch_io.py``), which torch refuses for a device tensor ("Callable map_location not supported with
+  ... _rebuild_device_tensor_from_numpy", ``torch/_utils.py``, ``_get_restore_location``).
 - The process group. ``DDPStrategy.setup_distributed`` passes ``device_id=root_device`` with torch >= 2.3
   (``_TORCH_GREATER_EQUAL_2_3``) but Lightning's ``_init_dist_connection`` returns early when the group exists
   (``lightning/fabric/utilities/distributed.py``), and tpuray's backend has made it before the train function, so
