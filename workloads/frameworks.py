@@ -21,14 +21,9 @@ process group exists (after :func:`tpuray.workloads.portable.install`), and :fun
   chip world (its own ``_WORLD_SIZE``/``_ORDINAL`` caches, ``torch_xla/runtime.py``) and runs those two collectives
   on the job's process group, through gloo on CPU copies, as the emulated slice's DDP does. On TPUs torch_xla's own
   world is already the chips, and nothing of torch_xla is replaced.
-- PyTorch Lightning through ``ray.train.lightning`` cannot train on the chip (Lightning 2.6): ``RayDDPStrategy``
-  puts the model on ``ray.train.torch.get_device()``, the XLA device, but no Lightning accelerator takes it with
-  that strategy. ``accelerator="auto"`` picks ``XLAAccelerator`` where torch_xla finds TPUs, which Lightning allows
-  only with its own ``XLAStrategy``/``SingleDeviceXLAStrategy`` (``lightning/pytorch/trainer/connectors/
-  accelerator_connector.py``: it raises as the ``Trainer`` is made), and those launch their own processes
-  (``xmp.spawn``) and are not strategies Ray's ``prepare_trainer`` accepts; elsewhere it picks ``CPUAccelerator``,
-  whose ``setup_device`` raises on a non-CPU device once ``fit`` starts. ``ray.train.lightning.prepare_trainer``
-  therefore refuses a trainer whose strategy's device is an XLA chip, saying so and naming what does run.
+- PyTorch Lightning through ``ray.train.lightning``: as ``ray.train.lightning`` is first imported, Lightning's
+  accelerator choice, ``RayDDPStrategy``'s DDP wrapper, teardown and checkpoint saving, and ``prepare_trainer`` are
+  set to agree with the chip (:mod:`tpuray.workloads.lightning_xla` says what and why).
 - Torch's fused Adam/AdamW/SGD (``fused=True``; Transformers' default ``optim="adamw_torch_fused"`` with torch >=
   2.8, ``transformers/training_args.py``) has no XLA kernel, on TPUs too: torch refuses it by listing the devices
   that have one. It is refused as the optimizer is made, naming what to pass instead.
@@ -44,7 +39,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["FUSED_OPTIMIZER_REFUSAL", "LIGHTNING_REFUSAL", "install", "uninstall"]
+__all__ = ["FUSED_OPTIMIZER_REFUSAL", "install", "uninstall"]
 
 FUSED_OPTIMIZER_REFUSAL = (
     "{name}(fused=True) is not supported on this worker's XLA chip: torch's fused optimizer kernels exist for "
@@ -53,14 +48,6 @@ FUSED_OPTIMIZER_REFUSAL = (
     "since torch 2.8, asks for the fused kernel)"
 )
 
-LIGHTNING_REFUSAL = (
-    "ray.train.lightning.prepare_trainer: PyTorch Lightning {version} cannot train on this worker's XLA chip "
-    "({device}): RayDDPStrategy puts the model on the chip, but Lightning pairs an XLA device only with its own "
-    "XLAStrategy, which launches its own processes and is not a strategy Ray Train runs (accelerator='auto' picks "
-    "XLAAccelerator on TPUs and Lightning refuses it with RayDDPStrategy; CPUAccelerator refuses the XLA device). "
-    "On TPU chips use ray.train.torch.prepare_model/prepare_data_loader in a plain loop, or a Hugging Face "
-    "Transformers Trainer through ray.train.huggingface.transformers.prepare_trainer"
-)
 LIGHTNING_UTILS = "ray.train.lightning._lightning_utils"
 """Where Ray defines ``prepare_trainer`` (``ray.train.lightning`` re-exports it from there)."""
 
@@ -79,7 +66,7 @@ def install(rank: int, world_size: int, chip: int, chips_per_host: int, emulated
     if _restore:
         return
     _guard_fused_optimizers()
-    _after_import(LIGHTNING_UTILS, _guard_lightning)
+    _after_import(LIGHTNING_UTILS, _adapt_lightning)
     if emulated and world_size > 1:
         _xla_world_over_process_group(rank, world_size)
 
@@ -89,12 +76,20 @@ def uninstall() -> None:
         sys.meta_path.remove(finder)
     while _restore:
         owner, name, value = _restore.pop()
-        setattr(owner, name, value)
+        if value is _INHERITED:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, value)
 
 
 def _replace(owner: Any, name: str, value: Any) -> None:
-    _restore.append((owner, name, getattr(owner, name)))
+    """Set ``owner.name`` (a module's or a class's) until :func:`uninstall`, which puts back the owner's own value,
+    or removes the name where the owner only inherited it."""
+    _restore.append((owner, name, vars(owner).get(name, _INHERITED)))
     setattr(owner, name, value)
+
+
+_INHERITED = object()
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -134,26 +129,10 @@ def _after_import(name: str, then: Callable[[ModuleType], None]) -> None:
         sys.meta_path.insert(0, _AfterImport(name, then))
 
 
-def _guard_lightning(utils: ModuleType) -> None:
-    prepare = utils.prepare_trainer
+def _adapt_lightning(utils: ModuleType) -> None:
+    from tpuray.workloads import lightning_xla
 
-    def prepare_trainer(trainer: Any) -> Any:
-        device = getattr(getattr(trainer, "strategy", None), "root_device", None)
-        if getattr(device, "type", None) == "xla":
-            from importlib.metadata import PackageNotFoundError, version
-
-            try:
-                release = version("lightning")
-            except PackageNotFoundError:  # Ray takes pytorch_lightning where lightning is missing
-                release = version("pytorch_lightning")
-            raise RuntimeError(LIGHTNING_REFUSAL.format(version=release, device=device))
-        return prepare(trainer)
-
-    prepare_trainer.__doc__ = prepare.__doc__
-    _replace(utils, "prepare_trainer", prepare_trainer)
-    package = sys.modules.get(LIGHTNING_UTILS.rsplit(".", 1)[0])
-    if package is not None and getattr(package, "prepare_trainer", None) is prepare:  # imported before install
-        _replace(package, "prepare_trainer", prepare_trainer)
+    lightning_xla.install(utils, _replace)
 
 
 def _guard_fused_optimizers() -> None:

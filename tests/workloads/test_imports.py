@@ -35,6 +35,7 @@ MODULES = [
     "compile_cache",
     "runtimes",
     "frameworks",
+    "lightning_xla",
 ]
 
 
