@@ -31,13 +31,11 @@ process group exists (after :func:`tpuray.workloads.portable.install`), and :fun
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
-import sys
-from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
+
+from tpuray.workloads.patches import Patches
 
 __all__ = ["FUSED_OPTIMIZER_REFUSAL", "install", "uninstall"]
 
@@ -52,7 +50,7 @@ LIGHTNING_UTILS = "ray.train.lightning._lightning_utils"
 """Where Ray defines ``prepare_trainer`` (``ray.train.lightning`` re-exports it from there)."""
 
 _FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD")
-_restore: list[tuple[Any, str, Any]] = []
+_patches = Patches()
 
 
 def install(rank: int, world_size: int, chip: int, chips_per_host: int, emulated: bool) -> None:
@@ -63,76 +61,22 @@ def install(rank: int, world_size: int, chip: int, chips_per_host: int, emulated
     _ray_compat.set_torch_distributed_env_vars()
     os.environ["PJRT_LOCAL_PROCESS_RANK"] = str(chip)
     os.environ["PJRT_LOCAL_PROCESS_COUNT"] = str(chips_per_host)
-    if _restore:
+    if _patches:
         return
     _guard_fused_optimizers()
-    _after_import(LIGHTNING_UTILS, _adapt_lightning)
+    _patches.after_import(LIGHTNING_UTILS, _adapt_lightning)
     if emulated and world_size > 1:
         _xla_world_over_process_group(rank, world_size)
 
 
 def uninstall() -> None:
-    for finder in [f for f in sys.meta_path if isinstance(f, _AfterImport)]:
-        sys.meta_path.remove(finder)
-    while _restore:
-        owner, name, value = _restore.pop()
-        if value is _INHERITED:
-            delattr(owner, name)
-        else:
-            setattr(owner, name, value)
-
-
-def _replace(owner: Any, name: str, value: Any) -> None:
-    """Set ``owner.name`` (a module's or a class's) until :func:`uninstall`, which puts back the owner's own value,
-    or removes the name where the owner only inherited it."""
-    _restore.append((owner, name, vars(owner).get(name, _INHERITED)))
-    setattr(owner, name, value)
-
-
-_INHERITED = object()
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Run ``then(module)`` right after module ``name`` is first imported (before the names importing it see it),
-    so a guarded framework adds no import to the workers that never use it."""
-
-    def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
-        self.name, self.then = name, then
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        loader: Any = spec.loader
-        exec_module, then = loader.exec_module, self.then
-
-        class Then(importlib.abc.Loader):
-            def create_module(self, spec: Any) -> Any:
-                return loader.create_module(spec)
-
-            def exec_module(self, module: ModuleType) -> None:
-                exec_module(module)
-                then(module)
-
-        spec.loader = Then()
-        return spec
-
-
-def _after_import(name: str, then: Callable[[ModuleType], None]) -> None:
-    module = sys.modules.get(name)
-    if module is not None:
-        then(module)
-    else:
-        sys.meta_path.insert(0, _AfterImport(name, then))
+    _patches.restore()
 
 
 def _adapt_lightning(utils: ModuleType) -> None:
     from tpuray.workloads import lightning_xla
 
-    lightning_xla.install(utils, _replace)
+    lightning_xla.install(utils, _patches.replace)
 
 
 def _guard_fused_optimizers() -> None:
@@ -151,7 +95,7 @@ def _guard_fused_optimizers() -> None:
                     raise RuntimeError(FUSED_OPTIMIZER_REFUSAL.format(name=f"torch.optim.{_name}"))
             _init(self, params, *args, **kwargs)
 
-        _replace(cls, "__init__", guarded)
+        _patches.replace(cls, "__init__", guarded)
 
 
 _REDUCE_OPS = {"sum": "SUM", "mul": "PRODUCT", "min": "MIN", "max": "MAX", "and": "BAND", "or": "BOR"}
@@ -166,8 +110,8 @@ def _xla_world_over_process_group(rank: int, world_size: int) -> None:
     import torch_xla.runtime as xr
 
     # torch_xla's own caches of the world (runtime.py reads them first): the chips, not this process alone
-    _replace(xr, "_WORLD_SIZE", world_size)
-    _replace(xr, "_ORDINAL", rank)
+    _patches.replace(xr, "_WORLD_SIZE", world_size)
+    _patches.replace(xr, "_ORDINAL", rank)
 
     def host_copies(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         if any(t.device.type == "xla" for t in tensors):
@@ -214,5 +158,5 @@ def _xla_world_over_process_group(rank: int, world_size: int) -> None:
             return output  # type: ignore[no-any-return]
         return gathered
 
-    _replace(xm, "all_reduce", all_reduce)
-    _replace(xm, "all_gather", all_gather)
+    _patches.replace(xm, "all_reduce", all_reduce)
+    _patches.replace(xm, "all_gather", all_gather)

@@ -17,6 +17,8 @@ from typing import Any
 
 __all__ = ["Patches"]
 
+_INHERITED = object()
+
 
 class Patches:
     """Attributes replaced in other packages, each with the value it held."""
@@ -30,8 +32,10 @@ class Patches:
         return bool(self._held or self._hooks)
 
     def replace(self, owner: Any, name: str, value: Any) -> None:
-        """Set ``owner.name`` to ``value``, remembering what it was."""
-        self._held.append((owner, name, getattr(owner, name)))
+        """Set ``owner.name`` (a module's or a class's) to ``value``, remembering the owner's own value, or that the
+        owner only inherited the name (restoring then removes it, rather than copying the parent's onto it)."""
+        getattr(owner, name)  # a patch of a name the owner does not have is a mistake: raise AttributeError
+        self._held.append((owner, name, vars(owner).get(name, _INHERITED)))
         setattr(owner, name, value)
 
     def after_import(self, module: str, then: Callable[[ModuleType], None]) -> None:
@@ -53,7 +57,10 @@ class Patches:
         self._hooks.clear()
         while self._held:
             owner, name, value = self._held.pop()
-            setattr(owner, name, value)
+            if value is _INHERITED:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

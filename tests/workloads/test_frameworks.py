@@ -7,9 +7,7 @@ imported runs as it is first imported."""
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -130,20 +128,3 @@ def test_off_the_chip_lightning_and_prepare_trainer_are_rays_own(
     trainer = _trainer(utils, accelerator="auto")
     assert isinstance(trainer.accelerator, CPUAccelerator)
     assert utils.prepare_trainer(trainer) is trainer
-
-
-def test_a_guard_runs_as_its_module_is_first_imported(
-    clean: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "tpuray_fake_framework.py").write_text("VALUE = 1\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    seen: list[int] = []
-    frameworks._after_import("tpuray_fake_framework", lambda m: seen.append(m.VALUE))
-    assert seen == []  # nothing is imported ahead of use
-    module: Any = importlib.import_module("tpuray_fake_framework")
-    try:
-        assert seen == [1] and module.VALUE == 1
-        frameworks._after_import("tpuray_fake_framework", lambda m: seen.append(m.VALUE + 1))  # already imported
-        assert seen == [1, 2]
-    finally:
-        sys.modules.pop("tpuray_fake_framework", None)

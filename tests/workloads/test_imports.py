@@ -36,6 +36,7 @@ MODULES = [
     "runtimes",
     "frameworks",
     "lightning_xla",
+    "patches",
 ]
 
 

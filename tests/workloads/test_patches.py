@@ -23,6 +23,23 @@ def test_restore_puts_back_every_value_newest_first() -> None:
     assert owner.f == "original" and not patches
 
 
+def test_a_name_the_owner_only_inherited_is_removed_again_not_copied_onto_it() -> None:
+    class Base:
+        def greet(self) -> str:
+            return "base"
+
+    class Child(Base):
+        pass
+
+    patches = Patches()
+    patches.replace(Child, "greet", lambda self: "patched")
+    assert Child().greet() == "patched" and Base().greet() == "base"
+    patches.restore()
+    assert "greet" not in vars(Child) and Child().greet() == "base"
+    with pytest.raises(AttributeError):
+        patches.replace(Child, "no_such_name", None)
+
+
 def test_a_patch_waits_for_its_module_and_runs_once_it_is_imported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
