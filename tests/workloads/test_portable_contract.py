@@ -2,11 +2,15 @@
 ``XlaChipConfig``) and on stock CPU Ray Train with as many workers (``ScalingConfig(num_workers=N)``, gloo), does
 with what Ray Train hands it everything a script does besides training (:mod:`portable_contract`'s model rows, and
 the prepare_model, loader, Ray Data, checkpoint and precision rows here); each row gives the same kind of result on
-both. Two slices: ``v5e:2x2`` (4 chips on one host) and the multi-host ``v5p:2x2x2`` (8 chips on two hosts).
+both. Two slices: ``v5e:2x2`` (4 chips on one host) and the multi-host ``v5p:2x2x2`` (8 chips on two hosts). The
+emulated runs also show, on each slice, what a GPU-style script relies on without naming it: one worker per chip
+with its seat's PJRT env (:func:`chip_seats.check_seats`), the loader's shards splitting the data over the chips,
+and no program compiled per step once the first steps are done.
 
 Suite time: every row runs inside ONE Ray Train run per backend and slice (the row results are written per rank);
-the ``v5e:2x2`` runs hold one planned restart (``get_checkpoint()`` after a restart: the one row that needs a
-second attempt, and whose result does not depend on the slice). Each test below reads the shared results of one row.
+the ``v5p:2x2x2`` runs hold one planned restart (``get_checkpoint()`` after a restart: the one row that needs a
+second attempt; on two hosts, so the restarted workers are seated again across both). Each test below reads the
+shared results of one row.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.workloads import portable_contract
+from tests.workloads.chip_seats import ENV_PREFIXES, Seat, check_seats
 from tests.workloads.portable_contract import MODEL_ROWS, check_no_sync, make_net, model_rows, run_rows
 from tpuray.workloads import XlaChipConfig, tpu_scaling_config
 
@@ -29,10 +34,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 SHAPES = {"v5e:2x2": 4, "v5p:2x2x2": 8}
 """The emulated slices the contract runs on, with their chips (the workers of both runs)."""
-RESTART_SHAPE = "v5e:2x2"
-"""The slice whose runs hold the planned restart."""
+RESTART_SHAPE = "v5p:2x2x2"
+"""The slice whose runs hold the planned restart: the multi-host one."""
 SAMPLES = 256  # 64 rows per chip on v5e 2x2, 32 on v5p 2x2x2: enough steps to count graphs after the warm-up
 BATCH = 8
+WARM_UP_STEPS = 2
+"""Steps that may compile: the first update's graphs, and the second step's (its gradients exist from the first)."""
 
 OTHER_ROWS = (
     "prepare_model.ddp_kwargs",
@@ -84,6 +91,20 @@ def contract_train(config: dict[str, Any]) -> None:
     out = Path(config["out"])
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
+
+    def seat() -> dict[str, Any]:
+        """Where Ray put this worker (Ray Train's node rank goes by IP, which every emulated host shares: the host is
+        its Ray node and its labels)."""
+        runtime = ray.get_runtime_context()
+        tpus = runtime.get_accelerator_ids().get("TPU", [])
+        return {
+            "dist_rank": dist.get_rank(),
+            "ray_chip": int(tpus[0]) if tpus else None,
+            "node": runtime.get_node_id(),
+            "labels": {str(k): str(v) for k, v in runtime.get_node_labels().items()},
+            "env": {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)},
+        }
+
     ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
 
@@ -96,17 +117,18 @@ def contract_train(config: dict[str, Any]) -> None:
             return {"files": files, "keys": sorted(state)}
 
         rows = run_rows({"checkpoint.get_checkpoint_after_restart": after_restart})
-        (out / f"restart-{rank}.json").write_text(json.dumps(rows))
+        (out / f"restart-{rank}.json").write_text(json.dumps({"rows": rows, "seat": seat()}))
         ray.train.report({"attempt": 2})
         return
 
     device = helper_device()
     on_xla = device.type == "xla"
 
-    def graphs() -> int:
+    def graphs(metric: str = "ExecuteTime") -> int:
+        """How many XLA graphs this process ran so far (``CompileTime``: compiled)."""
         import torch_xla.debug.metrics as met
 
-        return int((met.metric_data("ExecuteTime") or [0])[0])  # type: ignore[no-untyped-call]
+        return int((met.metric_data(metric) or [0])[0])  # type: ignore[no-untyped-call]
 
     def reproducibility() -> Any:
         ray.train.torch.enable_reproducibility(seed=3)
@@ -179,15 +201,19 @@ def contract_train(config: dict[str, Any]) -> None:
             epochs.append([len(batches), all(xb.device == device for xb, _ in batches)])
         return epochs
 
+    seen: list[float] = []  # the rows of the loader's epoch this rank trained on
+    compiled: dict[str, list[int]] = {"loader": [], "ray_data": []}  # on the chips: compiled so far, after each step
+
     def loader_graphs() -> Any:
-        if not on_xla:
-            return None
         counts = []
         for xb, yb in loader:
-            before = graphs()
+            seen.extend(xb[:, 0].cpu().tolist())
+            before = graphs() if on_xla else 0
             step(xb, yb)
-            counts.append(graphs() - before)
-        return counts
+            if on_xla:
+                counts.append(graphs() - before)
+                compiled["loader"].append(graphs("CompileTime"))
+        return counts if on_xla else None
 
     def plain_loader(**kwargs: Any) -> Any:
         m = ray.train.torch.prepare_data_loader(DataLoader(data, batch_size=BATCH), **kwargs)
@@ -232,7 +258,8 @@ def contract_train(config: dict[str, Any]) -> None:
             before = graphs()
             step(b["x"], b["y"])
             counts.append(graphs() - before)
-        return {"ray_data": counts[1:], "loader": loader_counts[2:]}  # after the first updates' compiles
+            compiled["ray_data"].append(graphs("CompileTime"))
+        return {"ray_data": counts[1:], "loader": loader_counts[WARM_UP_STEPS:]}  # after the first updates' compiles
 
     rows |= run_rows(
         {
@@ -260,13 +287,7 @@ def contract_train(config: dict[str, Any]) -> None:
 
     rows |= run_rows({"checkpoint.report_every_rank": report_every_rank, "checkpoint.report_rank_0": report_rank_0})
     params = [p.detach().cpu().reshape(-1).tolist() for p in model.module.parameters()]
-    # Ray Train's node rank goes by IP, which every emulated host shares: the host is its Ray node and TPU_WORKER_ID
-    hosts = {
-        "node": ray.get_runtime_context().get_node_id(),
-        "worker_id": os.environ.get("TPU_WORKER_ID"),
-        "chip": os.environ.get("TPU_VISIBLE_CHIPS"),
-    }
-    doc = {"rows": rows, "params": params, "world": world, "hosts": hosts}
+    doc = {"rows": rows, "params": params, "world": world, "seat": seat(), "seen": seen, "compiled": compiled}
     (out / f"rows-{rank}.json").write_text(json.dumps(doc, default=str))
     if config["restart"]:
         raise RuntimeError("planned restart: the next attempt reads get_checkpoint()")
@@ -306,7 +327,8 @@ def _fit(tmp: Path, shape: str, emulated: bool) -> dict[str, Any]:
     if restart:
         restarts = [json.loads((out / f"restart-{r}.json").read_text()) for r in range(workers)]
         for r, again in zip(ranks, restarts, strict=True):
-            r["rows"] |= again
+            r["rows"] |= again["rows"]
+            r["restart_seat"] = again["seat"]
     return {"result": result, "ranks": ranks}
 
 
@@ -378,19 +400,40 @@ def test_a_row_gives_the_same_result_on_the_emulated_slice_as_on_stock_ray_train
     assert emulated == stock
 
 
-def test_the_emulated_slices_workers_are_its_chips_host_by_host(runs: dict[str, dict[str, Any]], shape: str) -> None:
+def _check_seats(shape: str, seats: list[dict[str, Any]]) -> None:
+    """One worker per chip of the slice, with its seat's PJRT env, and each host's chips on one Ray node."""
     from tpuray.components.catalog.topology import TpuSlice
 
     s = TpuSlice.parse(shape)
-    ranks = runs["emulated"]["ranks"]
-    assert [r["world"] for r in ranks] == [s.chips] * s.chips
+    check_seats(s, [Seat(x["dist_rank"], x["ray_chip"], x["labels"], x["env"]) for x in seats])
     by_node: dict[str, list[tuple[str, str]]] = {}
-    for r in ranks:
-        by_node.setdefault(r["hosts"]["node"], []).append((r["hosts"]["worker_id"], r["hosts"]["chip"]))
+    for x in seats:
+        by_node.setdefault(x["node"], []).append((x["env"]["TPU_WORKER_ID"], x["env"]["TPU_VISIBLE_CHIPS"]))
     chips = [str(c) for c in range(s.chips_per_host)]
-    assert sorted(sorted(seats) for seats in by_node.values()) == [
+    assert sorted(sorted(on_host) for on_host in by_node.values()) == [
         [(str(host), c) for c in chips] for host in range(s.hosts)
     ]
+
+
+def test_the_emulated_slices_workers_are_its_chips_host_by_host(runs: dict[str, dict[str, Any]], shape: str) -> None:
+    ranks = runs["emulated"]["ranks"]
+    assert [r["world"] for r in ranks] == [len(ranks)] * len(ranks) == [SHAPES[shape]] * SHAPES[shape]
+    _check_seats(shape, [r["seat"] for r in ranks])
+    if shape == RESTART_SHAPE:  # the restarted workers are seated again, across both hosts
+        _check_seats(shape, [r["restart_seat"] for r in ranks])
+
+
+def test_the_loader_shards_the_data_over_the_workers(runs: dict[str, dict[str, Any]], shape: str) -> None:
+    for backend, run in runs.items():
+        seen = [v for r in run["ranks"] for v in r["seen"]]
+        assert len(seen) == len(set(seen)) == SAMPLES, backend  # every row once, on one worker
+
+
+def test_nothing_compiles_per_step_after_the_first_steps(runs: dict[str, dict[str, Any]], shape: str) -> None:
+    for r in runs["emulated"]["ranks"]:
+        loader, ray_data = r["compiled"]["loader"], r["compiled"]["ray_data"]  # after each step of each epoch
+        assert len(loader) >= WARM_UP_STEPS + 2 and loader[WARM_UP_STEPS - 1] == loader[-1], r["compiled"]
+        assert len(ray_data) >= 2 and ray_data[0] == ray_data[-1], r["compiled"]  # its batches: the loader's shapes
 
 
 @pytest.mark.parametrize("row", sorted(REFUSED_ON_CHIPS))

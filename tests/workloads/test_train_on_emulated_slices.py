@@ -7,8 +7,8 @@ chip, each worker's env, identical parameters across chips that saw different da
 Train, the placement group after a failed backend start, and the GPT example's checkpoints (separate run names,
 corrupt newest checkpoint). Checks that need no second chip run on the one-chip slice: every worker a test starts
 costs seconds of CPU (it imports torch and torch_xla and compiles its step), and the suite runs on two cores. So
-the multi-host slice's seats and env are checked on the run of the GPU-style script
-(test_portable_api_on_emulated_slices.py), with :func:`chip_seats.check_seats`, the check the runs here use.
+the multi-host slice's seats and env are checked on the portable-API contract's run (test_portable_contract.py),
+with :func:`chip_seats.check_seats`, the check the runs here use.
 """
 
 from __future__ import annotations
