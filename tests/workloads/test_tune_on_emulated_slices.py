@@ -138,6 +138,8 @@ def tune_trial(config: dict[str, Any]) -> None:
     from ray.tune.integration.ray_train import TuneReportCallback
 
     name = f"lr{config['lr']}"
+    # a Ray Train V2 callback; ray.train.RunConfig is annotated with the V1 (Ray Tune) Callback
+    report: Any = TuneReportCallback()  # type: ignore[no-untyped-call]
     TorchTrainer(
         gpu_style_train,
         train_loop_config={**config, "tag": name},
@@ -148,7 +150,7 @@ def tune_trial(config: dict[str, Any]) -> None:
             storage_path=config["out"],
             name=name,
             failure_config=FailureConfig(max_failures=0),
-            callbacks=[TuneReportCallback()],  # type: ignore[no-untyped-call]
+            callbacks=[report],
         ),
     ).fit()
 
