@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.components.catalog import all_slices
 from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_TOPOLOGY_LABEL,
@@ -14,24 +15,12 @@ from tpuray.components.catalog.names import (
     RAY_WORKER_ID_LABEL,
 )
 from tpuray.components.catalog.slice_labels import labels_of_env, slice_from_labels
-from tpuray.components.catalog.topology import GENERATIONS, TopologyError, TpuSlice, valid_topologies
+from tpuray.components.catalog.topology import TopologyError, TpuSlice
 
 
 # every catalog shape (the smallest dozen of each generation) in each of its machine types (a v5e/v6e 2x4 is one
 # 8-chip VM or two 4-chip VMs)
-def _slices() -> list[TpuSlice]:
-    out = []
-    for g in GENERATIONS:
-        for t in valid_topologies(g.name)[:12]:
-            for m in g.machine_types:
-                try:
-                    out.append(TpuSlice.parse(g.name, t, m))
-                except TopologyError:
-                    continue
-    return out
-
-
-@pytest.mark.parametrize("s", _slices(), ids=str)
+@pytest.mark.parametrize("s", all_slices(per_generation=12), ids=str)
 def test_every_shape_reads_back_from_ray_gke_and_tpuray_labels_and_env(s: TpuSlice) -> None:
     per_host = s.chips_per_host
     ray = {RAY_POD_TYPE_LABEL: s.pod_type, RAY_TOPOLOGY_LABEL: s.topology}

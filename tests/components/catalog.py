@@ -15,11 +15,12 @@ from tpuray.components.planning.pool_plan import kueue_entries, pool_plans
 from tpuray.components.planning.scheduling import PoolScheduling
 
 
-def all_slices() -> list[TpuSlice]:
-    """Each (generation, topology, machine type) the catalog accepts; 2x4 on v5e/v6e appears twice."""
+def all_slices(per_generation: int | None = None) -> list[TpuSlice]:
+    """Each (generation, topology, machine type) the catalog accepts, of each generation's ``per_generation``
+    smallest topologies (all by default); 2x4 on v5e/v6e appears twice."""
     out = []
     for g in GENERATIONS:
-        for topo in valid_topologies(g.name):
+        for topo in valid_topologies(g.name)[:per_generation]:
             for machine in g.machine_types:
                 try:
                     out.append(TpuSlice.parse(g.name, topo, machine))
