@@ -30,6 +30,7 @@ __all__ = [
     "draining_nodes",
     "install_iter_torch_batches_device",
     "install_torch_device_manager",
+    "is_node_start_timeout",
     "live_node_ids",
     "normalize_torchtpu_topology",
     "quiet_train_report_log",
@@ -333,6 +334,14 @@ def raylet_pid(node: Any) -> int:
     import ray._private.ray_constants as ray_constants
 
     return int(node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid)
+
+
+def is_node_start_timeout(error: BaseException) -> bool:
+    """Whether ``error`` is Ray giving up on a node it started: its raylet had not registered with the GCS 30 s
+    later (``_private/node.py``, ``Node.__init__``: ``raylet_start_wait_time_s = 30``, a constant, and a bare
+    ``Exception`` naming only the timeout). A busy machine can hit it (https://github.com/ray-project/ray/issues/47087);
+    seen here once, with a fresh install's first cluster on 2 cores."""
+    return type(error) is Exception and str(error).startswith("The current node timed out during startup")
 
 
 def live_node_ids(cluster: Any) -> list[str]:

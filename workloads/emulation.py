@@ -12,12 +12,14 @@ dir and no token auth (local only).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,12 +115,23 @@ class EmulatedCluster:
         self._metrics_ports: dict[tuple[str, int], int] = {}
 
     def __enter__(self) -> EmulatedCluster:
-        try:
-            self.start()
-        except BaseException:
-            self.shutdown()
-            raise
-        return self
+        from tpuray.workloads._ray_compat import is_node_start_timeout
+
+        for attempt in (1, 2):
+            try:
+                self.start()
+                return self
+            except BaseException as e:
+                self.shutdown()
+                if attempt == 2 or not is_node_start_timeout(e):
+                    raise
+                # Ray's own start-up limit, not the emulation's: once more, from nothing, and said.
+                print(
+                    "tpuray: a Ray node of the emulated cluster did not register within Ray's 30 s start-up limit "
+                    "(a busy machine?); starting the cluster once more",
+                    file=sys.stderr,
+                )
+        raise AssertionError("unreachable")
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
@@ -273,7 +286,13 @@ class EmulatedCluster:
         for plugin in self._plugins.values():
             plugin.close()
         self._plugins = {}
+        self._metrics_ports = {}
         if self._tmp:
+            # A node Ray gave up on while it started is no node of the Cluster's to stop: its processes name this
+            # cluster's private dir, and go with it.
+            for pid in _processes_naming(self._tmp):
+                with contextlib.suppress(OSError):  # it ended while we looked
+                    os.kill(pid, signal.SIGKILL)
             if os.environ.get("RAY_TMPDIR") == self._tmp:
                 del os.environ["RAY_TMPDIR"]
             shutil.rmtree(self._tmp, ignore_errors=True)
@@ -288,6 +307,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _processes_naming(path: str) -> list[int]:
+    """The processes (other than this one) whose command line names ``path``, from ``/proc`` (Linux)."""
+    me, want = os.getpid(), os.fsencode(path)
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        pid = int(proc.name)
+        if pid != me and want in _cmdline(pid):
+            found.append(pid)
+    return sorted(found)
+
+
 def _cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -295,7 +325,7 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-@contextmanager
+@contextlib.contextmanager
 def emulate(
     tpu_slice: TpuSlice | str | Sequence[tuple[TpuSlice, int]], slices: int = 1, metrics_interval_s: float = 1.0
 ) -> Iterator[EmulatedCluster]:
