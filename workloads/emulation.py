@@ -288,15 +288,41 @@ class EmulatedCluster:
         self._plugins = {}
         self._metrics_ports = {}
         if self._tmp:
-            # A node Ray gave up on while it started is no node of the Cluster's to stop: its processes name this
-            # cluster's private dir, and go with it.
-            for pid in _processes_naming(self._tmp):
-                with contextlib.suppress(OSError):  # it ended while we looked
-                    os.kill(pid, signal.SIGKILL)
+            _remove_private_dir(self._tmp)
             if os.environ.get("RAY_TMPDIR") == self._tmp:
                 del os.environ["RAY_TMPDIR"]
-            shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+# How long a stop waits for the cluster's last processes to go before it says what it left.
+_STOP_GRACE_S = 15.0
+
+
+def _remove_private_dir(path: str) -> None:
+    """End every process of the cluster and remove its private dir; say on stderr if the dir outlives the wait.
+
+    A node Ray gave up on while it started is no node of the Cluster's to stop, and a worker whose raylet was
+    killed exits on its own time, writing its logs on the way out: on a busy machine either can re-create files
+    in a dir just removed. Both are known by the dir: named on the command line, or holding a file in it open."""
+    deadline = time.monotonic() + _STOP_GRACE_S
+    while True:
+        pids = _processes_using(path)
+        for pid in pids:
+            with contextlib.suppress(OSError):  # it ended while we looked
+                os.kill(pid, signal.SIGKILL)
+        while pids and time.monotonic() < deadline:
+            pids = [pid for pid in pids if _alive(pid)]
+            time.sleep(0.05)
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            return
+        if time.monotonic() > deadline:
+            print(
+                f"tpuray: the emulated cluster's dir {path} is still there after {_STOP_GRACE_S:.0f} s",
+                file=sys.stderr,
+            )
+            return
+        time.sleep(0.2)
 
 
 def _free_port() -> int:
@@ -307,15 +333,36 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _processes_naming(path: str) -> list[int]:
-    """The processes (other than this one) whose command line names ``path``, from ``/proc`` (Linux)."""
-    me, want = os.getpid(), os.fsencode(path)
+def _processes_using(path: str) -> list[int]:
+    """The processes (other than this one) whose command line names ``path`` or that hold a file under it open,
+    from ``/proc`` (Linux; another user's open files are not readable, and such a process is not ours)."""
+    me, want, inside = os.getpid(), os.fsencode(path), path.rstrip("/") + "/"
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         pid = int(proc.name)
-        if pid != me and want in _cmdline(pid):
+        if pid != me and (want in _cmdline(pid) or any(t.startswith(inside) for t in _open_files(proc))):
             found.append(pid)
     return sorted(found)
+
+
+def _open_files(proc: Path) -> list[str]:
+    try:
+        fds = list((proc / "fd").iterdir())
+    except OSError:
+        return []
+    targets = []
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed while we looked
+            targets.append(os.readlink(fd))
+    return targets
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has ended: its parent only has not read its status yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _cmdline(pid: int) -> bytes:

@@ -72,20 +72,36 @@ def test_any_other_failure_or_a_second_timeout_is_raised(
     assert not [d for d in starts.dirs if d.exists()]
 
 
-def test_a_stop_ends_every_process_that_names_the_clusters_dir(tmp_path: Path) -> None:
+# A worker whose raylet was killed: its log open in the cluster's dir, its command line renamed (``ray::IDLE``),
+# and still writing a file there now and then, as a worker exiting on its own time does.
+WRITER = """
+import os, pathlib, time
+d = pathlib.Path(os.environ["DIR"])
+log = open(d / "ray" / "worker.log", "a")
+while True:
+    log.write("x"); log.flush()
+    (d / "ray").mkdir(parents=True, exist_ok=True); (d / "ray" / "late.log").write_text("late")
+    time.sleep(0.02)
+"""
+
+
+def test_a_stop_ends_every_process_that_names_the_clusters_dir_or_writes_in_it(tmp_path: Path) -> None:
     cluster = EmulatedCluster(TpuSlice.parse("v5e:2x2"))
     cluster._tmp = str(tmp_path / "tpuray-abcd1234")
-    (tmp_path / "tpuray-abcd1234").mkdir()
+    (tmp_path / "tpuray-abcd1234" / "ray").mkdir(parents=True)
     # what a raylet Ray gave up on looks like: started by this process, its session dir on its command line
-    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", f"{cluster._tmp}/ray/session"])
+    named = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", f"{cluster._tmp}/ray/session"])
+    writer = subprocess.Popen([sys.executable, "-c", WRITER], env={"DIR": cluster._tmp})
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", str(tmp_path / "tpuray-other")])
     try:
-        assert emulation._processes_naming(cluster._tmp) == [left.pid]
+        while not (tmp_path / "tpuray-abcd1234" / "ray" / "late.log").exists():
+            assert writer.poll() is None
+        assert emulation._processes_using(cluster._tmp) == sorted([named.pid, writer.pid])
         cluster.shutdown()
-        assert left.wait(timeout=10) == -9
+        assert named.wait(timeout=10) == -9 and writer.wait(timeout=10) == -9
         assert other.poll() is None  # another cluster's process is not this one's
         assert not (tmp_path / "tpuray-abcd1234").exists()
     finally:
-        for p in (left, other):
+        for p in (named, writer, other):
             p.kill()
             p.wait()
