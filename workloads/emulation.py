@@ -117,21 +117,26 @@ class EmulatedCluster:
     def __enter__(self) -> EmulatedCluster:
         from tpuray.workloads._ray_compat import is_node_start_timeout
 
-        for attempt in (1, 2):
-            try:
-                self.start()
-                return self
-            except BaseException as e:
-                self.shutdown()
-                if attempt == 2 or not is_node_start_timeout(e):
-                    raise
-                # Ray's own start-up limit, not the emulation's: once more, from nothing, and said.
-                print(
-                    "tpuray: a Ray node of the emulated cluster did not register within Ray's 30 s start-up limit "
-                    "(a busy machine?); starting the cluster once more",
-                    file=sys.stderr,
-                )
-        raise AssertionError("unreachable")
+        try:
+            self._start_or_clean_up()
+        except Exception as e:
+            if not is_node_start_timeout(e):
+                raise
+            # Ray's own start-up limit, not the emulation's: once more, from nothing, and said.
+            print(
+                "tpuray: a Ray node of the emulated cluster did not register within Ray's 30 s start-up limit "
+                "(a busy machine?); starting the cluster once more",
+                file=sys.stderr,
+            )
+            self._start_or_clean_up()
+        return self
+
+    def _start_or_clean_up(self) -> None:
+        try:
+            self.start()
+        except BaseException:
+            self.shutdown()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
@@ -247,14 +252,11 @@ class EmulatedCluster:
         node, _ = self._hosts[node_id]
         raylet = raylet_pid(node)
         pids = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-                cmd = (stat.parent / "cmdline").read_bytes()
-            except (OSError, ValueError, IndexError):
-                continue  # the process ended while we looked
-            if ppid == raylet and cmd.startswith(b"ray::"):
-                pids.append(int(stat.parent.name))
+        for proc in Path("/proc").glob("[0-9]*"):
+            pid = int(proc.name)
+            stat = _stat(pid)  # [] once the process ended while we looked
+            if len(stat) > 1 and int(stat[1]) == raylet and _cmdline(pid).startswith(b"ray::"):
+                pids.append(pid)
         return sorted(pids)
 
     def replace_host(self, node_id: str, timeout_s: float = 60) -> str:
@@ -359,10 +361,17 @@ def _open_files(proc: Path) -> list[str]:
 
 def _alive(pid: int) -> bool:
     """Whether ``pid`` still runs (a zombie has ended: its parent only has not read its status yet)."""
+    state = _stat(pid)[:1]
+    return bool(state) and state != ["Z"]
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, then parent pid, ...; ``man 5 proc``), or
+    ``[]`` once the process has ended. The name is in parentheses and may itself hold spaces and parentheses."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return False
+        return []
 
 
 def _cmdline(pid: int) -> bytes:
