@@ -73,7 +73,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     else:
         print(
             f"{args.stack_file}: ok (project {cfg.project}, cluster {cfg.cluster.name} in {cfg.location}, "
-            f"GKE >= {cfg.master_version})"
+            f"GKE >= {cfg.master_version}, requested as "
+            f"{cfg.cluster.min_master_version or f'the {cfg.cluster.release_channel} channel default'})"
         )
         print(_table(rows))
     return 0

@@ -79,7 +79,12 @@ class ClusterConfig(ConfigModel):
     name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=40)] = "tpuray"
     regional: bool = Field(default=False, description="regional control plane (else zonal, in `zone`)")
     release_channel: ReleaseChannel = "REGULAR"
-    min_master_version: GkeVersion | None = Field(default=None, description="defaults to what the TPU pools need")
+    min_master_version: GkeVersion | None = Field(
+        default=None,
+        description="a GKE version alias, 1.X or 1.X.Y, at least what the TPU pools need: GKE creates the cluster at "
+        "the newest patch it offers under that alias; unset: the release channel's default version (GKE offers it "
+        "by definition), which `tpuray doctor` compares with what the pools need. An exact 1.X.Y-gke.N is refused",
+    )
     private_nodes: bool = True
     master_authorized_networks: list[AuthorizedNetworkConfig] = []
     control_plane_endpoint: ControlPlaneEndpoint = Field(
@@ -90,6 +95,22 @@ class ClusterConfig(ConfigModel):
     deletion_protection: bool = True
     system_machine_type: MachineType = "e2-standard-8"
     system_nodes: Annotated[int, Field(ge=1, le=10)] = 1
+
+    @field_validator("min_master_version")
+    @classmethod
+    def _alias_not_patch(cls, v: str | None) -> str | None:
+        # GKE creates a cluster only at a version it offers now in the location and channel, and it withdraws patches
+        # every few weeks (https://cloud.google.com/kubernetes-engine/versioning#specifying_cluster_version); an
+        # alias resolves to the newest offered patch (the API's initialClusterVersion: "1.X" and "1.X.Y" are aliases,
+        # https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters).
+        if v is not None and "-gke." in v:
+            alias = v.split("-gke.")[0]
+            raise ValueError(
+                f"{v} is an exact GKE patch, which GKE accepts only while it offers it (gcloud container "
+                f"get-server-config lists them) and later withdraws: give an alias, {alias} or "
+                f"{'.'.join(alias.split('.')[:2])}, or leave it unset for the release channel's default"
+            )
+        return v
 
     @field_validator("system_machine_type")
     @classmethod

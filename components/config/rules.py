@@ -47,6 +47,7 @@ from tpuray.components.config.value_types import (
     Zone,
     bucket_name_problem,
     derived_bucket_name,
+    gke_alias_for,
     gke_version_meets,
 )
 from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER, CheckpointConfig, WorkloadConfig
@@ -284,7 +285,8 @@ def pool_rules(view: StackView) -> list[Problem]:
             found.append(
                 Problem(
                     "cluster.minMasterVersion",
-                    f"{cluster.min_master_version} is older than {need}, which the TPU generations of this stack need",
+                    f"{cluster.min_master_version} is older than {need}, which the TPU generations of this stack need: "
+                    f"give {gke_alias_for(need)} or a later alias, or leave it unset for the release channel's default",
                 )
             )
     nodes = max_nodes(cluster, [p for _, p in pools]) if cluster is not None else None

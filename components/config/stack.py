@@ -102,7 +102,9 @@ class StackConfig(ConfigModel):
 
     @property
     def master_version(self) -> str:
-        """``cluster.minMasterVersion`` if set, else what the TPU generations need."""
+        """The lowest version the cluster is known to run at: ``cluster.minMasterVersion`` (an alias, read as its
+        newest patch) if set, else what the TPU generations need. Unset, nothing is requested: the release channel's
+        default is created, and ``tpuray doctor`` compares the live version with this floor."""
         return self.cluster.min_master_version or self.required_master_version
 
     @property

@@ -14,7 +14,14 @@ from pydantic import Field, model_validator
 
 from tpuray.components.catalog.images import parse_image
 from tpuray.components.config.base import ConfigModel, Problem, field_problem
-from tpuray.components.config.value_types import BucketName, MountPath, ProjectId, gke_version_key, gke_version_meets
+from tpuray.components.config.value_types import (
+    BucketName,
+    MountPath,
+    ProjectId,
+    gke_alias_for,
+    gke_version_key,
+    gke_version_meets,
+)
 
 if TYPE_CHECKING:
     from tpuray.components.config.stack import StackConfig
@@ -207,7 +214,7 @@ def startup_problems(cfg: StackConfig) -> list[Problem]:
             Problem(
                 "startup.images.preloadedDiskImage",
                 f"secondary boot disks need GKE {SECONDARY_BOOT_DISK_MIN_GKE} or later; {where} is {version}: set "
-                f"cluster.minMasterVersion to {SECONDARY_BOOT_DISK_MIN_GKE} or later",
+                f"cluster.minMasterVersion to {gke_alias_for(SECONDARY_BOOT_DISK_MIN_GKE)} or later",
             )
         )
     found += _profile_problems(cfg)
@@ -271,8 +278,9 @@ def _profile_problems(cfg: StackConfig) -> list[Problem]:
                 Problem(
                     f"{where}.profile",
                     f"GKE installs the {GCSFUSE_PROFILES[m.profile]} StorageClass from {GCSFUSE_PROFILES_MIN_GKE}; "
-                    f"{source}: set cluster.minMasterVersion to {GCSFUSE_PROFILES_MIN_GKE} or later (offered in "
-                    f"release channel {cfg.cluster.release_channel}), or drop profile and tune the mount by hand "
+                    f"{source}: set cluster.minMasterVersion to {gke_alias_for(GCSFUSE_PROFILES_MIN_GKE)} or later "
+                    f"(offered in release channel {cfg.cluster.release_channel}), or drop profile and tune the mount "
+                    "by hand "
                     "(fileCacheCapacity, metadataCacheTtlSeconds, ...)",
                 )
             )

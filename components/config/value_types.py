@@ -47,6 +47,7 @@ __all__ = [
     "bucket_name_problem",
     "checked_ray_token",
     "derived_bucket_name",
+    "gke_alias_for",
     "gke_version_key",
     "gke_version_meets",
     "image_ray_version",
@@ -214,6 +215,12 @@ def gke_version_meets(version: str, floor: str) -> bool:
         raise ValueError(f"{_show(version)} is not a GKE version")
     have = tuple(_NEWEST if part is None else int(part) for part in m.groups())
     return have >= gke_version_key(floor)
+
+
+def gke_alias_for(floor: str) -> str:
+    """The version alias to request for at least ``floor`` (``1.35.1-gke.1616000`` -> ``1.35.1``): GKE resolves it to
+    the newest ``1.35.1-gke.N`` it offers, which is the floor or a later patch (see :func:`gke_version_meets`)."""
+    return floor.split("-gke.")[0]
 
 
 def _gke_version(value: str) -> str | None:

@@ -117,7 +117,8 @@ class ClusterPlan:
     authorized_networks: tuple[AuthorizedNetwork, ...]
     """Who may reach the IP endpoint; empty: no authorized-networks block is declared."""
     release_channel: str
-    min_master_version: str
+    min_master_version: str | None
+    """None: not sent, and GKE creates the cluster at its release channel's default version."""
     maintenance: Maintenance | None
     """None leaves GKE's default (upgrades at any time)."""
     workload_pool: str

@@ -42,8 +42,10 @@ class ControlPlane:
 
     name: str
     release_channel: str
-    min_master_version: str
-    """At least what the stack's TPU pools need (``StackConfig.master_version``)."""
+    min_master_version: str | None
+    """The alias requested (``cluster.minMasterVersion``), or None: the release channel's default. Never the
+    pools' floor (``StackConfig.required_master_version``): a floor is a bound to check, and GKE creates a cluster
+    only at a version it offers now."""
     private_nodes: bool
     control_plane_endpoint: str
     """``public`` (limited to ``master_authorized_networks``), ``private`` or ``dns``."""

@@ -162,7 +162,7 @@ def _gke(cfg: StackConfig, labels: Mapping[str, str]) -> GkeClusterArgs:
         cluster=_fields_of(
             ControlPlane,
             c,
-            min_master_version=cfg.master_version,
+            min_master_version=c.min_master_version,
             master_authorized_networks=tuple(c.master_authorized_networks),
         ),
         network=_fields_of(Network, cfg.network),

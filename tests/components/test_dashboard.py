@@ -94,7 +94,7 @@ def test_hbm_and_mfu_panels_use_the_catalogs_figures(gen: str) -> None:
     zone = zones_of(gen)[0]  # a zone that offers the generation (Cloud TPU regions and zones page)
     v["region"], v["zone"] = zone.rsplit("-", 1)[0], zone
     if gen == "tpu7x":
-        v["cluster"] = {**v.get("cluster", {}), "minMasterVersion": "1.34.0-gke.2201000"}
+        v["cluster"] = {**v.get("cluster", {}), "minMasterVersion": "1.34"}
     plan = dashboard_plan(parse_stack_config(v, stack="dev"), "dev")
     hbm = plan.panel("p", "hbmUsed")
     assert hbm.query.endswith(f"/ {g.hbm_gib_per_chip * 2**30}") and f"{g.hbm_gib_per_chip} GiB" in hbm.title

@@ -264,7 +264,7 @@ def _prod() -> dict[str, Any]:
     return stack_values(yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())["config"])
 
 
-@pytest.mark.parametrize("version", ["1.33", "1.33.0", "1.34", "1.33.0-gke.1712000", "1.33.1-gke.1"])
+@pytest.mark.parametrize("version", ["1.33", "1.33.0", "1.34", "1.33.1"])
 def test_a_minor_or_patch_alias_meets_a_floor_of_its_own_series(version: str) -> None:
     """prod's flex-start pool needs 1.33.0-gke.1712000: GKE resolves "1.33" and "1.33.0" to their newest patch."""
     values = _prod()
@@ -273,11 +273,28 @@ def test_a_minor_or_patch_alias_meets_a_floor_of_its_own_series(version: str) ->
     assert cfg.master_version == version
 
 
-@pytest.mark.parametrize("version", ["1.32", "1.32.9", "1.33.0-gke.1711999"])
-def test_a_version_below_the_floor_is_refused_alias_or_not(version: str) -> None:
+@pytest.mark.parametrize("version", ["1.32", "1.32.9"])
+def test_an_alias_below_the_floor_is_refused_naming_the_alias_to_give(version: str) -> None:
     values = _prod()
     values["cluster"]["minMasterVersion"] = version
-    assert "older than 1.33.0-gke.1712000" in problems_of(values, "prod")["cluster.minMasterVersion"]
+    found = problems_of(values, "prod")["cluster.minMasterVersion"]
+    assert "older than 1.33.0-gke.1712000" in found and "give 1.33.0 or a later alias" in found
+
+
+@pytest.mark.parametrize("version", ["1.33.0-gke.1712000", "1.35.1-gke.1616000", "1.30.0-gke.1747000"])
+def test_an_exact_patch_is_refused_naming_its_aliases(version: str) -> None:
+    """GKE creates a cluster only at a version it offers now, and withdraws patches: a stack asks for an alias."""
+    values = _prod()
+    values["cluster"]["minMasterVersion"] = version
+    found = problems_of(values, "prod")["cluster.minMasterVersion"]
+    patch, minor = version.split("-gke.")[0], ".".join(version.split(".")[:2])
+    assert "exact GKE patch" in found and f"give an alias, {patch} or {minor}" in found
+
+
+def test_an_unset_version_requests_none_and_keeps_the_floor() -> None:
+    """Unset, the cluster is created at its channel's default (nothing sent); the floor stays what config checks."""
+    cfg = parse_stack_config(_prod(), stack="prod")
+    assert cfg.cluster.min_master_version is None and cfg.master_version == "1.33.0-gke.1712000"
 
 
 def test_alias_comparison() -> None:

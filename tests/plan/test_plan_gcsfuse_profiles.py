@@ -15,6 +15,7 @@ from tests.components.test_startup import cfg, problems_of, stack, with_
 from tests.plan.conftest import ROOT
 from tpuray.components.config import parse_stack_config
 from tpuray.components.config.startup import GCSFUSE_PROFILES_MIN_GKE
+from tpuray.components.config.value_types import gke_alias_for
 from tpuray.components.planning.kuberay import ray_cluster_manifest, ray_job_manifest
 from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.planning.startup import FUSE_CACHE_VOLUME, first_step_waits, profile_claims
@@ -23,7 +24,9 @@ from tpuray.components.review.plan import render_stack
 PROFILED = {"profile": "checkpointing", "profileScanGranted": True}
 
 
-def profiled(name: str = "prod", version: str | None = GCSFUSE_PROFILES_MIN_GKE, **mounts: Any) -> dict[str, Any]:
+def profiled(
+    name: str = "prod", version: str | None = gke_alias_for(GCSFUSE_PROFILES_MIN_GKE), **mounts: Any
+) -> dict[str, Any]:
     """Stack ``name`` with ``mounts`` (checkpointMount, dataMount) replaced, on cluster version ``version``."""
     values = stack(name)
     if version is not None:
@@ -45,11 +48,11 @@ def test_a_profile_below_its_gke_version_is_refused_with_the_field_and_the_floor
     assert GCSFUSE_PROFILES_MIN_GKE in found["startup.checkpointMount.profile"]
     assert "1.33.0-gke.1712000" in found["startup.checkpointMount.profile"]
     assert "release channel REGULAR" in found["startup.checkpointMount.profile"]
-    older = dict(problems_of(profiled(version="1.35.1-gke.1396001", dataMount={"bucket": "c0rpus", **PROFILED})))
+    older = dict(problems_of(profiled(version="1.35.0", dataMount={"bucket": "c0rpus", **PROFILED})))
     assert list(older) == ["startup.dataMount.profile"]
 
 
-@pytest.mark.parametrize("version", [GCSFUSE_PROFILES_MIN_GKE, "1.35", "1.36.0-gke.100"])
+@pytest.mark.parametrize("version", [gke_alias_for(GCSFUSE_PROFILES_MIN_GKE), "1.35", "1.36.0", "1.36"])
 def test_a_profile_on_a_version_that_ships_it_is_accepted(version: str) -> None:
     # "1.35" is an alias GKE resolves to its newest patch (config_types.gke_version_meets)
     c = cfg(profiled(version=version, checkpointMount=PROFILED))
@@ -134,7 +137,7 @@ def test_a_profiled_data_mount_is_a_read_only_claim_in_a_valid_rayjob() -> None:
 
 def test_the_program_declares_the_volume_and_claim_before_the_ray_cluster(tmp_path: Path) -> None:
     doc = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())
-    doc["config"]["tpuray:cluster"]["minMasterVersion"] = GCSFUSE_PROFILES_MIN_GKE
+    doc["config"]["tpuray:cluster"]["minMasterVersion"] = gke_alias_for(GCSFUSE_PROFILES_MIN_GKE)
     doc["config"]["tpuray:startup"]["checkpointMount"] = PROFILED
     stack_file = tmp_path / "Pulumi.prod.yaml"
     stack_file.write_text(yaml.safe_dump(doc))
