@@ -191,12 +191,6 @@ GKE_NODE_MEMORY_USED: Final = "kubernetes.io/node/accelerator/memory_used"
 GKE_NODE_MEMORY_TOTAL: Final = "kubernetes.io/node/accelerator/memory_total"
 
 
-def promql_name(cloud_monitoring_metric: str) -> str:
-    """A Cloud Monitoring metric type as Cloud Monitoring's PromQL spells it (``kubernetes_io:node_...``)."""
-    domain, _, path = cloud_monitoring_metric.partition("/")
-    return domain.replace(".", "_") + ":" + path.replace("/", "_")
-
-
 # ---- Ray's own TPU gauges (reporter agent; exported as ray_<name>) --------------------------------------------
 RAY_TPU_TENSORCORE_UTILIZATION: Final = "tpu_tensorcore_utilization"
 RAY_TPU_MEMORY_BANDWIDTH_UTILIZATION: Final = "tpu_memory_bandwidth_utilization"

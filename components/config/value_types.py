@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import math
 import re
 import unicodedata
 from collections.abc import Callable
@@ -445,10 +444,6 @@ def label_value(text: str) -> str:
     """``text`` as a value valid both as a GCP label and a Kubernetes label (e.g. a Pulumi stack name)."""
     value = re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
     return value.strip("-_")
-
-
-def is_finite(x: float) -> bool:
-    return math.isfinite(x)
 
 
 # ---- Pulumi stack names ------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from tpuray.components.planning.startup import startup_markdown
 from tpuray.components.review import resource_types
 from tpuray.components.review.cost import BUDGET_RULE, StackCost, budget_check, cost_json, cost_markdown
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
-from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, load_plan_file, mark, write_file
+from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, mark, write_file
 from tpuray.components.review.pool_views import PoolView, pool_views
 from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown
 from tpuray.components.review.rule_types import Resource, Violation
@@ -158,8 +158,3 @@ def summary(plan: Plan) -> str:
     from tpuray.components.review.cost import pools_summary
 
     return "\n".join([summary_table(plan.stack, plan.resources, plan.pools), *pools_summary(plan.cost)])
-
-
-def load_plan_json(path: Path) -> dict[str, Any]:
-    """A written ``plan.json`` (a file, or a plan directory holding one)."""
-    return load_plan_file(path)

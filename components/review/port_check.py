@@ -36,7 +36,6 @@ _MEMORY_CALLS = frozenset(
         "empty_cache",
     }
 )
-_AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"})
 _FP16 = frozenset({"torch.float16", "torch.half"})
 
 
@@ -290,10 +289,6 @@ def check_file(path: Path) -> list[Finding]:
     except OSError as e:
         raise PortCheckError(f"{shown}: cannot read: {e.strerror or e}") from None
     return check_source(source, str(path))
-
-
-def check_files(paths: Iterable[Path]) -> list[Finding]:
-    return [f for p in paths for f in check_file(p)]
 
 
 def summary(findings: Sequence[Finding], files: int) -> str:
