@@ -13,7 +13,10 @@ https://pytest-xdist.readthedocs.io/en/stable/distribution.html
 from __future__ import annotations
 
 import gc
+from collections.abc import Generator
+from pathlib import Path
 
+import pluggy
 import pytest
 
 from tests.components.prometheus_server import prometheus_binary
@@ -49,6 +52,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # session ends, and a driver connects to one cluster at a time (the tests that start clusters of their own,
     # and those that must find Ray unconnected, run before it starts in the same process). The sort is stable.
     items.sort(key=lambda item: (SHARED_CLUSTER_FIXTURE in getattr(item, "fixturenames", ()), not on_cluster(item)))
+
+
+TESTS = Path(__file__).parent
+
+
+# hookwrapper: the report exists only once the runner's own hook has made it
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
+    """Each skip reason once, on one line: ``-ra`` folds the skips that share a place and a reason, and a skip is
+    placed where it was raised or marked, a line per test. Every skip here is for want of something outside the
+    repository (the CRDs, Prometheus, the torch_tpu venv, a framework), so it is placed at ``tests/`` and its
+    reason folded onto one line: the summary then says each missing thing once, with how many tests it skipped."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        # lineno None is what pytest's own fold uses for a module-wide skip mark (_pytest/terminal.py, _folded_skips)
+        report.longrepr = (str(TESTS), None, " ".join(str(report.longrepr[2]).split()))  # type: ignore[assignment]
 
 
 def on_cluster(item: pytest.Item) -> bool:

@@ -29,3 +29,40 @@ def test_the_cluster_group_is_queued_first(request: pytest.FixtureRequest) -> No
         assert on_cluster(items[0]), items[0].nodeid
     shared = [SHARED_CLUSTER_FIXTURE in getattr(item, "fixturenames", ()) for item in items]
     assert shared == sorted(shared), "a test after the shared cluster's tests"
+
+
+class _Outcome:
+    def __init__(self, report: pytest.TestReport) -> None:
+        self.report = report
+
+    def get_result(self) -> pytest.TestReport:
+        return self.report
+
+
+def _skip_report(where: str, line: int, reason: str) -> pytest.TestReport:
+    return pytest.TestReport(
+        nodeid=f"{where}::t{line}",
+        location=(where, line, "t"),
+        keywords={},
+        outcome="skipped",
+        longrepr=(where, line, reason),
+        when="call",
+    )
+
+
+def test_a_skip_reason_is_said_once_on_one_line(request: pytest.FixtureRequest) -> None:
+    """Two tests in two files skipped for the same missing thing, one with a reason over two lines: the summary's
+    fold key (place, line, reason) is then the same for both, so ``-ra`` prints the reason once."""
+    from tests.conftest import TESTS, pytest_runtest_makereport
+
+    keys: list[object] = []
+    for report in (
+        _skip_report("tests/a.py", 3, "no CRDs:\n  fetch them"),
+        _skip_report("tests/b.py", 9, "no CRDs: fetch them"),
+    ):
+        hook = pytest_runtest_makereport(request.node, None)  # type: ignore[arg-type]
+        next(hook)
+        with pytest.raises(StopIteration):
+            hook.send(_Outcome(report))  # type: ignore[arg-type]
+        keys.append(report.longrepr)
+    assert keys == [(str(TESTS), None, "no CRDs: fetch them")] * 2

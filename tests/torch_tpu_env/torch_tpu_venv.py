@@ -35,12 +35,10 @@ def require_torch_tpu_python() -> Path:
     python = torch_tpu_python()
     if python.is_file():
         return python
-    # the commands that make it are written once, in .ci/run: show them from there
-    ci = (REPO / ".ci" / "run").read_text().splitlines()
-    how = "\n".join(f"    {ln.strip()}" for ln in ci if ".venv-torch-tpu" in ln and not ln.lstrip().startswith("#"))
+    # the commands that make it are written once, in .ci/run: point there rather than copy them
     message = (
-        f"no torch_tpu python at {python} ({PYTHON_ENV} names it; default <repo>/.venv-torch-tpu/bin/python). "
-        f"Make it from the repository root as .ci/run does:\n{how}"
+        f"no torch_tpu python at {python} ({PYTHON_ENV} names it; default <repo>/.venv-torch-tpu/bin/python): "
+        "make it from the repository root with .ci/run's three .venv-torch-tpu commands"
     )
     if os.environ.get("CI") == "true":
         pytest.fail(message)
