@@ -194,7 +194,15 @@ def manifests(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     by_kind = {m["kind"]: m for m in plan_stack(load_stack_file(path), "torch-tpu").manifests}
     job = by_kind["RayJob"]
     cluster = job["spec"]["rayClusterSpec"] if request.param == "ephemeral" else by_kind["RayCluster"]["spec"]
-    return {"job": job["spec"], "cluster": cluster}
+    return {"job": job["spec"], "cluster": cluster, **{f"manifest:{kind}": m for kind, m in by_kind.items()}}
+
+
+def test_the_planned_manifests_are_valid_kuberay_objects(manifests: dict[str, dict[str, Any]]) -> None:
+    """The head's env included, against the KubeRay v1.7.0 CRDs (strict: an unknown field is an error)."""
+    from tests.components.kuberay_schema import schema_errors
+
+    planned = [m for key, m in manifests.items() if key.startswith("manifest:")]
+    assert planned and all(schema_errors(m) == [] for m in planned)
 
 
 def _torch_tpu_env(container: dict[str, Any]) -> dict[str, str]:
