@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,15 @@ from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.device_plugin import EmulatedDevicePlugin, process_usage
 from tpuray.workloads.worker_env import emulated_host_env
 
-__all__ = ["LOOPBACK", "RAY_METRICS_INTERVAL_S", "EmulatedCluster", "HostNode", "emulate", "host_node_spec"]
+__all__ = [
+    "LOOPBACK",
+    "RAY_METRICS_INTERVAL_S",
+    "EmulatedCluster",
+    "HeadNode",
+    "HostNode",
+    "emulate",
+    "host_node_spec",
+]
 
 LOOPBACK = "127.0.0.1"
 """Every emulated node binds here: a local test cluster never listens on, or sends to, another address."""
@@ -53,6 +61,16 @@ class HostNode:
     labels: dict[str, str]
     env: dict[str, str]
     num_cpus: int
+
+
+@dataclass(frozen=True)
+class HeadNode:
+    """The Ray head's arguments: the env of its Ray processes (what a KubeRay head pod's container sets) and the CPUs
+    it advertises (its ``rayStartParams`` ``num-cpus``). Jobs submitted with no entrypoint resources run their
+    drivers here, in that env. The default is a plain local head with one CPU."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    num_cpus: int = 1
 
 
 def host_node_spec(tpu_slice: TpuSlice, slice_name: str, worker_id: int, user_xla_flags: str = "") -> HostNode:
@@ -87,7 +105,9 @@ class EmulatedCluster:
     """Emulated TPU slices plus a CPU-only head node, like a KubeRay TPU cluster.
 
     ``tpu_slice`` with ``slices`` copies, or a list of ``(slice, copies)`` for a cluster of several shapes.
-    Use as a context manager; ``address`` is what ``ray.init(address=...)`` takes.
+    Use as a context manager; ``address`` is what ``ray.init(address=...)`` takes, ``dashboard_url`` what Ray's
+    job submission client takes. ``head``: the head node's env and CPUs (:class:`HeadNode`; a stack's planned head
+    pod, in tests that submit jobs).
     ``metrics_interval_s``: how often Ray's processes report metrics to the node's agent (seconds; 1 here, so a
     short emulated run's gauges are scrapeable before its workers end; Ray's default, what a KubeRay cluster on
     GKE runs, is :data:`RAY_METRICS_INTERVAL_S`).
@@ -99,7 +119,11 @@ class EmulatedCluster:
         slices: int = 1,
         name_prefix: str = "emulated",
         metrics_interval_s: float = 1.0,
+        head: HeadNode | None = None,
     ) -> None:
+        self.head = head if head is not None else HeadNode()
+        if self.head.num_cpus < 0:
+            raise ValueError(f"head.num_cpus: a whole number >= 0, got {self.head.num_cpus}")
         self.layout = [(tpu_slice, slices)] if isinstance(tpu_slice, TpuSlice) else list(tpu_slice)
         for s, n in self.layout:
             if n < 1:
@@ -109,6 +133,7 @@ class EmulatedCluster:
         self.metrics_interval_s = metrics_interval_s
         self.name_prefix = name_prefix
         self._cluster: Any = None
+        self._dashboard_port: int | None = None
         self._tmp: str | None = None
         self._hosts: dict[str, tuple[Any, HostNode]] = {}
         self._plugins: dict[tuple[str, int], EmulatedDevicePlugin] = {}
@@ -145,6 +170,16 @@ class EmulatedCluster:
     def address(self) -> str:
         return str(self._cluster.address)
 
+    @property
+    def dashboard_url(self) -> str:
+        """The head's dashboard, where Ray's job API listens (``JobSubmissionClient(url)``, ``ray job submit``)."""
+        return f"http://{LOOPBACK}:{self._dashboard_port}"
+
+    @property
+    def head_node_id(self) -> str:
+        """The Ray node id (hex) of the head."""
+        return str(self._cluster.head_node.node_id)
+
     def slice_names(self) -> list[str]:
         return [f"{self.name_prefix}-{s.pod_type}-{i}" for s, n in self.layout for i in range(n)]
 
@@ -169,20 +204,23 @@ class EmulatedCluster:
         if len(base) > 32 and os.path.isdir("/tmp"):
             base = "/tmp"
         self._tmp = tempfile.mkdtemp(prefix="tpuray-", dir=base)
+        self._dashboard_port = _free_port()  # not 8265: other clusters on this machine may hold it
         # Ray also keeps its "current cluster" file under RAY_TMPDIR: keep that private too.
         os.environ["RAY_TMPDIR"] = self._tmp
         os.makedirs(os.path.join(self._tmp, "ray"))
         self._cluster = Cluster(
             initialize_head=True,
             head_node_args={
-                "num_cpus": 1,
+                "num_cpus": self.head.num_cpus,
+                # the head's Ray processes (the job drivers it runs among them) get this env, as a pod's container
+                **({"env_vars": dict(self.head.env)} if self.head.env else {}),
                 "node_ip_address": LOOPBACK,
                 "temp_dir": os.path.join(self._tmp, "ray"),
                 # The dashboard, as on a KubeRay head: Ray's state API lives there, and Ray Train's placement
                 # group cleaner polls it (without it every run logs "Failed to query ... actor state").
                 "include_dashboard": True,
                 "dashboard_host": LOOPBACK,
-                "dashboard_port": _free_port(),  # not 8265: other clusters on this machine may hold it
+                "dashboard_port": self._dashboard_port,
                 # Ray starts workers at nice 15; emulated chips share the machine's cores with everything
                 # else, and a deprioritised trainer measures the neighbours, not the code.
                 "_system_config": {

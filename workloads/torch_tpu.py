@@ -8,9 +8,11 @@ resources_per_worker={"TPU": 1})`` on the ``tpu_dist`` process group, one worker
 parent process, which Ray has not). No pod template can hold the address list either: its entry ``r`` must be
 rank ``r``'s own host, and Ray decides the ranks only once the workers exist.
 
-:class:`TorchTpuEnvCallback` fills the gap. The stack names it in ``RAY_TRAIN_CALLBACKS`` on every Ray pod
-(Ray Train V2 instantiates the callbacks that variable names for every trainer, ahead of its own), so a script
-written against Ray's documented TorchTPU API gets the env with no tpuray import; ``tpuray.workloads.train``'s
+:class:`TorchTpuEnvCallback` fills the gap. The stack names it in ``RAY_TRAIN_CALLBACKS`` on every Ray pod, head
+and TPU workers (Ray Train V2 instantiates the callbacks that variable names for every trainer, ahead of its own, in
+the process that builds the trainer: the job's driver, which Ray runs on the head when the job asks for no
+resources), so a script written against Ray's documented TorchTPU API gets the env with no tpuray import, however
+it is submitted; ``tpuray.workloads.train``'s
 ``--backend torch_tpu`` passes the same callback itself. Once Ray has given the workers their ranks, and before its
 backend creates the process group, the callback asks each worker where it runs and sets, on every worker of each
 slice, the env of :func:`tpuray.workloads.worker_env.torch_tpu_env`, and TorchTPU's tier-3 compile cache root
@@ -48,7 +50,7 @@ from tpuray.workloads.worker_env import DeviceSeat, hostnames_from_env, torch_tp
 __all__ = ["CALLBACK_PATH", "RankSeat", "TorchTpuEnvCallback", "slice_envs", "torch_tpu_trainer"]
 
 CALLBACK_PATH = TORCH_TPU_ENV_CALLBACK
-"""What the stack puts in ``RAY_TRAIN_CALLBACKS`` on the TPU worker pods of a ``backend: torch_tpu`` stack."""
+"""What the stack puts in ``RAY_TRAIN_CALLBACKS`` on every Ray pod of a ``backend: torch_tpu`` stack."""
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,7 @@ configuration", 8081). What the webhook numbers per container on v7x (``TestWebh
 TPU_RUNTIME_PORTS = (("tpu-slicebuilder", TPU_SLICEBUILDER_PORT), ("tpu-megascale", TPU_MEGASCALE_PORT))
 TORCH_TPU_ENV_CALLBACK = "tpuray.workloads.torch_tpu.TorchTpuEnvCallback"
 """The Ray Train callback that gives TorchTPU workers their env (``tpuray.workloads.torch_tpu``): named in
-``RAY_TRAIN_CALLBACKS`` on the TPU worker pods of a ``backend: torch_tpu`` stack."""
+``RAY_TRAIN_CALLBACKS`` on every Ray pod (head and TPU workers) of a ``backend: torch_tpu`` stack."""
 RAY_TRAIN_CALLBACKS_ENV = "RAY_TRAIN_CALLBACKS"
 """Ray Train V2 adds the callbacks this names to every trainer
 (``ray/train/v2/_internal/callbacks/env_callback.py``)."""

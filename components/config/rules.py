@@ -478,3 +478,39 @@ def rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) ->
 
 
 _NODE_POOL_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
+
+
+def torch_tpu_head_image_rules(view: StackView) -> list[Problem]:
+    """A ``torch_tpu`` stack's head runs the worker image.
+
+    A job submitted without entrypoint resources (``ray job submit -- python train.py``) runs its driver on the head:
+    Ray's job manager pins it there (``_get_label_selector`` in ray/dashboard/modules/job/job_manager.py, Ray 2.60).
+    Ray Train builds its callbacks in the driver, tpuray's TorchTPU env callback among them
+    (``_initialize_env_callbacks``, ray/train/v2/_internal/callbacks/env_callback.py), and runs them in its controller
+    on the same node; the driver's ``TorchTrainer`` imports torch. So the head needs tpuray, torch and the same
+    tpuray as the workers, which is the worker image, whose runtime ``backend_rules`` checks.
+    """
+    if view.workload is None or view.ray is None or view.workload.backend != "torch_tpu":
+        return []
+    image, worker = view.ray.image, view.ray.worker_image
+    why = "a torch_tpu job submitted without entrypoint resources runs its driver, which loads tpuray and torch, there"
+    if worker is not None and worker != image:
+        return [
+            Problem(
+                "ray.image",
+                f"the head runs {image}, not the worker image: {why}: set ray.image to {worker}, drop ray.workerImage",
+            )
+        ]
+    tagged = image_backend(image)
+    if worker is None and tagged is not None and tagged != "torch_tpu":
+        return [
+            Problem(
+                "ray.image",
+                f"{image} is a {tagged} image, run by head and workers: {why}: use the workloads/Dockerfile target "
+                "of torch_tpu (tags ending in -torch-tpu)",
+            )
+        ]
+    return []
+
+
+RULES = (*RULES, torch_tpu_head_image_rules)

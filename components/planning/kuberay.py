@@ -205,6 +205,8 @@ def _auth_env(p: RayClusterParams) -> list[dict[str, Any]]:
 def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
     volumes, mounts = _volumes(p)
     resources = {"cpu": p.head_cpu, "memory": p.head_memory}
+    # the head runs drivers too (a job submitted without entrypoint resources): the same TorchTPU env as the workers
+    env = [*_auth_env(p), *torch_tpu_env(p)]
     pod_spec: dict[str, Any] = {
         "serviceAccountName": p.service_account,
         "securityContext": pod_security_context(),
@@ -216,7 +218,7 @@ def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
                 "resources": {"requests": dict(resources), "limits": dict(resources)},
                 "volumeMounts": mounts,
                 "securityContext": container_security_context(),
-                **({"env": _auth_env(p)} if _auth_env(p) else {}),
+                **({"env": env} if env else {}),
             }
         ],
         "volumes": volumes,
@@ -226,7 +228,9 @@ def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
     return {
         # ClusterIP only: the dashboard and client are reached through kubectl port-forward, never exposed.
         "serviceType": "ClusterIP",
-        # num-cpus 0 keeps tasks and job drivers off the head, which has no TPU and no tpuray workload image.
+        # num-cpus 0 keeps tasks, and the drivers of jobs that ask for a CPU (the stack's RayJob), off the head,
+        # which has no TPU. A job submitted without entrypoint resources still runs its driver here: Ray's job
+        # manager pins it to the head (ray/dashboard/modules/job/job_manager.py, _get_label_selector, Ray 2.60).
         # dashboard-host 0.0.0.0 so the submitter and port-forward reach it; token auth and the namespace's
         # NetworkPolicy decide who may (planning/network_policy.py).
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0", **ray_start_ports()},
@@ -235,11 +239,19 @@ def head_group_spec(p: RayClusterParams) -> dict[str, Any]:
 
 
 def torch_tpu_env(p: RayClusterParams) -> list[dict[str, Any]]:
-    """What the TPU workers of a ``torch_tpu`` stack need for Ray's own TorchTPU path, in scripts that import
-    nothing of tpuray: the callback that sets each worker's TorchTPU env (``tpuray.workloads.torch_tpu``, in the
-    worker image), and, where a chip is two devices (tpu7x), Ray counting ``TPU`` per device, so that
-    ``ScalingConfig(use_tpu=True, ..., resources_per_worker={"TPU": 1})`` means one worker per device. Only on the
-    workers, where the job's driver runs (the head advertises no CPU and its image has no tpuray)."""
+    """What every Ray pod of a ``torch_tpu`` stack needs for Ray's own TorchTPU path, in scripts that import
+    nothing of tpuray: the callback that sets each worker's TorchTPU env (``tpuray.workloads.torch_tpu``), and, where
+    a chip is two devices (tpu7x), Ray counting ``TPU`` per device, so that
+    ``ScalingConfig(use_tpu=True, ..., resources_per_worker={"TPU": 1})`` means one worker per device.
+
+    Both are read in the job's driver and the Ray Train controller beside it, wherever the driver runs: Ray Train
+    V2 builds its callbacks from ``RAY_TRAIN_CALLBACKS`` in the process that calls ``fit()``
+    (``_create_default_callbacks`` in ray/train/v2/api/data_parallel_trainer.py, Ray 2.60), and the controller,
+    pinned to the driver's node, sizes the slice reservation by ``RAY_TPU_RESOURCE_PER_CHIP``
+    (``SlicePlacementGroup`` in ray/util/tpu.py). A driver lands on a TPU worker when its job asks for a CPU (the
+    head advertises none: the stack's RayJob), and on the head when it asks for nothing (Ray's job manager pins it
+    there), so the head carries them too, and runs the worker image (``torch_tpu_head_image_rules`` in the config
+    rules)."""
     if p.backend != "torch_tpu":
         return []
     env = [{"name": RAY_TRAIN_CALLBACKS_ENV, "value": TORCH_TPU_ENV_CALLBACK}]
@@ -381,7 +393,9 @@ SUBMISSION_MODE = "K8sJobMode"
 """KubeRay runs ``ray job submit`` in a submitter pod, whose template tpuray hardens (:func:`submitter_pod_template`)
 when the job names an image."""
 ENTRYPOINT_NUM_CPUS = 1.0
-"""The head advertises no CPUs, so a driver that asks for one runs on a worker (whose image has tpuray)."""
+"""KubeRay's submitter passes it as ``ray job submit --entrypoint-num-cpus`` (``BuildJobSubmitCommand`` in
+ray-operator/controllers/ray/common/job.go, KubeRay v1.7.0); the head advertises no CPUs, so the driver runs on a
+TPU worker pod, beside the chips, instead of on the head, where a job asking for nothing would run it."""
 
 
 def ray_job_manifest(j: RayJobParams) -> dict[str, Any]:

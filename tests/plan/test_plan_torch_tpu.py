@@ -39,7 +39,7 @@ def test_eight_ray_workers_per_four_chip_host(plan: Plan) -> None:
     assert env["RAY_TRAIN_CALLBACKS"] == TORCH_TPU_ENV_CALLBACK
     assert env["RAY_TPU_RESOURCE_PER_CHIP"] == "2"
     head = _one(plan, "RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-    assert not {e["name"] for e in head.get("env", [])} & {"RAY_TRAIN_CALLBACKS", "RAY_TPU_RESOURCE_PER_CHIP"}
+    assert _torch_tpu_env(head) == {"RAY_TRAIN_CALLBACKS": TORCH_TPU_ENV_CALLBACK, "RAY_TPU_RESOURCE_PER_CHIP": "2"}
     (pool,) = plan.pools
     assert (pool.max_ray_workers, pool.max_ray_worker_pods, pool.worker_unit) == (32, 4, "device")
 
@@ -145,9 +145,144 @@ def test_a_torch_tpu_stack_mixing_one_and_two_device_chips_is_refused(tmp_path: 
     load_stack_file(path)  # per-chip workers: the generations may mix
 
 
+IMAGE = "us-docker.pkg.dev/tpuray-torchtpu-project/tpuray/worker:0.1.0-torch-tpu"
+"""The fixture's one image: head and TPU workers."""
+
+
 def test_a_worker_image_of_the_other_runtime_is_refused(tmp_path: Any) -> None:
     path = tmp_path / "Pulumi.image.yaml"
-    path.write_text(_with(STACK.read_text(), ("0.1.0-torch-tpu", "0.1.0-xla")))
+    text = _with(STACK.read_text(), (f"    image: {IMAGE}", f"    image: {IMAGE}\n    workerImage: {IMAGE}"))
+    path.write_text(text.replace("0.1.0-torch-tpu", "0.1.0-xla"))
     with pytest.raises(ConfigError) as err:
         load_stack_file(path)
     assert "ray.workerImage" in str(err.value) and "torch_tpu" in str(err.value)
+    path.write_text(_with(STACK.read_text(), ("0.1.0-torch-tpu", "0.1.0-xla")))  # one image for both, of xla
+    with pytest.raises(ConfigError) as err:
+        load_stack_file(path)
+    assert "ray.image" in str(err.value) and "xla image" in str(err.value)
+
+
+def test_a_head_image_other_than_the_worker_image_is_refused(tmp_path: Any) -> None:
+    """The head runs the drivers of jobs that ask for no resources, so it needs the workers' tpuray and torch."""
+    path = tmp_path / "Pulumi.head.yaml"
+    stock = "rayproject/ray:2.60.0-py311"
+    path.write_text(_with(STACK.read_text(), (f"    image: {IMAGE}", f"    image: {stock}\n    workerImage: {IMAGE}")))
+    with pytest.raises(ConfigError) as err:
+        load_stack_file(path)
+    assert "ray.image" in str(err.value) and f"set ray.image to {IMAGE}" in str(err.value)
+    path.write_text(_with(STACK.read_text(), (f"    image: {IMAGE}", f"    image: {IMAGE}\n    workerImage: {IMAGE}")))
+    load_stack_file(path)  # both named, the same
+    xla = _with(
+        path.read_text(), ("backend: torch_tpu", "backend: xla"), (f"workerImage: {IMAGE}", "workerImage: w:1-xla")
+    )
+    path.write_text(_with(xla, (f"    image: {IMAGE}", f"    image: {stock}")))
+    load_stack_file(path)  # on xla, tpuray's drivers ask for a CPU (the RayJob): the stock head stays allowed
+
+
+# ---- every documented way to submit a TorchTPU job reaches a pod with the env and the image -------------------
+
+
+@pytest.fixture(scope="module", params=["shared", "ephemeral"])
+def manifests(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The stack's RayCluster and RayJob, in both job modes (ephemeral: the RayJob's own cluster)."""
+    from tpuray.components.planning.stack_plan import plan_stack
+
+    path = STACK
+    if request.param == "ephemeral":
+        path = tmp_path_factory.mktemp("ephemeral") / "Pulumi.torch-tpu.yaml"
+        path.write_text(_with(STACK.read_text(), ("  tpuray:ray:\n", "  tpuray:ray:\n    jobMode: ephemeral\n")))
+    by_kind = {m["kind"]: m for m in plan_stack(load_stack_file(path), "torch-tpu").manifests}
+    job = by_kind["RayJob"]
+    cluster = job["spec"]["rayClusterSpec"] if request.param == "ephemeral" else by_kind["RayCluster"]["spec"]
+    return {"job": job["spec"], "cluster": cluster, **{f"manifest:{kind}": m for kind, m in by_kind.items()}}
+
+
+def test_the_planned_manifests_are_valid_kuberay_objects(manifests: dict[str, dict[str, Any]]) -> None:
+    """The head's env included, against the KubeRay v1.7.0 CRDs (strict: an unknown field is an error)."""
+    from tests.components.kuberay_schema import schema_errors
+
+    planned = [m for key, m in manifests.items() if key.startswith("manifest:")]
+    assert planned and all(schema_errors(m) == [] for m in planned)
+
+
+def _torch_tpu_env(container: dict[str, Any]) -> dict[str, str]:
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    return {k: v for k, v in env.items() if k in ("RAY_TRAIN_CALLBACKS", "RAY_TPU_RESOURCE_PER_CHIP")}
+
+
+def _pods(cluster: dict[str, Any]) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
+    """Every Ray pod template of the cluster by group (``head`` and each worker group): its Ray container and
+    its rayStartParams."""
+    groups = {"head": cluster["headGroupSpec"], **{g["groupName"]: g for g in cluster["workerGroupSpecs"]}}
+    return {name: (g["template"]["spec"]["containers"][0], g["rayStartParams"]) for name, g in groups.items()}
+
+
+def _driver_pods(cluster: dict[str, Any], num_cpus: float, other_resources: bool) -> set[str]:
+    """Where Ray 2.60's job manager can run a job's driver (ray/dashboard/modules/job/job_manager.py): pinned to the
+    head when the job asks for no resources (``_get_label_selector``); else wherever they fit: a CPU only on a pod
+    that advertises CPUs (the head's ``num-cpus``), memory or a label selector on any pod, the head included."""
+    pods = _pods(cluster)
+    if num_cpus <= 0 and not other_resources:
+        return {"head"}
+    if other_resources:
+        return set(pods)
+    return {name for name, (_, params) in pods.items() if float(params.get("num-cpus", "1")) > 0}
+
+
+def _assert_ready_for_a_driver(cluster: dict[str, Any], where: set[str]) -> None:
+    pods = _pods(cluster)
+    images = {c["image"] for name, (c, _) in pods.items() if name != "head"}
+    assert images == {IMAGE}
+    for name in where:
+        container, _ = pods[name]
+        # what Ray Train reads in the driver and its controller, and the image with tpuray and torch
+        assert _torch_tpu_env(container) == {
+            "RAY_TRAIN_CALLBACKS": TORCH_TPU_ENV_CALLBACK,
+            "RAY_TPU_RESOURCE_PER_CHIP": "2",
+        }, name
+        assert container["image"] == IMAGE, name
+
+
+def test_the_stack_s_rayjob_runs_its_driver_on_a_tpu_worker(manifests: dict[str, dict[str, Any]]) -> None:
+    """KubeRay v1.7.0's submitter passes entrypointNumCpus as ``ray job submit --entrypoint-num-cpus``
+    (ray-operator/controllers/ray/common/job.go, BuildJobSubmitCommand), and the head advertises no CPU."""
+    job, cluster = manifests["job"], manifests["cluster"]
+    assert job["entrypointNumCpus"] > 0 and job["submissionMode"] == "K8sJobMode"
+    where = _driver_pods(cluster, job["entrypointNumCpus"], other_resources=False)
+    assert where == set(_pods(cluster)) - {"head"}
+    _assert_ready_for_a_driver(cluster, where)
+
+
+def test_ray_job_submit_asking_for_a_cpu_runs_the_driver_on_a_tpu_worker(manifests: dict[str, dict[str, Any]]) -> None:
+    where = _driver_pods(manifests["cluster"], 1.0, other_resources=False)
+    assert "head" not in where
+    _assert_ready_for_a_driver(manifests["cluster"], where)
+
+
+def test_ray_job_submit_asking_for_memory_or_labels_may_run_the_driver_anywhere(
+    manifests: dict[str, dict[str, Any]],
+) -> None:
+    where = _driver_pods(manifests["cluster"], 0.0, other_resources=True)
+    assert "head" in where
+    _assert_ready_for_a_driver(manifests["cluster"], where)
+
+
+def test_ray_job_submit_asking_for_nothing_runs_the_driver_on_the_head(manifests: dict[str, dict[str, Any]]) -> None:
+    """The lead's acceptance run: tests/workloads/test_torch_tpu_on_emulated_slice.py, on a head set up from this."""
+    where = _driver_pods(manifests["cluster"], 0.0, other_resources=False)
+    assert where == {"head"}
+    _assert_ready_for_a_driver(manifests["cluster"], where)
+
+
+def test_a_driver_started_on_a_worker_pod(manifests: dict[str, dict[str, Any]]) -> None:
+    """``kubectl exec`` into a TPU worker pod and ``python train.py``: the container's own env."""
+    _assert_ready_for_a_driver(manifests["cluster"], set(_pods(manifests["cluster"])) - {"head"})
+
+
+def test_an_xla_stack_s_head_carries_no_torch_tpu_env() -> None:
+    from tpuray.components.planning.stack_plan import plan_stack
+
+    dev = load_stack_file(ROOT / "Pulumi.dev.yaml")
+    assert dev.workload.backend == "xla"
+    (cluster,) = [m["spec"] for m in plan_stack(dev, "dev").manifests if m["kind"] == "RayCluster"]
+    assert all(not _torch_tpu_env(c) for c, _ in _pods(cluster).values())

@@ -39,3 +39,17 @@ def build_trainer(storage: Path, name: str, worker_env: dict[str, str]) -> Any:
             worker_runtime_env={"env_vars": worker_env},
         ),
     )
+
+
+def main(argv: list[str]) -> None:
+    """``python ray_native_tpu_script.py STORAGE NAME WORKER_ENV_JSON``: the script as a submitted job runs it."""
+    import json
+
+    storage, name, worker_env = argv
+    build_trainer(Path(storage), name, json.loads(worker_env)).fit()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
