@@ -10,6 +10,7 @@ from functools import cache
 from types import MappingProxyType
 from typing import Any
 
+from packaging.version import Version
 from pydantic import (
     TypeAdapter,
     ValidationError,
@@ -18,7 +19,8 @@ from pydantic.alias_generators import to_camel
 
 from tpuray.components.catalog.cloud_limits import cluster_size_problem, exclusion_span_problem, kueue_flavors_problem
 from tpuray.components.catalog.images import BACKEND_TAG_SUFFIXES, image_backend
-from tpuray.components.catalog.names import SYSTEM_POOL
+from tpuray.components.catalog.names import SYSTEM_POOL, TPU_WEBHOOK_SOURCE
+from tpuray.components.catalog.pins import WEBHOOK_GENERATION_FLOORS, WEBHOOK_IRONWOOD_CHART
 from tpuray.components.catalog.tpu_locations import location_problems
 from tpuray.components.config.base import (
     ConfigModel,
@@ -476,3 +478,43 @@ def rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) ->
 
 
 _NODE_POOL_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
+
+
+# ---- what the pinned components need of each other (catalog/pins.py) -------------------------------------------
+def tpu_webhook_pin_rules(view: StackView) -> list[Problem]:
+    """A multi-host tpu7x pool needs a webhook chart that serves Ironwood, when the stack installs the webhook."""
+    ray = view.ray
+    if ray is None or ray.tpu_webhook.enabled is False:  # not installed by the stack: the doctor checks what runs
+        return []
+    ironwood = sorted(p.name for _, p in view.pools if p.generation == "tpu7x" and p.tpu_slice.multi_host)
+    chart = ray.tpu_webhook.chart_version
+    if not ironwood or Version(chart) >= Version(WEBHOOK_IRONWOOD_CHART):
+        return []
+    return [
+        Problem(
+            "ray.tpuWebhook.chartVersion",
+            f"chart {chart} has no tpu7x support, and multi-host tpu7x pool(s) {', '.join(ironwood)} need it: the "
+            f"first chart whose webhook serves Ironwood is {WEBHOOK_IRONWOOD_CHART} (webhook "
+            f"{WEBHOOK_GENERATION_FLOORS['tpu7x']}; {TPU_WEBHOOK_SOURCE}); use {WEBHOOK_IRONWOOD_CHART} or later",
+        )
+    ]
+
+
+def worker_image_rules(view: StackView) -> list[Problem]:
+    """``backend: torch_tpu`` names its worker image: without one the TPU workers run ``ray.image``, which has no
+    torch (the plan falls back to the head's image: planning/stack_plan.py)."""
+    ray, workload = view.ray, view.workload
+    if ray is None or workload is None or workload.backend != "torch_tpu" or ray.worker_image is not None:
+        return []
+    suffix = next(k for k, v in BACKEND_TAG_SUFFIXES.items() if v == "torch_tpu")
+    return [
+        Problem(
+            "ray.workerImage",
+            f"workload.backend torch_tpu needs a worker image with torch_tpu, and none is set: the TPU workers would "
+            f"run ray.image ({ray.image}), which has no torch; build the worker-torch-tpu target of "
+            f"workloads/Dockerfile and set ray.workerImage to it (a tag ending in {suffix}, or a digest)",
+        )
+    ]
+
+
+RULES = (*RULES, tpu_webhook_pin_rules, worker_image_rules)
