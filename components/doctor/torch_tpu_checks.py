@@ -118,7 +118,10 @@ def check_tpu_webhook_version(cfg: StackConfig, objs: ClusterObjects) -> CheckRe
     if not gens:
         return None
     need = max(Version(WEBHOOK_GENERATION_FLOORS.get(g, WEBHOOK_BASE_RELEASE)) for g in gens)
-    fact = f"multi-host {', '.join(gens)} slices need the {TPU_WEBHOOK} >= {need}"
+    fact = (
+        f"multi-host {', '.join(gens)} slices need the {TPU_WEBHOOK} >= {need} (>= {WEBHOOK_INDEXING_RELEASE} where "
+        f"the KubeRay operator runs {MULTI_HOST_INDEXING})"
+    )
     fix = f"install or upgrade the {TPU_WEBHOOK} chart (ray.tpuWebhook.chartVersion; pulumi up installs it)"
     dep = find_deployment(objs, TPU_WEBHOOK, cfg.ray.tpu_webhook.namespace)
     if dep is None:

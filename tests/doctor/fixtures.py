@@ -282,6 +282,12 @@ def _operator_elsewhere(docs: dict[str, Any]) -> None:
     dep["metadata"]["namespace"] = "ray-operators"
 
 
+def _indexing_operator(docs: dict[str, Any]) -> None:
+    """KubeRay v1.7.0 installed with its chart's own values: RayMultiHostIndexing on, with webhook 1.3.1."""
+    dep = next(d for d in _items(docs, "deployments") if d["metadata"]["name"] == "kuberay-operator")
+    del dep["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
 FIXTURES: dict[str, tuple[Callable[[dict[str, Any]], None] | None, set[str], int]] = {
     "healthy": (None, set(), 0),
     "missing-webhook": (_missing_webhook, {"tpu-webhook"}, 1),
@@ -296,6 +302,7 @@ FIXTURES: dict[str, tuple[Callable[[dict[str, Any]], None] | None, set[str], int
     "host-listed-twice": (_host_listed_twice, {"tpu-node-count.v6e-train"}, 1),
     "spec-schema-without-properties": (_spec_schema_without_properties, {"kuberay-crds"}, 1),
     "operator-elsewhere": (_operator_elsewhere, {"kuberay-operator-namespace"}, 1),
+    "indexing-operator": (_indexing_operator, {"tpu-webhook-version"}, 1),
 }
 """Fixture -> (how it differs from the healthy cluster, the check ids that fail, the exit code)."""
 
