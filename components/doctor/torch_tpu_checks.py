@@ -67,11 +67,15 @@ _GO_BOOLS = {"1": True, "t": True, "true": True, "0": False, "f": False, "false"
 def _gate_flag(args: list[str]) -> str | None:
     """The value of the last ``--feature-gates`` among ``args`` (Go's flag package: ``-flag=v``, ``--flag=v``,
     ``-flag v``; a flag given twice keeps the last), or None."""
-    value = None
-    for i, arg in enumerate(args):
-        flag, eq, rest = arg.lstrip("-").partition("=")
-        if arg.startswith("-") and flag == FEATURE_GATES_FLAG:
-            value = rest if eq else (args[i + 1] if i + 1 < len(args) else None)
+    value, i = None, 0
+    while i < len(args):
+        flag, eq, rest = args[i].lstrip("-").partition("=")
+        if args[i].startswith("-") and flag == FEATURE_GATES_FLAG:
+            if not eq:  # the next argument is its value, whatever it looks like
+                i += 1
+                rest = args[i] if i < len(args) else ""
+            value = rest
+        i += 1
     return value
 
 

@@ -322,10 +322,11 @@ def test_any_operator_args_are_read_as_go_reads_them(args: list[str], tmp_path: 
     operator = next(d for d in deployments if d["metadata"]["name"] == "kuberay-operator")
     operator["spec"]["template"]["spec"]["containers"][0]["args"] = args
     on, how = operator_indexing(_cfg(tmp_path), replace(objects, deployments=tuple(deployments)))
-    flag = None
-    for i, arg in enumerate(args):  # the reference reading, written out
+    flag, rest = None, list(args)
+    while rest:  # the reference reading, written out: a bare flag takes the next argument as its value
+        arg = rest.pop(0)
         if arg in ("--feature-gates", "-feature-gates"):
-            flag = args[i + 1] if i + 1 < len(args) else None
+            flag = rest.pop(0) if rest else ""
         elif arg.startswith(("--feature-gates=", "-feature-gates=")):
             flag = arg.split("=", 1)[1]
     said = [
