@@ -30,6 +30,7 @@ from tpuray.components.catalog.names import (
     TPU_WEBHOOK_SOURCE,
     workload_identity_pool,
 )
+from tpuray.components.catalog.pins import helm_feature_gates
 from tpuray.components.catalog.runtime_ports import union_ports
 from tpuray.components.config.value_types import service_account_id
 from tpuray.components.kueue import KubernetesObject
@@ -111,6 +112,10 @@ class RayPlatform(pulumi.ComponentResource):
             namespace=KUBERAY_NAMESPACE,
             create_namespace=True,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KUBERAY_HELM_REPO),
+            # the gates tpuray sets, each with its reason (catalog/pins.py): RayMultiHostIndexing off, as the TPU
+            # webhook the stack installs needs; the list replaces the chart's whole, the other gates keep their
+            # defaults
+            values={"featureGates": helm_feature_gates()},
             opts=child(depends_on=after),
         )
 

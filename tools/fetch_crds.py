@@ -1,23 +1,42 @@
-"""Fetch the pinned KubeRay and Kueue CRDs that the schema tests validate every rendered manifest against.
+"""Fetch the pinned KubeRay, Kueue and Managed Prometheus CRDs that the schema tests validate every rendered
+manifest against.
 
     python tools/fetch_crds.py            # into ../shared (where the tests and CI look), or
     python tools/fetch_crds.py DIR        # into DIR; then export TPURAY_SHARED_DIR=DIR
 
 Each file is checked against its SHA-256 below before it is written, so a moved tag or a changed file fails
-loudly instead of silently changing what the tests accept. Standard library only.
+loudly instead of silently changing what the tests accept. The versions are the stack's own pins
+(components/catalog/pins.py, read from its file so that this runs before tpuray is installed). Standard library only.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import sys
 import urllib.request
 from pathlib import Path
+from types import ModuleType
 
-KUBERAY = "v1.7.0"
-KUEUE = "v0.19.2"
+
+def _pins() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "components" / "catalog" / "pins.py"
+    spec = importlib.util.spec_from_file_location("tpuray_pins", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+_PINS = _pins()
+KUBERAY = f"v{_PINS.KUBERAY_CHART}"
+KUEUE = f"v{_PINS.KUEUE_CHART}"
+GMP = f"v{_PINS.GMP_RELEASE}"
 _KUBERAY_BASE = f"https://raw.githubusercontent.com/ray-project/kuberay/{KUBERAY}/ray-operator/config/crd/bases"
 _KUEUE_BASE = f"https://raw.githubusercontent.com/kubernetes-sigs/kueue/{KUEUE}/config/components/crd/bases"
+_GMP_BASE = f"https://raw.githubusercontent.com/GoogleCloudPlatform/prometheus-engine/{GMP}/charts/operator/crds"
 
 # folder -> (source folder URL, {file: sha256})
 FILES: dict[str, tuple[str, dict[str, str]]] = {
@@ -39,6 +58,16 @@ FILES: dict[str, tuple[str, dict[str, str]]] = {
             "kueue.x-k8s.io_resourceflavors.yaml": "19e339c47e9ca3fa2c9eeddd27715a512f765c4794ed859733408a9715720173",
             "kueue.x-k8s.io_topologies.yaml": "f703575d3bb64d26f6e839f831e01646367ed41a89b3abf163f8e842ca1c4d2b",
             "kueue.x-k8s.io_workloadpriorityclasses.yaml": "0b755726aab05b8def9a53ee15b201eed3846bcffd1ff5528fed123f4ae03519",  # noqa: E501
+        },
+    ),
+    "gmp-crds": (
+        _GMP_BASE,
+        {
+            "monitoring.googleapis.com_podmonitorings.yaml": "d344029bc7754e0254d7c253db9d6400b344d5837e121b42790946757bc79f1f",  # noqa: E501
+            "monitoring.googleapis.com_clusterpodmonitorings.yaml": "9bc1857ded418ef5de06bffa47020d68b2e00eac0f8867ac83a88e16a87bbc28",  # noqa: E501
+            "monitoring.googleapis.com_clusternodemonitorings.yaml": "952c4db4f87dae91f2676964217aef2d00ad226f9ba41f8412d2ecf6fc2b60b4",  # noqa: E501
+            "monitoring.googleapis.com_rules.yaml": "49c2cfea8d228a96c466ac49c09f4c19f6cb51ebdd258011cb364a97cb24afee",
+            "monitoring.googleapis.com_clusterrules.yaml": "5b4aa205ec50844b3e0f6ee2862bccc322757b73345eaef15615db52a07c57e2",  # noqa: E501
         },
     ),
 }
@@ -64,7 +93,7 @@ def main(argv: list[str]) -> int:
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(body)
             print(f"wrote {dest}")
-    print(f"KubeRay {KUBERAY} and Kueue {KUEUE} CRDs are in {target}")
+    print(f"KubeRay {KUBERAY}, Kueue {KUEUE} and GMP {GMP} CRDs are in {target}")
     return 0
 
 

@@ -11,6 +11,7 @@ from pydantic import (
 )
 
 from tpuray.components.catalog.cloud_limits import kueue_chart_problem
+from tpuray.components.catalog.pins import KUEUE_CHART
 from tpuray.components.config.base import (
     NAME_PATTERN,
     ConfigModel,
@@ -34,7 +35,7 @@ class KueueConfig(ConfigModel):
     """Kueue: TPU quota from the slice pools, and admission (required by queued pools and ephemeral jobs)."""
 
     enabled: bool = False
-    chart_version: SemVer = Field(default="0.19.2", description="Kueue Helm chart version")
+    chart_version: SemVer = Field(default=KUEUE_CHART, description="Kueue Helm chart version")
     namespace: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63), AfterValidator(_kueue_namespace)] = (
         "kueue-system"
     )

@@ -13,6 +13,12 @@ from pydantic import (
 
 from tpuray.components.catalog.cloud_limits import env_token_problem, ray_addon_problem
 from tpuray.components.catalog.names import KUBERAY_NAMESPACE
+from tpuray.components.catalog.pins import (
+    KUBERAY_CHART,
+    KUBERAY_FEATURE_GATES,
+    MULTI_HOST_INDEXING_DEFAULTS,
+    multi_host_indexing_default,
+)
 from tpuray.components.config.base import (
     NAME_PATTERN,
     ConfigModel,
@@ -87,7 +93,7 @@ class RayConfig(ConfigModel):
         description="token auth through KubeRay's authOptions (KubeRay >= 1.6), on by default; false is refused: "
         "with the token in env variables only, KubeRay's RayJob status calls get 401 and the job ends Failed",
     )
-    helm_chart_version: SemVer = "1.7.0"
+    helm_chart_version: SemVer = Field(default=KUBERAY_CHART, description="kuberay-operator Helm chart version")
     tpu_webhook: TpuWebhookConfig = TpuWebhookConfig()
     operator_namespace: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)] | None = Field(
         default=None,
@@ -162,6 +168,22 @@ class RayConfig(ConfigModel):
                 f"KubeRay {self.helm_chart_version} has no authOptions (needs >= {MIN_KUBERAY_AUTH_OPTIONS}); its "
                 "CRD would drop the field and leave the cluster unauthenticated: use chart "
                 f"{MIN_KUBERAY_AUTH_OPTIONS} or later",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _operator_takes_the_gates(self) -> RayConfig:
+        # tpuray sets KubeRay feature gates (catalog/pins.py); a release whose gates are not verified there could
+        # have dropped or locked one, and an operator given a gate it refuses exits at start
+        # (ray-operator/main.go: "Unable to set flag gates for known features").
+        if multi_host_indexing_default(self.helm_chart_version) is None:
+            gates = ", ".join(f"{g.name}={str(g.enabled).lower()}" for g in KUBERAY_FEATURE_GATES)
+            raise field_problem(
+                "helmChartVersion",
+                f"tpuray sets the KubeRay operator's feature gates {gates}, verified for KubeRay "
+                f"{', '.join(MULTI_HOST_INDEXING_DEFAULTS)} (ray-operator/pkg/features/features.go), not "
+                f"{self.helm_chart_version}: use a chart of those releases, or verify the gates of this one and add it "
+                "to tpuray.components.catalog.pins",
             )
         return self
 

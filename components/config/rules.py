@@ -10,6 +10,7 @@ from functools import cache
 from types import MappingProxyType
 from typing import Any
 
+from packaging.version import Version
 from pydantic import (
     TypeAdapter,
     ValidationError,
@@ -17,8 +18,9 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from tpuray.components.catalog.cloud_limits import cluster_size_problem, exclusion_span_problem, kueue_flavors_problem
-from tpuray.components.catalog.images import BACKEND_TAG_SUFFIXES, image_backend
-from tpuray.components.catalog.names import SYSTEM_POOL
+from tpuray.components.catalog.images import BACKEND_TAG_SUFFIXES, image_backend, parse_image
+from tpuray.components.catalog.names import SYSTEM_POOL, TPU_WEBHOOK_SOURCE
+from tpuray.components.catalog.pins import WEBHOOK_GENERATION_FLOORS, WEBHOOK_IRONWOOD_CHART
 from tpuray.components.catalog.tpu_locations import location_problems
 from tpuray.components.config.base import (
     ConfigModel,
@@ -501,16 +503,44 @@ def torch_tpu_head_image_rules(view: StackView) -> list[Problem]:
                 f"the head runs {image}, not the worker image: {why}: set ray.image to {worker}, drop ray.workerImage",
             )
         ]
+    # No worker image: head and TPU workers run ray.image, which must then be torch_tpu's image. A tag says which
+    # runtime it holds (catalog/images.py); a digest alone does not, and the doctor reads the image's label instead.
     tagged = image_backend(image)
-    if worker is None and tagged is not None and tagged != "torch_tpu":
+    if worker is None and tagged != "torch_tpu" and not parse_image(image).pinned:
+        suffix = next(k for k, v in BACKEND_TAG_SUFFIXES.items() if v == "torch_tpu")
+        holds = f"a {tagged} image" if tagged else "no torch_tpu image (its tag does not say so)"
         return [
             Problem(
                 "ray.image",
-                f"{image} is a {tagged} image, run by head and workers: {why}: use the workloads/Dockerfile target "
-                "of torch_tpu (tags ending in -torch-tpu)",
+                f"workload.backend torch_tpu: the head and the TPU workers run ray.image, {image}, {holds}; the "
+                f"workers need torch and torch_tpu, and {why}: build the worker-torch-tpu target of "
+                f"workloads/Dockerfile and set ray.image to it (a tag ending in {suffix}, or a digest)",
             )
         ]
     return []
 
 
 RULES = (*RULES, torch_tpu_head_image_rules)
+
+
+# ---- what the pinned components need of each other (catalog/pins.py) -------------------------------------------
+def tpu_webhook_pin_rules(view: StackView) -> list[Problem]:
+    """A multi-host tpu7x pool needs a webhook chart that serves Ironwood, when the stack installs the webhook."""
+    ray = view.ray
+    if ray is None or ray.tpu_webhook.enabled is False:  # not installed by the stack: the doctor checks what runs
+        return []
+    ironwood = sorted(p.name for _, p in view.pools if p.generation == "tpu7x" and p.tpu_slice.multi_host)
+    chart = ray.tpu_webhook.chart_version
+    if not ironwood or Version(chart) >= Version(WEBHOOK_IRONWOOD_CHART):
+        return []
+    return [
+        Problem(
+            "ray.tpuWebhook.chartVersion",
+            f"chart {chart} has no tpu7x support, and multi-host tpu7x pool(s) {', '.join(ironwood)} need it: the "
+            f"first chart whose webhook serves Ironwood is {WEBHOOK_IRONWOOD_CHART} (webhook "
+            f"{WEBHOOK_GENERATION_FLOORS['tpu7x']}; {TPU_WEBHOOK_SOURCE}); use {WEBHOOK_IRONWOOD_CHART} or later",
+        )
+    ]
+
+
+RULES = (*RULES, tpu_webhook_pin_rules)

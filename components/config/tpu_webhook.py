@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from tpuray.components.catalog.pins import CERT_MANAGER_CHART, TPU_WEBHOOK
 from tpuray.components.config.base import NAME_PATTERN, ConfigModel
 from tpuray.components.config.value_types import SemVer
 
@@ -22,7 +23,7 @@ class CertManagerConfig(ConfigModel):
         "once per cluster, https://cert-manager.io/docs/installation/helm/)",
     )
     chart_version: Annotated[str, Field(pattern=r"^v\d+\.\d+\.\d+$")] = Field(
-        default="v1.19.1", description="jetstack/cert-manager chart version"
+        default=CERT_MANAGER_CHART, description="jetstack/cert-manager chart version"
     )
 
 
@@ -36,8 +37,9 @@ class TpuWebhookConfig(ConfigModel):
         description="install the webhook; default: when a slice pool is multi-host (single-host slices need none)",
     )
     chart_version: SemVer = Field(
-        default="0.3.1",
-        description="kuberay-tpu-webhook chart version (0.3.1 ships webhook 1.3.1: KubeRay >= 1.4, TPU v4 to tpu7x)",
+        default=TPU_WEBHOOK.chart,
+        description=f"kuberay-tpu-webhook chart version ({TPU_WEBHOOK.chart} ships webhook {TPU_WEBHOOK.release}: "
+        "KubeRay >= 1.4, TPU v4 to tpu7x)",
     )
     namespace: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)] = Field(
         default="ray-system", description="the webhook's namespace (its chart's default)"

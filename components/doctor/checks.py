@@ -9,13 +9,15 @@ the rendered objects from the planners; the doctor adds none of its own.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
+from tpuray.components.catalog.images import BACKEND_TAG_SUFFIXES
 from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
@@ -42,14 +44,35 @@ from tpuray.components.config import (
 )
 from tpuray.components.config.value_types import gke_version_key
 from tpuray.components.doctor.crd_schema import pruned_paths
+from tpuray.components.doctor.objects import (
+    FieldError,
+    container_named,
+    container_names,
+    deployment_ready,
+    find_deployment,
+    image_tag,
+    item_paths,
+    labels,
+    mapping_at,
+    meta,
+    name,
+    pod_ready,
+    running_tpu_pods,
+    short,
+    strings_at,
+    text_at,
+    tpu_containers,
+    version,
+    where,
+)
 from tpuray.components.doctor.reader import ClusterObjects
+from tpuray.components.doctor.result import Check, CheckResult, Status
+from tpuray.components.doctor.torch_tpu_checks import runtime_checks
 from tpuray.components.planning.kueue import kueue_spec
 from tpuray.components.planning.pool_plan import kueue_entries, pool_plans
 from tpuray.components.planning.stack_plan import plan_stack
 
 __all__ = ["CheckResult", "ImageVersions", "Status", "run_checks"]
-
-Status = Literal["pass", "warn", "fail"]
 
 # ---- sources (public pages each fact is read from) --------------------------------------------------------
 _SRC_GKE_TPU = "https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus"
@@ -67,32 +90,23 @@ _SRC_NETWORK_POLICY = "https://kubernetes.io/docs/concepts/services-networking/n
 _SRC_TOKEN_AUTH = "https://docs.ray.io/en/latest/ray-security/token-auth.html"
 _SRC_TORCH_XLA = "https://github.com/pytorch/xla#available-docker-images-and-wheels"
 _SRC_TORCH_TPU = "https://pypi.org/project/torch-tpu/0.2.0/"
+_SRC_API_OBJECTS = "https://kubernetes.io/docs/reference/kubernetes-api/"
 
 # ---- what the checks look for -------------------------------------------------------------------------------
 KUBERAY_OPERATOR_NAME = "kuberay-operator"
-"""Deployment (and ``app.kubernetes.io/name``) of the KubeRay Helm chart's operator."""
+"""Deployment (and ``app.kubernetes.io/name``) of the KubeRay Helm chart's operator, and its container's name
+(``{{ .Chart.Name }}`` in ``helm-chart/kuberay-operator/templates/deployment.yaml``; ``kuberay-operator`` in the
+kustomize ``ray-operator/config/manager/manager.yaml`` too, v1.7.0)."""
 KUEUE_CONTROLLER_NAME = "kueue-controller-manager"
 """Deployment of Kueue's controller (Helm chart and release manifests)."""
+KUEUE_CONTAINER = "manager"
+"""The controller's container (``charts/kueue/templates/manager/manager.yaml``)."""
 DEVICE_PLUGIN_POD_LABEL = ("k8s-app", "tpu-device-plugin")
 """GKE's TPU device plugin DaemonSet in kube-system (``kubectl -n kube-system get pods -l k8s-app=tpu-device-plugin``
 lists its pods)."""
 NETWORK_POLICY_AGENTS = {("k8s-app", "cilium"): "Dataplane V2 (anetd)", ("k8s-app", "calico-node"): "Calico"}
 """kube-system pods that enforce NetworkPolicy on GKE: anetd (Dataplane V2, labelled like Cilium) or Calico."""
 SYSTEM_NAMESPACE = "kube-system"
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    id: str
-    status: Status
-    fact: str
-    """What was checked and what was found."""
-    source: str
-    """Public page of the requirement."""
-    fix: str
-
-    def as_json(self) -> dict[str, str]:
-        return {"id": self.id, "status": self.status, "fact": self.fact, "source": self.source, "fix": self.fix}
 
 
 @dataclass(frozen=True)
@@ -107,6 +121,8 @@ class ImageVersions:
     libtpu: str | None = None
     backend: str | None = None
     """The image's runtime (``tpuray.io/backend``: ``xla`` or ``torch_tpu``, one workloads/Dockerfile target each)."""
+    tag_backend: str | None = None
+    """The runtime the pod's image tag names (``...-xla``, ``...-torch-tpu``: catalog/images.py), where it does."""
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, Any], where: str) -> ImageVersions:
@@ -125,49 +141,6 @@ class ImageVersions:
         )
 
 
-# ---- small readers of API objects ---------------------------------------------------------------------------
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    m = obj.get("metadata")
-    return m if isinstance(m, Mapping) else {}
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    labels = _meta(obj).get("labels")
-    return labels if isinstance(labels, Mapping) else {}
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    return str(_meta(obj).get("name", "?"))
-
-
-def _pod_ready(pod: Mapping[str, Any]) -> bool:
-    conditions = as_list(get_path(pod, "status", "conditions"))
-    return any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def _deployment_ready(dep: Mapping[str, Any]) -> bool:
-    ready = get_path(dep, "status", "readyReplicas")
-    return isinstance(ready, int) and ready >= 1
-
-
-def _image_tag_version(dep: Mapping[str, Any]) -> str | None:
-    """The version a Deployment runs: its first container's image tag (``quay.io/kuberay/operator:v1.7.0``)."""
-    for c in as_list(get_path(dep, "spec", "template", "spec", "containers")):
-        image = c.get("image") if isinstance(c, Mapping) else None
-        if isinstance(image, str) and ":" in image.rsplit("/", 1)[-1]:
-            return image.rsplit(":", 1)[1].split("@", 1)[0]
-    return None
-
-
-def _version(text: str | None) -> Version | None:
-    if text is None:
-        return None
-    try:
-        return Version(text.removeprefix("v"))
-    except InvalidVersion:
-        return None
-
-
 def _gke_key(git_version: str) -> tuple[int, ...] | None:
     try:
         return gke_version_key(git_version.removeprefix("v").split("+", 1)[0])
@@ -175,19 +148,13 @@ def _gke_key(git_version: str) -> tuple[int, ...] | None:
         return None
 
 
-def _short(names: Iterable[str], limit: int = 5) -> str:
-    names = sorted(names)
-    more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
-
-
 # ---- GKE version --------------------------------------------------------------------------------------------
 def _gke_minimums(cfg: StackConfig) -> list[tuple[str, str, str, str]]:
     """(check id, what needs it, minimum, source) for everything the stack runs."""
     out: list[tuple[str, str, str, str]] = []
-    for name in dict.fromkeys(p.generation for p in cfg.slice_pools):
-        need = generation(name).min_gke_version or MIN_GKE_VERSION
-        out.append((f"gke-version.{name}", f"TPU {name}", need, _SRC_TPU7X if name == "tpu7x" else _SRC_GKE_TPU))
+    for gen in dict.fromkeys(p.generation for p in cfg.slice_pools):
+        need = generation(gen).min_gke_version or MIN_GKE_VERSION
+        out.append((f"gke-version.{gen}", f"TPU {gen}", need, _SRC_TPU7X if gen == "tpu7x" else _SRC_GKE_TPU))
     for m in dict.fromkeys(p.capacity.gke_minimum for p in cfg.slice_pools if p.capacity.gke_minimum):
         out.append((f"gke-version.{m.feature}", m.what, m.version, m.source))
     return out
@@ -208,13 +175,13 @@ def check_gke_version(cfg: StackConfig, objs: ClusterObjects) -> list[CheckResul
 
 
 # ---- KubeRay ------------------------------------------------------------------------------------------------
-def _find_deployment(objs: ClusterObjects, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-    for dep in objs.deployments:
-        if namespace is not None and _meta(dep).get("namespace") != namespace:
-            continue
-        if _name(dep) == name or _labels(dep).get("app.kubernetes.io/name") == name:
-            return dep
-    return None
+def _running_version(dep: Mapping[str, Any], container: str) -> tuple[str | None, str]:
+    """(the version a Deployment runs, what was read): its container ``container``'s image tag, by name."""
+    path = container_named(dep, container)
+    if path is None:
+        return None, f"no container {container} (containers: {', '.join(container_names(dep)) or 'none'})"
+    image, tag = image_tag(dep, path)
+    return tag, f"image {image}" if image else f"container {container} has no image"
 
 
 def check_kuberay_operator(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
@@ -222,7 +189,7 @@ def check_kuberay_operator(cfg: StackConfig, objs: ClusterObjects) -> CheckResul
     ray = cfg.ray
     floor = MIN_KUBERAY_AUTH_OPTIONS
     needs = f"KubeRay >= {floor} (token auth through authOptions)"
-    dep = _find_deployment(objs, KUBERAY_OPERATOR_NAME)
+    dep = find_deployment(objs, KUBERAY_OPERATOR_NAME, ray.job_api_namespace)
     fix_install = f"install the kuberay-operator Helm chart {ray.helm_chart_version} (pulumi up installs it)"
     src = _SRC_KUBERAY_AUTH
     if dep is None:
@@ -233,23 +200,23 @@ def check_kuberay_operator(cfg: StackConfig, objs: ClusterObjects) -> CheckResul
             src,
             fix_install,
         )
-    where = f"{_meta(dep).get('namespace', '?')}/{_name(dep)}"
-    text = _labels(dep).get("app.kubernetes.io/version") or _image_tag_version(dep)
-    have = _version(text if isinstance(text, str) else None)
-    fact = f"the stack needs {needs}; {where} runs {text or 'an unknown version'}"
-    if not _deployment_ready(dep):
+    text, read = _running_version(dep, KUBERAY_OPERATOR_NAME)
+    text = labels(dep).get("app.kubernetes.io/version") or text
+    have = version(text)
+    fact = f"the stack needs {needs}; {meta(dep).get('namespace', '?')}/{name(dep)} runs {text or 'an unknown version'}"
+    if not deployment_ready(dep):
         return CheckResult(
             "kuberay-operator",
             "fail",
             f"{fact}, with no ready replica",
             src,
-            f"see kubectl -n {_meta(dep).get('namespace')} describe deployment {_name(dep)}",
+            f"see kubectl -n {meta(dep).get('namespace')} describe deployment {name(dep)}",
         )
     if have is None:
-        return CheckResult("kuberay-operator", "warn", fact + " (unknown)", src, fix_install)
+        return CheckResult("kuberay-operator", "warn", f"{fact} ({read}: unknown)", src, fix_install)
     if have < Version(floor):
         return CheckResult("kuberay-operator", "fail", fact, src, f"upgrade KubeRay (its chart and CRDs) to {floor}+")
-    if have != _version(ray.helm_chart_version):
+    if have != version(ray.helm_chart_version):
         return CheckResult(
             "kuberay-operator",
             "warn",
@@ -267,14 +234,14 @@ def check_operator_namespace(cfg: StackConfig, objs: ClusterObjects) -> CheckRes
     admitted = cfg.ray.job_api_namespace
     fact = f"the job-API NetworkPolicy of namespace {cfg.ray.namespace} admits the KubeRay operator from {admitted}"
     fix = f"run the operator in {admitted}, or set ray.operatorNamespace to where it runs and pulumi up"
-    dep = _find_deployment(objs, KUBERAY_OPERATOR_NAME)
+    dep = find_deployment(objs, KUBERAY_OPERATOR_NAME, admitted)
     if dep is None:
         found = f"{fact}; no kuberay-operator Deployment found"
         return CheckResult("kuberay-operator-namespace", "fail", found, _SRC_NETWORK_POLICY, fix)
-    where = str(_meta(dep).get("namespace", "?"))
-    if where != admitted:
+    runs_in = str(meta(dep).get("namespace", "?"))
+    if runs_in != admitted:
         return CheckResult(
-            "kuberay-operator-namespace", "fail", f"{fact}; it runs in {where}: refused", _SRC_NETWORK_POLICY, fix
+            "kuberay-operator-namespace", "fail", f"{fact}; it runs in {runs_in}: refused", _SRC_NETWORK_POLICY, fix
         )
     return CheckResult("kuberay-operator-namespace", "pass", f"{fact}; it runs there", _SRC_NETWORK_POLICY, fix)
 
@@ -284,7 +251,7 @@ def _crd_problems(rendered: Sequence[Mapping[str, Any]], crds: Sequence[Mapping[
     problems: list[str] = []
     found: list[str] = []
     for kind, api_version, objects in _rendered_kinds(rendered):
-        group, _, version = api_version.rpartition("/")
+        group, _, served_as = api_version.rpartition("/")
         crd = next(
             (c for c in crds if get_path(c, "spec", "group") == group and get_path(c, "spec", "names", "kind") == kind),
             None,
@@ -294,20 +261,20 @@ def _crd_problems(rendered: Sequence[Mapping[str, Any]], crds: Sequence[Mapping[
             continue
         versions = [v for v in as_list(get_path(crd, "spec", "versions")) if isinstance(v, Mapping)]
         served = [str(v.get("name")) for v in versions if v.get("served")]
-        entry = next((v for v in versions if v.get("name") == version and v.get("served")), None)
-        found.append(f"{_name(crd)} serves {', '.join(served) or 'nothing'}")
+        entry = next((v for v in versions if v.get("name") == served_as and v.get("served")), None)
+        found.append(f"{name(crd)} serves {', '.join(served) or 'nothing'}")
         if entry is None:
-            problems.append(f"{_name(crd)} does not serve {version} (serves {', '.join(served) or 'nothing'})")
+            problems.append(f"{name(crd)} does not serve {served_as} (serves {', '.join(served) or 'nothing'})")
             continue
         # every path of every rendered object against the served schema (crd_schema: the API server's pruning)
         schema = get_path(entry, "schema", "openAPIV3Schema")
         if not isinstance(schema, Mapping):
-            problems.append(f"{_name(crd)} {version} has no openAPIV3Schema: unknown what it keeps")
+            problems.append(f"{name(crd)} {served_as} has no openAPIV3Schema: unknown what it keeps")
             continue
         dropped = list(dict.fromkeys(p for obj in objects for p in pruned_paths(obj, schema)))
         if dropped:
             problems.append(
-                f"{_name(crd)} {version} has no {_short(dropped, 4)} in its schema: the API server would drop "
+                f"{name(crd)} {served_as} has no {short(dropped, 4)} in its schema: the API server would drop "
                 f"{'it' if len(dropped) == 1 else 'them'}"
             )
     return problems, "; ".join(dict.fromkeys(found))
@@ -339,30 +306,28 @@ def check_kuberay_crds(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
 
 
 # ---- the TPU webhook ----------------------------------------------------------------------------------------
-def _mutates_pod_create(hook: Mapping[str, Any]) -> bool:
-    for rule in as_list(hook.get("rules")):
-        if not isinstance(rule, Mapping):
-            continue
-        ops, groups, resources = (as_list(rule.get(k)) for k in ("operations", "apiGroups", "resources"))
-        if ({"CREATE", "*"} & set(ops)) and ({"", "*"} & set(groups)) and ({"pods", "*"} & set(resources)):
+def _mutates_pod_create(cfg_obj: Mapping[str, Any], hook: tuple[str | int, ...]) -> bool:
+    """A webhook (at ``hook`` of its MutatingWebhookConfiguration) with a rule on pod CREATE."""
+    for rule in item_paths(cfg_obj, *hook, "rules"):
+        ops, groups, resources = (set(strings_at(cfg_obj, *rule, k)) for k in ("operations", "apiGroups", "resources"))
+        if ({"CREATE", "*"} & ops) and ({"", "*"} & groups) and ({"pods", "*"} & resources):
             return True
     return False
 
 
-def _selects_ray_pods(hook: Mapping[str, Any]) -> bool:
-    selector = get_path(hook, "objectSelector", "matchLabels")
-    return isinstance(selector, Mapping) and all(selector.get(k) == v for k, v in WEBHOOK_POD_LABEL.items())
+def _selects_ray_pods(cfg_obj: Mapping[str, Any], hook: tuple[str | int, ...]) -> bool:
+    selector = mapping_at(cfg_obj, *hook, "objectSelector", "matchLabels")
+    return bool(selector) and all(selector.get(k) == v for k, v in WEBHOOK_POD_LABEL.items())
 
 
 def check_tpu_webhook(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
-    found = [
-        f"{_name(cfg_obj)}/{hook.get('name')}"
-        for cfg_obj in objs.webhooks
-        for hook in as_list(cfg_obj.get("webhooks"))
-        if isinstance(hook, Mapping)
-        and _mutates_pod_create(hook)
-        and ("tpu" in f"{_name(cfg_obj)} {hook.get('name')}".lower() or _selects_ray_pods(hook))
-    ]
+    found = []
+    for cfg_obj in objs.webhooks:
+        for hook in item_paths(cfg_obj, "webhooks"):
+            said = f"{name(cfg_obj)}/{text_at(cfg_obj, *hook, 'name')}"
+            selects, creates = _selects_ray_pods(cfg_obj, hook), _mutates_pod_create(cfg_obj, hook)
+            if creates and ("tpu" in said.lower() or selects):
+                found.append(said)
     multi_host = sorted(p.name for p in cfg.slice_pools if p.tpu_slice.multi_host)
     fact = (
         "multi-host Ray TPU pods need the KubeRay TPU webhook (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES): a mutating "
@@ -377,22 +342,22 @@ def check_tpu_webhook(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
         )
     if not found:
         return CheckResult(
-            "tpu-webhook", "fail", f"{fact} ({_short(multi_host)}); none registered", TPU_WEBHOOK_SOURCE, fix
+            "tpu-webhook", "fail", f"{fact} ({short(multi_host)}); none registered", TPU_WEBHOOK_SOURCE, fix
         )
-    return CheckResult("tpu-webhook", "pass", f"{fact}; found {_short(found)}", TPU_WEBHOOK_SOURCE, fix)
+    return CheckResult("tpu-webhook", "pass", f"{fact}; found {short(found)}", TPU_WEBHOOK_SOURCE, fix)
 
 
 # ---- TPU nodes ----------------------------------------------------------------------------------------------
 def _pool_nodes(pool: SlicePoolConfig, objs: ClusterObjects) -> list[dict[str, Any]]:
     """The pool's nodes, each once (a snapshot may list a node twice; the API server never does)."""
     names = set(pool.node_pool_names)
-    unique = {_name(n): n for n in reversed(objs.nodes) if _labels(n).get(GKE_NODEPOOL_LABEL) in names}
+    unique = {name(n): n for n in reversed(objs.nodes) if labels(n).get(GKE_NODEPOOL_LABEL) in names}
     return list(reversed(unique.values()))
 
 
 def _listed_twice(pool: SlicePoolConfig, objs: ClusterObjects) -> list[str]:
     names = set(pool.node_pool_names)
-    counts = Counter(_name(n) for n in objs.nodes if _labels(n).get(GKE_NODEPOOL_LABEL) in names)
+    counts = Counter(name(n) for n in objs.nodes if labels(n).get(GKE_NODEPOOL_LABEL) in names)
     return sorted(name for name, count in counts.items() if count > 1)
 
 
@@ -401,7 +366,7 @@ def _not_schedulable(node: Mapping[str, Any]) -> str | None:
     https://kubernetes.io/docs/concepts/architecture/nodes/#condition, kubectl cordon sets spec.unschedulable."""
     if get_path(node, "spec", "unschedulable") is True:
         return "cordoned"
-    if not _pod_ready(node):  # the same Ready condition, on a node
+    if not pod_ready(node):  # the same Ready condition, on a node
         return "NotReady"
     return None
 
@@ -415,18 +380,18 @@ def check_pool_nodes(pool: SlicePoolConfig, objs: ClusterObjects) -> list[CheckR
 
     want = {GKE_ACCELERATOR_LABEL: s.gke_accelerator, GKE_TOPOLOGY_LABEL: s.topology}
     wrong = [
-        f"{_name(n)} has {k}={_labels(n).get(k, '(none)')}"
+        f"{name(n)} has {k}={labels(n).get(k, '(none)')}"
         for n in nodes
         for k, v in want.items()
-        if _labels(n).get(k) != v
+        if labels(n).get(k) != v
     ]
     fact = f"pool {pool.name} ({s}) nodes carry {', '.join(f'{k}={v}' for k, v in want.items())}"
     results.append(_nodes_result(f"tpu-node-labels.{pool.name}", nodes, wrong, fact, _SRC_GKE_TPU, fix_pool))
 
     # capacity is what the scheduler can use: a NotReady or cordoned host leaves its slice short
-    unusable = {_name(n): why for n in nodes if (why := _not_schedulable(n))}
-    per_pool = Counter(str(_labels(n).get(GKE_NODEPOOL_LABEL)) for n in nodes)
-    usable = Counter(str(_labels(n).get(GKE_NODEPOOL_LABEL)) for n in nodes if _name(n) not in unusable)
+    unusable = {name(n): why for n in nodes if (why := _not_schedulable(n))}
+    per_pool = Counter(str(labels(n).get(GKE_NODEPOOL_LABEL)) for n in nodes)
+    usable = Counter(str(labels(n).get(GKE_NODEPOOL_LABEL)) for n in nodes if name(n) not in unusable)
     problems = [
         f"node pool {name} has {usable[name]} usable of {s.hosts} hosts"
         for name in sorted(per_pool)
@@ -439,8 +404,8 @@ def check_pool_nodes(pool: SlicePoolConfig, objs: ClusterObjects) -> list[CheckR
     fact = (
         f"pool {pool.name}: {pool.min_slices}-{pool.slices} slice(s) of {s.hosts} node(s) each; "
         f"found {len(nodes)} node(s) in {len(per_pool)} node pool(s)"
-        + (f" ({_short(twice)} listed more than once, counted once)" if twice else "")
-        + (f"; not counted: {_short(f'{n} ({why})' for n, why in unusable.items())}" if unusable else "")
+        + (f" ({short(twice)} listed more than once, counted once)" if twice else "")
+        + (f"; not counted: {short(f'{n} ({why})' for n, why in unusable.items())}" if unusable else "")
     )
     fix = f"see the node pools' events (gcloud container node-pools describe {pools}); quota, capacity or repair"
     if unusable:
@@ -451,7 +416,7 @@ def check_pool_nodes(pool: SlicePoolConfig, objs: ClusterObjects) -> list[CheckR
     )
 
     wrong = [
-        f"{_name(n)} has {get_path(n, 'status', 'allocatable', TPU_RESOURCE) or 'none'}"
+        f"{name(n)} has {get_path(n, 'status', 'allocatable', TPU_RESOURCE) or 'none'}"
         for n in nodes
         if str(get_path(n, "status", "allocatable", TPU_RESOURCE)) != str(s.chips_per_host)
     ]
@@ -465,17 +430,17 @@ def _nodes_result(check_id: str, nodes: list[Any], wrong: list[str], fact: str, 
     if not nodes:
         return CheckResult(check_id, "warn", f"{fact}; no nodes up (the pool is at zero): not checked", source, fix)
     if wrong:
-        return CheckResult(check_id, "fail", f"{fact}; {_short(wrong)}", source, fix)
+        return CheckResult(check_id, "fail", f"{fact}; {short(wrong)}", source, fix)
     return CheckResult(check_id, "pass", f"{fact}; {len(nodes)} node(s) ok", source, fix)
 
 
 def check_device_plugin(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
-    tpu_nodes = {_name(n) for p in cfg.slice_pools for n in _pool_nodes(p, objs)}
+    tpu_nodes = {name(n) for p in cfg.slice_pools for n in _pool_nodes(p, objs)}
     key, value = DEVICE_PLUGIN_POD_LABEL
     ready = {
-        str(get_path(pod, "spec", "nodeName"))
+        text_at(pod, "spec", "nodeName")
         for pod in objs.pods
-        if _meta(pod).get("namespace") == SYSTEM_NAMESPACE and _labels(pod).get(key) == value and _pod_ready(pod)
+        if meta(pod).get("namespace") == SYSTEM_NAMESPACE and labels(pod).get(key) == value and pod_ready(pod)
     }
     fact = f"every TPU node runs a ready {SYSTEM_NAMESPACE} pod {key}={value}"
     fix = "GKE manages the plugin: check kubectl -n kube-system get pods -l k8s-app=tpu-device-plugin -o wide"
@@ -486,7 +451,7 @@ def check_device_plugin(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
         )
     if missing:
         return CheckResult(
-            "tpu-device-plugin", "fail", f"{fact}; none ready on {_short(missing)}", _SRC_DEVICE_PLUGIN, fix
+            "tpu-device-plugin", "fail", f"{fact}; none ready on {short(missing)}", _SRC_DEVICE_PLUGIN, fix
         )
     return CheckResult("tpu-device-plugin", "pass", f"{fact}; {len(tpu_nodes)} node(s) ok", _SRC_DEVICE_PLUGIN, fix)
 
@@ -495,16 +460,16 @@ def check_device_plugin(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
 def check_kueue(cfg: StackConfig, objs: ClusterObjects) -> list[CheckResult]:
     k = cfg.kueue
     fix = f"pulumi up installs Kueue {k.chart_version} in {k.namespace} (kueue.enabled: true)"
-    dep = _find_deployment(objs, KUEUE_CONTROLLER_NAME, k.namespace)
+    dep = find_deployment(objs, KUEUE_CONTROLLER_NAME, k.namespace, only_there=True)
     fact = f"the stack admits jobs through Kueue {k.chart_version}: {k.namespace}/{KUEUE_CONTROLLER_NAME}"
     if dep is None:
         controller = CheckResult("kueue-controller", "fail", f"{fact}; not found", _SRC_KUEUE, fix)
     else:
-        version = _image_tag_version(dep)
-        fact = f"{fact} runs {version or 'an unknown version'}"
-        if not _deployment_ready(dep):
+        runs, _ = _running_version(dep, KUEUE_CONTAINER)
+        fact = f"{fact} runs {runs or 'an unknown version'}"
+        if not deployment_ready(dep):
             controller = CheckResult("kueue-controller", "fail", f"{fact}, with no ready replica", _SRC_KUEUE, fix)
-        elif _version(version) != _version(k.chart_version):
+        elif version(runs) != version(k.chart_version):
             controller = CheckResult(
                 "kueue-controller",
                 "warn",
@@ -527,9 +492,9 @@ def check_network_policy(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
     found = Counter(
         agent
         for pod in objs.pods
-        if _meta(pod).get("namespace") == SYSTEM_NAMESPACE and _pod_ready(pod)
+        if meta(pod).get("namespace") == SYSTEM_NAMESPACE and pod_ready(pod)
         for (key, value), agent in NETWORK_POLICY_AGENTS.items()
-        if _labels(pod).get(key) == value
+        if labels(pod).get(key) == value
     )
     fact = (
         f"the stack's NetworkPolicies in namespace {cfg.ray.namespace} only hold where an agent enforces them: "
@@ -545,39 +510,43 @@ def check_network_policy(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
 
 
 # ---- the worker image ---------------------------------------------------------------------------------------
-def _requests_tpu(pod: Mapping[str, Any]) -> bool:
-    for c in as_list(get_path(pod, "spec", "containers")):
-        resources = get_path(c, "resources")
-        if any(TPU_RESOURCE in (get_path(resources, part) or {}) for part in ("limits", "requests")):
-            return True
-    return False
+def _tag_backend(pod: Mapping[str, Any]) -> str | None:
+    """The runtime the image tag of the pod's TPU container names (``...-xla``), or None where it names none."""
+    for path in tpu_containers(pod):
+        _, tag = image_tag(pod, path)
+        found = next((b for suffix, b in BACKEND_TAG_SUFFIXES.items() if (tag or "").endswith(suffix)), None)
+        if found is not None:
+            return found
+    return None
 
 
 def worker_image_versions(cfg: StackConfig, objs: ClusterObjects) -> list[ImageVersions]:
-    """The versions each TPU worker pod of the Ray namespace reports through its annotations."""
+    """The versions each running TPU worker pod of the Ray namespace reports through its annotations, and the
+    runtime its image's tag names."""
     out = []
-    for pod in objs.pods:
-        if _meta(pod).get("namespace") == cfg.ray.namespace and _requests_tpu(pod):
-            annotations = _meta(pod).get("annotations")
-            where = f"pod {cfg.ray.namespace}/{_name(pod)}"
-            out.append(ImageVersions.from_labels(annotations if isinstance(annotations, Mapping) else {}, where))
+    for pod in running_tpu_pods(objs, cfg.ray.namespace):
+        annotations = meta(pod).get("annotations")
+        found = ImageVersions.from_labels(annotations if isinstance(annotations, Mapping) else {}, where(pod))
+        out.append(replace(found, tag_backend=_tag_backend(pod)))
     return out
 
 
 def _runtime_seen(r: ImageVersions, torch_tpu: bool) -> str:
     backend = f"{r.backend} image, " if r.backend else ""
+    if r.tag_backend is not None and r.tag_backend != r.backend:
+        backend += f"tagged {r.tag_backend}, "
     if torch_tpu:
         return f"{r.where}: {backend}torch {r.torch or '?'}, torch_tpu {r.torch_tpu or '?'}, libtpu {r.libtpu or '?'}"
     return f"{r.where}: {backend}torch {r.torch or '?'}, torch_xla {r.torch_xla or '?'}"
 
 
 def _torch_xla_ok(r: ImageVersions) -> bool:
-    torch, xla = _version(r.torch), _version(r.torch_xla)
+    torch, xla = version(r.torch), version(r.torch_xla)
     return torch is not None and xla is not None and torch.release[:2] == xla.release[:2]
 
 
-def _in(version: str | None, spec: str) -> bool:
-    v = _version(version)
+def _in(text: str | None, spec: str) -> bool:
+    v = version(text)
     return v is not None and SpecifierSet(spec).contains(v.base_version)
 
 
@@ -591,7 +560,11 @@ def _torch_tpu_ok(r: ImageVersions) -> bool:
 
 
 def check_worker_image(cfg: StackConfig, objs: ClusterObjects, image: ImageVersions | None) -> list[CheckResult]:
-    reports = [image] if image is not None else [v for v in worker_image_versions(cfg, objs) if v.ray or v.torch]
+    reports = (
+        [image]
+        if image is not None
+        else [v for v in worker_image_versions(cfg, objs) if v.ray or v.torch or v.tag_backend]
+    )
     torch_tpu = cfg.workload.backend == "torch_tpu"
     runtime = (
         (IMAGE_TORCH_TPU_VERSION_LABEL, IMAGE_LIBTPU_VERSION_LABEL) if torch_tpu else (IMAGE_TORCH_XLA_VERSION_LABEL,)
@@ -611,13 +584,12 @@ def check_worker_image(cfg: StackConfig, objs: ClusterObjects, image: ImageVersi
     pair_bad, pair_seen, ray_bad, ray_seen = [], [], [], []
     for r in reports:
         pair_seen.append(_runtime_seen(r, torch_tpu))
-        if (r.backend is not None and r.backend != cfg.workload.backend) or not (
-            _torch_tpu_ok(r) if torch_tpu else _torch_xla_ok(r)
-        ):
+        backends = {b for b in (r.backend, r.tag_backend) if b is not None}
+        if backends - {cfg.workload.backend} or not (_torch_tpu_ok(r) if torch_tpu else _torch_xla_ok(r)):
             pair_bad.append(pair_seen[-1])
-        ray = _version(r.ray)
+        ray = version(r.ray)
         ray_seen.append(f"{r.where}: Ray {r.ray or '?'}")
-        if ray is None or ray < Version(MIN_RAY_TOKEN_AUTH) or ray != _version(cfg.ray.version):
+        if ray is None or ray < Version(MIN_RAY_TOKEN_AUTH) or ray != version(cfg.ray.version):
             ray_bad.append(ray_seen[-1])
     if torch_tpu:
         pair_id, pair_src = "worker-torch-tpu", _SRC_TORCH_TPU
@@ -631,9 +603,9 @@ def check_worker_image(cfg: StackConfig, objs: ClusterObjects, image: ImageVersi
         pair_fact = "backend xla: torch_xla loads only with the torch of its own release (same major.minor)"
         fix = "rebuild the worker image with torch and torch_xla of one release (workloads/Dockerfile pins both)"
     results = [
-        CheckResult(pair_id, "fail", f"{pair_fact}; {_short(pair_bad, 3)}", pair_src, fix)
+        CheckResult(pair_id, "fail", f"{pair_fact}; {short(pair_bad, 3)}", pair_src, fix)
         if pair_bad
-        else CheckResult(pair_id, "pass", f"{pair_fact}; {_short(pair_seen, 3)}", pair_src, fix)
+        else CheckResult(pair_id, "pass", f"{pair_fact}; {short(pair_seen, 3)}", pair_src, fix)
     ]
     ray_fact = (
         f"workers run Ray >= {MIN_RAY_TOKEN_AUTH} (token auth) and the head's Ray {cfg.ray.version} (one version per "
@@ -642,27 +614,46 @@ def check_worker_image(cfg: StackConfig, objs: ClusterObjects, image: ImageVersi
     fix = f"rebuild the worker image on rayproject/ray:{cfg.ray.version} (ARG RAY_VERSION in workloads/Dockerfile)"
     src = _SRC_TOKEN_AUTH
     results.append(
-        CheckResult("worker-ray-version", "fail", f"{ray_fact}; {_short(ray_bad, 3)}", src, fix)
+        CheckResult("worker-ray-version", "fail", f"{ray_fact}; {short(ray_bad, 3)}", src, fix)
         if ray_bad
-        else CheckResult("worker-ray-version", "pass", f"{ray_fact}; {_short(ray_seen, 3)}", src, fix)
+        else CheckResult("worker-ray-version", "pass", f"{ray_fact}; {short(ray_seen, 3)}", src, fix)
     )
     return results
 
 
 # ---- all of them --------------------------------------------------------------------------------------------
+def _guarded(check_id: str, run: Check) -> list[CheckResult]:
+    """What ``run`` finds; a field of the wrong type in an object it read fails check ``check_id``, naming both
+    (the API server never returns it, so the object was edited or the snapshot is not what kubectl saved)."""
+    try:
+        found = run()
+    except FieldError as e:
+        return [
+            CheckResult(
+                check_id,
+                "fail",
+                f"{e.fact}: cannot tell what it runs",
+                _SRC_API_OBJECTS,
+                "save the object again with kubectl get -o json (a snapshot), or repair it on the cluster",
+            )
+        ]
+    return [] if found is None else [found] if isinstance(found, CheckResult) else found
+
+
 def run_checks(cfg: StackConfig, objs: ClusterObjects, image: ImageVersions | None = None) -> list[CheckResult]:
     """Every check that applies to this stack, in a stable order."""
-    results = check_gke_version(cfg, objs)
-    results += [check_kuberay_operator(cfg, objs), check_kuberay_crds(cfg, objs), check_tpu_webhook(cfg, objs)]
-    results.append(check_operator_namespace(cfg, objs))
-    for pool in cfg.slice_pools:
-        results += check_pool_nodes(pool, objs)
-    results.append(check_device_plugin(cfg, objs))
-    if cfg.kueue.enabled:
-        results += check_kueue(cfg, objs)
-    results.append(check_network_policy(cfg, objs))
-    results += check_worker_image(cfg, objs, image)
-    from tpuray.components.doctor.torch_tpu_checks import runtime_checks  # it imports this module's helpers
-
-    results += runtime_checks(cfg, objs)
-    return results
+    pair = "worker-torch-tpu" if cfg.workload.backend == "torch_tpu" else "worker-torch-pair"
+    checks: list[tuple[str, Check]] = [
+        ("gke-version", partial(check_gke_version, cfg, objs)),
+        ("kuberay-operator", partial(check_kuberay_operator, cfg, objs)),
+        ("kuberay-crds", partial(check_kuberay_crds, cfg, objs)),
+        ("tpu-webhook", partial(check_tpu_webhook, cfg, objs)),
+        ("kuberay-operator-namespace", partial(check_operator_namespace, cfg, objs)),
+        *((f"tpu-node-labels.{pool.name}", partial(check_pool_nodes, pool, objs)) for pool in cfg.slice_pools),
+        ("tpu-device-plugin", partial(check_device_plugin, cfg, objs)),
+        *([("kueue-controller", partial(check_kueue, cfg, objs))] if cfg.kueue.enabled else []),
+        ("network-policy", partial(check_network_policy, cfg, objs)),
+        (pair, partial(check_worker_image, cfg, objs, image)),
+        *runtime_checks(cfg, objs),
+    ]
+    return [r for check_id, run in checks for r in _guarded(check_id, run)]

@@ -1,13 +1,12 @@
 """What a stack's TPU runtime needs on a live cluster, beyond what every stack needs: the KubeRay TPU webhook at a
-version that serves the stack's generations, and, for ``backend: torch_tpu``, the env Ray's own TorchTPU path gets
-from the stack's worker pods (the callback that sets each worker's TorchTPU env, and Ray counting TPU devices on
-tpu7x). Pure functions of the objects read, like :mod:`.checks`.
+release that serves the stack's generations and the KubeRay operator's pod indexing, and, for ``backend:
+torch_tpu``, the env Ray's own TorchTPU path gets from the stack's worker pods (the callback that sets each worker's
+TorchTPU env, and Ray counting TPU devices on tpu7x). Pure functions of the objects read, like :mod:`.checks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from functools import partial
 
 from packaging.version import Version
 
@@ -19,94 +18,215 @@ from tpuray.components.catalog.names import (
     TPU_WEBHOOK,
     TPU_WEBHOOK_SOURCE,
 )
-from tpuray.components.catalog.wire import as_list, get_path
+from tpuray.components.catalog.pins import (
+    MULTI_HOST_INDEXING,
+    WEBHOOK_BASE_RELEASE,
+    WEBHOOK_GENERATION_FLOORS,
+    WEBHOOK_INDEXING_RELEASE,
+    multi_host_indexing_default,
+    release_key,
+)
 from tpuray.components.config import StackConfig
-from tpuray.components.doctor.checks import (
-    CheckResult,
-    _find_deployment,
-    _image_tag_version,
-    _meta,
-    _name,
-    _requests_tpu,
-    _short,
-    _version,
+from tpuray.components.doctor.objects import (
+    container_named,
+    container_names,
+    deployment_ready,
+    env_of,
+    find_deployment,
+    image_tag,
+    labels,
+    meta,
+    name,
+    running_tpu_pods,
+    short,
+    strings_at,
+    tpu_containers,
 )
 from tpuray.components.doctor.reader import ClusterObjects
+from tpuray.components.doctor.result import Check, CheckResult
 
-__all__ = ["WEBHOOK_FLOORS", "check_torch_tpu_env", "check_tpu_webhook_version", "runtime_checks"]
+__all__ = [
+    "KUBERAY_OPERATOR",
+    "check_torch_tpu_env",
+    "check_tpu_webhook_version",
+    "operator_indexing",
+    "runtime_checks",
+]
 
-WEBHOOK_FLOORS = {"tpu7x": "1.3.1"}
-"""The lowest webhook release that serves a generation, where it is newer than the first one: 1.3.1 "Added Ironwood
-(TPU v7x) support" (the version table of the webhook's README, ai-on-gke/kuberay-tpu-webhook)."""
-_WEBHOOK_BASE = "1.2.4"
-"""The table's first row: TPU v4 to v6e, with KubeRay 1.1.1."""
+KUBERAY_OPERATOR = "kuberay-operator"
+"""The KubeRay operator's Deployment and container (its Helm chart names both after the chart)."""
+FEATURE_GATES_FLAG = "feature-gates"
+"""The operator's flag (``ray-operator/main.go``: ``flag.StringVar(&featureGates, "feature-gates", ...)``), the only
+place its gates are set; the chart renders it into the container's args (``_helpers.tpl``, ``kuberay.featureGates``)."""
 _SRC_RAY_TORCH_TPU = "https://github.com/ray-project/ray/blob/releases/2.60.0/python/ray/train/torch/config.py"
+_SRC_WEBHOOK_INDEXING = "https://github.com/ai-on-gke/kuberay-tpu-webhook/commit/f82f9b4"
+_GO_BOOLS = {"1": True, "t": True, "true": True, "0": False, "f": False, "false": False}
+"""What Go's ``strconv.ParseBool`` takes (case-insensitively here, as it takes t/T/TRUE/true/True)."""
+
+
+def _gate_flag(args: list[str]) -> str | None:
+    """The value of the last ``--feature-gates`` among ``args`` (Go's flag package: ``-flag=v``, ``--flag=v``,
+    ``-flag v``; a flag given twice keeps the last), or None."""
+    value, i = None, 0
+    while i < len(args):
+        flag, eq, rest = args[i].lstrip("-").partition("=")
+        if args[i].startswith("-") and flag == FEATURE_GATES_FLAG:
+            if not eq:  # the next argument is its value, whatever it looks like
+                i += 1
+                rest = args[i] if i < len(args) else ""
+            value = rest
+        i += 1
+    return value
+
+
+def operator_indexing(cfg: StackConfig, objs: ClusterObjects) -> tuple[bool | None, str]:
+    """Whether the KubeRay operator runs :data:`~tpuray.components.catalog.pins.MULTI_HOST_INDEXING` (None:
+    unknown, or no operator), and how that was read."""
+    dep = find_deployment(objs, KUBERAY_OPERATOR, cfg.ray.job_api_namespace)
+    if dep is None:
+        return None, "no kuberay-operator Deployment"
+    path = container_named(dep, KUBERAY_OPERATOR)
+    at = f"{meta(dep).get('namespace', '?')}/{name(dep)}"
+    if path is None:
+        return None, f"{at} has no container {KUBERAY_OPERATOR} (containers: {', '.join(container_names(dep))})"
+    flag = _gate_flag([*strings_at(dep, *path, "command"), *strings_at(dep, *path, "args")])
+    gates: dict[str, str] = {}
+    for pair in (flag or "").split(","):
+        key, _, value = pair.partition("=")
+        if key.strip():
+            gates[key.strip()] = value.strip()  # a gate named twice: the last wins (featuregate Set)
+    _, tag = image_tag(dep, path)
+    running = labels(dep).get("app.kubernetes.io/version") or tag
+    if MULTI_HOST_INDEXING in gates:
+        on = _GO_BOOLS.get(gates[MULTI_HOST_INDEXING].lower())
+        said = f"--{FEATURE_GATES_FLAG} sets {MULTI_HOST_INDEXING}={gates[MULTI_HOST_INDEXING]}"
+        bad = "" if on is not None else " (not a boolean: the operator exits)"
+        return on, f"KubeRay {running or 'of an unknown version'} ({at}): {said}{bad}"
+    default = multi_host_indexing_default(running) if running else None
+    if default is None:
+        return None, (
+            f"KubeRay {at} runs {running or 'an unknown version'}, with no --{FEATURE_GATES_FLAG} naming "
+            f"{MULTI_HOST_INDEXING}, whose default there is not known"
+        )
+    return default, (
+        f"KubeRay {running} ({at}) has {MULTI_HOST_INDEXING} {'on' if default else 'off'}: its default, no "
+        f"--{FEATURE_GATES_FLAG} names it"
+    )
 
 
 def check_tpu_webhook_version(cfg: StackConfig, objs: ClusterObjects) -> CheckResult | None:
-    """The webhook's Deployment runs a release that serves every multi-host pool's generation; None without one."""
+    """The webhook's Deployment serves, with a ready replica, a release that serves every multi-host pool's
+    generation and, where the KubeRay operator indexes multi-host pods, reads its labels; None without a
+    multi-host pool."""
     gens = sorted({p.generation for p in cfg.slice_pools if p.tpu_slice.multi_host})
     if not gens:
         return None
-    need = max((Version(WEBHOOK_FLOORS.get(g, _WEBHOOK_BASE)) for g in gens), default=Version(_WEBHOOK_BASE))
-    fact = f"multi-host {', '.join(gens)} slices need the {TPU_WEBHOOK} >= {need}"
+    need = max(Version(WEBHOOK_GENERATION_FLOORS.get(g, WEBHOOK_BASE_RELEASE)) for g in gens)
+    fact = (
+        f"multi-host {', '.join(gens)} slices need the {TPU_WEBHOOK} >= {need} (>= {WEBHOOK_INDEXING_RELEASE} where "
+        f"the KubeRay operator runs {MULTI_HOST_INDEXING})"
+    )
     fix = f"install or upgrade the {TPU_WEBHOOK} chart (ray.tpuWebhook.chartVersion; pulumi up installs it)"
-    dep = _find_deployment(objs, TPU_WEBHOOK)
+    dep = find_deployment(objs, TPU_WEBHOOK, cfg.ray.tpu_webhook.namespace)
     if dep is None:
         return CheckResult(
             "tpu-webhook-version", "fail", f"{fact}; no {TPU_WEBHOOK} Deployment", TPU_WEBHOOK_SOURCE, fix
         )
-    tag = _image_tag_version(dep)
+    at = f"{meta(dep).get('namespace', '?')}/{name(dep)}"
+    path = container_named(dep, TPU_WEBHOOK)
+    tag = image_tag(dep, path)[1] if path is not None else None
     # its images are tagged v<release>-gke.<n> (the README's "Container Images")
-    have = _version(tag.split("-", 1)[0] if tag else None)
-    where = f"{_meta(dep).get('namespace', '?')}/{_name(dep)} runs {tag or 'an unknown version'}"
+    key = release_key(tag) if tag else None
+    have = Version(".".join(map(str, key))) if key else None
+    runs = (
+        f"{at} runs {tag}"
+        if tag
+        else (
+            f"{at} runs an unknown version"
+            + (
+                ""
+                if path is not None
+                else f" (no container {TPU_WEBHOOK}: {', '.join(container_names(dep)) or 'none'})"
+            )
+        )
+    )
+    if not deployment_ready(dep):
+        return CheckResult(
+            "tpu-webhook-version",
+            "fail",
+            f"{fact}; {runs}, with no ready replica: no pod is mutated",
+            TPU_WEBHOOK_SOURCE,
+            f"see kubectl -n {meta(dep).get('namespace')} describe deployment {name(dep)}",
+        )
     if have is None:
-        return CheckResult("tpu-webhook-version", "warn", f"{fact}; {where} (unknown)", TPU_WEBHOOK_SOURCE, fix)
+        return CheckResult("tpu-webhook-version", "warn", f"{fact}; {runs} (unknown)", TPU_WEBHOOK_SOURCE, fix)
     if have < need:
-        return CheckResult("tpu-webhook-version", "fail", f"{fact}; {where}", TPU_WEBHOOK_SOURCE, fix)
-    return CheckResult("tpu-webhook-version", "pass", f"{fact}; {where}", TPU_WEBHOOK_SOURCE, fix)
-
-
-def _env(pod: Mapping[str, Any]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for c in as_list(get_path(pod, "spec", "containers")):
-        for e in as_list(get_path(c, "env")):
-            if isinstance(e, Mapping) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str):
-                out[e["name"]] = e["value"]
-    return out
+        return CheckResult("tpu-webhook-version", "fail", f"{fact}; {runs}", TPU_WEBHOOK_SOURCE, fix)
+    indexing, how = operator_indexing(cfg, objs)
+    floor = Version(WEBHOOK_INDEXING_RELEASE)
+    if have >= floor or indexing is False:
+        said = how if indexing is False else f"it reads KubeRay's indexing labels (>= {floor})"
+        return CheckResult("tpu-webhook-version", "pass", f"{fact}; {runs}; {said}", TPU_WEBHOOK_SOURCE, fix)
+    gate_fix = (
+        f"turn KubeRay's {MULTI_HOST_INDEXING} gate off (pulumi up: the stack's operator release sets it off), or "
+        f"run {TPU_WEBHOOK} >= {floor}"
+    )
+    strands = (
+        f"{TPU_WEBHOOK} < {floor} requires pod affinity on a replicaIndex label it no longer sets once KubeRay "
+        "indexes the pods, so no multi-host replica schedules"
+    )
+    if indexing is None:
+        return CheckResult(
+            "tpu-webhook-version", "warn", f"{fact}; {runs}; {how}: {strands}", _SRC_WEBHOOK_INDEXING, gate_fix
+        )
+    return CheckResult(
+        "tpu-webhook-version",
+        "fail",
+        f"{fact}; {runs}, and {how}: {strands}",
+        _SRC_WEBHOOK_INDEXING,
+        gate_fix,
+    )
 
 
 def check_torch_tpu_env(cfg: StackConfig, objs: ClusterObjects) -> CheckResult | None:
-    """Every running TPU worker pod of a ``torch_tpu`` stack names tpuray's callback in ``RAY_TRAIN_CALLBACKS``,
-    and counts two TPU resources per chip on tpu7x; None for another backend."""
+    """Every running TPU worker pod of a ``torch_tpu`` stack names tpuray's callback in ``RAY_TRAIN_CALLBACKS`` in
+    its TPU container(s), carries its pool's label, and counts two TPU resources per chip on tpu7x; None for another
+    backend."""
     if cfg.workload.backend != "torch_tpu":
         return None
     per_chip = {p.name: p.tpu_slice.spec.devices_per_chip for p in cfg.slice_pools}
+    # one count for the whole stack: the config refuses torch_tpu pools that differ (rules.backend_rules)
+    stack_per_chip = max(per_chip.values())
     fact = (
         f"Ray's own TorchTPU path gets each worker's TORCH_TPU_* env from {TORCH_TPU_ENV_CALLBACK} "
         f"({RAY_TRAIN_CALLBACKS_ENV} on the TPU worker pods), and counts TPU devices on tpu7x "
         f"({RAY_TPU_RESOURCE_PER_CHIP_ENV}=2)"
     )
     fix = "pulumi up (the stack's worker group template sets both); the pods keep the env they were created with"
-    pods = [p for p in objs.pods if _meta(p).get("namespace") == cfg.ray.namespace and _requests_tpu(p)]
+    pods = running_tpu_pods(objs, cfg.ray.namespace)
     if not pods:
         return CheckResult("torch-tpu-env", "warn", f"{fact}; no TPU worker pod runs: unknown", _SRC_RAY_TORCH_TPU, fix)
     bad = []
     for pod in pods:
-        env = _env(pod)
-        labels = _meta(pod).get("labels")
-        pool = labels.get(POOL_LABEL) if isinstance(labels, Mapping) else None
-        named = [c.strip() for c in env.get(RAY_TRAIN_CALLBACKS_ENV, "").split(",")]
-        want = per_chip.get(str(pool), 1)
-        if TORCH_TPU_ENV_CALLBACK not in named:
-            bad.append(f"{_name(pod)}: no {RAY_TRAIN_CALLBACKS_ENV}={TORCH_TPU_ENV_CALLBACK}")
-        elif want > 1 and env.get(RAY_TPU_RESOURCE_PER_CHIP_ENV) != str(want):
-            bad.append(f"{_name(pod)}: {RAY_TPU_RESOURCE_PER_CHIP_ENV} is {env.get(RAY_TPU_RESOURCE_PER_CHIP_ENV)}")
+        pool = labels(pod).get(POOL_LABEL)
+        if pool not in per_chip:
+            bad.append(f"{name(pod)}: {POOL_LABEL} is {pool or 'missing'}, not a pool of the stack")
+        want = per_chip.get(str(pool), stack_per_chip)
+        for path in tpu_containers(pod):
+            env = env_of(pod, path)
+            named = [c.strip() for c in env.get(RAY_TRAIN_CALLBACKS_ENV, "").split(",")]
+            if TORCH_TPU_ENV_CALLBACK not in named:
+                bad.append(f"{name(pod)}: no {RAY_TRAIN_CALLBACKS_ENV}={TORCH_TPU_ENV_CALLBACK}")
+            elif want > 1 and env.get(RAY_TPU_RESOURCE_PER_CHIP_ENV) != str(want):
+                bad.append(f"{name(pod)}: {RAY_TPU_RESOURCE_PER_CHIP_ENV} is {env.get(RAY_TPU_RESOURCE_PER_CHIP_ENV)}")
     if bad:
-        return CheckResult("torch-tpu-env", "fail", f"{fact}; {_short(bad, 3)}", _SRC_RAY_TORCH_TPU, fix)
+        return CheckResult("torch-tpu-env", "fail", f"{fact}; {short(bad, 3)}", _SRC_RAY_TORCH_TPU, fix)
     return CheckResult("torch-tpu-env", "pass", f"{fact}; {len(pods)} worker pod(s) have it", _SRC_RAY_TORCH_TPU, fix)
 
 
-def runtime_checks(cfg: StackConfig, objs: ClusterObjects) -> list[CheckResult]:
-    """The checks above that apply to this stack."""
-    return [r for r in (check_tpu_webhook_version(cfg, objs), check_torch_tpu_env(cfg, objs)) if r is not None]
+def runtime_checks(cfg: StackConfig, objs: ClusterObjects) -> list[tuple[str, Check]]:
+    """The checks above, each with its id, for ``run_checks`` (each gives None where it does not apply)."""
+    return [
+        ("tpu-webhook-version", partial(check_tpu_webhook_version, cfg, objs)),
+        ("torch-tpu-env", partial(check_torch_tpu_env, cfg, objs)),
+    ]

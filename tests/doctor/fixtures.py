@@ -133,14 +133,19 @@ def _worker(name: str, node: str, ray: str, torch: str, torch_xla: str) -> dict[
     return pod
 
 
-def _deployment(namespace: str, name: str, image: str) -> dict[str, Any]:
+def _deployment(namespace: str, name: str, image: str, container: str, *args: str) -> dict[str, Any]:
+    main: dict[str, Any] = {"name": container, "image": image, **({"args": list(args)} if args else {})}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"namespace": namespace, "name": name, "labels": {"app.kubernetes.io/name": name}},
-        "spec": {"template": {"spec": {"containers": [{"name": "manager", "image": image}]}}},
+        "spec": {"template": {"spec": {"containers": [main]}}},
         "status": {"replicas": 1, "readyReplicas": 1},
     }
+
+
+OPERATOR_ARGS = ("--enable-leader-election=true", "--enable-metrics=true", "--feature-gates=RayMultiHostIndexing=false")
+"""The args KubeRay 1.7.0's chart renders with the stack's values (``templates/deployment.yaml``, ``_helpers.tpl``)."""
 
 
 def healthy() -> dict[str, Any]:
@@ -160,13 +165,17 @@ def healthy() -> dict[str, Any]:
     ]
     pods += [_worker(f"ray-worker-{i}", n, "2.60.0", "2.9.0", "2.9.0") for i, n in enumerate(tpu_nodes[:4])]
     deployments = [
-        _deployment("kuberay-system", "kuberay-operator", "quay.io/kuberay/operator:v1.7.0"),
-        _deployment("kueue-system", "kueue-controller-manager", "registry.k8s.io/kueue/kueue:v0.19.2"),
-        # the webhook's chart 0.3.1 (helm-chart/values.yaml of ai-on-gke/kuberay-tpu-webhook)
+        _deployment(
+            "kuberay-system", "kuberay-operator", "quay.io/kuberay/operator:v1.7.0", "kuberay-operator", *OPERATOR_ARGS
+        ),
+        _deployment("kueue-system", "kueue-controller-manager", "registry.k8s.io/kueue/kueue:v0.19.2", "manager"),
+        # the webhook's chart 0.3.1 (helm-chart/values.yaml and templates/deployment.yaml of
+        # ai-on-gke/kuberay-tpu-webhook: its container is named after the chart)
         _deployment(
             "ray-system",
             "kuberay-tpu-webhook",
             "us-docker.pkg.dev/ai-on-gke/kuberay-tpu-webhook/tpu-webhook:v1.3.1-gke.2",
+            "kuberay-tpu-webhook",
         ),
     ]
     webhook = {
@@ -273,6 +282,12 @@ def _operator_elsewhere(docs: dict[str, Any]) -> None:
     dep["metadata"]["namespace"] = "ray-operators"
 
 
+def _indexing_operator(docs: dict[str, Any]) -> None:
+    """KubeRay v1.7.0 installed with its chart's own values: RayMultiHostIndexing on, with webhook 1.3.1."""
+    dep = next(d for d in _items(docs, "deployments") if d["metadata"]["name"] == "kuberay-operator")
+    del dep["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
 FIXTURES: dict[str, tuple[Callable[[dict[str, Any]], None] | None, set[str], int]] = {
     "healthy": (None, set(), 0),
     "missing-webhook": (_missing_webhook, {"tpu-webhook"}, 1),
@@ -287,6 +302,7 @@ FIXTURES: dict[str, tuple[Callable[[dict[str, Any]], None] | None, set[str], int
     "host-listed-twice": (_host_listed_twice, {"tpu-node-count.v6e-train"}, 1),
     "spec-schema-without-properties": (_spec_schema_without_properties, {"kuberay-crds"}, 1),
     "operator-elsewhere": (_operator_elsewhere, {"kuberay-operator-namespace"}, 1),
+    "indexing-operator": (_indexing_operator, {"tpu-webhook-version"}, 1),
 }
 """Fixture -> (how it differs from the healthy cluster, the check ids that fail, the exit code)."""
 

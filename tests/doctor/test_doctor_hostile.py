@@ -233,3 +233,108 @@ def _objects(tmp_path: Path) -> ClusterObjects:
         _CACHE["objects"] = SnapshotReader(write_snapshot(tmp_path / "objs", "healthy")).read()
     objects: ClusterObjects = _CACHE["objects"]
     return objects
+
+
+# ---- the hypothesis corpus: any JSON where the checks read a field of a Deployment, a Pod or a webhook ----------
+_C0 = ("spec", "template", "spec", "containers", 0)
+_HOOK = "kuberay-tpu-mutating-webhook-cfg"
+FIELDS: dict[str, tuple[str, str, tuple[str | int, ...], type]] = {
+    "operator image": ("deployments", "kuberay-operator", (*_C0, "image"), str),
+    "operator args": ("deployments", "kuberay-operator", (*_C0, "args"), list),
+    "operator container name": (
+        "deployments", "kuberay-operator", (*_C0, "name"), str
+    ),
+    "operator containers": ("deployments", "kuberay-operator", ("spec", "template", "spec", "containers"), list),
+    "webhook image": ("deployments", "kuberay-tpu-webhook", (*_C0, "image"), str),
+    "webhook ready replicas": ("deployments", "kuberay-tpu-webhook", ("status", "readyReplicas"), int),
+    "kueue image": ("deployments", "kueue-controller-manager", (*_C0, "image"), str),
+    "worker phase": ("pods", "ray-worker-0", ("status", "phase"), str),
+    "worker limits": ("pods", "ray-worker-0", ("spec", "containers", 0, "resources", "limits"), dict),
+    "worker image": ("pods", "ray-worker-0", ("spec", "containers", 0, "image"), str),
+    "plugin node": ("pods", "tpu-device-plugin-0", ("spec", "nodeName"), str),
+    "plugin conditions": ("pods", "tpu-device-plugin-0", ("status", "conditions"), list),
+    "hook name": ("webhooks", _HOOK, ("webhooks", 0, "name"), str),
+    "hook operations": ("webhooks", _HOOK, ("webhooks", 0, "rules", 0, "operations"), list),
+    "hook selector": (
+        "webhooks", _HOOK, ("webhooks", 0, "objectSelector", "matchLabels"), dict
+    ),
+}  # fmt: skip
+"""Field -> (list, the item's name, its path in the item, the type the Kubernetes API gives it)."""
+
+
+def _json_path(path: tuple[str | int, ...]) -> str:
+    return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path).removeprefix(".")
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.sampled_from(sorted(FIELDS)), value=JSON)
+def test_any_json_where_a_check_reads_a_field_fails_that_check_naming_it_or_is_checked(
+    field: str, value: Any, tmp_path: Path
+) -> None:
+    """Whatever JSON a field the checks read holds, they run to results, never an internal error; a value of a
+    type the API never returns there (a string where an array belongs, an object where a string does) fails a
+    check whose fact names the object and the field."""
+    file, item, path, want = FIELDS[field]
+    objects = _objects(tmp_path)
+    items = json.loads(json.dumps(getattr(objects, file)))
+    target = next(i for i in items if i["metadata"]["name"] == item)
+    parent = target
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    edited: Any = replace(objects, **{file: tuple(items)})  # type: ignore[arg-type]  # file names a list field
+    results = run_checks(_cfg(tmp_path), edited)
+    assert {r.status for r in results} <= {"pass", "warn", "fail"}
+    wrong = value is not None and not (isinstance(value, want) and not (want is int and isinstance(value, bool)))
+    if wrong:
+        named = f"{item}: {_json_path(path)} is a JSON"
+        assert any(r.status == "fail" and named in r.fact for r in results), [r.fact for r in results]
+
+
+GATE_ARGS = st.lists(
+    st.sampled_from(
+        [
+            "--feature-gates=RayMultiHostIndexing=false",
+            "--feature-gates=RayMultiHostIndexing=true",
+            "-feature-gates=RayCronJob=true,RayMultiHostIndexing=F",
+            "--feature-gates",
+            "RayMultiHostIndexing=TRUE",
+            "=",
+            "--feature-gates=",
+            "--enable-metrics=true",
+            "--feature-gates=RayMultiHostIndexing=yes",
+        ]
+    )
+    | st.text(max_size=12),
+    max_size=5,
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=GATE_ARGS)
+def test_any_operator_args_are_read_as_go_reads_them(args: list[str], tmp_path: Path) -> None:
+    """The gate the doctor reads from the operator's args is the one Go's flag package and KubeRay's featuregate
+    would set: the last --feature-gates, and in it the last RayMultiHostIndexing; without one, v1.7.0's default."""
+    from tpuray.components.doctor.torch_tpu_checks import operator_indexing
+
+    objects = _objects(tmp_path)
+    deployments = json.loads(json.dumps(objects.deployments))
+    operator = next(d for d in deployments if d["metadata"]["name"] == "kuberay-operator")
+    operator["spec"]["template"]["spec"]["containers"][0]["args"] = args
+    on, how = operator_indexing(_cfg(tmp_path), replace(objects, deployments=tuple(deployments)))
+    flag, rest = None, list(args)
+    while rest:  # the reference reading, written out: a bare flag takes the next argument as its value
+        arg = rest.pop(0)
+        if arg in ("--feature-gates", "-feature-gates"):
+            flag = rest.pop(0) if rest else ""
+        elif arg.startswith(("--feature-gates=", "-feature-gates=")):
+            flag = arg.split("=", 1)[1]
+    said = [
+        p.split("=", 1)[1].strip()
+        for p in (flag or "").split(",")
+        if p.split("=", 1)[0].strip() == "RayMultiHostIndexing" and "=" in p
+    ]
+    if not said:
+        assert on is True and "its default" in how
+    else:
+        assert on == {"1": True, "t": True, "true": True, "0": False, "f": False, "false": False}.get(said[-1].lower())

@@ -3,6 +3,7 @@ worker pods carry what Ray's own TorchTPU path needs from them."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,33 @@ import pytest
 from tpuray.components.catalog.names import POOL_LABEL, TORCH_TPU_ENV_CALLBACK, TPU_RESOURCE
 from tpuray.components.config import StackConfig, load_stack_file
 from tpuray.components.doctor.reader import ClusterObjects
-from tpuray.components.doctor.torch_tpu_checks import runtime_checks
+from tpuray.components.doctor.result import CheckResult
+from tpuray.components.doctor.torch_tpu_checks import check_torch_tpu_env, check_tpu_webhook_version
 
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOK_IMAGE = "us-docker.pkg.dev/ai-on-gke/kuberay-tpu-webhook/tpu-webhook"
+OPERATOR: dict[str, Any] = {
+    "metadata": {"namespace": "kuberay-system", "name": "kuberay-operator"},
+    "spec": {
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "kuberay-operator",
+                        "image": "quay.io/kuberay/operator:v1.7.0",
+                        "args": ["--feature-gates=RayMultiHostIndexing=false"],
+                    }
+                ]
+            }
+        }
+    },
+    "status": {"readyReplicas": 1},
+}
+"""The operator as the stack installs it: its release turns RayMultiHostIndexing off."""
+
+
+def runtime_checks(cfg: StackConfig, objs: ClusterObjects) -> list[CheckResult]:
+    return [r for r in (check_tpu_webhook_version(cfg, objs), check_torch_tpu_env(cfg, objs)) if r is not None]
 
 
 @pytest.fixture(scope="module")
@@ -23,22 +47,29 @@ def torch_tpu_stack() -> StackConfig:
 
 
 def _objects(webhook_tag: str | None, env: list[dict[str, str]] | None) -> ClusterObjects:
-    deployments = []
+    """Fresh objects each call: the tests edit them."""
+    deployments: list[dict[str, Any]] = [copy.deepcopy(OPERATOR)]
     if webhook_tag is not None:
+        hook = {"name": "kuberay-tpu-webhook", "image": f"{WEBHOOK_IMAGE}:{webhook_tag}"}
         deployments.append(
             {
                 "metadata": {"namespace": "ray-system", "name": "kuberay-tpu-webhook"},
-                "spec": {"template": {"spec": {"containers": [{"image": f"{WEBHOOK_IMAGE}:{webhook_tag}"}]}}},
+                "spec": {"template": {"spec": {"containers": [hook]}}},
                 "status": {"readyReplicas": 1},
             }
         )
     pods = []
     if env is not None:
-        container = {"name": "ray-worker", "env": env, "resources": {"limits": {TPU_RESOURCE: "4"}}}
+        container: dict[str, Any] = {
+            "name": "ray-worker",
+            "env": copy.deepcopy(env),
+            "resources": {"limits": {TPU_RESOURCE: "4"}},
+        }
         pods = [
             {
                 "metadata": {"namespace": "ray", "name": f"w{i}", "labels": {POOL_LABEL: "ironwood"}},
-                "spec": {"containers": [container]},
+                "spec": {"containers": [copy.deepcopy(container)]},
+                "status": {"phase": "Running"},
             }
             for i in range(4)
         ]
