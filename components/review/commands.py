@@ -50,12 +50,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     try:
-        write_plan(plan, out, root)
+        kept = write_plan(plan, out, root)
     except (PlanOutError, OSError) as e:
         return _error(f"cannot write the plan to {out}: {e}", 2)
     print(summary(plan))
     board = ", dashboard.json, dashboard.svg" if plan.stack_plan.monitoring is not None else ""
     print(f"wrote {out}/plan.json, manifests/, topology.md, topology.svg, cost.json, cost.md{board}")
+    if kept:  # the user's own files: kept, and named, so a manifests/ of theirs is not taken for the plan's
+        shown = ", ".join(one_line(k) for k in kept[:10]) + (f", … {len(kept) - 10} more" if len(kept) > 10 else "")
+        print(f"note: kept {len(kept)} file(s) in {out} that tpuray plan did not write: {shown}", file=sys.stderr)
     for w in plan.warnings:
         print(f"warning: [{w.rule}] {w.urn.rsplit('::', 1)[-1]}: {w.message}", file=sys.stderr)
     if plan.violations:
@@ -151,8 +154,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
             return _error(str(e), 1)
     text = render_markdown(diffs, args.base, args.new)
     if args.out:
+        from tpuray.components.review.plan_dir import write_new_file
+
         try:
-            Path(args.out).write_text(text)
+            write_new_file(Path(args.out), text)  # a new file renamed into place: a hard link of it keeps its bytes
         except OSError as e:
             return _error(f"cannot write {args.out}: {e.strerror or e}", 2)
     else:
