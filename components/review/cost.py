@@ -39,6 +39,7 @@ __all__ = [
     "StackCost",
     "budget_violation",
     "cost_changes",
+    "cost_diff_of",
     "cost_json",
     "cost_markdown",
     "cost_of_plan",
@@ -351,7 +352,11 @@ class CostDiff:
 
 def cost_changes(base: Mapping[str, Any], new: Mapping[str, Any]) -> CostDiff:
     """The $/h of two plans and the pools whose $/h (or price) changed."""
-    a, b = cost_of_plan(base), cost_of_plan(new)
+    return cost_diff_of(cost_of_plan(base), cost_of_plan(new))
+
+
+def cost_diff_of(a: StackCost, b: StackCost) -> CostDiff:
+    """The pools whose $/h (or price, or term) changed between two stacks' costs."""
     by_a = {p.pool: p for p in a.pools}
     by_b = {p.pool: p for p in b.pools}
     d = CostDiff(a, b)

@@ -331,9 +331,10 @@ def plan_shape_problem(doc: Any) -> str | None:
         for key in ("inputs", "options"):
             if not isinstance(r.get(key, {}), dict):
                 return f"resources[{i}].{key} is not an object"
-        replace_on = r.get("options", {}).get("replaceOnChanges") or []
-        if not isinstance(replace_on, list) or not all(isinstance(k, str) for k in replace_on):
-            return f"resources[{i}].options.replaceOnChanges is not a list of strings"
+        for key in ("replaceOnChanges", "aliasURNs"):
+            values = r.get("options", {}).get(key) or []
+            if not isinstance(values, list) or not all(isinstance(k, str) for k in values):
+                return f"resources[{i}].options.{key} is not a list of strings"
     violations = doc.get("violations", [])
     if not isinstance(violations, list):
         return "violations is not a list"
