@@ -110,7 +110,7 @@ class SuppliedRate:
     def __post_init__(self) -> None:
         committed = price_basis(self.capacity) == "committed"
         if committed != (self.commitment is not None):
-            need = "names its commitment term (1y or 3y)" if committed else "has no commitment term"
+            need = "must name its commitment term (1y or 3y)" if committed else "takes no commitment term"
             raise ValueError(f"{self.where}: a rate for capacity {self.capacity} {need}, got {self.commitment!r}")
 
     @property

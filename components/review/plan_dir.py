@@ -51,7 +51,8 @@ __all__ = [
 
 MARKER = ".tpuray-plan"
 """Written into every plan directory: the files tpuray plan wrote there, each with its SHA-256."""
-MARKER_FORMAT = "tpuray-plan/2"
+MARKER_FORMAT = "tpuray-plan-marker/1"
+"""The marker's own format (``plan.json`` has its own, ``render.FORMAT``)."""
 _LEGACY_MARKER = "written by tpuray plan"
 """How the marker of earlier versions began: it listed no files, so it cannot tell the plan's files from others."""
 _MARKER_MAX_BYTES = 4 * 2**20

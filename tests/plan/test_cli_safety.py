@@ -181,13 +181,13 @@ def test_a_file_of_the_users_where_the_plan_writes_one_stops_it(
     [
         ("written by tpuray plan; a later plan replaces this directory's plan files\n", "earlier tpuray version"),
         ("", "not JSON"),
-        ("[]", "format is not 'tpuray-plan/2'"),
-        ('{"format": "tpuray-plan/2", "files": []}', "files is not an object"),
-        ('{"format": "tpuray-plan/2", "files": {"../outside.txt": "' + "0" * 64 + '"}}', "not a relative path"),
-        ('{"format": "tpuray-plan/2", "files": {"/etc/passwd": "' + "0" * 64 + '"}}', "not a relative path"),
-        ('{"format": "tpuray-plan/2", "files": {"a//b": "' + "0" * 64 + '"}}', "not a relative path"),
-        ('{"format": "tpuray-plan/2", "files": {"plan.json": "x"}}', "is not a SHA-256"),
-        ('{"format": "tpuray-plan/2", "files": {".tpuray-plan": "' + "0" * 64 + '"}}', "the marker itself"),
+        ("[]", "format is not 'tpuray-plan-marker/1'"),
+        ('{"format": "tpuray-plan-marker/1", "files": []}', "files is not an object"),
+        ('{"format": "tpuray-plan-marker/1", "files": {"../outside.txt": "' + "0" * 64 + '"}}', "not a relative path"),
+        ('{"format": "tpuray-plan-marker/1", "files": {"/etc/passwd": "' + "0" * 64 + '"}}', "not a relative path"),
+        ('{"format": "tpuray-plan-marker/1", "files": {"a//b": "' + "0" * 64 + '"}}', "not a relative path"),
+        ('{"format": "tpuray-plan-marker/1", "files": {"plan.json": "x"}}', "is not a SHA-256"),
+        ('{"format": "tpuray-plan-marker/1", "files": {".tpuray-plan": "' + "0" * 64 + '"}}', "the marker itself"),
     ],
 )
 def test_a_malformed_marker_is_an_error_not_a_wipe(
