@@ -1,19 +1,24 @@
-"""The price table: (generation, region, price basis) -> USD per chip-hour, each row with its source.
+"""The price table: (generation, region, price basis, commitment term) -> USD per chip-hour, each row with its source.
 
 Built from :mod:`.catalogue` (per TPU type) by dividing by the type's chips (:class:`TpuSlice`), leaving out the
 catalogue's sentinel cells. A price nobody published is :class:`Unpriced`: never $0, never guessed.
 
-Which price a pool pays (its *price basis*) follows its capacity type, in :func:`price_basis` only.
+Which price a pool pays (its *price basis*) follows its capacity type, in :func:`price_basis` only. A committed price
+also depends on the contract's term (1 or 3 years, https://cloud.google.com/tpu/pricing), so every committed row,
+supplied or public, carries its term, and a pool is priced only by a row of its own term: never by the other term's,
+never without one.
 """
 
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from tpuray.components.catalog.topology import TopologyError, TpuSlice, generation
-from tpuray.components.config.capacity import PriceBasis, capacity_class
+from tpuray.components.config.capacity import CommitmentTerm, PriceBasis, capacity_class
 from tpuray.components.pricing.catalogue import (
     CATALOGUE,
     COMMITTED_USE,
@@ -26,6 +31,7 @@ from tpuray.components.pricing.catalogue import (
 
 __all__ = [
     "HOURS_PER_MONTH",
+    "TERMS",
     "PriceBasis",
     "PriceRow",
     "SuppliedRate",
@@ -34,6 +40,9 @@ __all__ = [
     "price_basis",
     "price_rows",
 ]
+
+TERMS: dict[str, str] = {"1y": "1-year", "3y": "3-year"}
+"""Each commitment term (``capacity.commitment``) as the pricing page names it."""
 
 HOURS_PER_MONTH = 730
 """Hours in the month a monthly figure is quoted for (Google Cloud's pricing calculator uses 730)."""
@@ -59,6 +68,8 @@ class PriceRow:
     basis: PriceBasis
     usd_per_chip_hour: float
     source: Source
+    term: CommitmentTerm | None = None
+    """The commitment term of a ``committed`` row (``1y``, ``3y``); None for every other basis."""
 
     def __str__(self) -> str:
         return f"${self.usd_per_chip_hour:.4g}/chip-h"
@@ -72,9 +83,11 @@ class Unpriced:
     region: str
     basis: PriceBasis
     reason: str
+    term: CommitmentTerm | None = None
 
     def __str__(self) -> str:
-        return f"unpriced (no price for {self.generation} {self.basis} in {self.region})"
+        term = f" {TERMS[self.term]}" if self.term else ""
+        return f"unpriced (no price for {self.generation} {self.basis}{term} in {self.region})"
 
     @property
     def detail(self) -> str:
@@ -91,6 +104,19 @@ class SuppliedRate:
     usd_per_chip_hour: float
     source: str
     where: str = "cost.rates"
+    commitment: CommitmentTerm | None = None
+    """The term it prices: required where the capacity type pays a committed price, absent everywhere else."""
+
+    def __post_init__(self) -> None:
+        committed = price_basis(self.capacity) == "committed"
+        if committed != (self.commitment is not None):
+            need = "must name its commitment term (1y or 3y)" if committed else "takes no commitment term"
+            raise ValueError(f"{self.where}: a rate for capacity {self.capacity} {need}, got {self.commitment!r}")
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        """What decides the rate: generation, capacity type and (committed prices only) term."""
+        return self.generation, self.capacity, self.commitment
 
 
 def _chips(accelerator: str) -> int:
@@ -119,9 +145,6 @@ def price_rows() -> tuple[PriceRow, ...]:
     return _catalogue_facts()[0]
 
 
-_TERMS = {"1y": "1-year", "3y": "3-year"}
-
-
 def _page_row(rows: Sequence[CommittedRow], gen: str, region: str, term: str) -> CommittedRow | None:
     return next((r for r in rows if (r.generation, r.region, r.term) == (gen, region, term)), None)
 
@@ -132,20 +155,32 @@ def _unpriced_reason(gen: str, region: str, basis: PriceBasis, commitment: str |
         return gap
     page = f"the Cloud TPU pricing page ({TPU_PRICING_PAGE.url}, read {TPU_PRICING_PAGE.read_on})"
     if basis == "committed" and commitment is None:
+        # no rate of either term may stand in: a 1-year and a 3-year commitment are priced apart
+        first = (
+            "a reservation pays its committed use contract's price, which differs by term: name the pool's term "
+            "(slicePools[].capacity.commitment: 1y or 3y); no rate of another term stands in"
+        )
         if any((r.generation, r.region) == (gen, region) for r in COMMITTED_USE):
-            return (
-                "a reservation pays its committed use contract's price: name its term (capacity.commitment: 1y or "
-                f"3y) to price it from {page}, or "
-            )
+            return f"{first}; {page} gives the price of each term"
         return (
-            "a reservation pays its committed use contract's price, by term (capacity.commitment: 1y or 3y); "
-            f"{page} as read gives no commitment price per chip-hour for {gen}; "
+            f"{first}; {page} as read gives no commitment price per chip-hour for {gen}, so also supply the term's "
+            f"rate in cost.rates ({{generation: {gen}, capacity: reservation, commitment: 1y or 3y, usdPerChipHour, "
+            "source})"
         )
     if basis == "committed":
-        return f"{page} as read gives no {_TERMS[commitment or '']} commitment price per chip-hour for {gen}; "
+        return f"{page} as read gives no {TERMS[commitment or '']} commitment price per chip-hour for {gen}; "
     if basis == "flex-start":
         return f"{page} as read gives no flex-start price per chip-hour for {gen}; "
     return "not in the price catalogue; "
+
+
+def _term(commitment: str | None) -> CommitmentTerm | None:
+    if commitment is None:
+        return None
+    for term in typing.get_args(CommitmentTerm):
+        if commitment == term:
+            return cast(CommitmentTerm, term)
+    raise ValueError(f"commitment {commitment!r}: a commitment term is 1y or 3y")
 
 
 def chip_hour_price(
@@ -157,31 +192,36 @@ def chip_hour_price(
 ) -> PriceRow | Unpriced:
     """The price of a chip-hour of ``gen`` in ``region`` for a pool of ``capacity_type``.
 
-    A rate the stack supplies for (generation, capacity type) wins over the public table (it is what that stack
-    pays); a reservation with a ``commitment`` term (``1y``, ``3y``) pays the pricing page's commitment price, a
-    flex-start pool its flex-start price; without any, :class:`Unpriced` says why.
+    A rate the stack supplies for (generation, capacity type, and for a committed price the pool's term) wins over
+    the public table (it is what that stack pays); a reservation with a ``commitment`` term (``1y``, ``3y``) pays
+    the pricing page's price of that term, a flex-start pool its flex-start price; without any, :class:`Unpriced`
+    says why. A reservation without a term is unpriced: no rate of either term stands in for it. ``commitment`` is
+    the contract's, so it is ignored for a capacity type that pays no committed price.
     """
     try:
         name = generation(gen).name
     except TopologyError:
         name = gen
     basis = price_basis(capacity_type)
+    term = _term(commitment) if basis == "committed" else None
     for rate in supplied:
-        if rate.generation == name and rate.capacity == capacity_type:
-            return PriceRow(name, region, basis, rate.usd_per_chip_hour, Source(rate.where, "", rate.source))
+        if rate.key == (name, capacity_type, term):
+            return PriceRow(name, region, basis, rate.usd_per_chip_hour, Source(rate.where, "", rate.source), term)
     for row in price_rows():
-        if (row.generation, row.region, row.basis) == (name, region, basis):
+        if (row.generation, row.region, row.basis, row.term) == (name, region, basis, term):
             return row
     page = None
-    if basis == "committed" and commitment is not None:
-        page = _page_row(COMMITTED_USE, name, region, commitment)
+    if basis == "committed" and term is not None:
+        page = _page_row(COMMITTED_USE, name, region, term)
     elif basis == "flex-start":
         page = _page_row(FLEX_START, name, region, "flex-start")
     if page is not None:
-        return PriceRow(name, region, basis, page.usd_per_chip_hour, page.source)
-    reason = _unpriced_reason(name, region, basis, commitment)
-    if reason.endswith(("; ", "or ")):
+        return PriceRow(name, region, basis, page.usd_per_chip_hour, page.source, term)
+    reason = _unpriced_reason(name, region, basis, term)
+    if reason.endswith("; "):
+        with_term = f", commitment: {term}" if term else ""
         reason += (
-            f"supply one in cost.rates ({{generation: {name}, capacity: {capacity_type}, usdPerChipHour, source}})"
+            f"supply one in cost.rates ({{generation: {name}, capacity: {capacity_type}{with_term}, usdPerChipHour, "
+            "source})"
         )
-    return Unpriced(name, region, basis, reason)
+    return Unpriced(name, region, basis, reason, term)

@@ -50,12 +50,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     try:
-        write_plan(plan, out, root)
+        kept = write_plan(plan, out, root)
     except (PlanOutError, OSError) as e:
         return _error(f"cannot write the plan to {out}: {e}", 2)
     print(summary(plan))
     board = ", dashboard.json, dashboard.svg" if plan.stack_plan.monitoring is not None else ""
     print(f"wrote {out}/plan.json, manifests/, topology.md, topology.svg, cost.json, cost.md{board}")
+    if kept:  # the user's own files: kept, and named, so a manifests/ of theirs is not taken for the plan's
+        shown = ", ".join(one_line(k) for k in kept[:10]) + (f", … {len(kept) - 10} more" if len(kept) > 10 else "")
+        print(f"note: kept {len(kept)} file(s) in {out} that tpuray plan did not write: {shown}", file=sys.stderr)
     for w in plan.warnings:
         print(f"warning: [{w.rule}] {w.urn.rsplit('::', 1)[-1]}: {w.message}", file=sys.stderr)
     if plan.violations:
@@ -73,12 +76,20 @@ def _stacks(root: Path, wanted: list[str] | None) -> list[str]:
     return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in root.glob("Pulumi.*.yaml"))
 
 
-def _plan_dir_pairs(base: Path, new: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+Pair = tuple[dict[str, Any], dict[str, Any], str, str]
+"""The base plan, the new plan, and how a refusal names each (``the base plan a/plan.json``)."""
+
+
+def _plan_dir_pairs(base: Path, new: Path) -> list[Pair]:
     """The plans to compare in two plan directories (one plan each, or one per stack folder)."""
     from tpuray.components.review.plan_dir import PlanFileError, load_plan_file
 
+    def label(side: str, path: Path) -> str:
+        return f"the {side} plan {one_line(path)}"
+
     if (base / "plan.json").exists() or (new / "plan.json").exists():
-        return [(load_plan_file(base), load_plan_file(new))]
+        a, b = base / "plan.json", new / "plan.json"
+        return [(load_plan_file(base), load_plan_file(new), label("base", a), label("new", b))]
     # directories of per-stack plan directories, as the workflow writes them
     names = sorted({p.parent.name for p in [*base.glob("*/plan.json"), *new.glob("*/plan.json")]})
     if not names:
@@ -87,17 +98,24 @@ def _plan_dir_pairs(base: Path, new: Path) -> list[tuple[dict[str, Any], dict[st
     for name in names:
         a, b = base / name / "plan.json", new / name / "plan.json"
         empty: dict[str, Any] = {"stack": name, "resources": []}
-        pairs.append((load_plan_file(a) if a.exists() else empty, load_plan_file(b) if b.exists() else empty))
+        pairs.append(
+            (
+                load_plan_file(a) if a.exists() else empty,
+                load_plan_file(b) if b.exists() else empty,
+                label("base", a) + ("" if a.exists() else " (absent: no resources)"),
+                label("new", b) + ("" if b.exists() else " (absent: no resources)"),
+            )
+        )
     return pairs
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """Compare two plan directories, or two git refs (each stack rendered at each ref)."""
     from tpuray.components.config.value_types import stack_name_problem
-    from tpuray.components.review.diff import StackMismatchError, diff_plans, render_markdown
+    from tpuray.components.review.diff import PlanInputError, diff_plans, render_markdown
     from tpuray.components.review.git_refs import GitPlanError, is_git_ref, plan_of_ref
     from tpuray.components.review.plan import find_root
-    from tpuray.components.review.plan_dir import PlanFileError
+    from tpuray.components.review.plan_dir import PlanFileError, write_new_file
 
     base, new = Path(args.base), Path(args.new)
     diffs = []
@@ -109,24 +127,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
             pairs = _plan_dir_pairs(base, new)
         except PlanFileError as e:
             return _error(one_line(e), 2)
-        except RecursionError:  # the JSON reader's own depth limit (json.loads recurses per level)
-            return _error(f"{one_line(base)} or {one_line(new)}: plan.json nested too deeply to be a tpuray plan", 2)
         try:
-            diffs = [diff_plans(a, b) for a, b in pairs]
-        except StackMismatchError as e:
-            return _error(f"{one_line(base)} and {one_line(new)}: {e}", 2)
-        except RecursionError:
-            return _error(
-                f"{one_line(base)} or {one_line(new)}: not a tpuray plan (its values are nested too deeply)", 2
-            )
-        except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as e:
-            # the shape check passed, but a resource's inputs are not what tpuray plan writes (a node pool's
-            # nodeConfig that is not an object...): still not a plan, not an internal error
-            return _error(
-                f"{one_line(base)} or {one_line(new)}: not a tpuray plan (a resource's inputs: {type(e).__name__}: "
-                f"{one_line(e)})",
-                2,
-            )
+            diffs = [diff_plans(a, b, a_label, b_label) for a, b, a_label, b_label in pairs]
+        except PlanInputError as e:  # names the plan (base or new, with its file) and the field
+            return _error(f"not a tpuray plan: {e}", 2)
     else:
         try:
             root = Path(args.root).resolve() if args.root else find_root()
@@ -146,13 +150,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
                 a, b = plan_of_ref(root, args.base, stack), plan_of_ref(root, args.new, stack)
                 if not a["resources"] and not b["resources"]:
                     return _error(f"stack {stack!r} has no stack file or program at {args.base} nor at {args.new}", 2)
-                diffs.append(diff_plans(a, b))
+                labels = (f"the {side} plan (git ref {ref!r}, stack {stack!r})" for side, ref in
+                          (("base", args.base), ("new", args.new)))  # fmt: skip
+                diffs.append(diff_plans(a, b, *labels))
         except GitPlanError as e:
             return _error(str(e), 1)
+        except PlanInputError as e:
+            return _error(f"not a tpuray plan: {e}", 2)
     text = render_markdown(diffs, args.base, args.new)
     if args.out:
         try:
-            Path(args.out).write_text(text)
+            write_new_file(Path(args.out), text)  # a new file renamed into place: a hard link of it keeps its bytes
         except OSError as e:
             return _error(f"cannot write {args.out}: {e.strerror or e}", 2)
     else:

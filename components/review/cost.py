@@ -27,6 +27,7 @@ from tpuray.components.pricing.table import (
     SuppliedRate,
     Unpriced,
     chip_hour_price,
+    price_basis,
 )
 from tpuray.components.review.pool_views import declared_nodes
 from tpuray.components.review.resource_types import NODE_POOL
@@ -38,6 +39,7 @@ __all__ = [
     "StackCost",
     "budget_violation",
     "cost_changes",
+    "cost_diff_of",
     "cost_json",
     "cost_markdown",
     "cost_of_plan",
@@ -58,6 +60,13 @@ class PoolCost:
     min_chips: int
     max_chips: int
     price: PriceRow | Unpriced
+    commitment: str | None = None
+    """The commitment term (``1y``, ``3y``) of a pool paying a committed price, which its price is keyed by."""
+
+    @property
+    def capacity_text(self) -> str:
+        """``reservation 3y``: the capacity type, with the term where the price depends on it."""
+        return f"{self.capacity} {self.commitment}" if self.commitment else self.capacity
 
     def _usd(self, chips: int) -> float | None:
         return chips * self.price.usd_per_chip_hour if isinstance(self.price, PriceRow) else None
@@ -107,7 +116,9 @@ def _capacity(inputs: Mapping[str, Any]) -> str:
 
 def _supplied(cost: CostConfig) -> tuple[SuppliedRate, ...]:
     return tuple(
-        SuppliedRate(r.generation, r.capacity, r.usd_per_chip_hour, r.source, f"stack config cost.rates[{i}]")
+        SuppliedRate(
+            r.generation, r.capacity, r.usd_per_chip_hour, r.source, f"stack config cost.rates[{i}]", r.commitment
+        )
         for i, r in enumerate(cost.rates)
     )
 
@@ -158,11 +169,13 @@ def cost_of_plan(plan: Mapping[str, Any], cost: CostConfig | None = None) -> Sta
         sums[0] += lo * per_node
         sums[1] += hi * per_node
     terms = commitments_of(plan)
-    pools = tuple(
-        PoolCost(pool, gen, region, capacity, lo, hi, chip_hour_price(gen, region, capacity, supplied, terms.get(pool)))
-        for (pool, gen, region, capacity), (lo, hi) in sorted(acc.items())
-    )
-    return StackCost(str(plan.get("stack") or "?"), pools, cost.budget_usd_per_hour)
+    pools = []
+    for (pool, gen_name, region, capacity), (lo, hi) in sorted(acc.items()):
+        # the term decides a committed price only: a spot pool's config carries none, and needs none
+        term = terms.get(pool) if price_basis(capacity) == "committed" else None
+        price = chip_hour_price(gen_name, region, capacity, supplied, term)
+        pools.append(PoolCost(pool, gen_name, region, capacity, lo, hi, price, term))
+    return StackCost(str(plan.get("stack") or "?"), tuple(pools), cost.budget_usd_per_hour)
 
 
 def budget_violation(c: StackCost) -> str | None:
@@ -220,6 +233,7 @@ def cost_json(c: StackCost) -> str:
                 "generation": p.generation,
                 "region": p.region,
                 "capacity": p.capacity,
+                "commitment": p.commitment,
                 "price_basis": p.price.basis,
                 "chips_min": p.min_chips,
                 "chips_max": p.max_chips,
@@ -256,7 +270,7 @@ def cost_table(c: StackCost) -> list[str]:
     for p in c.pools:
         rate = f"{p.price.usd_per_chip_hour:.4g}" if isinstance(p.price, PriceRow) else md_text(p.price)
         lines.append(
-            f"| {md_text(p.pool)} | {p.min_chips:,}-{p.max_chips:,} | {p.generation} {p.capacity} | {rate} | "
+            f"| {md_text(p.pool)} | {p.min_chips:,}-{p.max_chips:,} | {p.generation} {p.capacity_text} | {rate} | "
             f"{_usd(p.usd_per_hour_min)} | {_usd(p.usd_per_hour_max)} | {_usd(_month(p.usd_per_hour_max))} |"
         )
     lines.append(
@@ -315,8 +329,8 @@ class CostChange:
         parts = []
         if (a.generation, a.region) != (b.generation, b.region):
             parts.append(f"{a.generation} {a.region} → {b.generation} {b.region}")
-        if a.capacity != b.capacity:
-            parts.append(f"capacity {a.capacity} → {b.capacity}")
+        if a.capacity_text != b.capacity_text:
+            parts.append(f"capacity {a.capacity_text} → {b.capacity_text}")
         if a.max_chips != b.max_chips:
             parts.append(f"chips {a.max_chips:,} → {b.max_chips:,}")
         if not parts and a.price != b.price:
@@ -338,7 +352,11 @@ class CostDiff:
 
 def cost_changes(base: Mapping[str, Any], new: Mapping[str, Any]) -> CostDiff:
     """The $/h of two plans and the pools whose $/h (or price) changed."""
-    a, b = cost_of_plan(base), cost_of_plan(new)
+    return cost_diff_of(cost_of_plan(base), cost_of_plan(new))
+
+
+def cost_diff_of(a: StackCost, b: StackCost) -> CostDiff:
+    """The pools whose $/h (or price, or term) changed between two stacks' costs."""
     by_a = {p.pool: p for p in a.pools}
     by_b = {p.pool: p for p in b.pools}
     d = CostDiff(a, b)
@@ -388,7 +406,7 @@ def pools_summary(c: StackCost) -> Sequence[str]:
     out = [f"cost (TPU chips; $/h at min-max, $/month at max over {HOURS_PER_MONTH} h):"]
     for p in c.pools:
         out.append(
-            f"  {one_line(p.pool)}: {p.generation} {p.capacity} in {one_line(p.region)}: "
+            f"  {one_line(p.pool)}: {p.generation} {p.capacity_text} in {one_line(p.region)}: "
             + (
                 f"{_usd(p.usd_per_hour_min)}-{_usd(p.usd_per_hour_max)}/h, {_usd(_month(p.usd_per_hour_max))}/month"
                 if isinstance(p.price, PriceRow)

@@ -28,7 +28,7 @@ from tpuray.components.planning.startup import startup_markdown
 from tpuray.components.review import resource_types
 from tpuray.components.review.cost import BUDGET_RULE, StackCost, budget_check, cost_json, cost_markdown
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
-from tpuray.components.review.plan_dir import check_out_dir, clear_manifests, mark, write_file
+from tpuray.components.review.plan_dir import check_out_dir, write_plan_files
 from tpuray.components.review.pool_views import PoolView, pool_views
 from tpuray.components.review.render import manifest_files, plan_json, summary_table, topology_markdown
 from tpuray.components.review.rule_types import Resource, Violation
@@ -120,33 +120,29 @@ def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
     )
 
 
-def write_plan(plan: Plan, out: Path, root: Path | None = None) -> None:
-    """Write the plan directory, replacing generated files of an earlier plan there (and nothing else).
+def write_plan(plan: Plan, out: Path, root: Path | None = None) -> list[str]:
+    """Write the plan directory, replacing the files an earlier plan wrote there (and nothing else); returns the
+    files there tpuray plan did not write, all kept.
 
-    Raises :class:`~tpuray.components.review.plan_dir.PlanOutError` for a place a plan must not go.
+    Raises :class:`~tpuray.components.review.plan_dir.PlanOutError` for a place a plan must not go, or a file there
+    it must not replace (:func:`~tpuray.components.review.plan_dir.write_plan_files`).
     """
     out = check_out_dir(out, root or find_root())
-    out.mkdir(parents=True, exist_ok=True)
-    mark(out)
-    manifests = out / "manifests"
-    clear_manifests(manifests)
-    manifests.mkdir(exist_ok=True)
-    write_file(out / "plan.json", plan_json(plan.run, plan.violations, plan.warnings))
-    for name, text in manifest_files(plan.resources).items():
-        write_file(manifests / name, text)
-    write_file(out / "topology.md", topology_markdown(plan.stack, plan.pools, PICTURE))
-    write_file(out / "cost.json", cost_json(plan.cost))
-    write_file(out / "cost.md", cost_markdown(plan.cost))
-    write_file(out / PICTURE, render_svg(plan.stack, plan.pools))
-    write_file(out / STARTUP_FILE, startup_markdown(plan.config))
+    files = {
+        "plan.json": plan_json(plan.run, plan.violations, plan.warnings),
+        **{f"manifests/{name}": text for name, text in manifest_files(plan.resources).items()},
+        "topology.md": topology_markdown(plan.stack, plan.pools, PICTURE),
+        "cost.json": cost_json(plan.cost),
+        "cost.md": cost_markdown(plan.cost),
+        PICTURE: render_svg(plan.stack, plan.pools),
+        STARTUP_FILE: startup_markdown(plan.config),
+    }
     monitoring = plan.stack_plan.monitoring
-    for name in (DASHBOARD_FILE, DASHBOARD_PICTURE):  # a plan without a dashboard leaves no earlier one behind
-        if (out / name).is_file() and not (out / name).is_symlink():
-            (out / name).unlink()
-    if monitoring is not None:
+    if monitoring is not None:  # a plan without a dashboard leaves no earlier one behind: the marker lists it
         board = json.loads(monitoring.dashboard.json_text())  # what StackMonitoring declares as dashboardJson
-        write_file(out / DASHBOARD_FILE, json.dumps(board, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-        write_file(out / DASHBOARD_PICTURE, render_dashboard_svg(board))
+        files[DASHBOARD_FILE] = json.dumps(board, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        files[DASHBOARD_PICTURE] = render_dashboard_svg(board)
+    return write_plan_files(out, files)
 
 
 def dashboards(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:

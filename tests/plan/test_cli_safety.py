@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.plan.conftest import ROOT
 from tpuray.components.cli import main
 from tpuray.components.review.plan import Plan, write_plan
-from tpuray.components.review.plan_dir import MARKER, write_file
+from tpuray.components.review.plan_dir import MARKER, PlanOutError, write_new_file, write_plan_files
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -89,24 +91,165 @@ def test_a_symlink_anywhere_in_a_plan_directory_is_refused(
 
 
 def test_plan_files_are_never_written_through_a_link(tmp_path: Path) -> None:
-    """Should a link appear after the directory was checked, the write itself refuses it."""
+    """Should a link appear after the directory was checked, the write replaces the link itself."""
     precious = tmp_path / "precious.txt"
     precious.write_text("keep")
     (tmp_path / "plan.json").symlink_to(precious)
-    with pytest.raises(OSError):
-        write_file(tmp_path / "plan.json", "{}")
+    write_new_file(tmp_path / "plan.json", "{}")
     assert precious.read_text() == "keep"
+    assert not (tmp_path / "plan.json").is_symlink() and (tmp_path / "plan.json").read_text() == "{}"
+
+
+def _tree(d: Path) -> dict[str, bytes]:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
 def test_its_own_directory_is_replaced_file_by_file(plans: dict[str, Plan], tmp_path: Path) -> None:
-    write_plan(plans["dev"], tmp_path, ROOT)
-    assert (tmp_path / MARKER).is_file()
+    assert write_plan(plans["prod"], tmp_path, ROOT) == []
+    assert json.loads((tmp_path / MARKER).read_text())["files"]["dashboard.json"]  # listed with its SHA-256
     (tmp_path / "notes.md").write_text("mine")  # not a plan file: survives the next plan
-    (tmp_path / "manifests" / "stale.yaml").write_text("old: manifest")  # a manifest: replaced
-    write_plan(plans["dev"], tmp_path, ROOT)
+    (tmp_path / "manifests" / "mine.yaml").write_text("keep: me")  # the user's own manifest: kept, and named
+    # dev declares no dashboard and fewer manifests: prod's own files go, the user's stay
+    kept = write_plan(plans["dev"], tmp_path, ROOT)
+    assert kept == ["manifests/mine.yaml", "notes.md"]
     assert (tmp_path / "notes.md").read_text() == "mine"
-    assert not (tmp_path / "manifests" / "stale.yaml").exists()
-    assert (tmp_path / "plan.json").is_file()
+    assert (tmp_path / "manifests" / "mine.yaml").read_text() == "keep: me"
+    assert not (tmp_path / "dashboard.json").exists() and (tmp_path / "plan.json").is_file()
+    listed = json.loads((tmp_path / MARKER).read_text())
+    assert set(listed["files"]) == set(_tree(tmp_path)) - {MARKER, "notes.md", "manifests/mine.yaml"}
+    assert "pending" not in listed
+
+
+def test_a_users_manifest_is_kept_and_named_by_the_command(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert plan_to(capsys, tmp_path)[0] == 0
+    (tmp_path / "manifests" / "mine.yaml").write_text("keep: me")
+    code, text = plan_to(capsys, tmp_path)
+    assert code == 0 and "kept 1 file(s)" in text and "manifests/mine.yaml" in text
+    assert (tmp_path / "manifests" / "mine.yaml").read_text() == "keep: me"
+
+
+def test_a_hard_linked_copy_keeps_its_bytes(plans: dict[str, Plan], tmp_path: Path) -> None:
+    """``cp -al plan backup``: every file of the backup is the same inode; a later plan must not write into them."""
+    plan_dir, backup = tmp_path / "plan", tmp_path / "backup"
+    write_plan(plans["prod"], plan_dir, ROOT)
+    for f in sorted(plan_dir.rglob("*")):
+        if f.is_file():
+            (backup / f.relative_to(plan_dir)).parent.mkdir(parents=True, exist_ok=True)
+            os.link(f, backup / f.relative_to(plan_dir))
+    before = _tree(backup)
+    write_plan(plans["prod-dws"], plan_dir, ROOT)
+    assert _tree(backup) == before
+    assert _tree(plan_dir)["plan.json"] != before["plan.json"]
+
+
+@pytest.mark.parametrize("edited", ["plan.json", "dashboard.json", "manifests/raycluster-ray-tpuray-dev.yaml"])
+def test_a_plan_file_changed_since_stops_the_plan(
+    capsys: pytest.CaptureFixture[str], plans: dict[str, Plan], tmp_path: Path, edited: str
+) -> None:
+    """A listed file the user edited is neither overwritten (plan.json) nor removed (prod's dashboard.json, which a
+    dev plan does not write): the plan stops before writing anything, naming it."""
+    write_plan(plans["prod" if edited == "dashboard.json" else "dev"], tmp_path, ROOT)
+    (tmp_path / edited).write_text("my edit")
+    before = _tree(tmp_path)
+    code, text = plan_to(capsys, tmp_path)
+    assert code == 2 and f"{edited} changed since tpuray plan wrote it" in text
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("where", ["topology.md", "manifests"])
+def test_a_file_of_the_users_where_the_plan_writes_one_stops_it(
+    plans: dict[str, Plan], tmp_path: Path, where: str
+) -> None:
+    write_plan(plans["dev"], tmp_path, ROOT)
+    listed = json.loads((tmp_path / MARKER).read_text())
+    target = tmp_path / where
+    if target.is_dir():
+        shutil.rmtree(target)
+        listed["files"] = {k: v for k, v in listed["files"].items() if not k.startswith("manifests/")}
+    else:
+        del listed["files"][where]
+    (tmp_path / MARKER).write_text(json.dumps(listed))
+    target.write_text("mine")  # not listed, where the plan writes a file (or a folder of files)
+    before = _tree(tmp_path)
+    with pytest.raises(PlanOutError, match=f"{where} is (not a file tpuray plan wrote|a file, and this plan)"):
+        write_plan(plans["dev"], tmp_path, ROOT)
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    ("marker", "said"),
+    [
+        ("written by tpuray plan; a later plan replaces this directory's plan files\n", "earlier tpuray version"),
+        ("", "not JSON"),
+        ("[]", "format is not 'tpuray-plan-marker/1'"),
+        ('{"format": "tpuray-plan-marker/1", "files": []}', "files is not an object"),
+        ('{"format": "tpuray-plan-marker/1", "files": {"../outside.txt": "' + "0" * 64 + '"}}', "not a relative path"),
+        ('{"format": "tpuray-plan-marker/1", "files": {"/etc/passwd": "' + "0" * 64 + '"}}', "not a relative path"),
+        ('{"format": "tpuray-plan-marker/1", "files": {"a//b": "' + "0" * 64 + '"}}', "not a relative path"),
+        ('{"format": "tpuray-plan-marker/1", "files": {"plan.json": "x"}}', "is not a SHA-256"),
+        ('{"format": "tpuray-plan-marker/1", "files": {".tpuray-plan": "' + "0" * 64 + '"}}', "the marker itself"),
+    ],
+)
+def test_a_malformed_marker_is_an_error_not_a_wipe(
+    capsys: pytest.CaptureFixture[str], plans: dict[str, Plan], tmp_path: Path, marker: str, said: str
+) -> None:
+    plan_dir = tmp_path / "plan"
+    write_plan(plans["dev"], plan_dir, ROOT)
+    (plan_dir / MARKER).write_text(marker)
+    (tmp_path / "outside.txt").write_text("keep")
+    before = _tree(tmp_path)
+    code, text = plan_to(capsys, plan_dir)
+    assert code == 2 and said in text and "plan again" in text
+    assert _tree(tmp_path) == before
+
+
+_NAMES = st.sampled_from(["plan.json", "cost.md", "manifests/a.yaml", "manifests/b.yaml", "x/y/z.md"])
+_PLANS = st.dictionaries(_NAMES, st.text(max_size=8), max_size=5)
+_ACTIONS = st.lists(
+    st.tuples(st.sampled_from(["add", "edit", "delete", "link"]), _NAMES, st.text(max_size=8)), max_size=4
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=_PLANS, actions=_ACTIONS, second=_PLANS)
+def test_a_plan_never_changes_what_it_did_not_write(
+    tmp_path_factory: pytest.TempPathFactory,
+    first: dict[str, str],
+    actions: list[tuple[str, str, str]],
+    second: dict[str, str],
+) -> None:
+    """Whatever the user did between two plans, the second one either stops with every byte as it was, or writes
+    its files while every file it did not write (and every hard link of one it did) keeps its bytes."""
+    tmp = tmp_path_factory.mktemp("p")
+    out, backup = tmp / "plan", tmp / "backup"
+    write_plan_files(out, first)
+    for action, rel, text in actions:
+        target = out / rel
+        if action == "delete" and target.is_file():
+            target.unlink()
+        elif action == "edit" and target.is_file():
+            target.write_text(target.read_text() + "!" + text)
+        elif action == "add" and not target.exists() and not any((out / p).is_file() for p in Path(rel).parents):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("user " + text)
+        elif action == "link" and target.is_file():
+            (backup / rel).parent.mkdir(parents=True, exist_ok=True)
+            if not (backup / rel).exists():
+                os.link(target, backup / rel)
+    listed = json.loads((out / MARKER).read_text())["files"]
+    before, backed_up = _tree(out), _tree(backup) if backup.exists() else {}
+    theirs = {rel for rel, data in before.items() if rel != MARKER and rel not in listed}
+    try:
+        kept = write_plan_files(out, second)
+    except PlanOutError:
+        assert _tree(out) == before
+        return
+    after = _tree(out)
+    assert {rel: after[rel].decode() for rel in second} == second
+    assert all(after.get(rel) == before[rel] for rel in theirs)  # every file it did not write, unchanged
+    assert sorted(theirs) == kept
+    assert set(after) == {MARKER, *second, *theirs}  # its earlier files the new plan does not write are gone
+    assert (_tree(backup) if backup.exists() else {}) == backed_up
 
 
 @pytest.mark.parametrize("stack", ["../escape", "a/b", "..", "", "x" * 101, "sp ace"])

@@ -10,8 +10,8 @@ import pytest
 
 from tests.plan.conftest import GOLDEN, ROOT
 from tpuray.components.pricing.catalogue import CATALOGUE
-from tpuray.components.pricing.table import PriceRow, chip_hour_price
-from tpuray.components.review.cost import BUDGET_RULE, budget_violation, cost_of_plan
+from tpuray.components.pricing.table import PriceRow, Unpriced, chip_hour_price
+from tpuray.components.review.cost import BUDGET_RULE, budget_violation, cost_json, cost_of_plan
 from tpuray.components.review.diff import diff_plans, render_markdown
 from tpuray.components.review.plan import Plan, render_stack
 
@@ -39,9 +39,10 @@ config:
 {extra}"""
 
 
-def _render(tmp_path: Path, region: str, capacity: str, extra: str = "") -> Plan:
-    f = tmp_path / f"Pulumi.cost-{region}-{capacity}.yaml"
+def _render(tmp_path: Path, region: str, capacity: str, extra: str = "", term: str | None = None) -> Plan:
+    f = tmp_path / f"Pulumi.cost-{region}-{capacity}-{term}.yaml"
     name = ", name: tpu-res" if capacity == "reservation" else ""
+    name += f", commitment: {term}" if term else ""
     f.write_text(_STACK.format(region=region, capacity=capacity, name=name, extra=extra))
     return render_stack("dev", ROOT, stack_file=f)
 
@@ -154,11 +155,32 @@ def test_budget_rule_fails_a_plan_and_cannot_check_an_unpriced_one(tmp_path: Pat
     assert v.message.startswith("cannot check the budget of $1,000.00/h")
 
 
-def test_a_supplied_rate_prices_a_reservation(tmp_path: Path) -> None:
+def test_a_supplied_rate_prices_a_reservation_of_its_own_term_only(tmp_path: Path) -> None:
+    """A 1-year and a 3-year commitment are priced apart: each rate prices only pools of its term, and a pool whose
+    term has no rate is unpriced, never priced at the other term's rate."""
     extra = (
         "  tpuray:cost:\n    rates:\n"
-        "      - {generation: v5e, capacity: reservation, usdPerChipHour: 0.5, source: contract A}\n"
-        "      - {generation: v5p, capacity: reservation, usdPerChipHour: 2.0, source: contract A}\n"
+        "      - {generation: v5e, capacity: reservation, commitment: 1y, usdPerChipHour: 0.5, source: contract A}\n"
+        "      - {generation: v5e, capacity: reservation, commitment: 3y, usdPerChipHour: 0.3, source: contract B}\n"
+        "      - {generation: v5p, capacity: reservation, commitment: 3y, usdPerChipHour: 2.0, source: contract B}\n"
     )
-    c = cost_of_plan(_render(tmp_path, "us-east5", "reservation", extra).run)
-    assert c.usd_per_hour_max == 8 * 0.5 + 4 * 2.0
+    one_year = cost_of_plan(_render(tmp_path, "us-east5", "reservation", extra, term="1y").run)
+    three_year = cost_of_plan(_render(tmp_path, "us-east5", "reservation", extra, term="3y").run)
+    lite1, perf1 = sorted(one_year.pools, key=lambda p: p.pool)
+    lite3, perf3 = sorted(three_year.pools, key=lambda p: p.pool)
+    assert (lite1.commitment, lite3.commitment) == ("1y", "3y")
+    assert lite1.usd_per_hour_max == 8 * 0.5 and lite3.usd_per_hour_max == 8 * 0.3
+    assert perf3.usd_per_hour_max == 4 * 2.0
+    # v5p has only a 3-year rate: the 1-year pool is unpriced, and so is the stack (never a partial sum)
+    assert isinstance(perf1.price, Unpriced) and perf1.usd_per_hour_max is None
+    assert str(perf1.price) == "unpriced (no price for v5p committed 1-year in us-east5)"
+    assert "commitment: 1y" in perf1.price.reason and one_year.usd_per_hour_max is None
+    # and without a term, no rate of either term stands in
+    none = cost_of_plan(_render(tmp_path, "us-east5", "reservation", extra).run)
+    assert all(isinstance(p.price, Unpriced) and "name the pool's term" in p.price.detail for p in none.pools)
+    # the diff says the term changed
+    d = diff_plans(_render(tmp_path, "us-east5", "reservation", extra, term="1y").run,
+                   _render(tmp_path, "us-east5", "reservation", extra, term="3y").run)  # fmt: skip
+    assert d.cost is not None
+    assert {c.pool: c.why for c in d.cost.changes}["lite"] == "capacity reservation 1y → reservation 3y"
+    assert json.loads(cost_json(three_year))["pools"][0]["commitment"] == "3y"

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.plan.conftest import GOLDEN
 from tpuray.components.cli import main
@@ -117,3 +119,84 @@ def test_deep_json_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixtur
     code, _, _ = _diff_cli(tmp_path, _plan(), text)
     err = capsys.readouterr().err
     assert code == 2 and "nested deeper than 100 levels" in err and "Traceback" not in err
+
+
+# ---- every refusal names the plan (base or new, with its file) and the field ---------------------------------------
+def _first(plan: dict[str, Any], type_: str) -> tuple[int, dict[str, Any]]:
+    return next((i, r) for i, r in enumerate(plan["resources"]) if r["type"] == type_)
+
+
+def _node_pool(plan: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    pool = _tpu_pool(plan)
+    return plan["resources"].index(pool), pool
+
+
+def _set_commitment(plan: dict[str, Any], term: str) -> None:
+    pools = json.loads(plan["config"]["tpuray:slicePools"])
+    pools[0]["capacity"]["commitment"] = term
+    plan["config"]["tpuray:slicePools"] = json.dumps(pools)
+
+
+def _corrupt(plan: dict[str, Any], case: str) -> tuple[str, str]:
+    """Break ``plan`` one way; returns (the field the refusal must name, a phrase of its problem)."""
+    if case == "nodeConfig":
+        i, pool = _node_pool(plan)
+        pool["inputs"]["nodeConfig"] = 3
+        return f"resources[{i}].inputs.nodeConfig", "3, not an object"
+    if case == "nodeLocations":
+        i, pool = _node_pool(plan)
+        pool["inputs"]["nodeLocations"] = [5]
+        return f"resources[{i}].inputs.nodeLocations[0]", "5, not a string"
+    if case == "count":
+        i, pool = _node_pool(plan)
+        pool["inputs"]["autoscaling"] = {"totalMaxNodeCount": -1}
+        return f"resources[{i}].inputs", "autoscaling.totalMaxNodeCount is -1"
+    if case == "flavor-name":
+        i, queue = _first(plan, "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue")
+        del queue["inputs"]["spec"]["resourceGroups"][0]["flavors"][0]["name"]
+        return f"resources[{i}].inputs.spec.resourceGroups[0].flavors[0].name", "missing"
+    if case == "node-labels":
+        i, flavor = _first(plan, "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor")
+        flavor["inputs"]["spec"]["nodeLabels"] = "x"
+        return f"resources[{i}].inputs.spec.nodeLabels", "'x', not an object"
+    if case == "rates":
+        plan["config"]["tpuray:cost"] = json.dumps({"rates": 5})
+        return "config.tpuray:cost", "rates"
+    if case == "commitment":
+        _set_commitment(plan, "2y")
+        return "config.tpuray:slicePools", "capacity.commitment is '2y'"
+    if case == "aliases":
+        i, pool = _node_pool(plan)
+        pool["options"]["aliasURNs"] = 5
+        return f"resources[{i}].options.aliasURNs", "not a list of strings"
+    raise AssertionError(case)
+
+
+_CASES = ["nodeConfig", "nodeLocations", "count", "flavor-name", "node-labels", "rates", "commitment", "aliases"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(side=st.sampled_from(["base", "new"]), case=st.sampled_from(_CASES))
+def test_a_refusal_names_the_plan_and_the_field(
+    tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], side: str, case: str
+) -> None:
+    tmp = tmp_path_factory.mktemp("d")
+    plans = {"base": _plan("prod-dws"), "new": _plan("prod-dws")}
+    field, problem = _corrupt(plans[side], case)
+    code, _, _ = _diff_cli(tmp, plans["base"], plans["new"])
+    err = capsys.readouterr().err
+    path = tmp / ("a" if side == "base" else "b") / "plan.json"
+    assert code == 2, err
+    assert str(path) in err and field in err and problem in err, err
+    if case != "aliases":  # the file reader's refusal names the file; the diff's names the side too
+        assert f"the {side} plan {path}: {field}" in err, err
+    other = tmp / ("b" if side == "base" else "a") / "plan.json"
+    assert str(other) not in err and "internal error" not in err and "Traceback" not in err
+
+
+def test_plans_of_two_stacks_name_both_files_and_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, _ = _diff_cli(tmp_path, _plan("dev"), _plan("prod"))
+    err = capsys.readouterr().err
+    a, b = tmp_path / "a" / "plan.json", tmp_path / "b" / "plan.json"
+    assert code == 2 and f"the base plan {a} and the new plan {b}: stack:" in err
+    assert f"the base plan {a} is of stack 'dev' and the new plan {b} of stack 'prod'" in err

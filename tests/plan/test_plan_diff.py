@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.plan.conftest import ROOT
-from tpuray.components.review.diff import diff_plans, render_markdown
+from tests.plan.conftest import GOLDEN, ROOT
+from tpuray.components.cli import main
+from tpuray.components.review.diff import PlanInputError, diff_plans, render_markdown
 from tpuray.components.review.plan import Plan, render_stack, write_plan
 from tpuray.components.review.replacement_fields import replacement_reason
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, RAY_JOB
@@ -207,3 +210,100 @@ def test_kueue_quota_changes_show_next_to_the_chip_delta(plans: dict[str, Plan],
     assert "Kueue quota" not in render_markdown([no_kueue]) and "| v5p | 128 | 128 | +0 |" in render_markdown(
         [no_kueue]
     )
+
+
+# ---- aliases ------------------------------------------------------------------------------------------------------
+def _golden(stack: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((GOLDEN / stack / "plan.json").read_text())
+    return doc
+
+
+def _tpu_pool(doc: dict[str, Any]) -> dict[str, Any]:
+    pool: dict[str, Any] = next(
+        r for r in doc["resources"] if r["type"] == NODE_POOL and "tpu" in r["inputs"]["nodeConfig"]["machineType"]
+    )
+    return pool
+
+
+@pytest.mark.parametrize(
+    "new_type",
+    [
+        "kubernetes:core/v1:ConfigMap",  # another provider: Pulumi replaces it
+        "gcp:storage/bucket:Bucket",  # the same provider: the bucket's provider would be handed the pool's ID
+        "tpuray:index:TpuSlicePool",  # a component: no provider at all
+    ],
+)
+def test_an_alias_across_types_never_hides_a_node_pools_deletion(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, new_type: str
+) -> None:
+    base = _golden("prod")
+    new = copy.deepcopy(base)
+    pool = _tpu_pool(new)
+    new["resources"].remove(pool)
+    stand_in = {
+        "urn": f"urn:pulumi:prod::tpuray::{new_type}::innocent",
+        "type": new_type,
+        "name": "innocent",
+        "custom": True,
+        "inputs": {},
+        "options": {"aliasURNs": [pool["urn"]]},
+    }
+    new["resources"].append(stand_in)
+    d = diff_plans(base, new)
+    assert [r["urn"] for r in d.removed] == [pool["urn"]]
+    assert [r["urn"] for r in d.added] == [stand_in["urn"]]
+    assert any(pool["name"] in w and "DELETED" in w for w in d.warnings)
+    assert [(r.old_type, r.new_type) for r in d.retyped] == [(NODE_POOL, new_type)]
+    md = render_markdown([d])
+    assert "1 to delete" in md and "alias(es) across resource types" in md and "counted as a delete and a create" in md
+    for side, doc in (("a", base), ("b", new)):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "plan.json").write_text(json.dumps(doc))
+    code = main(["diff", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-on-replace", "--out", str(tmp_path / "c")])
+    assert code == 3, capsys.readouterr().err
+
+
+def test_an_alias_within_its_type_is_the_same_resource(tmp_path: Path) -> None:
+    """A renamed node pool that names its old URN is updated in place, as Pulumi does: nothing deleted."""
+    base = _golden("prod")
+    new = copy.deepcopy(base)
+    pool = _tpu_pool(new)
+    old_urn = pool["urn"]
+    pool["urn"], pool["name"] = old_urn + "-renamed", pool["name"] + "-renamed"
+    pool["options"] = {**pool["options"], "aliasURNs": [old_urn]}
+    pool["inputs"]["nodeConfig"]["labels"]["team"] = "ml"
+    d = diff_plans(base, new)
+    assert not d.removed and not d.added and not d.retyped and not d.warnings
+    assert [c.urn for c in d.changed] == [old_urn + "-renamed"]
+
+
+def test_an_alias_is_not_used_when_the_resource_keeps_its_urn() -> None:
+    """The engine looks a resource's own URN up first: an alias of a resource that still has its own URN in the
+    base plan does not take over another base resource, whose deletion stays in view."""
+    base = _golden("prod")
+    new = copy.deepcopy(base)
+    pools = [
+        r for r in new["resources"] if r["type"] == NODE_POOL and "tpu" in r["inputs"]["nodeConfig"]["machineType"]
+    ]
+    keeper, gone = pools[0], pools[1]
+    new["resources"].remove(gone)
+    keeper["options"] = {**keeper["options"], "aliasURNs": [gone["urn"]]}
+    d = diff_plans(base, new)
+    assert [r["urn"] for r in d.removed] == [gone["urn"]]
+    assert any(gone["name"] in w and "DELETED" in w for w in d.warnings)
+
+
+def test_two_resources_claiming_one_alias_are_refused_naming_the_field() -> None:
+    base = _golden("prod")
+    new = copy.deepcopy(base)
+    pool = _tpu_pool(new)
+    new["resources"].remove(pool)
+    twins = [
+        {**copy.deepcopy(pool), "urn": pool["urn"] + f"-{i}", "options": {"aliasURNs": [pool["urn"]]}} for i in (1, 2)
+    ]
+    new["resources"] += twins
+    with pytest.raises(PlanInputError) as err:
+        diff_plans(base, new, "the base plan a", "the new plan b")
+    index = len(new["resources"]) - 1
+    assert err.value.plan == "the new plan b" and err.value.field == f"resources[{index}].options.aliasURNs[0]"
+    assert "already claimed by" in str(err.value) and "Pulumi refuses" in str(err.value)

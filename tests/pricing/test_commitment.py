@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tpuray.components.config import ConfigError, load_stack_file
 from tpuray.components.pricing import table
 from tpuray.components.pricing.catalogue import COMMITTED_USE, FLEX_START, TPU_PRICING_PAGE, CommittedRow
-from tpuray.components.pricing.table import PriceRow, Unpriced, chip_hour_price
+from tpuray.components.pricing.table import PriceRow, SuppliedRate, Unpriced, chip_hour_price, price_basis
 from tpuray.components.review.cost import cost_of_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +51,8 @@ def test_a_term_the_page_gives_prices_the_reservation_with_the_page_and_date(mon
     other = chip_hour_price("v5p", "us-east5", "reservation", (), "3y")
     assert isinstance(other, Unpriced) and "no 3-year commitment price per chip-hour for v5p" in other.reason
     none = chip_hour_price("v5p", "us-east5", "reservation")
-    assert isinstance(none, Unpriced) and "name its term (capacity.commitment: 1y or 3y)" in none.reason
+    assert isinstance(none, Unpriced)
+    assert "name the pool's term (slicePools[].capacity.commitment: 1y or 3y)" in none.reason
     # the plan's config carries the term to cost_of_plan: the prod reservation pool is priced
     cost = cost_of_plan(_prod_plan("1y"))
     (v5p,) = [p for p in cost.pools if p.pool == "v5p-train"]
@@ -90,3 +93,47 @@ def test_tpuray_plan_prices_the_named_term(tmp_path: Path, monkeypatch: pytest.M
     (v5p,) = [p for p in plan.cost.pools if p.pool == "v5p-train"]
     assert isinstance(v5p.price, PriceRow) and v5p.price.usd_per_chip_hour == 1.75
     assert v5p.usd_per_hour_max == pytest.approx(1.75 * 128)  # two 4x4x4 slices
+
+
+_GENS = st.sampled_from(["v5e", "v5p", "v6e"])
+_CAPACITIES = st.sampled_from(["on-demand", "spot", "reservation", "flex-start", "queued"])
+_TERMS = st.sampled_from([None, "1y", "3y"])
+
+
+def _rate(gen: str, capacity: str, term: str | None, usd: float) -> SuppliedRate:
+    term = term if price_basis(capacity) == "committed" else None
+    if price_basis(capacity) == "committed" and term is None:
+        term = "1y"
+    return SuppliedRate(gen, capacity, usd, f"{gen} {capacity} {term}", commitment=term)  # type: ignore[arg-type]
+
+
+@given(
+    rates=st.lists(st.tuples(_GENS, _CAPACITIES, _TERMS, st.floats(0.01, 100)), max_size=8),
+    pool=st.tuples(_GENS, _CAPACITIES, _TERMS),
+)
+def test_a_supplied_rate_prices_only_pools_of_its_key(
+    rates: list[tuple[str, str, str | None, float]], pool: tuple[str, str, str | None]
+) -> None:
+    """Generation, capacity type and (committed prices only) term decide a rate: a pool is priced by the rate of
+    exactly its key, and otherwise by no supplied rate at all (never a neighbour's, never $0)."""
+    supplied = list({r.key: r for r in (_rate(*r) for r in rates)}.values())  # one rate per key, as the config has
+    gen, capacity, term = pool
+    price = chip_hour_price(gen, "us-east5", capacity, supplied, term)
+    key = (gen, capacity, term if price_basis(capacity) == "committed" else None)
+    mine = [r for r in supplied if r.key == key]
+    if mine:
+        assert isinstance(price, PriceRow) and price.usd_per_chip_hour == mine[0].usd_per_chip_hour
+        assert price.source.note == mine[0].source and price.term == key[2]
+    else:
+        assert not (isinstance(price, PriceRow) and price.source.url.startswith("stack config"))
+        assert not (isinstance(price, PriceRow) and price.source.url == "cost.rates")
+        if isinstance(price, PriceRow):
+            assert price.usd_per_chip_hour > 0 and price.basis in ("on-demand", "spot")
+
+
+@pytest.mark.parametrize(
+    ("capacity", "term"), [("reservation", None), ("spot", "1y"), ("on-demand", "3y"), ("flex-start", "1y")]
+)
+def test_a_rate_keyed_wrong_for_its_capacity_is_refused(capacity: str, term: str | None) -> None:
+    with pytest.raises(ValueError, match="commitment term"):
+        SuppliedRate("v5p", capacity, 1.0, "contract", commitment=term)  # type: ignore[arg-type]

@@ -61,11 +61,15 @@ def test_capacity_types_map_to_one_price_basis_each() -> None:
 def test_reservation_and_flex_start_need_a_supplied_rate() -> None:
     p = chip_hour_price("v5p", "us-east5", "reservation")
     assert isinstance(p, Unpriced) and "cost.rates" in p.reason
-    rate = SuppliedRate("v5p", "reservation", 2.5, "our contract")
-    got = chip_hour_price("v5p", "us-east5", "reservation", [rate])
+    rate = SuppliedRate("v5p", "reservation", 2.5, "our contract", commitment="3y")
+    got = chip_hour_price("v5p", "us-east5", "reservation", [rate], "3y")
     assert isinstance(got, PriceRow) and got.usd_per_chip_hour == 2.5 and got.source.note == "our contract"
-    # a rate for another capacity type does not price this one
+    assert got.term == "3y"
+    # a rate for another capacity type, or another term, or a pool that names no term: not priced by it
     assert isinstance(chip_hour_price("v5p", "us-east5", "flex-start", [rate]), Unpriced)
+    one_year = chip_hour_price("v5p", "us-east5", "reservation", [rate], "1y")
+    assert isinstance(one_year, Unpriced) and "commitment: 1y" in one_year.reason
+    assert isinstance(chip_hour_price("v5p", "us-east5", "reservation", [rate]), Unpriced)
 
 
 _BASE = {
@@ -85,10 +89,78 @@ _BASE = {
             {"rates": [{"generation": "v5p", "capacity": "reservation", "usdPerChipHour": 0, "source": "x"}]},
             "cost.rates[0].usdPerChipHour",
         ),
-        ({"rates": [{"generation": "v5p", "capacity": "reservation", "usdPerChipHour": 1}]}, "cost.rates[0].source"),
+        (
+            {"rates": [{"generation": "v5p", "capacity": "reservation", "commitment": "1y", "usdPerChipHour": 1}]},
+            "cost.rates[0].source",
+        ),
+        # a reservation's rate is one term's price; no other capacity type has a term
+        (
+            {"rates": [{"generation": "v5p", "capacity": "reservation", "usdPerChipHour": 1, "source": "x"}]},
+            "cost.rates[0].commitment",
+        ),
+        (
+            {
+                "rates": [
+                    {"generation": "v5p", "capacity": "spot", "commitment": "1y", "usdPerChipHour": 1, "source": "x"}
+                ]
+            },
+            "cost.rates[0].commitment",
+        ),
+        (
+            {
+                "rates": [
+                    {
+                        "generation": "v5p",
+                        "capacity": "reservation",
+                        "commitment": "2y",
+                        "usdPerChipHour": 1,
+                        "source": "x",
+                    }
+                ]
+            },
+            "cost.rates[0].commitment",
+        ),
+        (
+            {
+                "rates": [
+                    {
+                        "generation": "v5p",
+                        "capacity": "reservation",
+                        "commitment": "3y",
+                        "usdPerChipHour": 1,
+                        "source": "x",
+                    },
+                    {
+                        "generation": "v5p",
+                        "capacity": "reservation",
+                        "commitment": "3y",
+                        "usdPerChipHour": 2,
+                        "source": "y",
+                    },
+                ]
+            },
+            "cost.rates[1]",
+        ),
     ],
 )
 def test_bad_cost_config_names_the_field(cost: dict[str, object], path: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_stack_config({**_BASE, "cost": cost})
     assert [p for p, _ in err.value.problems] == [path]
+
+
+def test_rates_of_both_terms_are_two_rates() -> None:
+    rates = [
+        {"generation": "v5p", "capacity": "reservation", "commitment": t, "usdPerChipHour": u, "source": t}
+        for t, u in (("1y", 3.0), ("3y", 2.0))
+    ]
+    cfg = parse_stack_config({**_BASE, "cost": {"rates": rates}})
+    assert [(r.commitment, r.usd_per_chip_hour) for r in cfg.cost.rates] == [("1y", 3.0), ("3y", 2.0)]
+
+
+def test_a_missing_term_names_the_field_and_the_valid_form() -> None:
+    rate = {"generation": "v5p", "capacity": "reservation", "usdPerChipHour": 1, "source": "x"}
+    with pytest.raises(ConfigError) as err:
+        parse_stack_config({**_BASE, "cost": {"rates": [rate]}})
+    ((path, message),) = err.value.problems
+    assert path == "cost.rates[0].commitment" and "1y or 3y" in message
