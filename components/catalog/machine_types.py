@@ -68,6 +68,11 @@ class Allocatable:
     memory_mib: int
     tpu: int
 
+    def plus(self, other: Allocatable) -> Allocatable:
+        return Allocatable(
+            self.cpu_millicores + other.cpu_millicores, self.memory_mib + other.memory_mib, self.tpu + other.tpu
+        )
+
     def minus(self, other: Allocatable) -> Allocatable:
         return Allocatable(
             self.cpu_millicores - other.cpu_millicores, self.memory_mib - other.memory_mib, self.tpu - other.tpu

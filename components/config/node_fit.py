@@ -61,7 +61,7 @@ def _requests(cpu: str, memory: str, extras: list[Allocatable], tpu: int = 0) ->
         tpu,
     )
     for e in extras:
-        total = Allocatable(total.cpu_millicores + e.cpu_millicores, total.memory_mib + e.memory_mib, total.tpu + e.tpu)
+        total = total.plus(e)
     return total
 
 

@@ -145,6 +145,17 @@ class PlannedPod:
     """Mount paths tpuray itself gives every Ray pod (the shared memory), not the stack's to choose."""
 
 
+def _requests_of(container: Any) -> Allocatable:
+    """A container's requests (its limits where it sets none: the API server defaults requests to limits)."""
+    req = get_path(container, "resources", "requests") or get_path(container, "resources", "limits") or {}
+    cpu = parse_quantity(str(req.get("cpu", "0"))) * 1000
+    mem = parse_quantity(str(req.get("memory", "0"))) / (1024 * 1024)
+    tpu = parse_quantity(str(req.get(TPU_RESOURCE, "0")))
+    return Allocatable(
+        int(cpu.to_integral_value("ROUND_CEILING")), int(mem.to_integral_value("ROUND_CEILING")), int(tpu)
+    )
+
+
 def _gcsfuse(template: Mapping[str, Any]) -> list[tuple[str, Allocatable]]:
     annotations = get_path(template, "metadata", "annotations") or {}
     if not isinstance(annotations, Mapping) or annotations.get("gke-gcsfuse/volumes") != "true":
@@ -183,8 +194,11 @@ def _template_affinity(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def _cluster_pods(urn: str, at: str, cluster: str, spec: Mapping[str, Any]) -> list[PlannedPod]:
     head = get_path(spec, "headGroupSpec", "template") or {}
     added = _gcsfuse(head)
-    if spec.get("enableInTreeAutoscaling") and not get_path(spec, "autoscalerOptions", "resources"):
-        added.insert(0, ("KubeRay's autoscaler", KUBERAY_AUTOSCALER_REQUESTS))
+    if spec.get("enableInTreeAutoscaling"):
+        # KubeRay's defaults, or the resources autoscalerOptions gives it
+        own = get_path(spec, "autoscalerOptions", "resources")
+        autoscaler = KUBERAY_AUTOSCALER_REQUESTS if not own else _requests_of({"resources": own})
+        added.insert(0, ("KubeRay's autoscaler", autoscaler))
     head_spec = head.get("spec") or {}
     pods = [
         PlannedPod(
@@ -305,25 +319,13 @@ def pod_requests(pod: PlannedPod) -> Allocatable:
     """The scheduler's view of a pod's requests (kubernetes pkg/api/v1/resource/helpers.go ``PodRequests``: the
     sum over containers, the largest init container if larger), with the containers others add."""
 
-    def one(container: Any) -> Allocatable:
-        req = get_path(container, "resources", "requests") or get_path(container, "resources", "limits") or {}
-        cpu = parse_quantity(str(req.get("cpu", "0"))) * 1000
-        mem = parse_quantity(str(req.get("memory", "0"))) / (1024 * 1024)
-        tpu = parse_quantity(str(req.get(TPU_RESOURCE, "0")))
-        return Allocatable(
-            int(cpu.to_integral_value("ROUND_CEILING")), int(mem.to_integral_value("ROUND_CEILING")), int(tpu)
-        )
-
-    def add(a: Allocatable, b: Allocatable) -> Allocatable:
-        return Allocatable(a.cpu_millicores + b.cpu_millicores, a.memory_mib + b.memory_mib, a.tpu + b.tpu)
-
     total = Allocatable(0, 0, 0)
     for c in as_list(pod.spec.get("containers")):
-        total = add(total, one(c))
+        total = total.plus(_requests_of(c))
     for _, extra in pod.added:
-        total = add(total, extra)
+        total = total.plus(extra)
     for c in as_list(pod.spec.get("initContainers")):
-        i = one(c)
+        i = _requests_of(c)
         total = Allocatable(
             max(total.cpu_millicores, i.cpu_millicores), max(total.memory_mib, i.memory_mib), max(total.tpu, i.tpu)
         )

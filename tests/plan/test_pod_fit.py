@@ -175,3 +175,10 @@ def test_image_streaming_takes_its_memory_off_the_tpu_hosts(plans: dict[str, Pla
     assert plain is not None and pools["v5p-train-0"].node is not None
     assert pools["v5p-train-0"].node.memory_mib < plain.memory_mib
     assert check_pods_fit([], RuleContext()) == []  # nothing planned, nothing to fit
+
+
+def test_the_autoscaler_counts_with_the_resources_autoscaler_options_give_it(plans: dict[str, Plan]) -> None:
+    rs = resources(plans["prod"])
+    cluster_spec(rs)["autoscalerOptions"]["resources"] = {"requests": {"cpu": "2", "memory": "1Gi"}}
+    (message,) = found(rs)
+    assert "KubeRay's autoscaler 2000m, 1024Mi" in message and "8250m CPU of 7410m" in message
