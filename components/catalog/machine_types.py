@@ -6,11 +6,12 @@ arithmetic is written once. A machine type this module does not know is ``None``
 
 Sources:
 
-- The machines: https://cloud.google.com/compute/docs/general-purpose-machines (E2, N1, N2, N2D, N4, C3, C3D, T2D:
-  vCPUs in the name, memory per vCPU by type class; custom types ``<series>-custom-<vCPUs>-<MiB>``) and the TPU
-  host VMs of https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus and
-  https://cloud.google.com/compute/docs/tpus/tpu-machines. Compute Engine's "GB" of machine memory are GiB (the
-  API's ``memoryMb`` of e2-standard-8 is 32768).
+- The machines: https://cloud.google.com/compute/docs/general-purpose-machines and compute-optimized-machines
+  (E2, N1, N2, N2D, N4, C2, C2D, C3, C3D, C4, C4A, T2D: vCPUs in the name, memory per vCPU by type class; custom
+  types ``<series>-custom-<vCPUs>-<MiB>``) and the TPU host VMs of
+  https://cloud.google.com/compute/docs/tpus/tpu-machines and
+  https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus. Compute Engine's "GB" of machine memory are
+  GiB (the API's ``memoryMb`` of e2-standard-8 is 32768).
 - What GKE keeps for the kubelet, the runtime and the OS, and the eviction threshold:
   https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes ("Memory and CPU reservations"); and
   what image streaming keeps on top on its nodes:
@@ -36,6 +37,7 @@ __all__ = [
     "EVICTION_THRESHOLD_MIB",
     "GCSFUSE_METADATA_PREFETCH_REQUESTS",
     "GCSFUSE_SIDECAR_REQUESTS",
+    "KNOWN_CPU_SERIES",
     "KUBERAY_AUTOSCALER_REQUESTS",
     "Allocatable",
     "MachineShape",
@@ -84,8 +86,9 @@ class Allocatable:
 
 
 # ---- the TPU hosts ------------------------------------------------------------------------------------------
-# vCPUs and GiB of every TPU host machine type topology.py lists (plan-tpus, "TPU ... machine types" tables, and
-# Compute Engine's tpu-machines page). tpu7x-standard-1t is not in either table: unknown.
+# vCPUs and GiB of every TPU host machine type topology.py lists, as the Compute API's machineTypes list gives them
+# (memoryMb / 1024; the list as kept in Cyclenerd/google-cloud-pricing-cost-calculator tools/machinetypes.csv,
+# 2026-08-20), and for ct4p-hightpu-4t, which that list lacks, the plan-tpus page's TPU v4 table.
 _TPU_HOSTS: dict[str, tuple[int, int] | None] = {
     "ct4p-hightpu-4t": (240, 407),
     "ct5lp-hightpu-1t": (24, 48),
@@ -94,14 +97,19 @@ _TPU_HOSTS: dict[str, tuple[int, int] | None] = {
     "ct5p-hightpu-4t": (208, 448),
     "ct6e-standard-1t": (44, 176),
     "ct6e-standard-4t": (180, 720),
-    "ct6e-standard-8t": (180, 1440),
-    "tpu7x-standard-1t": None,
+    "ct6e-standard-8t": (360, 1440),
+    "tpu7x-standard-1t": (56, 240),
     "tpu7x-standard-4t": (224, 960),
 }
 _CHIPS = {m: chips for g in GENERATIONS for m, chips in g.machine_types.items()}
 
-# ---- the CPU series (general-purpose-machines: GB of memory per vCPU of each predefined type class) -----------
+# ---- the CPU series: GiB of memory per vCPU of each predefined type class (general-purpose-machines and
+# compute-optimized-machines; each ratio as the Compute API's machineTypes list gives its -8 type) ---------------
 _GIB_PER_VCPU: dict[str, dict[str, float]] = {
+    "c2": {"standard": 4},
+    "c2d": {"standard": 4, "highmem": 8, "highcpu": 2},
+    "c4": {"standard": 3.75, "highmem": 7.75, "highcpu": 2},
+    "c4a": {"standard": 4, "highmem": 8, "highcpu": 2},
     "e2": {"standard": 4, "highmem": 8, "highcpu": 1},
     "n1": {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9},
     "n2": {"standard": 4, "highmem": 8, "highcpu": 1},
@@ -111,6 +119,8 @@ _GIB_PER_VCPU: dict[str, dict[str, float]] = {
     "c3d": {"standard": 4, "highmem": 8, "highcpu": 2},
     "t2d": {"standard": 4},
 }
+KNOWN_CPU_SERIES: tuple[str, ...] = tuple(sorted(_GIB_PER_VCPU))
+"""The CPU series whose machine types this module knows."""
 _PREDEFINED = re.compile(r"^([a-z0-9]+)-(standard|highmem|highcpu)-([1-9][0-9]{0,3})$")
 _CUSTOM = re.compile(r"^([a-z0-9]+)-custom-([1-9][0-9]{0,3})-([1-9][0-9]{2,7})$")
 

@@ -18,6 +18,7 @@ from tpuray.components.catalog.machine_types import (
     DAEMONSET_HEADROOM,
     GCSFUSE_METADATA_PREFETCH_REQUESTS,
     GCSFUSE_SIDECAR_REQUESTS,
+    KNOWN_CPU_SERIES,
     KUBERAY_AUTOSCALER_REQUESTS,
     Allocatable,
     allocatable,
@@ -122,7 +123,7 @@ def _unknown(p: PodOnNode) -> Problem:
     return Problem(
         p.machine_field,
         f"{p.machine_type}: tpuray does not know its vCPUs and memory (catalog.machine_types), so it cannot check "
-        f"that {p.pod} fits; use a predefined or custom machine type of series e2, n1, n2, n2d, n4, c3, c3d or t2d",
+        f"that {p.pod} fits; use a predefined or custom machine type of series {', '.join(KNOWN_CPU_SERIES)}",
     )
 
 

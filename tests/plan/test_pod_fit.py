@@ -119,8 +119,8 @@ def test_more_chips_than_a_host_has_are_refused(plans: dict[str, Plan]) -> None:
 def test_an_unknown_machine_type_is_unknown_not_a_pass(plans: dict[str, Plan]) -> None:
     rs = resources(plans["dev"])
     (system,) = [r for r in rs if r["type"] == NODE_POOL and r["inputs"]["name"] == "system"]
-    system["inputs"]["nodeConfig"]["machineType"] = "c4-standard-8"
-    assert any("does not know" in m and "c4-standard-8" in m for m in found(rs))
+    system["inputs"]["nodeConfig"]["machineType"] = "c4d-standard-8"
+    assert any("does not know" in m and "c4d-standard-8" in m for m in found(rs))
 
 
 def test_each_multi_host_replica_needs_a_node_pool_of_its_own(plans: dict[str, Plan]) -> None:
