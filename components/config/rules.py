@@ -39,10 +39,12 @@ from tpuray.components.config.maintenance import (
 from tpuray.components.config.monitoring import (
     MonitoringConfig,
 )
+from tpuray.components.config.node_fit import head_fit_problems
 from tpuray.components.config.ray import (
     RayConfig,
 )
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version, slice_shape
+from tpuray.components.config.startup import StartupConfig
 from tpuray.components.config.value_types import (
     REGION,
     ProjectId,
@@ -82,6 +84,7 @@ class StackView:
     kueue: KueueConfig | None
     maintenance: MaintenanceConfig | None
     monitoring: MonitoringConfig | None
+    startup: StartupConfig | None
     stack: str | None
     """The stack's name, for the production rules."""
 
@@ -393,6 +396,14 @@ def namespace_rules(view: StackView) -> list[Problem]:
     ]
 
 
+def head_fit_rules(view: StackView) -> list[Problem]:
+    """The Ray head fits a node of the system pool (``config.node_fit``): ray.headCpu, ray.headMemory against
+    cluster.systemMachineType."""
+    if view.ray is None or view.cluster is None:
+        return []
+    return head_fit_problems(view.ray, view.cluster, [p for _, p in view.pools], view.startup)
+
+
 RULES: tuple[Callable[[StackView], list[Problem]], ...] = (
     pool_rules,
     control_plane_rules,
@@ -401,6 +412,7 @@ RULES: tuple[Callable[[StackView], list[Problem]], ...] = (
     model_fit_rules,
     namespace_rules,
     backend_rules,
+    head_fit_rules,
 )
 """Every cross-section rule, each taking the one :class:`StackView`."""
 

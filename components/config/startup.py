@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_validator
+from pydantic.alias_generators import to_camel
 
 from tpuray.components.catalog.images import parse_image
 from tpuray.components.config.base import ConfigModel, Problem, field_problem
+from tpuray.components.config.node_fit import file_cache_problems
 from tpuray.components.config.value_types import (
     BucketName,
     MountPath,
@@ -36,6 +38,8 @@ __all__ = [
     "FuseMountConfig",
     "ImagePullConfig",
     "StartupConfig",
+    "mount_path_problems",
+    "planned_mounts",
     "startup_problems",
 ]
 
@@ -103,6 +107,17 @@ class ImagePullConfig(ConfigModel):
     )
 
 
+_TUNED_OPTIONS = (
+    "fileCacheCapacity",
+    "fileCacheMedium",
+    "fileCacheForRangeRead",
+    "parallelDownloads",
+    "metadataCacheTtlSeconds",
+    "metadataPrefetch",
+)
+"""The hand-tuned options of a mount, which a ``profile`` replaces."""
+
+
 class FuseMountConfig(ConfigModel):
     """The GCS FUSE CSI driver's caches for one mount (volume attributes and mount options of
     https://cloud.google.com/kubernetes-engine/docs/how-to/persistent-volumes/cloud-storage-fuse-csi-driver-perf)."""
@@ -139,15 +154,10 @@ class FuseMountConfig(ConfigModel):
                 raise field_problem("profileScanGranted", "says GKE's bucket scan is granted: set profile")
             return self
         # The profile's StorageClass sets these itself (the file cache sized from the node's memory, metadata cache
-        # TTL -1, prefetch on mount); the PersistentVolume's own values would override it piece by piece.
-        tuned = {
-            "fileCacheCapacity": self.file_cache_capacity is not None,
-            "fileCacheMedium": self.file_cache_medium != "disk",
-            "fileCacheForRangeRead": self.file_cache_for_range_read,
-            "parallelDownloads": self.parallel_downloads,
-            "metadataCacheTtlSeconds": self.metadata_cache_ttl_seconds is not None,
-            "metadataPrefetch": self.metadata_prefetch,
-        }
+        # TTL -1, prefetch on mount), and a profiled mount is a PersistentVolume that carries none of them: any of
+        # them the file sets, even to its default (fileCacheMedium: disk), would be dropped without a word.
+        said = {to_camel(name) for name in self.model_fields_set}
+        tuned = {k: k in said for k in _TUNED_OPTIONS}
         if clash := [k for k, v in tuned.items() if v]:
             raise field_problem(
                 clash[0],
@@ -218,6 +228,8 @@ def startup_problems(cfg: StackConfig) -> list[Problem]:
             )
         )
     found += _profile_problems(cfg)
+    found += mount_path_problems(cfg)
+    found += file_cache_problems(cfg.ray, cfg.cluster, list(enumerate(cfg.slice_pools)), s)
     c = s.compile_cache
     owner = c.bucket_project or cfg.project
     if c.enabled and c.bucket is not None and owner != cfg.project and not c.access_granted:
@@ -244,16 +256,53 @@ def startup_problems(cfg: StackConfig) -> list[Problem]:
                     "to the Ray service account and set accessGranted: true",
                 )
             )
-        taken = {cfg.checkpoints.mount_path: "checkpoints.mountPath"}
-        if c.enabled and c.bucket is not None and c.bucket != cfg.checkpoint_bucket:
-            taken[c.mount_path] = "startup.compileCache.mountPath"
-        for path, name in taken.items():
-            if (
-                d.mount_path == path
-                or d.mount_path.startswith(path.rstrip("/") + "/")
-                or path.startswith(d.mount_path.rstrip("/") + "/")
-            ):
-                found.append(Problem("startup.dataMount.mountPath", f"{d.mount_path} overlaps {name} {path}"))
+    return found
+
+
+def planned_mounts(cfg: StackConfig) -> list[tuple[str, str]]:
+    """Every bucket mount path the Ray pods get, with the field that sets it: the checkpoint bucket (always), the
+    compile cache's own bucket (when it is not the checkpoint bucket), the data bucket (``planning.startup``)."""
+    out = [("checkpoints.mountPath", cfg.checkpoints.mount_path)]
+    c = cfg.startup.compile_cache
+    if c.enabled and c.bucket is not None and c.bucket != cfg.checkpoint_bucket:
+        out.append(("startup.compileCache.mountPath", c.mount_path))
+    if cfg.startup.data_mount is not None:
+        out.append(("startup.dataMount.mountPath", cfg.startup.data_mount.mount_path))
+    return out
+
+
+def _norm(path: str) -> str:
+    return "/" + "/".join(p for p in path.split("/") if p)
+
+
+def mount_path_problems(cfg: StackConfig) -> list[Problem]:
+    """The mount paths of one pod are unique and none lies in another: the API server refuses a pod with two
+    volumeMounts at one path (kubernetes pkg/apis/core/validation/validation.go, validateVolumeMounts: "must be
+    unique"), and a bucket mounted inside another hides that part of the outer bucket, its mount point made in a
+    FUSE mount (read-only for the data bucket). Each path is clear of the image's and Ray's own by its type
+    (``MountPath``, ``catalog.container_paths``)."""
+    found = []
+    mounts = planned_mounts(cfg)
+    for i, (field, path) in enumerate(mounts):
+        for other, other_path in mounts[:i]:
+            a, b = _norm(path), _norm(other_path)
+            if a == b:
+                found.append(
+                    Problem(
+                        field,
+                        f"{path} is also {other}: two volumes mounted at one path, and the API server refuses the "
+                        "pod; give each mount a path of its own (e.g. /checkpoints, /compile-cache, /data)",
+                    )
+                )
+            elif a.startswith(b + "/") or b.startswith(a + "/"):
+                inner, outer = (field, other) if a.startswith(b + "/") else (other, field)
+                found.append(
+                    Problem(
+                        field,
+                        f"{path} and {other} {other_path} are nested: {inner} would hide part of {outer}'s bucket; "
+                        "give each mount a path of its own, side by side (e.g. /checkpoints and /data)",
+                    )
+                )
     return found
 
 

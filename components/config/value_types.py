@@ -19,6 +19,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
+from tpuray.components.catalog.container_paths import reserved_path_clash
 from tpuray.components.catalog.images import parse_image
 
 __all__ = [
@@ -411,9 +412,6 @@ def _image(value: str) -> str | None:
 
 ImageRef = Annotated[str, AfterValidator(_checked(_image))]
 
-RESERVED_MOUNTS = ("/dev/shm",)
-"""Paths every Ray pod of tpuray already mounts (shared memory for Ray's object store)."""
-
 
 def _mount_path(value: str) -> str | None:
     parts = value.split("/")
@@ -421,10 +419,13 @@ def _mount_path(value: str) -> str | None:
         return f"{_show(value)} is not a mount path: an absolute path like /checkpoints, without '..', ':' or spaces"
     if len(value) > 4096:
         return "a mount path has at most 4096 characters"
-    norm = "/" + "/".join(p for p in parts if p)
-    for reserved in RESERVED_MOUNTS:
-        if norm == reserved or norm.startswith(reserved + "/") or reserved.startswith(norm + "/"):
-            return f"{_show(value)} clashes with the pod's own mount {reserved}"
+    # the image's, Ray's, the kubelet's and tpuray's own paths (catalog.container_paths cites each)
+    if (r := reserved_path_clash(value)) is not None:
+        where = "at or in" if r.beneath else "at or above"
+        return (
+            f"{_show(value)} would hide {r.path}, {r.what}: a mount may not be {where} it; choose a path of its "
+            "own, like /checkpoints or /data"
+        )
     return None
 
 

@@ -182,7 +182,9 @@ def test_a_data_mount_is_read_only_tuned_granted_and_valid_in_the_rayjob() -> No
         "parallelDownloads": True,
         "metadataPrefetch": True,
     }
-    c = parse_stack_config(with_(stack("prod-dws"), "startup.dataMount", data), stack="prod-dws")
+    # 200Gi in memory fits no e2-standard-8 beside the head (config.node_fit): a system node of 256 GiB holds it
+    values = with_(stack("prod-dws"), "cluster.systemMachineType", "n2-highmem-32")
+    c = parse_stack_config(with_(values, "startup.dataMount", data), stack="prod-dws")
     plan = plan_stack(c, "prod-dws")
     assert plan.ray.data_bucket == "tpuray-prod-corpus"
     job = ray_job_manifest(plan.job)

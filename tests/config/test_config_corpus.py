@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpuray.components.catalog.cloud_limits import ACCELERATOR_MACHINE_SERIES, CPU_MACHINE_SERIES
+from tpuray.components.catalog.container_paths import RESERVED_PATHS
 from tpuray.components.catalog.tpu_locations import TPU_REGIONS, TPU_ZONES, zones_of
 from tpuray.components.cli import main
 from tpuray.components.config.value_types import (
@@ -352,6 +353,51 @@ def test_job_ttl_on_a_shared_cluster(stack: str, ttl: int) -> None:
 @given(stacks, st.sampled_from(["checkpoints", "/", "/dev/shm", "/dev/shm/x", "/dev", "/a/../b", "/c:d", " /x"]))
 def test_mount_paths(stack: str, path: str) -> None:
     check(stack, ("checkpoints.mountPath", setter("checkpoints", "mountPath", value=path)))
+
+
+reserved_mounts = st.sampled_from(RESERVED_PATHS).flatmap(
+    lambda r: st.sampled_from(
+        [r.path, *("/".join(r.path.split("/")[:i]) for i in range(2, r.path.count("/") + 1))]
+        + ([f"{r.path}/x", f"{r.path}/a/b"] if r.beneath else [])
+    )
+)
+
+
+@CORPUS
+@given(stacks, reserved_mounts, st.sampled_from(["checkpoints", "data"]))
+def test_mount_paths_the_image_or_ray_use(stack: str, path: str, which: str) -> None:
+    """Every path catalog.container_paths reserves, a directory above it, and (where it says so) one inside."""
+    if which == "checkpoints":
+        check(stack, ("checkpoints.mountPath", setter("checkpoints", "mountPath", value=path)), "would hide")
+    else:
+        mount = {"bucket": "tpuray-corpus-data", "mountPath": path}
+        check(stack, ("startup.dataMount.mountPath", setter("startup", "dataMount", value=mount)), "would hide")
+
+
+@CORPUS
+@given(stacks, st.from_regex(r"(/[a-z][a-z0-9]{0,6}){0,2}", fullmatch=True))
+def test_a_data_mount_at_or_inside_the_checkpoint_mount(stack: str, tail: str) -> None:
+    def edit(values: dict[str, Any]) -> None:
+        base = values.get("checkpoints", {}).get("mountPath", "/checkpoints")
+        values.setdefault("startup", {})["dataMount"] = {"bucket": "tpuray-corpus-data", "mountPath": base + tail}
+
+    check(stack, ("startup.dataMount.mountPath", edit))
+
+
+@CORPUS
+@given(stacks, st.integers(min_value=28, max_value=1 << 20) | st.just(-1))
+def test_a_memory_file_cache_larger_than_its_node(stack: str, gib: int) -> None:
+    """More than any e2-standard-8 system node offers its pods (27999Mi), so the head cannot hold it."""
+    mount = {"fileCacheCapacity": "-1" if gib == -1 else f"{gib}Gi", "fileCacheMedium": "memory"}
+    path = "startup.checkpointMount.fileCacheCapacity"
+    check(stack, (path, setter("startup", "checkpointMount", value=mount)), "fileCacheMedium: disk")
+
+
+@CORPUS
+@given(stacks, st.sampled_from(["headCpu", "headMemory"]), st.integers(min_value=8, max_value=512))
+def test_a_head_larger_than_its_system_node(stack: str, key: str, amount: int) -> None:
+    value = str(amount) if key == "headCpu" else f"{amount * 4}Gi"
+    check(stack, (f"ray.{key}", setter("ray", key, value=value)), "cluster.systemMachineType")
 
 
 @CORPUS
