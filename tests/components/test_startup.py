@@ -228,7 +228,7 @@ def test_plan_says_per_pool_what_the_first_step_waits_for() -> None:
     c = parse_stack_config(stack("prod-dws"), stack="prod-dws")
     waits = first_step_waits(c, c.slice_pools[1])
     assert waits["image"].startswith("preloaded from disk image projects/tpuray-prod-project/global/images/")
-    assert "/compile-cache/xla-{runtime}/v6e-16-4x4-x2/tag-" in waits["compile_cache"]
+    assert "/compile-cache/xla-{runtime}/v6e-16-4x4-x1/tag-" in waits["compile_cache"]
     assert "pin it by digest" in waits["compile_cache"]  # the worker image is a tag here
     assert "fileCacheCapacity=100Gi" in waits["checkpoints"]
     dev = parse_stack_config(stack("dev"), stack="dev")
