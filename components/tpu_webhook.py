@@ -1,9 +1,24 @@
 """``TpuWebhook``: the KubeRay TPU webhook and, unless the cluster has it, the cert-manager it needs.
 
-The webhook (https://github.com/ai-on-gke/kuberay-tpu-webhook, ``main.go``) mutates every new pod labelled
-``app.kubernetes.io/name: kuberay`` that requests ``google.com/tpu``: it sets ``TPU_NAME``, ``TPU_WORKER_ID``,
-``TPU_WORKER_HOSTNAMES`` (multi-host), the pod's hostname and subdomain in the cluster's headless service, and
-``MEGASCALE_*`` where ``MEGASCALE_NUM_SLICES`` is set. Ray labels its TPU nodes from those variables
+The webhook (https://github.com/ai-on-gke/kuberay-tpu-webhook; chart 0.3.1 ships image ``v1.3.1-gke.2``, whose code
+is commit 5da78aa's ``main.go``, ``mutatePod``) mutates every new pod labelled ``app.kubernetes.io/name: kuberay``
+that requests ``google.com/tpu``. Into each container that requests TPUs it injects, each only where the container
+leaves it unset:
+
+- ``TPU_WORKER_ID`` (the host's index in its slice; on tpu7x one per TPU container, ``host * containers +
+  container``) and ``TPU_NAME`` (``<group>-<replica>``);
+- ``TPU_DEVICE_PLUGIN_HOST_IP`` (the node's IP, from ``status.hostIP``) and ``TPU_DEVICE_PLUGIN_ADDR``
+  (``$(TPU_DEVICE_PLUGIN_HOST_IP):2112``, the GKE TPU device plugin's metrics, which Ray's reporter agent reads);
+- on a multi-host slice, ``TPU_WORKER_HOSTNAMES`` (``<group>-<replica>-<host>.<cluster>-headless``, one per host),
+  and on tpu7x also ``TPU_PROCESS_ADDRESSES`` (every host at ``8471 + container``) and ``TPU_PROCESS_PORT``
+  (``8471 + container``);
+- where the container sets ``MEGASCALE_NUM_SLICES``: ``MEGASCALE_SLICE_ID`` (the replica),
+  ``MEGASCALE_COORDINATOR_ADDRESS`` (host 0 of replica 0; on tpu7x with port 8081, container 0's) and
+  ``MEGASCALE_PORT`` (8081; on tpu7x ``8081 + container``).
+
+On a multi-host slice it also sets the pod's hostname and subdomain in the cluster's headless service and a required
+pod affinity and anti-affinity per node pool on its ``replicaIndex`` pod label (``injectAffinity``), a label it adds
+itself only for a KubeRay that does not label replica indices. Ray labels its TPU nodes from those variables
 (``ray.io/tpu-slice-name``, ``ray.io/tpu-worker-id``) and reserves a multi-host slice by them, so a multi-host
 slice's Ray pods must be created after the webhook serves. Installed as its README says: cert-manager from the
 jetstack chart with its CRDs (the webhook's ``Certificate`` and its CA injection), then the webhook's chart from

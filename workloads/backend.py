@@ -423,7 +423,9 @@ class XlaChipConfig(TorchConfig):
     together with :func:`tpu_scaling_config`.
 
     ``base_port``: first TPU client port on each host (chip ``c`` uses ``base_port + c``);
-    ``megascale_port``: the multislice coordinator's port; ``timeout_s``: process-group timeout;
+    ``megascale_port``: first multislice port on each host (chip ``c``'s process binds ``megascale_port + c``, and
+    chip 0 of slice 0's host 0 coordinates: :func:`~tpuray.workloads.worker_env.megascale_env`); ``timeout_s``:
+    process-group timeout;
     ``compile_cache_dir``: the persistent compile cache's root (else the workers' ``TPURAY_COMPILE_CACHE_DIR``,
     which the stack sets; neither: no cache), one directory per key under it (:mod:`tpuray.workloads.compile_cache`).
     """

@@ -7,7 +7,14 @@ shape; the root is ``TPURAY_COMPILE_CACHE_DIR`` (the stack mounts the bucket the
 - PyTorch/XLA: ``torch_xla.runtime.initialize_cache(path, readonly=...)`` before the runtime computes anything
   (torch_xla 2.9 ``torch_xla/runtime.py`` asserts it: it only sets ``XLA_PERSISTENT_CACHE_PATH`` and
   ``XLA_PERSISTENT_CACHE_READ_ONLY``, which the runtime reads when it creates its computation cache). Rank 0
-  writes; the other ranks read only, as its docstring advises for several processes on one cache.
+  writes; the other ranks read only. That is tpuray's choice, not torch_xla's advice: ``initialize_cache`` only says
+  of ``readonly`` "Whether or not this worker should have write access to the cache", and torch_xla's own
+  multiprocess test gives each process a directory of its own instead ("to avoid a race condition where one process
+  loads the compilation result of another", ``test/test_persistent_cache.py``). One writer, because the key
+  directory is one bucket every host mounts through Cloud Storage FUSE, which has no concurrency control across
+  mounts: "when different mounts try to write to the same object, the flush from first mount wins", and "it is
+  strongly recommended that multiple sources do not modify the same object" (GoogleCloudPlatform/gcsfuse
+  ``docs/semantics.md``, "Concurrency").
   :class:`~tpuray.workloads.XlaChipConfig`'s backend calls :func:`enable_xla` on every worker before the
   process group starts, so the GPT trainer and any portable train function use it unchanged.
 - TorchTPU: ``TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT``, pointed at ``gs://`` (``TPURAY_COMPILE_CACHE_URL``)

@@ -188,8 +188,8 @@ def assign_chips(
 
     Checks that every reserved slice got exactly one worker per chip on hosts ``0..hosts-1`` of one Ray slice,
     and that no Ray slice serves two reservations; raises :class:`PlacementError` otherwise. With more than
-    one slice each worker also gets the ``MEGASCALE_*`` variables (Ray's ``get_tpu_coordinator_env_vars``),
-    with slice 0's host 0 as the coordinator.
+    one slice each worker also gets the ``MEGASCALE_*`` variables (:func:`~tpuray.workloads.worker_env.megascale_env`):
+    slice 0's host 0 coordinates, and each chip's process has a ``MEGASCALE_PORT`` of its own.
     """
     per_slice: dict[int, list[Seat]] = defaultdict(list)
     for s in seats:
@@ -222,14 +222,13 @@ def assign_chips(
 
     head = next(s for s in per_slice[0] if s.worker_id == 0)
     host0 = hostnames[0][0] if hostnames[0] else head.address
-    coordinator = {i: megascale_env(host0, num_slices, i, megascale_port) for i in range(num_slices)}
 
     world = num_slices * tpu_slice.chips
     out = []
     for i, group in per_slice.items():
         for s in group:
             env = chip_env(tpu_slice, s.worker_id, s.chip, hostnames[i], base_port)
-            env.update(coordinator[i])
+            env.update(megascale_env(host0, num_slices, i, s.chip, megascale_port))
             out.append(
                 ChipAssignment(
                     actor_index=s.actor_index,

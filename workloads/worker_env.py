@@ -5,10 +5,13 @@
   from a :class:`~tpuray.components.catalog.topology.TpuSlice` instead of the GCE metadata server (GKE pods have
   none). Ray sets none of ``TPU_PROCESS_BOUNDS``, ``TPU_CHIPS_PER_PROCESS_BOUNDS``, ``TPU_PROCESS_ADDRESSES``,
   ``TPU_PROCESS_PORT`` and ``CLOUD_TPU_TASK_ID``.
-- ``MEGASCALE_*`` across slices, from Ray's own ``ray.util.tpu.get_tpu_coordinator_env_vars``.
+- ``MEGASCALE_*`` across slices, from Ray's own ``ray.util.tpu.get_tpu_coordinator_env_vars``, with a
+  ``MEGASCALE_PORT`` of its own for each process of a host (:func:`megascale_env`).
 - ``TORCH_TPU_*`` for the torch_tpu runtime, one process per device, which Ray 2.60 leaves unset.
-- What the GKE TPU webhook injects into a TPU pod (``TPU_NAME``, ``TPU_WORKER_ID``, ``TPU_WORKER_HOSTNAMES``),
-  for the local emulation, plus the emulation's CPU settings.
+- What the GKE TPU webhook injects into a TPU pod that identifies the host (``TPU_NAME``, ``TPU_WORKER_ID``,
+  ``TPU_WORKER_HOSTNAMES``), for the local emulation, plus the emulation's CPU settings. The webhook injects more
+  (its full list: :mod:`tpuray.components.tpu_webhook`); the emulation gives ``TPU_DEVICE_PLUGIN_ADDR`` its own
+  emulated plugin's address (:mod:`tpuray.workloads.emulation`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tpuray.components.catalog.names import TPU_MEGASCALE_PORT, TPU_PROCESS_BASE_PORT, TPU_SLICEBUILDER_PORT
+from tpuray.components.catalog.runtime_ports import xla_megascale_port
 from tpuray.components.catalog.topology import TpuSlice
 
 __all__ = [
@@ -139,16 +143,27 @@ def hostnames_from_env(env: Mapping[str, str]) -> list[str]:
 
 
 def megascale_env(
-    coordinator_host: str, num_slices: int, slice_index: int, port: int = TPU_MEGASCALE_PORT
+    coordinator_host: str, num_slices: int, slice_index: int, chip: int = 0, port: int = TPU_MEGASCALE_PORT
 ) -> dict[str, str]:
-    """``MEGASCALE_*`` of a worker on slice ``slice_index`` of ``num_slices`` (Ray's own helper); empty for one
-    slice. ``coordinator_host`` is host 0 of slice 0."""
+    """``MEGASCALE_*`` of the process that drives ``chip`` of its host on slice ``slice_index`` of ``num_slices``;
+    empty for one slice. ``coordinator_host`` is host 0 of slice 0, whose chip-0 process coordinates.
+
+    Ray's own helper (``ray.util.tpu.get_tpu_coordinator_env_vars``) with the coordinator's port in its address, and
+    each process's own ``MEGASCALE_PORT`` (``port + chip``), as Ray 2.60 does for TorchTPU
+    (``ray/train/torch/config.py``: ``build_address(master_addr, coordinator_port)``, then
+    ``_set_tpu_multislice_env_vars`` "to prevent port bind collisions when multiple workers share a single TPU
+    host"). The address carries the port because libtpu "otherwise appends each process's own MEGASCALE_PORT"
+    (torch_tpu 0.2.0 ``_internal/distributed/device_mesh.py``), which is only the coordinator's on chip 0.
+    """
     if num_slices <= 1:
         return {}
     from ray.util.tpu import get_tpu_coordinator_env_vars  # pure helper; imported lazily (Ray is heavy)
 
-    env = get_tpu_coordinator_env_vars(coordinator_host, num_slices, slice_index, str(port))
-    return {str(k): str(v) for k, v in env.items()}
+    coordinator = f"{coordinator_host}:{xla_megascale_port(0, port)}"
+    env = get_tpu_coordinator_env_vars(coordinator, num_slices, slice_index, str(xla_megascale_port(0, port)))
+    out = {str(k): str(v) for k, v in env.items()}
+    out["MEGASCALE_PORT"] = str(xla_megascale_port(chip, port))
+    return out
 
 
 # ---- torch_tpu ----------------------------------------------------------------------------------------------

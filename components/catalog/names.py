@@ -113,17 +113,30 @@ GKE_QUEUED_TAINT_KEY = "cloud.google.com/gke-queued"
 
 # ---- ports ------------------------------------------------------------------------------------------------
 TPU_SLICEBUILDER_PORT = 8471
-"""The TPU runtime's slice builder between the hosts of a multi-host slice (Ray's default)."""
-TPU_MEGASCALE_PORT = 8081
-"""Ray's ``DEFAULT_MEGASCALE_PORT`` (TCP) for multislice coordination.
+"""The TPU runtime's process port between the hosts of a slice, and tpuray's first TorchTPU slice-builder port.
 
-Settled: one port for every process, per-chip processes on one host included. MEGASCALE_PORT is the
-multislice coordinator's port (Ray ``ray.util.tpu.get_tpu_coordinator_env_vars``: "the port the coordinator is
-listening on"), and the KubeRay TPU webhook gives every container of a multislice group the same one (its e2e test
-``TestWebhookMutation_V6eMultiSlice``: "All containers in a multi-slice group should share the same port
-configuration", 8081). What the webhook numbers per container on v7x (``TestWebhookMutation_V7xMultiContainer``:
-8471, 8472) is ``TPU_PROCESS_PORT``, the per-process runtime port, which tpuray already gives each chip's process
-(``TPU_PROCESS_BASE_PORT`` + chip). So the NetworkPolicy keeps 8081 alone for megascale."""
+8471 is the TPU runtime's default process port: the KubeRay TPU webhook 1.3.1 numbers ``TPU_PROCESS_PORT`` from it
+(ai-on-gke/kuberay-tpu-webhook ``main.go`` at 5da78aa, ``tpuProcessPortBase = 8471``: 8471 + container on v7x).
+Ray 2.60 names no such port (neither ``ray/_private/accelerators/tpu.py`` nor ``ray/train/torch/config.py`` sets a
+``TORCH_TPU_*`` or ``TPU_PROCESS_*`` variable), and torch_tpu 0.2.0's own launcher counts its slice builders from
+8070 (``TORCH_TPU_BASE_PORT``); tpuray's TorchTPU env counts them from 8471 so that device 0's is the port the
+webhook gives container 0."""
+TPU_MEGASCALE_PORT = 8081
+"""The first multislice (MEGASCALE) port: Ray's ``DEFAULT_MEGASCALE_PORT`` (``ray/_private/accelerators/tpu.py``).
+
+Not shared by the processes of one host: ``MEGASCALE_PORT`` is the port each process's own MegaScale client binds
+(libtpu "sets --megascale_port to MEGASCALE_PORT", torch_tpu 0.2.0 ``_internal/distributed/device_mesh.py``), so
+every process of a host needs its own. Ray 2.60 gives each worker ``8081 + LOCAL_RANK`` "to prevent port bind
+collisions when multiple workers share a single TPU host" (``ray/train/torch/config.py``,
+``_set_tpu_multislice_env_vars``) and the KubeRay TPU webhook 1.3.1 gives each TPU container ``8081 + container``
+(``main.go`` at 5da78aa, ``megascalePortBase``); tpuray gives PyTorch/XLA's per-chip process ``8081 + chip``
+(:mod:`tpuray.components.catalog.runtime_ports`)."""
+TORCH_TPU_MEGASCALE_BASE_PORT = 8080
+"""torch_tpu 0.2.0 overwrites each multislice process's ``MEGASCALE_PORT`` with ``8080 + 2 * i`` and
+``MEGASCALE_DEBUG_PORT`` with ``8081 + 2 * i``, ``i`` its local rank, whatever Ray set (the C++ glue's
+``AssignMegascalePorts``, ``torch_tpu/csrc/common/glue_2_14_0/libpywrap_2_14_0_common.so``: ``setenv`` with overwrite,
+called from ``InitializeDistributedEnvironment`` when ``WORLD_SIZE`` exceeds the slice-builder addresses; read from
+the disassembly, its log line "Multi-slice job detected, setting MEGASCALE_PORT=... and MEGASCALE_DEBUG_PORT=...")."""
 TPU_RUNTIME_PORTS = (("tpu-slicebuilder", TPU_SLICEBUILDER_PORT), ("tpu-megascale", TPU_MEGASCALE_PORT))
 TORCH_TPU_ENV_CALLBACK = "tpuray.workloads.torch_tpu.TorchTpuEnvCallback"
 """The Ray Train callback that gives TorchTPU workers their env (``tpuray.workloads.torch_tpu``): named in
@@ -162,8 +175,14 @@ RAY_NODE_PORTS = (
     ("metrics-export-port", RAY_METRICS_PORT),
 )
 """``ray start`` flag -> port, on every Ray node (head and workers)."""
-RAY_WORKER_PORT_RANGE = (10002, 19999)
-"""``--min-worker-port``/``--max-worker-port``: Ray's defaults, written out so the policy can allow the range."""
+RAY_WORKER_PORT_RANGE = (10002, 10257)
+"""``--min-worker-port``/``--max-worker-port``: 256 ports for the worker processes of one Ray node (each binds one).
+
+Ray's default is 10002-19999, but the NetworkPolicy lists every port one by one (GKE Dataplane V2 is Cilium, which
+before 1.16 ignored a rule's ``endPort``, and GKE does not publish its Cilium version:
+:mod:`tpuray.components.planning.network_policy`), so the range is kept small. A node that needs more workers at
+once fails loudly: the raylet refuses the next one ("No available ports. Please specify a wider port range using
+--min-worker-port and --max-worker-port.", Ray 2.60 ``raylet``), never silently."""
 
 # ---- Ray token authentication (https://docs.ray.io/en/latest/ray-security/token-auth.html) ------------------
 RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"

@@ -2,18 +2,23 @@
 containers' ports and the worker env (``tpuray.workloads.worker_env``) all read.
 
 Pure Python, no Pulumi. Each range is derived from the :class:`~tpuray.components.catalog.topology.TpuSlice`: one port
-per process on a host, processes numbered from 0 on each host.
+per process on a host, processes numbered from 0 on each host. No two processes of a host share a port: each binds
+its own, the multislice (MEGASCALE) port included (:data:`~tpuray.components.catalog.names.TPU_MEGASCALE_PORT`).
 
 - TorchTPU (``torch_tpu``): one process per runtime device (two per chip on tpu7x). Each device's slice builder
   listens on its entry of ``TORCH_TPU_SLICEBUILDER_ADDRESSES``, ``host:base + i`` for the ``i``-th device of a host
-  (torch_tpu 0.2.0 ``_internal/distributed/distributed.py``, ``build_slicebuilder_addresses``; tpuray counts from
-  8471 as Ray and the KubeRay TPU webhook do, where torch_tpu's own launcher counts from 8070). Across slices Ray
-  2.60 gives each worker ``MEGASCALE_PORT = 8081 + LOCAL_RANK`` "to prevent port bind collisions when multiple
-  workers share a single TPU host" (``ray/train/torch/config.py``, ``_set_tpu_multislice_env_vars``).
+  (torch_tpu 0.2.0 ``_internal/distributed/distributed.py``, ``build_slicebuilder_addresses``), and torch_tpu
+  derives ``TPU_PROCESS_ADDRESSES`` and ``TPU_PROCESS_PORT`` from that list itself, overwriting what the KubeRay TPU
+  webhook injected (``InitializeDistributedEnvironment`` in its C++ glue sets them with ``setenv``, overwriting);
+  torch_tpu's own launcher counts from 8070, tpuray from 8471
+  (:data:`~tpuray.components.catalog.names.TPU_SLICEBUILDER_PORT`). Across slices torch_tpu also overwrites the
+  ``MEGASCALE_PORT`` Ray 2.60 set (``8081 + LOCAL_RANK``) with ``8080 + 2 * LOCAL_RANK`` and adds
+  ``MEGASCALE_DEBUG_PORT = 8081 + 2 * LOCAL_RANK``
+  (:data:`~tpuray.components.catalog.names.TORCH_TPU_MEGASCALE_BASE_PORT`): two ports per device from 8080.
 - PyTorch/XLA (``xla``): one process per chip on ``TPU_PROCESS_PORT = 8476 + chip`` (torch_xla 2.9
-  ``_internal/tpu.py``, ``configure_topology``), the slice builder on 8471, and one multislice coordinator port,
-  8081, shared by every process of a host as the KubeRay TPU webhook gives it
-  (``TestWebhookMutation_V6eMultiSlice`` in ai-on-gke/kuberay-tpu-webhook ``webhook_main_test.go``).
+  ``_internal/tpu.py``, ``configure_topology``), 8471 (the runtime's default process port), and one multislice port
+  per chip, ``MEGASCALE_PORT = 8081 + chip``, as Ray 2.60 numbers TorchTPU's per worker and the KubeRay TPU webhook
+  1.3.1 per TPU container; a shared port would leave every process of a host but one unable to bind it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from tpuray.components.catalog.names import TPU_MEGASCALE_PORT, TPU_PROCESS_BASE_PORT, TPU_SLICEBUILDER_PORT
+from tpuray.components.catalog.names import (
+    TORCH_TPU_MEGASCALE_BASE_PORT,
+    TPU_MEGASCALE_PORT,
+    TPU_PROCESS_BASE_PORT,
+    TPU_SLICEBUILDER_PORT,
+)
 from tpuray.components.catalog.topology import TpuSlice
 
 __all__ = [
@@ -33,7 +43,9 @@ __all__ = [
     "PortRange",
     "RuntimeBackend",
     "runtime_ports",
+    "torch_tpu_megascale_ports",
     "union_ports",
+    "xla_megascale_port",
 ]
 
 RuntimeBackend = Literal["xla", "torch_tpu"]
@@ -62,24 +74,43 @@ class PortRange:
         return range(self.first, self.last + 1)
 
 
+def xla_megascale_port(chip: int, base: int = TPU_MEGASCALE_PORT) -> int:
+    """``MEGASCALE_PORT`` of the PyTorch/XLA process that drives ``chip`` of its host: ``base + chip``."""
+    if chip < 0:
+        raise ValueError(f"chip {chip}: chips are numbered from 0 on each host")
+    return base + chip
+
+
+def torch_tpu_megascale_ports(local_rank: int) -> tuple[int, int]:
+    """``(MEGASCALE_PORT, MEGASCALE_DEBUG_PORT)`` torch_tpu 0.2.0 gives the multislice process of ``local_rank``:
+    ``8080 + 2 * local_rank`` and the next port (:data:`~tpuray.components.catalog.names.TORCH_TPU_MEGASCALE_BASE_PORT`
+    holds the source)."""
+    if local_rank < 0:
+        raise ValueError(f"local rank {local_rank}: local ranks are numbered from 0 on each host")
+    port = TORCH_TPU_MEGASCALE_BASE_PORT + 2 * local_rank
+    return port, port + 1
+
+
 def runtime_ports(tpu_slice: TpuSlice, backend: RuntimeBackend) -> tuple[PortRange, ...]:
     """The ranges the processes of one host of ``tpu_slice`` listen on under ``backend``.
 
     >>> [(r.name, r.first, r.last) for r in runtime_ports(TpuSlice.parse("tpu7x:2x2x2"), "torch_tpu")]
-    [('tpu-slicebuilder', 8471, 8478), ('tpu-megascale', 8081, 8088)]
+    [('tpu-slicebuilder', 8471, 8478), ('tpu-megascale', 8080, 8095)]
+    >>> [(r.name, r.first, r.last) for r in runtime_ports(TpuSlice.parse("v5p:2x2x2"), "xla")]
+    [('tpu-slicebuilder', 8471, 8471), ('tpu-process', 8476, 8479), ('tpu-megascale', 8081, 8084)]
     """
     if backend == "torch_tpu":
         n = tpu_slice.devices_per_host
         return (
             PortRange("tpu-slicebuilder", TPU_SLICEBUILDER_PORT, TPU_SLICEBUILDER_PORT + n - 1, "hosts"),
-            PortRange("tpu-megascale", TPU_MEGASCALE_PORT, TPU_MEGASCALE_PORT + n - 1, "slices"),
+            PortRange("tpu-megascale", torch_tpu_megascale_ports(0)[0], torch_tpu_megascale_ports(n - 1)[1], "slices"),
         )
     if backend == "xla":
         n = tpu_slice.chips_per_host
         return (
             PortRange("tpu-slicebuilder", TPU_SLICEBUILDER_PORT, TPU_SLICEBUILDER_PORT, "hosts"),
             PortRange("tpu-process", TPU_PROCESS_BASE_PORT, TPU_PROCESS_BASE_PORT + n - 1, "hosts"),
-            PortRange("tpu-megascale", TPU_MEGASCALE_PORT, TPU_MEGASCALE_PORT, "slices"),
+            PortRange("tpu-megascale", xla_megascale_port(0), xla_megascale_port(n - 1), "slices"),
         )
     raise ValueError(f"backend {backend!r}: valid choices are {', '.join(BACKENDS)}")
 

@@ -556,3 +556,42 @@ def tpu_webhook_pin_rules(view: StackView) -> list[Problem]:
 
 
 RULES = (*RULES, tpu_webhook_pin_rules)
+
+
+def queued_job_slices_rules(view: StackView) -> list[Problem]:
+    """The training job's queued pool holds one slice: one ProvisioningRequest is only known to fill one.
+
+    The job's RayJob asks for all of its pool's slices at once, and Kueue v0.19.2 asks one ProvisioningRequest for a
+    workload per admission check, one pod set per worker group, its count every pod of every slice
+    (``pkg/controller/admissionchecks/provisioning/controller.go``, ``syncOwnedProvisionRequest``). Each slice of a
+    pool is a node pool of its own. GKE's queued-provisioning page is written for GPUs
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/provisioningrequest); its TPU tutorial asks for one v6e
+    4x4 slice from one 4-node pool per RayJob (https://cloud.google.com/kubernetes-engine/docs/tutorials/ray-kueue-dws),
+    the ``queued-provisioning.gke.io`` class is GKE's own (the open cluster autoscaler's classes are only
+    ``check-capacity`` and ``best-effort-atomic-scale-up``: kubernetes/autoscaler
+    ``cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1/types.go``), and xpk
+    turns queued provisioning on only for single-slice GPU jobs (AI-Hypercomputer/xpk ``src/xpk/utils/kueue.py``,
+    ``is_queued_cluster``; TPU flex-start goes without it). No public source shows GKE filling one request across
+    several multi-host slices, so tpuray does not ask it to.
+    """
+    found: list[Problem] = []
+    target = view.workload_pool
+    for i, p in view.pools:
+        if (target is None or p.name == target) and p.capacity.queued_provisioning and p.slices > 1:
+            hosts = p.tpu_slice.hosts
+            found.append(
+                Problem(
+                    f"slicePools[{i}].slices",
+                    f"the training job on queued pool {p.name!r} would ask one ProvisioningRequest for all its "
+                    f"{p.slices} slices ({p.slices * hosts} hosts in one pod set), and GKE documents queued "
+                    "provisioning for TPUs one slice per request; no public source shows it filling one request "
+                    "across several slices: set slices: 1, or capacity type flex-start (no ProvisioningRequest)",
+                )
+            )
+        if target is None:
+            break  # the job runs on the first pool
+    return found
+
+
+# Appended here rather than in the tuple above, so that this rule stays one block of its own.
+RULES = (*RULES, queued_job_slices_rules)

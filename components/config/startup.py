@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from tpuray.components.config.stack import StackConfig
 
 __all__ = [
+    "CONTAINER_FILE_SYSTEM_API",
     "GCSFUSE_PROFILES",
     "GCSFUSE_PROFILES_MIN_GKE",
     "IMAGE_STREAMING_MIN_GKE",
@@ -45,8 +46,12 @@ __all__ = [
 
 # https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming ("Requirements"): Standard clusters run
 # 1.18.6-gke.4801 or later, nodes use the Container-Optimized OS with containerd image, and images live in
-# Artifact Registry (standard or remote repositories); images from other registries are pulled whole.
+# Artifact Registry (standard or remote repositories); images from other registries are pulled whole. The same list
+# opens with "You must enable the Container File System API" (containerfilesystem.googleapis.com), which tpuray does
+# not enable: no part of the stack enables APIs, so the stack file has to say the project has it on.
 IMAGE_STREAMING_MIN_GKE = "1.18.6-gke.4801"
+CONTAINER_FILE_SYSTEM_API = "containerfilesystem.googleapis.com"
+"""The API image streaming needs enabled in the cluster's project (GKE's image streaming page, "Requirements")."""
 """Below every version the config accepts (``config_types.gke_version_key``: minors 24 and up), so no stack can
 miss it: written down, not checked."""
 # https://cloud.google.com/kubernetes-engine/docs/how-to/data-container-image-preloading ("Overview"): Standard
@@ -99,6 +104,11 @@ class ImagePullConfig(ConfigModel):
 
     streaming: bool = Field(
         default=False, description="GKE image streaming (gcfsConfig) on the TPU node pools; Artifact Registry images"
+    )
+    container_file_system_api_enabled: bool = Field(
+        default=False,
+        description="the project has the Container File System API (containerfilesystem.googleapis.com) on, which "
+        "image streaming needs and tpuray does not enable (gcloud services enable containerfilesystem.googleapis.com)",
     )
     preloaded_disk_image: Annotated[str, Field(pattern=_DISK_IMAGE)] | None = Field(
         default=None,
@@ -217,6 +227,17 @@ def startup_problems(cfg: StackConfig) -> list[Problem]:
                 f"image streaming serves Artifact Registry images only, and the worker image {worker_image} is "
                 "not one (<location>-docker.pkg.dev/<project>/<repository>/<image>): push it there, or use "
                 "startup.images.preloadedDiskImage",
+            )
+        )
+    if s.images.streaming and not s.images.container_file_system_api_enabled:
+        found.append(
+            Problem(
+                "startup.images.containerFileSystemApiEnabled",
+                f"image streaming needs the Container File System API ({CONTAINER_FILE_SYSTEM_API}) enabled in project "
+                f"{cfg.project} (https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming, "
+                "Requirements), and tpuray enables no APIs: run `gcloud services enable "
+                f"{CONTAINER_FILE_SYSTEM_API} --project={cfg.project}`, then set containerFileSystemApiEnabled: true; "
+                "or set streaming: false",
             )
         )
     if s.images.preloaded_disk_image is not None and _below(version, SECONDARY_BOOT_DISK_MIN_GKE):

@@ -5,9 +5,9 @@ Deny by default (ingress and egress), then allow exactly:
 - among the pods of one RayCluster: the Ray ports (pinned on every node by
   :data:`~tpuray.components.catalog.names.RAY_NODE_PORTS`, the head's ports and the worker port range) and the TPU
   runtime's ports between the hosts of a slice and across slices, per process, as
-  :mod:`tpuray.components.catalog.runtime_ports` derives them for the stack's backend (PyTorch/XLA: slice builder 8471,
-  megascale 8081, the per-chip PJRT process ports 8476+; TorchTPU: a slice builder and a megascale port per
-  device, 8471+ and 8081+);
+  :mod:`tpuray.components.catalog.runtime_ports` derives them for the stack's backend (PyTorch/XLA: 8471, the
+  per-chip PJRT process ports 8476+ and a megascale port per chip, 8081+; TorchTPU: a slice builder per device,
+  8471+, and the two megascale ports torch_tpu gives each device, 8080+), every port listed on its own (below);
 - to the head's dashboard/job port: the RayJob submitter pods and the KubeRay operator's namespace;
 - to every Ray pod's metrics port: Managed Service for Prometheus collectors (tpuray's PodMonitoring);
 - out of every Ray pod: DNS, the GKE metadata server (Workload Identity tokens, also for the GCS FUSE sidecar) and
@@ -30,6 +30,23 @@ collect-view-logs-metrics); their egress to Cloud Monitoring is theirs, outside 
 filter, so the documented port-forward + ``ray job submit`` path keeps working.
 GKE Dataplane V2 enforces these without the Calico add-on:
 https://cloud.google.com/kubernetes-engine/docs/how-to/network-policy
+
+No rule uses a port range (``endPort``). GKE Dataplane V2 is Cilium
+(https://cloud.google.com/kubernetes-engine/docs/concepts/dataplane-v2), and upstream Cilium before 1.16 did not
+honour ``endPort``: its NetworkPolicy parser kept ``port`` and dropped ``endPort``, opening the first port only
+(cilium/cilium ``pkg/k8s/network_policy.go``, ``parsePorts``; the issue "Cilium silently accepts k8s networkpolicy
+with endPort without implementing it"), a later change refused such a policy outright ("Cilium will not process or
+enforce network policies with port ranges"), and port ranges came with 1.16 ("policy: Add support for port ranges in
+network policies", the v1.16.0-rc.1 notes). GKE publishes neither the Cilium release its ``anetd`` carries nor that
+it honours ``endPort``, so no GKE version tpuray supports (1.30 and later) can be shown to; under the default deny a
+range it ignored would cut Ray's calls between nodes. So every allowed port is listed on its own, and Ray's worker
+ports are pinned to a small range (:data:`~tpuray.components.catalog.names.RAY_WORKER_PORT_RANGE`, 256 ports). The
+peers rule lists the 9 head and node ports, the 256 worker ports and the runtime's (17 for PyTorch/XLA on an 8-chip
+host, 24 for TorchTPU on a tpu7x host, 8080 among them being Ray's metrics port too): at most 288 entries in each of
+its two directions, about 20 KB of the policy object, far below the Kubernetes object size limit. Cilium makes each
+listed port a port rule of its own (``parsePorts`` again), so its cap of 40 ports per port rule does not apply; it
+keeps a policy-map entry per allowed peer identity and port on each pod, a number tpuray does not bound (the
+cluster's Ray pods times these ports).
 """
 
 from __future__ import annotations
@@ -94,18 +111,16 @@ class NetworkPolicyParams:
 
 
 def ray_peer_ports(runtime_ranges: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
-    """Every port one pod of a RayCluster may open on another, as NetworkPolicy ports (TCP): Ray's, then the TPU
-    runtime's (one-port ranges among the single ports, wider ones after Ray's worker range)."""
-    singles = sorted(
+    """Every port one pod of a RayCluster may open on another, as NetworkPolicy ports (TCP), each on its own and
+    sorted: Ray's (head, node and worker ports) and the TPU runtime's. No ``endPort``: see the module docstring."""
+    lo, hi = RAY_WORKER_PORT_RANGE
+    ports = (
         {port for _, port in HEAD_PORTS}
         | {port for _, port in RAY_NODE_PORTS}
-        | {first for first, last in runtime_ranges if first == last}
+        | set(range(lo, hi + 1))
+        | {port for first, last in runtime_ranges for port in range(first, last + 1)}
     )
-    ports: list[dict[str, Any]] = [{"protocol": "TCP", "port": p} for p in singles]
-    lo, hi = RAY_WORKER_PORT_RANGE
-    ports.append({"protocol": "TCP", "port": lo, "endPort": hi})
-    ports += [{"protocol": "TCP", "port": first, "endPort": last} for first, last in runtime_ranges if last > first]
-    return ports
+    return [{"protocol": "TCP", "port": p} for p in sorted(ports)]
 
 
 def _policy(p: NetworkPolicyParams, name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -231,7 +246,8 @@ def network_policies(p: NetworkPolicyParams) -> list[dict[str, Any]]:
 
 
 def allowed_ingress_ports(policies: Sequence[Mapping[str, Any]], pod_labels: Mapping[str, str]) -> set[int]:
-    """Single TCP ports some policy lets into a pod with these labels (ranges left out); for checks and tests."""
+    """Single TCP ports some policy lets into a pod with these labels (ranges, which tpuray never writes, left out:
+    an engine may open only their first port); for checks and tests."""
     out: set[int] = set()
     for pol in policies:
         spec = pol.get("spec") or {}

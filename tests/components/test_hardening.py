@@ -23,6 +23,8 @@ from tpuray.components.catalog.names import (
     TPU_PROCESS_BASE_PORT,
     TPU_RUNTIME_PORTS,
 )
+from tpuray.components.catalog.runtime_ports import RuntimeBackend, union_ports
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.gke_cluster import GkeCluster
 from tpuray.components.planning.kuberay import ray_cluster_manifest, ray_start_ports
@@ -127,9 +129,34 @@ def test_every_ray_port_is_pinned_and_allowed_between_the_pods_of_a_cluster() ->
     assert pinned == {port for _, port in RAY_NODE_PORTS}
     assert declared == {port for _, port in HEAD_PORTS} | {port for _, port in TPU_RUNTIME_PORTS}
     peer_rule = next(p for p in policies if p["metadata"]["name"] == "tpu-ray-peers")["spec"]["ingress"][0]
-    ranges = {(p["port"], p["endPort"]) for p in peer_rule["ports"] if "endPort" in p}
-    assert ranges == {RAY_WORKER_PORT_RANGE, (TPU_PROCESS_BASE_PORT, TPU_PROCESS_BASE_PORT + 3)}  # 4 chips/host
+    # no port ranges (an engine that ignores endPort opens the first port only): every worker port and every
+    # per-chip process port listed on its own
+    rules = [r for p in policies for d in ("ingress", "egress") for r in p["spec"].get(d, [])]
+    assert not [port for r in rules for port in r.get("ports", []) if "endPort" in port]
+    lo, hi = RAY_WORKER_PORT_RANGE
+    assert set(range(lo, hi + 1)) | set(range(TPU_PROCESS_BASE_PORT, TPU_PROCESS_BASE_PORT + 4)) <= opened
+    assert [p["port"] for p in peer_rule["ports"]] == sorted({p["port"] for p in peer_rule["ports"]})
     assert peer_rule["from"] == [{"podSelector": {"matchLabels": peers}}]
+
+
+def test_the_peers_rule_stays_small_enough_to_list_every_port() -> None:
+    """Listing each port is only workable for a few hundred: the largest runtime set (TorchTPU on tpu7x, 8 devices
+    a host, two multislice ports each) and PyTorch/XLA's on an 8-chip host stay under 300 per direction."""
+    cases: tuple[tuple[str, RuntimeBackend], ...] = (
+        ("tpu7x:2x2x2", "torch_tpu"),
+        ("v5litepod:2x4", "xla"),
+        ("v6e:16x16", "xla"),
+    )
+    for name, backend in cases:
+        ranges = tuple(union_ports([TpuSlice.parse(name)], backend))
+        (peers,) = [
+            p
+            for p in network_policies(NetworkPolicyParams(namespace="ray", cluster="tpu", runtime_ranges=ranges))
+            if p["metadata"]["name"] == "tpu-ray-peers"
+        ]
+        for rule in (peers["spec"]["ingress"][0], peers["spec"]["egress"][0]):
+            assert len(rule["ports"]) < 300
+            assert {p["port"] for p in rule["ports"]} >= {port for r in ranges for port in range(r[0], r[1] + 1)}
 
 
 def test_only_the_submitter_and_the_operator_reach_the_head_besides_its_peers() -> None:

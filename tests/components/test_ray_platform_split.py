@@ -29,6 +29,15 @@ from tpuray.components.review.engine import ProgramRun
 PROGRAM = er.ROOT / "infra" / "__main__.py"
 BEFORE = json.loads((er.ROOT / "tests" / "fixtures" / "urns" / "before_ray_platform_split.json").read_text())
 PLATFORM = "tpuray:index:RayPlatform"
+REMOVED_SINCE: dict[str, set[str]] = {
+    "prod-dws": {
+        "urn:pulumi:prod-dws::tpuray::tpuray:index:TpuSlicePool$gcp:container/nodePool:NodePool::v6e-dws-v6e-dws-1",
+    },
+}
+"""What a stack dropped on purpose since the split, with its reason. prod-dws: its queued v6e pool went from two
+slices to one, since one ProvisioningRequest is only known to fill one multi-host slice
+(``components/config/rules.py``, ``queued_job_slices_rules``), so its second node pool goes. A queued pool has nodes
+only while a request is granted: apply that ``pulumi up`` when no job runs on it."""
 
 
 @pytest.fixture(scope="module", params=STACKS)
@@ -61,7 +70,7 @@ def test_urns_before_and_after_the_split(program_run: tuple[str, ProgramRun]) ->
     after = {r["urn"]: r for r in rec.resources}
     # every resource an existing stack has is still claimed, by its own URN or by an alias
     claimed = set(after) | {a for r in after.values() for a in r["options"].get("aliasURNs", [])}
-    assert before - claimed == set(), "these would be deleted (or replaced) by pulumi up"
+    assert before - claimed == REMOVED_SINCE.get(stack, set()), "these would be deleted (or replaced) by pulumi up"
     # what is not moved keeps its URN, and the platform component is new (a resource added to the stack since the
     # split is new too: it is not held to this list)
     unmoved = [u for u, r in after.items() if not r["options"].get("aliasURNs")]

@@ -137,6 +137,18 @@ def test_streaming_a_non_artifact_registry_image_is_refused_with_the_field() -> 
     assert cfg(with_(values, "startup.images.streaming", False)).startup.images.streaming is False
 
 
+def test_streaming_without_the_container_file_system_api_is_refused_with_the_field_and_the_command() -> None:
+    """Image streaming needs containerfilesystem.googleapis.com, which tpuray does not enable: the stack file says
+    the project has it on, or streaming is refused before any cloud call."""
+    values = with_(stack("prod"), "startup.images.containerFileSystemApiEnabled", False)
+    found = problems_of(values)
+    assert [p for p, _ in found] == ["startup.images.containerFileSystemApiEnabled"]
+    assert "gcloud services enable containerfilesystem.googleapis.com --project=tpuray-prod-project" in found[0][1]
+    # without streaming the API is not needed; with it and the API on, the stack is valid
+    assert not cfg(with_(values, "startup.images.streaming", False)).startup.images.streaming
+    assert cfg(stack("prod")).startup.images.container_file_system_api_enabled
+
+
 def test_a_preloaded_disk_needs_its_gke_version_and_names_it() -> None:
     from tpuray.components.config.startup import SECONDARY_BOOT_DISK_MIN_GKE
     from tpuray.components.config.value_types import gke_version_key
@@ -218,7 +230,7 @@ def test_plan_says_per_pool_what_the_first_step_waits_for() -> None:
     c = parse_stack_config(stack("prod-dws"), stack="prod-dws")
     waits = first_step_waits(c, c.slice_pools[1])
     assert waits["image"].startswith("preloaded from disk image projects/tpuray-prod-project/global/images/")
-    assert "/compile-cache/xla-{runtime}/v6e-16-4x4-x2/tag-" in waits["compile_cache"]
+    assert "/compile-cache/xla-{runtime}/v6e-16-4x4-x1/tag-" in waits["compile_cache"]
     assert "pin it by digest" in waits["compile_cache"]  # the worker image is a tag here
     assert "fileCacheCapacity=100Gi" in waits["checkpoints"]
     dev = parse_stack_config(stack("dev"), stack="dev")

@@ -186,21 +186,23 @@ def test_diff_of_two_git_refs(tmp_path: Path) -> None:
 
 
 def test_kueue_quota_changes_show_next_to_the_chip_delta(plans: dict[str, Plan], tmp_path: Path) -> None:
-    """Growing the queued v6e pool of prod-dws grows its Kueue quota with it; both show in the chips table."""
+    """Growing the reserved v5p pool of prod-dws grows its Kueue quota with it; both show in the chips table (its
+    queued v6e pool stays one slice: one ProvisioningRequest is only known to fill one)."""
     text = (ROOT / "Pulumi.prod-dws.yaml").read_text()
-    assert "      slices: 2\n" in text
+    one = "      topology: 4x4x4\n      slices: 1\n"
+    assert one in text
     f = tmp_path / "Pulumi.prod-dws.yaml"
-    f.write_text(text.replace("      slices: 2\n", "      slices: 3\n"))
+    f.write_text(text.replace(one, one.replace("slices: 1", "slices: 2")))
     new = render_stack("prod-dws", ROOT, stack_file=f)
     d = diff_plans(_doc(plans["prod-dws"], tmp_path / "a"), _doc(new, tmp_path / "b"))
-    assert (d.chips_base["v6e"], d.chips_new["v6e"]) == (32, 48)
-    assert (d.quota_base["v6e"], d.quota_new["v6e"]) == (32, 48)
-    assert d.quota_base["v5p"] == d.quota_new["v5p"] == 64
+    assert (d.chips_base["v5p"], d.chips_new["v5p"]) == (64, 128)
+    assert (d.quota_base["v5p"], d.quota_new["v5p"]) == (64, 128)
+    assert d.quota_base["v6e"] == d.quota_new["v6e"] == 16
     md = render_markdown([d])
     assert "| generation | base chips | new chips | change | base Kueue quota | new Kueue quota | quota change |" in md
-    assert "| v6e | 32 | 48 | +16 | 32 | 48 | +16 |" in md
+    assert "| v5p | 64 | 128 | +64 | 64 | 128 | +64 |" in md
     cq = next(c for c in d.changed if c.type.endswith(":ClusterQueue"))
-    assert any(f.dotted.endswith("nominalQuota") and (f.old, f.new) == (32, 48) for f in cq.fields)
+    assert any(f.dotted.endswith("nominalQuota") and (f.old, f.new) == (64, 128) for f in cq.fields)
     # without Kueue on either side the table keeps its four columns
     no_kueue = diff_plans(
         _doc(plans["prod"], tmp_path / "c"),

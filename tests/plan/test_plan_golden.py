@@ -145,8 +145,8 @@ def test_dws_golden_holds_the_kueue_objects_and_the_queued_job() -> None:
     cq = (manifests / "clusterqueue-tpuray-dws.yaml").read_text()
     assert "onFlavors:\n      - tpuray-dws-v6e-dws" in cq
     md = (GOLDEN / "prod-dws" / "topology.md").read_text()
-    assert "admission: Kueue + ProvisioningRequest: flavor `tpuray-dws-v6e-dws`" in md and "32 chips of quota" in md
-    assert "| v6e-dws | v6e 4x4 (v6e-16) | 0-2 | 4 | 4 | 32 | 8 | 32 | queued |" in md
+    assert "admission: Kueue + ProvisioningRequest: flavor `tpuray-dws-v6e-dws`" in md and "16 chips of quota" in md
+    assert "| v6e-dws | v6e 4x4 (v6e-16) | 0-1 | 4 | 4 | 16 | 4 | 16 | queued |" in md  # one slice per request
 
 
 def test_manifests_are_the_bytes_of_yaml_safe_dump() -> None:

@@ -67,13 +67,16 @@ def _peer_ports(policies: list[dict[str, Any]]) -> tuple[set[int], set[int]]:
 
 
 def _env_ports() -> set[int]:
-    """Every port the envs of a two-slice run on this stack name: the slice builders of torch_tpu_env and Ray's
-    own per-worker MEGASCALE_PORT (``_set_tpu_multislice_env_vars``, called here as each worker would)."""
+    """Every port the envs of a two-slice run on this stack name: the slice builders of torch_tpu_env, and the two
+    multislice ports each process ends with. Ray 2.60 first sets MEGASCALE_PORT = 8081 + LOCAL_RANK
+    (``_set_tpu_multislice_env_vars``, called here as each worker would), then torch_tpu 0.2.0 overwrites it
+    (``torch_tpu_megascale_ports``: MEGASCALE_PORT and MEGASCALE_DEBUG_PORT from 8080, two per local rank)."""
     import os
 
     from ray.train.torch.config import _set_tpu_multislice_env_vars
     from ray.util.tpu import get_tpu_coordinator_env_vars
 
+    from tpuray.components.catalog.runtime_ports import torch_tpu_megascale_ports
     from tpuray.workloads.worker_env import host_major_seats, torch_tpu_env
 
     ports: set[int] = set()
@@ -85,10 +88,11 @@ def _env_ports() -> set[int]:
             try:
                 os.environ["LOCAL_RANK"] = str(local_rank)
                 _set_tpu_multislice_env_vars(get_tpu_coordinator_env_vars("10.0.0.0:8081", 2, k, "8081"))
-                ports.add(int(os.environ["MEGASCALE_PORT"]))
+                assert os.environ["MEGASCALE_PORT"] == str(8081 + local_rank)  # Ray's, before torch_tpu's
             finally:
                 os.environ.clear()
                 os.environ.update(saved)
+            ports |= set(torch_tpu_megascale_ports(local_rank))
     return ports
 
 
@@ -96,9 +100,9 @@ def test_network_policy_admits_every_port_the_envs_name_and_no_xla_port(plan: Pl
     policies = [r["inputs"] for r in plan.resources if r["type"].endswith(":NetworkPolicy")]
     ingress, egress = _peer_ports(policies)
     needed = _env_ports()
-    assert needed == set(range(8471, 8479)) | set(range(8081, 8089))
+    assert needed == set(range(8471, 8479)) | set(range(8080, 8096))
     assert needed <= ingress and needed <= egress
-    assert not ingress & set(range(8476 - 8, 8471)) and 8479 not in ingress and 8089 not in ingress
+    assert not ingress & set(range(8476 - 8, 8471)) and 8479 not in ingress and 8096 not in ingress
     # between the right pods: the cluster's own Ray pods, both ways
     (peers,) = [p["spec"] for p in policies if p["metadata"]["name"].endswith("-ray-peers")]
     ours = {"matchLabels": {RAY_CLUSTER_POD_LABEL: "tpuray-torchtpu"}}
@@ -112,7 +116,7 @@ def test_dropping_one_runtime_port_from_the_policy_is_caught(plan: Plan) -> None
     from tpuray.components.planning.network_policy import NetworkPolicyParams
 
     dropped = network_policies(
-        NetworkPolicyParams(namespace="ray", cluster="tpuray-torchtpu", runtime_ranges=((8081, 8088), (8471, 8477)))
+        NetworkPolicyParams(namespace="ray", cluster="tpuray-torchtpu", runtime_ranges=((8080, 8095), (8471, 8477)))
     )
     ingress, _ = _peer_ports(dropped)
     assert _env_ports() - ingress == {8478}

@@ -13,6 +13,7 @@ from tpuray.components.catalog.names import RAY_POD_TYPE_LABEL as LABEL_POD_TYPE
 from tpuray.components.catalog.names import RAY_SLICE_NAME_LABEL as LABEL_SLICE_NAME
 from tpuray.components.catalog.names import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
 from tpuray.components.catalog.names import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
+from tpuray.components.catalog.runtime_ports import runtime_ports
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.placement import (
     PlacementError,
@@ -78,6 +79,16 @@ def test_assignment_gives_each_chip_one_rank(s: TpuSlice, n: int, rng: random.Ra
             assert not any(k.startswith("MEGASCALE_") for k in p.env)
     if n > 1:
         assert len({p.env["MEGASCALE_COORDINATOR_ADDRESS"] for p in assigned}) == 1
+        # every process binds its own MEGASCALE_PORT: no two of one host share it, and the policy opens each
+        per_host: dict[tuple[int, int], set[str]] = {}
+        for p in assigned:
+            per_host.setdefault((p.slice_index, p.worker_id), set()).add(p.env["MEGASCALE_PORT"])
+        assert all(len(ports) == s.chips_per_host for ports in per_host.values())
+        (megascale,) = [r for r in runtime_ports(s, "xla") if r.name == "tpu-megascale"]
+        assert {int(p.env["MEGASCALE_PORT"]) for p in assigned} == set(megascale.ports)
+        # the coordinator address names the port of slice 0's host 0 chip 0 process, which listens there
+        (coordinator,) = [p for p in assigned if p.slice_index == 0 and p.worker_id == 0 and p.chip == 0]
+        assert assigned[0].env["MEGASCALE_COORDINATOR_ADDRESS"].endswith(f":{coordinator.env['MEGASCALE_PORT']}")
 
 
 def _seats(s: TpuSlice, rng: random.Random) -> list[Seat]:

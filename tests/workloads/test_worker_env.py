@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tpuray.components.catalog.runtime_ports import runtime_ports
 from tpuray.components.catalog.topology import GENERATIONS, TpuSlice, valid_topologies
 from tpuray.workloads.worker_env import (
     bounds_size,
@@ -131,9 +132,20 @@ def test_hostnames_from_env() -> None:
 
 def test_megascale_only_across_slices() -> None:
     assert megascale_env("h0", 1, 0) == {}
-    env = megascale_env("h0", 3, 2, 9999)
+    env = megascale_env("h0", 3, 2, chip=1, port=9999)
     assert env["MEGASCALE_NUM_SLICES"] == "3" and env["MEGASCALE_SLICE_ID"] == "2"
-    assert env["MEGASCALE_COORDINATOR_ADDRESS"].startswith("h0")
+    # the coordinator is chip 0's process of host 0, named with its port; this process binds a port of its own
+    assert env["MEGASCALE_COORDINATOR_ADDRESS"] == "h0:9999" and env["MEGASCALE_PORT"] == "10000"
+
+
+def test_megascale_port_is_one_per_process_of_a_host() -> None:
+    """Each process binds MEGASCALE_PORT, so the processes of one host cannot share it (Ray 2.60 gives each
+    TorchTPU worker 8081 + LOCAL_RANK; the webhook each v7x container 8081 + container)."""
+    s = TpuSlice.parse("v5litepod:2x4")  # one 8-chip host
+    ports = [int(megascale_env("h0", 2, 1, chip=c)["MEGASCALE_PORT"]) for c in range(s.chips_per_host)]
+    assert ports == list(range(8081, 8089))
+    (megascale,) = [r for r in runtime_ports(s, "xla") if r.name == "tpu-megascale"]
+    assert set(ports) == set(megascale.ports)
 
 
 def test_emulated_host_env_is_what_the_webhook_injects() -> None:
