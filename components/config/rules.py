@@ -40,6 +40,7 @@ from tpuray.components.config.monitoring import (
 from tpuray.components.config.ray import (
     RayConfig,
 )
+from tpuray.components.config.serving import ServingConfig
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version, slice_shape
 from tpuray.components.config.value_types import (
     REGION,
@@ -82,6 +83,8 @@ class StackView:
     monitoring: MonitoringConfig | None
     stack: str | None
     """The stack's name, for the production rules."""
+    serving: ServingConfig | None = None
+    """The Serve application (None where the section is not valid on its own)."""
 
     @property
     def workload_pool(self) -> str | None:
@@ -391,6 +394,54 @@ def namespace_rules(view: StackView) -> list[Problem]:
     ]
 
 
+def serving_rules(view: StackView) -> list[Problem]:
+    """The Serve application runs on a slice pool of this stack that training does not use, and that pool holds
+    its most slices. A queued pool cannot serve: only a Kueue-admitted RayJob makes GKE create its nodes."""
+    serving, pools = view.serving, view.pools
+    if serving is None or not serving.enabled or serving.slice_pool is None:
+        return []
+    names = list(dict.fromkeys(view.pool_names))
+    pool = next((p for _, p in pools if p.name == serving.slice_pool), None)
+    if pool is None:
+        if names and serving.slice_pool not in names:
+            return [
+                Problem(
+                    "serving.slicePool",
+                    f"{serving.slice_pool!r} is not a slice pool; valid choices: {', '.join(names)}",
+                )
+            ]
+        return []  # the pool is named but invalid on its own: its own error says why
+    found: list[Problem] = []
+    trained = view.workload_pool if view.workload_pool is not None else (names[0] if names else None)
+    if view.workload is not None and trained == pool.name:
+        others = [n for n in names if n != pool.name]
+        found.append(
+            Problem(
+                "serving.slicePool",
+                f"{pool.name!r} is the training workload's pool (workload.slicePool, else the first pool): serving "
+                "and training do not share a slice pool; "
+                + (f"choose another: {', '.join(others)}" if others else "add a slice pool for serving"),
+            )
+        )
+    if serving.highest > pool.slices:
+        found.append(
+            Problem(
+                "serving.maxSlices" if serving.max_slices is not None else "serving.replicas",
+                f"{serving.highest} slices, but pool {pool.name!r} holds {pool.slices} "
+                f"({pool.tpu_slice.pod_type} slices): give at most {pool.slices}, or raise slicePools.slices",
+            )
+        )
+    if not pool.capacity.in_shared_cluster:
+        found.append(
+            Problem(
+                "serving.slicePool",
+                f"{pool.name!r} is a queued pool, whose nodes GKE creates only for a Kueue-admitted RayJob: a "
+                "RayService there would wait forever; serve from an on-demand, spot, reservation or flex-start pool",
+            )
+        )
+    return found
+
+
 RULES: tuple[Callable[[StackView], list[Problem]], ...] = (
     pool_rules,
     control_plane_rules,
@@ -399,6 +450,7 @@ RULES: tuple[Callable[[StackView], list[Problem]], ...] = (
     model_fit_rules,
     namespace_rules,
     backend_rules,
+    serving_rules,
 )
 """Every cross-section rule, each taking the one :class:`StackView`."""
 
