@@ -40,7 +40,7 @@ from tpuray.components.config.monitoring import (
 from tpuray.components.config.ray import (
     RayConfig,
 )
-from tpuray.components.config.serving import ServingConfig
+from tpuray.components.config.serving import MAX_RAY_SERVICE_NAME, ServingConfig
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version, slice_shape
 from tpuray.components.config.value_types import (
     REGION,
@@ -398,20 +398,28 @@ def serving_rules(view: StackView) -> list[Problem]:
     """The Serve application runs on a slice pool of this stack that training does not use, and that pool holds
     its most slices. A queued pool cannot serve: only a Kueue-admitted RayJob makes GKE create its nodes."""
     serving, pools = view.serving, view.pools
-    if serving is None or not serving.enabled or serving.slice_pool is None:
+    if serving is None:
         return []
+    found: list[Problem] = []
+    if view.cluster is not None and len(name := serving.service_name(view.cluster.name)) > MAX_RAY_SERVICE_NAME:
+        found.append(
+            Problem(
+                "serving.name",
+                f"the RayService {name!r} is {len(name)} characters and KubeRay takes at most "
+                f"{MAX_RAY_SERVICE_NAME}: shorten serving.name (or cluster.name)",
+            )
+        )
     names = list(dict.fromkeys(view.pool_names))
     pool = next((p for _, p in pools if p.name == serving.slice_pool), None)
     if pool is None:
         if names and serving.slice_pool not in names:
-            return [
+            found.append(
                 Problem(
                     "serving.slicePool",
                     f"{serving.slice_pool!r} is not a slice pool; valid choices: {', '.join(names)}",
                 )
-            ]
-        return []  # the pool is named but invalid on its own: its own error says why
-    found: list[Problem] = []
+            )
+        return found  # a pool named but invalid on its own: its own error says why
     trained = view.workload_pool if view.workload_pool is not None else (names[0] if names else None)
     if view.workload is not None and trained == pool.name:
         others = [n for n in names if n != pool.name]
@@ -494,6 +502,7 @@ def view_of_values(values: Mapping[str, Any], stack: str | None = None) -> Stack
         pools=tuple(pools),
         pool_names=tuple(str(raw.get("name")) for raw in raw_pools if isinstance(raw, Mapping) and "name" in raw),
         stack=stack,
+        serving=None if values.get("serving") is None else _valid_part(ServingConfig, values.get("serving")),
         **{name: _valid_part(model, values.get(to_camel(name))) for name, model in _view_sections().items()},
     )
 

@@ -25,6 +25,11 @@ INCREMENTAL: UpgradeType = "NewClusterWithIncrementalUpgrade"
 IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
 """Ray Serve's ``import_path``, held to its ``module:attribute`` form (``my_pkg.app:deployment``)."""
 
+MAX_RAY_SERVICE_NAME = 47
+"""KubeRay v1.7 ``ray-operator/controllers/ray/utils/constant.go``: ``MaxRayServiceNameLength =
+MaxRayClusterNameLength - 6`` (53 - 6: its clusters are named ``<service>-<5 chars>``); ``ValidateRayServiceMetadata``
+refuses a longer name."""
+
 _WHOLE_SLICES = "a whole number of slices (an integer: a replica is one whole TPU slice)"
 
 
@@ -80,14 +85,13 @@ class UpgradeConfig(ConfigModel):
 
 
 class ServingConfig(ConfigModel):
-    """A Ray Serve application on whole TPU slices, as a KubeRay RayService (off unless enabled)."""
+    """A Ray Serve application on whole TPU slices, as a KubeRay RayService (none unless the section is given)."""
 
-    enabled: bool = False
     name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=30)] = Field(
         default="serve", description="the Serve application; the RayService is <cluster.name>-<name>"
     )
-    import_path: str | None = Field(default=None, description="Ray Serve import path, module:attribute")
-    slice_pool: str | None = Field(default=None, description="the slice pool it runs on (not the training pool)")
+    import_path: str = Field(description="Ray Serve import path, module:attribute")
+    slice_pool: str = Field(description="the slice pool it runs on (not the training pool)")
     replicas: Annotated[int, Field(ge=1, le=64)] = Field(default=1, description="slices at start (whole slices)")
     min_slices: Annotated[int, Field(ge=0, le=64)] | None = Field(
         default=None, description="fewest slices the autoscaler keeps; defaults to replicas"
@@ -104,19 +108,13 @@ class ServingConfig(ConfigModel):
 
     @field_validator("import_path")
     @classmethod
-    def _import_path(cls, v: str | None) -> str | None:
-        if v is not None and not IMPORT_PATH.match(v):
+    def _import_path(cls, v: str) -> str:
+        if not IMPORT_PATH.match(v):
             raise ValueError(f"{v!r} is not module:attribute (a dotted module, a colon, an attribute: my_pkg.app:app)")
         return v
 
     @model_validator(mode="after")
     def _rules(self) -> ServingConfig:
-        if not self.enabled:
-            return self
-        if self.import_path is None:
-            raise field_problem("importPath", "serving.enabled needs the application: module:attribute")
-        if self.slice_pool is None:
-            raise field_problem("slicePool", "serving.enabled needs a slice pool of its own: name one of slicePools")
         if not self.lowest <= self.replicas <= self.highest:
             raise field_problem(
                 "replicas",
@@ -142,6 +140,10 @@ class ServingConfig(ConfigModel):
                     f"which KubeRay steps by: valid steps are {', '.join(map(str, steps))}",
                 )
         return self
+
+    def service_name(self, cluster: str) -> str:
+        """The RayService's name in the stack whose cluster is ``cluster``: ``<cluster>-<name>``."""
+        return f"{cluster}-{self.name}"
 
     @property
     def lowest(self) -> int:

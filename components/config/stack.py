@@ -70,7 +70,9 @@ class StackConfig(ConfigModel):
     monitoring: MonitoringConfig = MonitoringConfig()
     cost: CostConfig = CostConfig()
     startup: StartupConfig = StartupConfig()
-    serving: ServingConfig = ServingConfig()
+    serving: ServingConfig | None = Field(
+        default=None, description="a Ray Serve application on whole TPU slices (a RayService); none if unset"
+    )
 
     @field_validator("zone", mode="before")
     @classmethod
@@ -94,6 +96,7 @@ class StackConfig(ConfigModel):
             pools=tuple(enumerate(self.slice_pools)),
             pool_names=tuple(p.name for p in self.slice_pools),
             stack=stack,
+            serving=self.serving,
             **view_sections_of(self),
         )
 

@@ -111,6 +111,6 @@ def test_both_views_of_a_valid_stack_are_the_same_and_hold_every_section_the_rul
     values = _stack()
     cfg = parse_stack_config(values)
     assert set(view_sections_of(cfg)) == {
-        "cluster", "network", "checkpoints", "ray", "workload", "kueue", "maintenance", "monitoring", "serving"
+        "cluster", "network", "checkpoints", "ray", "workload", "kueue", "maintenance", "monitoring"
     }  # fmt: skip
     assert view_of_values(values, "dev") == cfg.view("dev")

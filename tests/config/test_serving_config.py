@@ -24,10 +24,10 @@ SERVE_POOL: dict[str, Any] = {
 
 
 def stack(serving: dict[str, Any], pool: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The dev stack with a serving pool and ``serving`` (enabled, with an import path, on that pool)."""
+    """The dev stack with a serving pool and ``serving`` (an import path, on that pool, then ``serving``'s keys)."""
     v = values("dev")
     v["slicePools"].append(copy.deepcopy(pool or SERVE_POOL))
-    v["serving"] = {"enabled": True, "importPath": "chat.app:app", "slicePool": "v5e-serve", **serving}
+    v["serving"] = {"importPath": "chat.app:app", "slicePool": "v5e-serve", **serving}
     return v
 
 
@@ -39,9 +39,10 @@ def problems_of(v: dict[str, Any]) -> list[tuple[str, str]]:
 
 def test_a_valid_service_parses_and_stacks_without_one_are_unchanged() -> None:
     cfg = parse_stack_config(stack({"replicas": 2, "minSlices": 1, "maxSlices": 2}), stack="dev")
+    assert cfg.serving is not None
     assert (cfg.serving.replicas, cfg.serving.lowest, cfg.serving.highest) == (2, 1, 2)
     assert cfg.serving.upgrade.strategy == "NewCluster"
-    assert not parse_stack_config(values("dev"), stack="dev").serving.enabled
+    assert parse_stack_config(values("dev"), stack="dev").serving is None
 
 
 @pytest.mark.parametrize("bad", [1.5, "2", True])
@@ -95,13 +96,18 @@ def test_a_queued_pool_cannot_serve() -> None:
     assert any(p == "serving.slicePool" and "queued pool" in m for p, m in found), found
 
 
-def test_enabled_needs_the_application_and_the_pool() -> None:
+@pytest.mark.parametrize("key", ["importPath", "slicePool"])
+def test_the_application_and_its_pool_are_required(key: str) -> None:
     v = stack({})
-    del v["serving"]["importPath"]
-    assert [p for p, _ in problems_of(v)] == ["serving.importPath"]
-    v = stack({})
-    del v["serving"]["slicePool"]
-    assert [p for p, _ in problems_of(v)] == ["serving.slicePool"]
+    del v["serving"][key]
+    assert [p for p, _ in problems_of(v)] == [f"serving.{key}"]
+
+
+def test_a_service_name_kuberay_would_refuse() -> None:
+    v = stack({"name": "a-very-long-serving-application"[:30]})
+    v["cluster"]["name"] = "a-cluster-name-of-twenty"
+    [(path, msg)] = problems_of(v)
+    assert path == "serving.name" and "at most 47" in msg
 
 
 def test_incremental_needs_its_options_autoscaling_and_a_whole_percent_step() -> None:
@@ -116,7 +122,7 @@ def test_incremental_needs_its_options_autoscaling_and_a_whole_percent_step() ->
     [(path, msg)] = problems_of(stack({"replicas": 2, "upgrade": {**incremental, "stepSlices": 1}}))
     assert path == "serving.maxSlices" and "autoscaler" in msg
     cfg = parse_stack_config(stack({"replicas": 2, "maxSlices": 4, "upgrade": {**incremental, "stepSlices": 1}}))
-    assert cfg.serving.step_percent == 50
+    assert cfg.serving is not None and cfg.serving.step_percent == 50
 
 
 def test_options_of_the_incremental_strategy_are_refused_on_the_others() -> None:
@@ -133,7 +139,6 @@ def test_every_whole_percent_step_is_a_whole_number_of_slices_and_percent(replic
     for s in steps:
         ServingConfig.model_validate(
             {
-                "enabled": True,
                 "importPath": "a:b",
                 "slicePool": "p",
                 "replicas": replicas,
