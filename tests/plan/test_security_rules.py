@@ -73,6 +73,7 @@ def test_security_rules_are_in_the_pack() -> None:
     assert sorted(STACK_BY_NAME) == [
         "k8s-ray-namespace-default-deny",
         "ray-tpu-metrics-egress",
+        "serving-upgrade-capacity",
         "tpu-static-slices-maintenance-production",
     ]
 
