@@ -73,8 +73,10 @@ def test_the_serving_group_is_the_training_group_of_its_pool_but_for_its_slices(
     assert served["numOfHosts"] == 4  # a v5e 4x4 slice: four hosts of four chips
     pod = served["template"]
     assert pod["metadata"]["labels"].items() >= WEBHOOK_POD_LABEL.items()
-    # the namespace's NetworkPolicies select Ray pods by this label: the serving pods are covered too
+    # the namespace's NetworkPolicies and the PodMonitoring select Ray pods by this label: serving pods are covered
     assert pod["metadata"]["labels"][RAY_CLUSTER_POD_LABEL] == "tpuray-dev"
+    [monitoring] = plan_stack(config(), "dev").ray.monitoring
+    assert monitoring["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
 
 
 def test_head_token_and_autoscaling_are_the_stacks() -> None:
