@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from tpuray.components.catalog.names import POOL_LABEL
+from tpuray.components.catalog.names import POOL_LABEL, TPU_RESOURCE
 from tpuray.components.catalog.wire import as_int, get_path
 from tpuray.components.config.capacity import capacity_of_node_pool
 from tpuray.components.review.policy_rules import slice_of, tpu_pool
@@ -34,6 +35,7 @@ from tpuray.components.review.rule_types import Resource, RuleContext, StackRule
 __all__ = [
     "INCREMENTAL_GATE",
     "SERVING_STACK_RULES",
+    "PoolSlices",
     "ServedGroup",
     "check_upgrade_capacity",
     "incremental_gate_on",
@@ -65,6 +67,30 @@ class ServedGroup:
     """``spec.upgradeStrategy.type``; unset is ``NewCluster`` (KubeRay's default without ``ENABLE_ZERO_DOWNTIME``)."""
     max_surge_percent: int | None
     step_size_percent: int | None
+    chips_per_slice: int | None = None
+    """``numOfHosts`` x each pod's ``google.com/tpu`` limit (None where the group does not show them)."""
+
+    @property
+    def peak_slices(self) -> int:
+        """Slices held at the upgrade's peak: twice the replicas (NewCluster), the replicas and one step
+        (incremental), the replicas (None)."""
+        if self.strategy == "NewCluster":
+            return 2 * self.replicas
+        if self.strategy == "NewClusterWithIncrementalUpgrade":
+            return self.replicas + (self.max_surge_percent or 0) * self.replicas // 100
+        return self.replicas
+
+
+def _chips_per_slice(group: Mapping[str, Any]) -> int | None:
+    hosts = as_int(group.get("numOfHosts"))
+    containers = get_path(group, "template", "spec", "containers")
+    per_pod = [
+        as_int(get_path(c, "resources", "limits", TPU_RESOURCE))
+        for c in (containers if isinstance(containers, list) else [])
+        if isinstance(c, Mapping)
+    ]
+    chips = sum(n for n in per_pod if n is not None)
+    return hosts * chips if hosts is not None and chips else None
 
 
 def served_groups(res: Resource) -> list[ServedGroup]:
@@ -90,6 +116,7 @@ def served_groups(res: Resource) -> list[ServedGroup]:
                     strategy=strategy if isinstance(strategy, str) else "NewCluster",
                     max_surge_percent=as_int(options.get("maxSurgePercent")),
                     step_size_percent=as_int(options.get("stepSizePercent")),
+                    chips_per_slice=_chips_per_slice(g),
                 )
             )
     return out
@@ -122,7 +149,7 @@ def pool_slices(resources: Sequence[Resource], pool: str) -> PoolSlices | None:
 
 def new_cluster_problem(g: ServedGroup, held: PoolSlices) -> str | None:
     """A ``NewCluster`` upgrade needs a second set of replicas beside the first: twice the replicas."""
-    need = 2 * g.replicas
+    need = g.peak_slices
     if held.slices >= need:
         return None
     source = (
@@ -159,11 +186,11 @@ def incremental_problems(g: ServedGroup, held: PoolSlices | None, gate_on: bool 
                 f"{name} {percent}% of {g.replicas} slices is not a whole number of slices: a multi-host slice is "
                 "added whole, so give a percentage that is a whole number of slices (tpuray:serving.upgrade.stepSlices)"
             )
-    step = (g.max_surge_percent or 0) * g.replicas // 100
-    if held is not None and held.slices < g.replicas + step:
+    if held is not None and held.slices < g.peak_slices:
         out.append(
-            f"upgrade NewClusterWithIncrementalUpgrade holds {g.replicas} slices and adds {step} per step: pool "
-            f"{g.pool!r} needs {g.replicas + step} {held.pod_type} slices but holds at most {held.slices}"
+            f"upgrade NewClusterWithIncrementalUpgrade holds {g.replicas} slices and adds "
+            f"{g.peak_slices - g.replicas} per step: pool {g.pool!r} needs {g.peak_slices} {held.pod_type} slices "
+            f"but holds at most {held.slices}"
         )
     return out
 

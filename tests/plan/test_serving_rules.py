@@ -14,6 +14,9 @@ import pytest
 from tests.components import engine_run as er
 from tests.config.test_serving_config import SERVE_POOL
 from tests.plan.test_serving_plan import SERVING
+from tpuray.components.config import CostConfig
+from tpuray.components.pricing.table import PriceRow
+from tpuray.components.review.cost import cost_of_plan, cost_table
 from tpuray.components.review.resource_types import RAY_SERVICE
 from tpuray.components.review.rule_types import Resource, RuleContext
 from tpuray.components.review.rules import STACK_RULES, check_resources
@@ -31,13 +34,17 @@ CTX = RuleContext(stack="dev")
 
 
 @pytest.fixture(scope="module")
-def declared() -> list[Resource]:
+def registered() -> list[dict[str, Any]]:
     """The dev program's resources with a v5e 4x4 pool of four slices serving two replicas (room for NewCluster)."""
     cfg = er.cli_config("dev")
     cfg["tpuray:slicePools"] = json.dumps([*json.loads(cfg["tpuray:slicePools"]), SERVE_POOL])
     cfg["tpuray:serving"] = json.dumps(SERVING)
-    run = er.run(er.ROOT / "infra" / "__main__.py", stack="dev", config=cfg)[0]
-    return [Resource(r["type"], r["name"], r["inputs"], r["urn"]) for r in run.resources]
+    return er.run(er.ROOT / "infra" / "__main__.py", stack="dev", config=cfg)[0].resources
+
+
+@pytest.fixture(scope="module")
+def declared(registered: list[dict[str, Any]]) -> list[Resource]:
+    return [Resource(r["type"], r["name"], r["inputs"], r["urn"]) for r in registered]
 
 
 def changed(resources: list[Resource], kind: str, change: Callable[[dict[str, Any]], None]) -> list[Resource]:
@@ -166,3 +173,18 @@ def test_reserved_capacity_that_does_not_cover_the_second_set() -> None:
     message = new_cluster_problem(g, PoolSlices(slices=3, pod_type="v5p-128", capacity="reservation"))
     assert message is not None and "needs 4 v5p-128 slices" in message and "reservation" in message
     assert new_cluster_problem(g, PoolSlices(slices=4, pod_type="v5p-128", capacity="reservation")) is None
+
+
+def test_the_cost_table_shows_the_steady_state_and_the_upgrades_peak(registered: list[dict[str, Any]]) -> None:
+    c = cost_of_plan({"stack": "dev", "resources": registered}, CostConfig())
+    [serve] = c.serving
+    assert (serve.service, serve.pool, serve.strategy) == ("tpuray-dev-chat", "v5e-serve", "NewCluster")
+    assert (serve.slices, serve.peak_slices, serve.chips_per_slice) == (2, 4, 16)  # v5e 4x4: 16 chips a slice
+    assert isinstance(serve.price, PriceRow)  # v5e on-demand in us-west4 has a published price
+    assert serve.usd_per_hour == pytest.approx(32 * serve.price.usd_per_chip_hour)
+    assert serve.usd_per_hour_peak == pytest.approx(2 * (serve.usd_per_hour or 0))
+    table = cost_table(c)
+    assert any(line.startswith("| tpuray-dev-chat | v5e-serve | 2, 4 | NewCluster |") for line in table), table
+    assert (
+        cost_of_plan({"stack": "dev", "resources": [r for r in registered if r["type"] != RAY_SERVICE]}).serving == ()
+    )
