@@ -1,9 +1,10 @@
-"""``RayTpuCluster`` and ``RayTpuJob``: the KubeRay ``ray.io/v1`` resources for TPU slices.
+"""``RayTpuCluster``, ``RayTpuJob`` and ``RayTpuService``: the KubeRay ``ray.io/v1`` resources for TPU slices.
 
-``RayTpuCluster`` declares the RayCluster and ``RayTpuJob`` a RayJob, on its own cluster or on a running
-RayCluster; both run on a :class:`~tpuray.components.ray_platform.RayPlatform` (namespace, policies, token,
-checkpoint bucket, identities, the KubeRay operator). The manifests are the pure dicts of
-:mod:`tpuray.components.planning.kuberay`, kept on the components (``manifest``) so ``tpuray plan`` can write them
+``RayTpuCluster`` declares the RayCluster, ``RayTpuJob`` a RayJob, on its own cluster or on a running RayCluster,
+and ``RayTpuService`` the Serve application's RayService; all run on a
+:class:`~tpuray.components.ray_platform.RayPlatform` (namespace, policies, token, checkpoint bucket, identities, the
+KubeRay operator). The manifests are the pure dicts of :mod:`tpuray.components.planning.kuberay` and
+:mod:`tpuray.components.planning.serving`, kept on the components (``manifest``) so ``tpuray plan`` can write them
 out.
 """
 
@@ -23,6 +24,7 @@ from tpuray.components.planning.kuberay import (
     ray_cluster_manifest,
     ray_job_manifest,
 )
+from tpuray.components.planning.serving import ServingPlan, ray_service_manifest
 from tpuray.components.ray_platform import KUBERAY_HELM_REPO, RayPlatform
 
 __all__ = [
@@ -31,6 +33,8 @@ __all__ = [
     "RayTpuClusterArgs",
     "RayTpuJob",
     "RayTpuJobArgs",
+    "RayTpuService",
+    "RayTpuServiceArgs",
 ]
 
 
@@ -128,3 +132,36 @@ class RayTpuJob(pulumi.ComponentResource):
             ),
         )
         self.register_outputs({"name": self.name})
+
+
+@dataclass
+class RayTpuServiceArgs:
+    """Inputs of :class:`RayTpuService`: the planned RayService, plus the platform it runs on."""
+
+    plan: ServingPlan
+    """Everything declared, as data (:func:`~tpuray.components.planning.serving.serving_plan`)."""
+    platform: RayPlatform
+    """The namespace, identities, token and operator its pods need first."""
+    depends_on: list[pulumi.Resource] | None = None
+    """What it waits for besides the platform: the node pools, the TPU webhook."""
+
+
+class RayTpuService(pulumi.ComponentResource):
+    """A KubeRay RayService: one Ray Serve application on whole TPU slices of a pool of its own."""
+
+    manifest: dict[str, Any]
+    name: str
+    namespace: str
+    ray_service: k8s.apiextensions.CustomResource
+
+    def __init__(self, name: str, args: RayTpuServiceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        # Rendering checks the KubeRay/TPU-webhook rules; a bad spec fails here, before any child exists.
+        self.manifest = ray_service_manifest(args.plan)
+        super().__init__("tpuray:index:RayTpuService", name, None, opts)
+        self.name, self.namespace = args.plan.name, args.plan.namespace
+        self.ray_service = declare_manifest(
+            f"{name}-rayservice",
+            self.manifest,
+            pulumi.ResourceOptions(parent=self, depends_on=[*(args.depends_on or []), *args.platform.prerequisites]),
+        )
+        self.register_outputs({"name": self.name, "namespace": self.namespace})

@@ -3,7 +3,8 @@
 :func:`deploy` declares an explicit GCP provider (project and region from the typed config, so the stack needs no
 ``gcp:project``), the :class:`GkeCluster`, one :class:`TpuSlicePool` per slice pool, the :class:`RayPlatform` and
 the :class:`RayTpuCluster` on it,
-a :class:`KueueQueues` (when ``kueue.enabled``), a :class:`RayTpuJob` for the training entrypoint and a
+a :class:`KueueQueues` (when ``kueue.enabled``), a :class:`RayTpuJob` for the training entrypoint, a
+:class:`RayTpuService` for the Serve application (when ``tpuray:serving`` is set) and a
 :class:`StackMonitoring` (dashboard and idle-slice alert, when ``monitoring.enabled``). Names and
 inputs depend only on the config and the stack name: every component's data comes from
 :func:`~tpuray.components.planning.stack_plan.plan_stack`; here it is only linked (providers, the cluster's name
@@ -23,7 +24,14 @@ from tpuray.components.config.value_types import checked_ray_token
 from tpuray.components.gke_cluster import GkeCluster
 from tpuray.components.kueue import KueueQueues, KueueQueuesArgs
 from tpuray.components.planning.stack_plan import StackPlan, plan_stack
-from tpuray.components.ray_cluster import RayTpuCluster, RayTpuClusterArgs, RayTpuJob, RayTpuJobArgs
+from tpuray.components.ray_cluster import (
+    RayTpuCluster,
+    RayTpuClusterArgs,
+    RayTpuJob,
+    RayTpuJobArgs,
+    RayTpuService,
+    RayTpuServiceArgs,
+)
 from tpuray.components.ray_platform import RayPlatform, RayPlatformArgs
 from tpuray.components.stack_monitoring import StackMonitoring
 from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
@@ -49,10 +57,12 @@ class Stack:
     kueue: KueueQueues | None = None
     tpu_webhook: TpuWebhook | None = None
     monitoring: StackMonitoring | None = None
+    serving: RayTpuService | None = None
 
     @property
     def manifests(self) -> list[dict[str, Any]]:
-        return [m for m in (self.ray.manifest, self.job.manifest) if m is not None]
+        serve = self.serving.manifest if self.serving is not None else None
+        return [m for m in (self.ray.manifest, self.job.manifest, serve) if m is not None]
 
     @property
     def topology(self) -> dict[str, Any]:
@@ -129,6 +139,16 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
         )
         job_after += list(kueue.objects.values())
     job = RayTpuJob("train", RayTpuJobArgs(plan.job, depends_on=[*job_after, platform.auth_secret]), on_both)
+    serving = None
+    if plan.serving is not None:
+        serving = RayTpuService(
+            "serve",
+            # a queue-labelled RayService needs its LocalQueue first, as the RayJob does
+            RayTpuServiceArgs(
+                plan.serving, platform, depends_on=[*ray_after, *(kueue.objects.values() if kueue else [])]
+            ),
+            on_both,
+        )
     monitoring = None
     if plan.monitoring is not None:
         monitoring = StackMonitoring("monitoring", plan.monitoring, on_gcp)
@@ -144,6 +164,7 @@ def deploy(cfg: StackConfig, stack_name: str) -> Stack:
         kueue=kueue,
         tpu_webhook=webhook,
         monitoring=monitoring,
+        serving=serving,
     )
 
 

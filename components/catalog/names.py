@@ -152,6 +152,9 @@ RAY_DASHBOARD_PORT = 8265
 RAY_GCS_PORT = 6379
 RAY_CLIENT_PORT = 10001
 RAY_METRICS_PORT = 8080
+RAY_SERVE_HTTP_PORT = 8000
+"""Ray Serve's HTTP proxy port (Ray 2.60 ``python/ray/serve/_private/constants.py`` ``DEFAULT_HTTP_PORT``); KubeRay's
+Serve service targets it."""
 HEAD_PORTS = (
     ("gcs-server", RAY_GCS_PORT),
     ("dashboard", RAY_DASHBOARD_PORT),

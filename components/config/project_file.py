@@ -37,6 +37,10 @@ def config_declarations() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for name, field in StackConfig.model_fields.items():
         decl = pulumi_type(field.annotation)
+        if decl["type"] == "object" and not field.is_required() and field.get_default() is None:
+            # An optional section (serving) is given or not: a declared default would be put into every stack's
+            # config, and Pulumi takes keys the project does not declare (as it takes tpuray:rayAuthToken).
+            continue
         if decl["type"] == "object" and isinstance(field.annotation, type):
             doc = (field.annotation.__doc__ or "").strip().splitlines()[0]
         else:

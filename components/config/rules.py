@@ -43,6 +43,7 @@ from tpuray.components.config.node_fit import head_fit_problems
 from tpuray.components.config.ray import (
     RayConfig,
 )
+from tpuray.components.config.serving import MAX_RAY_SERVICE_NAME, ServingConfig
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version, slice_shape
 from tpuray.components.config.startup import StartupConfig
 from tpuray.components.config.value_types import (
@@ -87,6 +88,8 @@ class StackView:
     startup: StartupConfig | None
     stack: str | None
     """The stack's name, for the production rules."""
+    serving: ServingConfig | None = None
+    """The Serve application (None where the section is not valid on its own)."""
 
     @property
     def workload_pool(self) -> str | None:
@@ -404,6 +407,62 @@ def head_fit_rules(view: StackView) -> list[Problem]:
     return head_fit_problems(view.ray, view.cluster, [p for _, p in view.pools], view.startup)
 
 
+def serving_rules(view: StackView) -> list[Problem]:
+    """The Serve application runs on a slice pool of this stack that training does not use, and that pool holds
+    its most slices. A queued pool cannot serve: only a Kueue-admitted RayJob makes GKE create its nodes."""
+    serving, pools = view.serving, view.pools
+    if serving is None:
+        return []
+    found: list[Problem] = []
+    if view.cluster is not None and len(name := serving.service_name(view.cluster.name)) > MAX_RAY_SERVICE_NAME:
+        found.append(
+            Problem(
+                "serving.name",
+                f"the RayService {name!r} is {len(name)} characters and KubeRay takes at most "
+                f"{MAX_RAY_SERVICE_NAME}: shorten serving.name (or cluster.name)",
+            )
+        )
+    names = list(dict.fromkeys(view.pool_names))
+    pool = next((p for _, p in pools if p.name == serving.slice_pool), None)
+    if pool is None:
+        if names and serving.slice_pool not in names:
+            found.append(
+                Problem(
+                    "serving.slicePool",
+                    f"{serving.slice_pool!r} is not a slice pool; valid choices: {', '.join(names)}",
+                )
+            )
+        return found  # a pool named but invalid on its own: its own error says why
+    trained = view.workload_pool if view.workload_pool is not None else (names[0] if names else None)
+    if view.workload is not None and trained == pool.name:
+        others = [n for n in names if n != pool.name]
+        found.append(
+            Problem(
+                "serving.slicePool",
+                f"{pool.name!r} is the training workload's pool (workload.slicePool, else the first pool): serving "
+                "and training do not share a slice pool; "
+                + (f"choose another: {', '.join(others)}" if others else "add a slice pool for serving"),
+            )
+        )
+    if serving.highest > pool.slices:
+        found.append(
+            Problem(
+                "serving.maxSlices" if serving.max_slices is not None else "serving.replicas",
+                f"{serving.highest} slices, but pool {pool.name!r} holds {pool.slices} "
+                f"({pool.tpu_slice.pod_type} slices): give at most {pool.slices}, or raise slicePools.slices",
+            )
+        )
+    if not pool.capacity.in_shared_cluster:
+        found.append(
+            Problem(
+                "serving.slicePool",
+                f"{pool.name!r} is a queued pool, whose nodes GKE creates only for a Kueue-admitted RayJob: a "
+                "RayService there would wait forever; serve from an on-demand, spot, reservation or flex-start pool",
+            )
+        )
+    return found
+
+
 RULES: tuple[Callable[[StackView], list[Problem]], ...] = (
     pool_rules,
     control_plane_rules,
@@ -413,6 +472,7 @@ RULES: tuple[Callable[[StackView], list[Problem]], ...] = (
     namespace_rules,
     backend_rules,
     head_fit_rules,
+    serving_rules,
 )
 """Every cross-section rule, each taking the one :class:`StackView`."""
 
@@ -456,6 +516,7 @@ def view_of_values(values: Mapping[str, Any], stack: str | None = None) -> Stack
         pools=tuple(pools),
         pool_names=tuple(str(raw.get("name")) for raw in raw_pools if isinstance(raw, Mapping) and "name" in raw),
         stack=stack,
+        serving=None if values.get("serving") is None else _valid_part(ServingConfig, values.get("serving")),
         **{name: _valid_part(model, values.get(to_camel(name))) for name, model in _view_sections().items()},
     )
 

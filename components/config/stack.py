@@ -32,6 +32,7 @@ from tpuray.components.config.ray import (
     RayConfig,
 )
 from tpuray.components.config.rules import StackView, stack_rules, view_sections_of
+from tpuray.components.config.serving import ServingConfig
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version
 from tpuray.components.config.startup import StartupConfig, startup_problems
 from tpuray.components.config.value_types import (
@@ -69,6 +70,9 @@ class StackConfig(ConfigModel):
     monitoring: MonitoringConfig = MonitoringConfig()
     cost: CostConfig = CostConfig()
     startup: StartupConfig = StartupConfig()
+    serving: ServingConfig | None = Field(
+        default=None, description="a Ray Serve application on whole TPU slices (a RayService); none if unset"
+    )
 
     @field_validator("zone", mode="before")
     @classmethod
@@ -92,6 +96,7 @@ class StackConfig(ConfigModel):
             pools=tuple(enumerate(self.slice_pools)),
             pool_names=tuple(p.name for p in self.slice_pools),
             stack=stack,
+            serving=self.serving,
             **view_sections_of(self),
         )
 

@@ -48,6 +48,7 @@ from tpuray.components.planning.kuberay import (
 from tpuray.components.planning.kueue import kueue_spec, priority_class_name
 from tpuray.components.planning.pool_plan import PoolPlan, kueue_entries, pool_plans
 from tpuray.components.planning.ray_auth import RayAuth, auth_secret_name
+from tpuray.components.planning.serving import ServingPlan, ray_service_manifest, serving_plan
 from tpuray.components.planning.startup import startup_plan
 
 __all__ = ["StackPlan", "image_repositories", "plan_stack", "resource_labels"]
@@ -86,12 +87,16 @@ class StackPlan:
     """The dashboard and idle-slice alert (``monitoring.enabled``)."""
     cost: CostConfig
     """The budget ``tpuray plan`` holds the declared pools to (declares nothing)."""
+    serving: ServingPlan | None = None
+    """The Serve application's RayService (``tpuray:serving``), on a pool the shared RayCluster leaves out."""
 
     @property
     def manifests(self) -> list[dict[str, Any]]:
-        """Every KubeRay manifest, in declaration order: the shared RayCluster (unless ephemeral), then the RayJob."""
+        """Every KubeRay manifest, in declaration order: the shared RayCluster (unless ephemeral), the RayJob, then
+        the RayService (``tpuray:serving``)."""
         job = ray_job_manifest(self.job)
-        return [job] if self.ephemeral else [ray_cluster_manifest(self.ray.params), job]
+        out = [job] if self.ephemeral else [ray_cluster_manifest(self.ray.params), job]
+        return out + ([ray_service_manifest(self.serving)] if self.serving is not None else [])
 
 
 def resource_labels(stack_name: str) -> dict[str, str]:
@@ -140,6 +145,14 @@ def plan_stack(config: StackConfig, stack_name: str) -> StackPlan:
             else None
         ),
         cost=config.cost,
+        # its pods carry the label of the cluster the NetworkPolicies are declared for (an ephemeral job's)
+        serving=serving_plan(
+            config.serving,
+            pools,
+            replace(_ray_cluster(config, pools, k8s_labels), name=cluster.name),
+            _queued(config, k8s_labels),
+            config.cluster.name,
+        ),
     )
 
 
@@ -253,7 +266,12 @@ def _ray_cluster(cfg: StackConfig, pools: Sequence[PoolPlan], labels: Mapping[st
         worker_image=r.worker_image or r.image,
         service_account=RAY_SERVICE_ACCOUNT,
         worker_service_account=RAY_WORKER_SERVICE_ACCOUNT,
-        groups=tuple(p.worker_group for p in pools if p.worker_group is not None),
+        # the serving pool's slices are the RayService's (config: serving and training share no pool)
+        groups=tuple(
+            p.worker_group
+            for p in pools
+            if p.worker_group is not None and not (cfg.serving is not None and p.name == cfg.serving.slice_pool)
+        ),
         head_cpu=r.head_cpu,
         head_memory=r.head_memory,
         worker_cpu=r.worker_cpu,
@@ -266,6 +284,19 @@ def _ray_cluster(cfg: StackConfig, pools: Sequence[PoolPlan], labels: Mapping[st
         backend=cfg.workload.backend,
         startup=startup_plan(cfg),
     )
+
+
+def _queued(cfg: StackConfig, labels: Mapping[str, str]) -> dict[str, str]:
+    """``labels``, with Kueue's LocalQueue and priority class where the stack has Kueue: Kueue admits a RayJob or a
+    RayService (its chart's default frameworks include ``ray.io/rayservice``, kueue v0.19.2
+    charts/kueue/values.yaml) only when it names a queue."""
+    if not cfg.kueue.enabled:
+        return dict(labels)
+    return {
+        **labels,
+        KUEUE_QUEUE_NAME_LABEL: cfg.kueue.local_queue,
+        KUEUE_PRIORITY_CLASS_LABEL: priority_class_name(cfg.cluster.name, cfg.kueue.priority),
+    }
 
 
 def _ray_job(cfg: StackConfig, pools: Sequence[PoolPlan], labels: Mapping[str, str]) -> RayJobParams:
@@ -301,11 +332,7 @@ def _ephemeral_job(
     pool = cfg.workload_pool()
     [trained] = [p for p in pools if p.name == pool.name]
     cluster = replace(_ray_cluster(cfg, pools, labels), name=name, groups=(trained.job_group(),))
-    job_labels = {
-        **labels,
-        KUEUE_QUEUE_NAME_LABEL: cfg.kueue.local_queue,
-        KUEUE_PRIORITY_CLASS_LABEL: priority_class_name(cfg.cluster.name, cfg.kueue.priority),
-    }
+    job_labels = _queued(cfg, labels)
     return RayJobParams(
         name=name,
         namespace=cfg.ray.namespace,

@@ -19,6 +19,7 @@ from typing import Any
 from tpuray.components.catalog.names import POOL_LABEL
 from tpuray.components.catalog.safe_text import md_code, md_text, one_line
 from tpuray.components.catalog.topology import generation_of_machine_type
+from tpuray.components.catalog.wire import get_path
 from tpuray.components.config import NAMESPACE, CostConfig
 from tpuray.components.config.capacity import CommitmentTerm, capacity_of_node_pool
 from tpuray.components.pricing.table import (
@@ -30,12 +31,15 @@ from tpuray.components.pricing.table import (
     price_basis,
 )
 from tpuray.components.review.pool_views import declared_nodes
-from tpuray.components.review.resource_types import NODE_POOL
+from tpuray.components.review.resource_types import NODE_POOL, RAY_SERVICE
+from tpuray.components.review.rule_types import Resource
+from tpuray.components.review.serving_rules import served_groups
 
 __all__ = [
     "BUDGET_RULE",
     "CostChange",
     "PoolCost",
+    "ServingCost",
     "StackCost",
     "budget_violation",
     "cost_changes",
@@ -81,10 +85,39 @@ class PoolCost:
 
 
 @dataclass(frozen=True)
+class ServingCost:
+    """A RayService's TPU group: its slices steady and at the upgrade's peak, at its pool's chip-hour price."""
+
+    service: str
+    pool: str
+    strategy: str
+    slices: int
+    peak_slices: int
+    chips_per_slice: int | None
+    price: PriceRow | Unpriced | None
+    """Its pool's price; None where the plan declares no node pool of that pool (unknown, not $0)."""
+
+    def _usd(self, slices: int) -> float | None:
+        if not isinstance(self.price, PriceRow) or self.chips_per_slice is None:
+            return None
+        return slices * self.chips_per_slice * self.price.usd_per_chip_hour
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        return self._usd(self.slices)
+
+    @property
+    def usd_per_hour_peak(self) -> float | None:
+        return self._usd(self.peak_slices)
+
+
+@dataclass(frozen=True)
 class StackCost:
     stack: str
     pools: tuple[PoolCost, ...]
     budget_usd_per_hour: float | None = None
+    serving: tuple[ServingCost, ...] = ()
+    """The RayServices' steady state and upgrade peak (their pools' cost is in ``pools`` already)."""
 
     @property
     def unpriced(self) -> tuple[PoolCost, ...]:
@@ -175,7 +208,22 @@ def cost_of_plan(plan: Mapping[str, Any], cost: CostConfig | None = None) -> Sta
         term = terms.get(pool) if price_basis(capacity) == "committed" else None
         price = chip_hour_price(gen_name, region, capacity, supplied, term)
         pools.append(PoolCost(pool, gen_name, region, capacity, lo, hi, price, term))
-    return StackCost(str(plan.get("stack") or "?"), tuple(pools), cost.budget_usd_per_hour)
+    return StackCost(str(plan.get("stack") or "?"), tuple(pools), cost.budget_usd_per_hour, _serving(plan, pools))
+
+
+def _serving(plan: Mapping[str, Any], pools: Sequence[PoolCost]) -> tuple[ServingCost, ...]:
+    prices = {p.pool: p.price for p in pools}
+    out = []
+    for r in plan.get("resources") or []:
+        if r.get("type") != RAY_SERVICE:
+            continue
+        res = Resource(str(r.get("type")), str(r.get("name")), r.get("inputs") or {}, str(r.get("urn") or ""))
+        for g in served_groups(res):
+            name = str(get_path(res.props, "metadata", "name") or res.name)
+            out.append(
+                ServingCost(name, g.pool, g.strategy, g.replicas, g.peak_slices, g.chips_per_slice, prices.get(g.pool))
+            )
+    return tuple(out)
 
 
 def budget_violation(c: StackCost) -> str | None:
@@ -277,6 +325,17 @@ def cost_table(c: StackCost) -> list[str]:
         f"| **stack** | | | | {_usd(c.usd_per_hour_min)} | {_usd(c.usd_per_hour_max)} | "
         f"{_usd(_month(c.usd_per_hour_max))} |"
     )
+    if c.serving:  # within its pool's row above; the upgrade's peak is what the pool must hold
+        lines += [
+            "",
+            "| RayService | pool | slices (steady, upgrade peak) | upgrade | $/h (steady) | $/h (upgrade peak) |",
+            "|---|---|---:|---|---:|---:|",
+        ]
+        lines += [
+            f"| {md_text(s.service)} | {md_text(s.pool)} | {s.slices}, {s.peak_slices} | {md_text(s.strategy)} | "
+            f"{_usd(s.usd_per_hour)} | {_usd(s.usd_per_hour_peak)} |"
+            for s in c.serving
+        ]
     return lines
 
 

@@ -1,8 +1,8 @@
 """The types every review rule shares: the resource a rule reads, its context, a rule, a stack rule and a finding.
 
-Pure Python, imports no rule module: :mod:`.policy_rules`, :mod:`.security_rules` and :mod:`.maintenance_rules`
-build on these, and :mod:`.rules` gathers them into the registry, so no rule module imports another's registry.
-Inputs are Pulumi wire values: camelCase keys, plain dicts and lists.
+Pure Python, imports no rule module: :mod:`.policy_rules`, :mod:`.security_rules`, :mod:`.maintenance_rules` and
+:mod:`.serving_rules` build on these, and :mod:`.rules` gathers them into the registry, so no rule module imports
+another's registry. Inputs are Pulumi wire values: camelCase keys, plain dicts and lists.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The registry of review rules: every resource rule and stack rule, and the function that runs them.
 
-The rule modules (:mod:`.policy_rules`, :mod:`.security_rules`, :mod:`.maintenance_rules`, :mod:`.pod_fit`) build
-on the shared types of :mod:`.rule_types` and import nothing from here; this module gathers them. ``tpuray plan`` runs
-:func:`check_resources` over the resources it collected; :mod:`.policy_pack` makes each rule a CrossGuard policy.
+The rule modules (:mod:`.policy_rules`, :mod:`.security_rules`, :mod:`.maintenance_rules`, :mod:`.pod_fit`,
+:mod:`.serving_rules`) build on the shared types of :mod:`.rule_types` and import nothing from here; this module
+gathers them. ``tpuray plan`` runs :func:`check_resources` over the resources it collected; :mod:`.policy_pack` makes
+each rule a CrossGuard policy.
 """
 
 from __future__ import annotations
@@ -14,13 +15,20 @@ from tpuray.components.review.pod_fit import POD_FIT_STACK_RULES
 from tpuray.components.review.policy_rules import PLATFORM_RULES
 from tpuray.components.review.rule_types import Resource, Rule, RuleContext, StackRule, Violation, stack_of_urn
 from tpuray.components.review.security_rules import SECURITY_RULES, SECURITY_STACK_RULES
+from tpuray.components.review.serving_rules import SERVING_STACK_RULES
 
 __all__ = ["RULES", "STACK_RULES", "check_resources"]
 
 RULES: tuple[Rule, ...] = (*PLATFORM_RULES, *SECURITY_RULES)
 """Every rule over one resource: tpuray's placement and platform rules, then the security rules."""
-STACK_RULES: tuple[StackRule, ...] = (*SECURITY_STACK_RULES, *MAINTENANCE_STACK_RULES, *POD_FIT_STACK_RULES)
-"""Every rule over a whole stack: security, maintenance, and every planned Ray pod against its node pool."""
+STACK_RULES: tuple[StackRule, ...] = (
+    *SECURITY_STACK_RULES,
+    *MAINTENANCE_STACK_RULES,
+    *POD_FIT_STACK_RULES,
+    *SERVING_STACK_RULES,
+)
+"""Every rule over a whole stack: security, maintenance, every planned Ray pod against its node pool, and whether a
+serving upgrade fits its pool."""
 
 
 def check_resources(resources: Iterable[Resource], ctx: RuleContext | None = None) -> list[Violation]:

@@ -74,6 +74,7 @@ def test_security_rules_are_in_the_pack() -> None:
         "k8s-ray-namespace-default-deny",
         "ray-pods-fit-their-node-pools",
         "ray-tpu-metrics-egress",
+        "serving-upgrade-capacity",
         "tpu-static-slices-maintenance-production",
     ]
 
