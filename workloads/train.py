@@ -257,6 +257,17 @@ def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Sett
     else:
         base = (stack.workload if stack else WorkloadConfig()).model_dump(by_alias=True)
     workload = _validated(WorkloadConfig, base, args, WORKLOAD_FLAGS, "workload")
+    if workload.parallelism.degree > 1:  # this loop is data parallel: say so rather than train unsharded
+        raise ConfigError(
+            [
+                (
+                    "workload.parallelism",
+                    f"fsdp={workload.parallelism.fsdp} x tensor={workload.parallelism.tensor}: the built-in "
+                    "entrypoint trains data parallel only; shard your own train function with "
+                    "tpuray.workloads.sharding (docs/sharding.md), or set fsdp: 1 and tensor: 1 here",
+                )
+            ]
+        )
     return Settings(workload, _validated(RunSettings, {}, args, RUN_FLAGS, "run"))
 
 

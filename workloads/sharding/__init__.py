@@ -1,0 +1,1 @@
+"""Sharded training (FSDP, tensor parallelism) over a slice's mesh."""
