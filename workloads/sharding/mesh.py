@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from tpuray.components.catalog.gpt_sharding import AXES
 
-__all__ = ["MeshPlan", "dcn_mesh_shape", "mesh_plan", "rank_layout"]
+__all__ = ["MeshError", "MeshPlan", "dcn_mesh_shape", "mesh_plan", "rank_layout"]
 
 
 class MeshError(ValueError):
