@@ -159,3 +159,21 @@ class WorkloadConfig(ConfigModel):
         p = self.parallelism
         per_device = training_state_bytes_per_device(self.gpt_dims, p.fsdp, p.tensor)
         return per_device * self.mesh_devices_per_chip(tpu_slice)
+
+
+def require_data_parallel(workload: WorkloadConfig, runner: str) -> None:
+    """Raise ``ConfigError`` on ``workload.parallelism`` above 1 for ``runner``, which trains data parallel only:
+    a sharded stack is never trained unsharded without a word."""
+    from tpuray.components.config.errors import ConfigError  # errors imports the stack model, which imports this
+
+    p = workload.parallelism
+    if p.degree > 1:
+        raise ConfigError(
+            [
+                (
+                    "workload.parallelism",
+                    f"fsdp={p.fsdp} x tensor={p.tensor}: {runner} trains data parallel only; shard your own train "
+                    "function with tpuray.workloads.sharding (docs/sharding.md), or set fsdp: 1 and tensor: 1 here",
+                )
+            ]
+        )
