@@ -28,6 +28,7 @@ __all__ = [
     "chips_per_host",
     "disable_outward_cluster",
     "draining_nodes",
+    "guard_prepare_model",
     "install_iter_torch_batches_device",
     "install_torch_device_manager",
     "is_node_start_timeout",
@@ -170,6 +171,34 @@ def uninstall_torch_device_manager() -> None:
 
         for name in _PREPARE_MODEL_MODULES:
             setattr(importlib.import_module(name), "DistributedDataParallel", DistributedDataParallel)  # noqa: B010
+
+
+# ---- prepare_model itself (ray/train/torch/__init__.py, ray/train/v2/torch/train_loop_utils.py,
+#      ray/train/torch/train_loop_utils.py) ---------------------------------------------------------------------
+
+# Where a train function finds prepare_model: the package (which re-exports V2's or V1's) and both modules.
+_PREPARE_MODEL_OWNERS = ("ray.train.torch", *_PREPARE_MODEL_MODULES)
+
+
+def guard_prepare_model(check: Callable[[str | None], None], patches: Any) -> None:
+    """Have ``prepare_model`` call ``check(parallel_strategy)`` before Ray's own body, so a strategy this worker
+    cannot run is refused at ``prepare_model`` time by tpuray's message. Ray 2.60's FSDP branch tests
+    ``torch.cuda.is_available()`` and tells a TPU worker to set ``use_gpu=True``; with one worker it wraps
+    nothing. ``patches`` (a :class:`tpuray.workloads.patches.Patches`) records each replacement to undo it."""
+    for name in _PREPARE_MODEL_OWNERS:
+        module = importlib.import_module(name)
+        original = module.prepare_model
+        if getattr(original, "__wrapped__", None) is not None:
+            continue
+
+        def guarded(*args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            strategy = kwargs.get("parallel_strategy", args[2] if len(args) > 2 else "ddp")
+            check(strategy)
+            return __original(*args, **kwargs)
+
+        guarded.__wrapped__ = original  # type: ignore[attr-defined]
+        guarded.__doc__ = original.__doc__
+        patches.replace(module, "prepare_model", guarded)
 
 
 # ---- Ray Train V2's worker group (ray/train/v2/_internal/execution/worker_group/worker_group.py) -------------

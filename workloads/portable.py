@@ -333,6 +333,10 @@ def install(pjrt_device: str) -> None:
     global _step_hook
     manager = __getattr__("XlaDeviceManager")(pjrt_device)
     _ray_compat.install_torch_device_manager(manager, "xla", __getattr__("XlaDDP"))
+    if not _prepare_guard:  # Ray's FSDP branch cannot run here: refuse it by name at prepare_model time
+        from tpuray.workloads.sharding.prepare import check_parallel_strategy
+
+        _ray_compat.guard_prepare_model(check_parallel_strategy, _prepare_guard)
 
     def data_device(device: Any) -> torch.device | None:
         import torch
@@ -358,6 +362,7 @@ def uninstall() -> None:
     global _step_hook
     _ray_compat.uninstall_torch_device_manager()
     _ray_compat.uninstall_iter_torch_batches_device()
+    _prepare_guard.restore()
     _fp16.restore()
     if _step_hook is not None:
         _step_hook.remove()
@@ -367,6 +372,7 @@ def uninstall() -> None:
 # ---- float16: refused on the chip, with the TPU alternative ------------------------------------------------
 
 _fp16 = Patches()
+_prepare_guard = Patches()
 
 
 def _refusal(kind: str, pjrt_device: str) -> str:

@@ -43,6 +43,7 @@ from tpuray.components.config import (
     validated_as,
 )
 from tpuray.components.config.value_types import RunName
+from tpuray.components.config.workload import require_data_parallel
 from tpuray.workloads import _ray_compat
 from tpuray.workloads.data import DatasetError, TokenFile, open_dataset
 from tpuray.workloads.goodput import EVENTS_FILE, JOB_END, JOB_START, compute_goodput, read_events, record_job_event
@@ -257,6 +258,7 @@ def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Sett
     else:
         base = (stack.workload if stack else WorkloadConfig()).model_dump(by_alias=True)
     workload = _validated(WorkloadConfig, base, args, WORKLOAD_FLAGS, "workload")
+    require_data_parallel(workload, "the built-in entrypoint")  # it trains data parallel: never unsharded quietly
     return Settings(workload, _validated(RunSettings, {}, args, RUN_FLAGS, "run"))
 
 

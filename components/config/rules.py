@@ -359,9 +359,10 @@ def backend_rules(view: StackView) -> list[Problem]:
 
 
 def model_fit_rules(view: StackView) -> list[Problem]:
-    """The model's replicated training state fits one chip of the pool the job runs on (data parallel: every chip
-    holds all of it). The bound is the chip's HBM; on tpu7x, whose chips are two PJRT devices each, a replica per
-    device would have half of it, which this lenient bound does not assume."""
+    """The model's training state, sharded as ``workload.parallelism`` says, fits each chip of the pool the job
+    runs on, and one copy of the model's ``fsdp * tensor`` devices tiles a slice (the data axis takes the rest).
+    Per chip: the per-device share (``training_state_bytes_per_chip``) times the mesh devices on a chip (two per
+    tpu7x chip under TorchTPU, each holding its own share), against the chip's HBM."""
     workload, pools = view.workload, view.pools
     if workload is None or not pools:
         return []
@@ -372,16 +373,34 @@ def model_fit_rules(view: StackView) -> list[Problem]:
         pool = next((p for _, p in pools if p.name == target), None)
     if pool is None:
         return []
-    need, chip = workload.training_state_bytes, pool.tpu_slice.hbm_bytes_per_chip
+    s, par = pool.tpu_slice, workload.parallelism
+    devices = s.chips * workload.mesh_devices_per_chip(s)
+    unit = "devices" if devices != s.chips else "chips"
+    if devices % par.degree:
+        return [
+            Problem(
+                "workload.parallelism",
+                f"fsdp x tensor = {par.fsdp} x {par.tensor} = {par.degree} does not divide the {devices} {unit} of "
+                f"a {s.generation} {s.topology} slice (pool {pool.name!r}); valid: fsdp x tensor a divisor of "
+                f"{devices}, the data axis takes the rest",
+            )
+        ]
+    need, chip = workload.training_state_bytes_per_chip(s), s.hbm_bytes_per_chip
     if need <= chip:
         return []
+    sharding = (
+        "replicated on every chip (data parallel)"
+        if par.degree == 1
+        else f"sharded fsdp={par.fsdp} x tensor={par.tensor}, the parameters no axis splits replicated"
+    )
     return [
         Problem(
             "workload.model",
-            f"does not fit: needs {need / 2**30:,.1f} GiB, a {pool.tpu_slice.generation} chip has "
-            f"{chip / 2**30:g} GiB ({workload.model_parameters:,} parameters x {TRAIN_BYTES_PER_PARAMETER} bytes: "
-            f"fp32 weights, gradients and AdamW's two moments, replicated on every chip of pool {pool.name!r}, before "
-            "activations): make the model smaller (layers, dModel, vocabSize) or pick a generation with more HBM",
+            f"does not fit: needs {need / 2**30:,.1f} GiB per chip, a {s.generation} chip has {chip / 2**30:g} GiB "
+            f"({workload.model_parameters:,} parameters x {TRAIN_BYTES_PER_PARAMETER} bytes: fp32 weights, "
+            f"gradients and AdamW's two moments, {sharding}, in pool {pool.name!r}, before activations): shard it "
+            "(workload.parallelism.fsdp, e.g. fsdp: <chips of the slice>), make the model smaller (layers, dModel, "
+            "vocabSize) or pick a generation with more HBM",
         )
     ]
 

@@ -9,7 +9,9 @@ from pydantic import (
     model_validator,
 )
 
+from tpuray.components.catalog.gpt_sharding import GPT_PARAMETERS, GptDims
 from tpuray.components.catalog.runtime_ports import RuntimeBackend
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config.base import (
     ConfigModel,
     field_problem,
@@ -58,7 +60,40 @@ which casts inside the ops and leaves the weights, and so their gradients and op
 (tpuray.workloads.gpt_loop). The same accounting as ZeRO's "model states" of Adam (Rajbhandari et al. 2019,
 https://arxiv.org/abs/1910.02054 section 3.1), there 16 bytes per parameter in mixed precision too. Data parallel
 training replicates all of it on every chip, so a model whose states exceed one chip's HBM cannot run whatever the
-slice; activations only add to it, so the check is a lower bound and never refuses a model that fits."""
+slice; activations only add to it, so the check is a lower bound and never refuses a model that fits. Sharding
+divides it: :func:`training_state_bytes_per_device`."""
+
+
+def training_state_bytes_per_device(dims: GptDims, fsdp: int = 1, tensor: int = 1) -> int:
+    """HBM one mesh device holds of the GPT's training state (:data:`TRAIN_BYTES_PER_PARAMETER` per parameter)
+    with ``fsdp`` and ``tensor`` ways of sharding: each parameter's share over the axes that split it
+    (:data:`~tpuray.components.catalog.gpt_sharding.GPT_PARAMETERS`), the rest replicated. Gradients and AdamW's
+    moments are laid out like their parameter (FSDP2's DTensors; XLA SPMD propagates the parameter's sharding to
+    them), so all 16 bytes divide alike. The ``data`` axis divides nothing. The one figure the config's HBM rule,
+    ``tpuray plan`` and the sharding tests use."""
+    total = 0
+    for rule in GPT_PARAMETERS:
+        place = rule.placement(fsdp, tensor)
+        ways = (fsdp if place.fsdp is not None else 1) * (tensor if place.tensor is not None else 1)
+        total += (dims.layers if rule.per_block else 1) * rule.numel(dims) // ways
+    return total * TRAIN_BYTES_PER_PARAMETER
+
+
+class ParallelismConfig(ConfigModel):
+    """How the training state is sharded over a slice's chips; the data axis takes the rest, and the slices of a
+    multislice job are its outermost part (over DCN)."""
+
+    fsdp: Annotated[int, Field(ge=1, le=65_536)] = Field(
+        default=1, description="ways every parameter, gradient and AdamW moment is sharded (FSDP / ZeRO-3)"
+    )
+    tensor: Annotated[int, Field(ge=1, le=1_024)] = Field(
+        default=1, description="ways attention and the MLP are split (Megatron-style tensor parallelism)"
+    )
+
+    @property
+    def degree(self) -> int:
+        """Chips (devices) one copy of the model is spread over: ``fsdp * tensor``."""
+        return self.fsdp * self.tensor
 
 
 class WorkloadConfig(ConfigModel):
@@ -75,6 +110,28 @@ class WorkloadConfig(ConfigModel):
         default=None, description="tokenised text file; synthetic tokens if unset"
     )
     model: ModelConfig = ModelConfig()
+    parallelism: ParallelismConfig = ParallelismConfig()
+
+    @model_validator(mode="after")
+    def _parallelism(self) -> WorkloadConfig:
+        fsdp, tensor, m = self.parallelism.fsdp, self.parallelism.tensor, self.model
+        if m.heads % tensor:
+            raise field_problem(
+                "parallelism.tensor",
+                f"{tensor} does not divide model.heads={m.heads}: tensor parallelism gives every device whole "
+                f"attention heads (and so divides dModel, 3 dModel and 4 dModel); valid: a divisor of {m.heads}",
+            )
+        if m.d_model % fsdp:
+            raise field_problem(
+                "parallelism.fsdp",
+                f"{fsdp} does not divide model.dModel={m.d_model}: FSDP splits every parameter along a dimension of "
+                f"dModel (or 3 or 4 times it) in equal shards; valid: a divisor of {m.d_model}",
+            )
+        return self
+
+    @property
+    def gpt_dims(self) -> GptDims:
+        return GptDims(self.model.vocab_size, self.seq_len, self.model.d_model, self.model.layers)
 
     @property
     def model_parameters(self) -> int:
@@ -90,3 +147,33 @@ class WorkloadConfig(ConfigModel):
         """HBM one chip needs for the replicated weights, gradients and AdamW state
         (:data:`TRAIN_BYTES_PER_PARAMETER` per parameter)."""
         return self.model_parameters * TRAIN_BYTES_PER_PARAMETER
+
+    def mesh_devices_per_chip(self, tpu_slice: TpuSlice) -> int:
+        """Mesh devices on one chip: TorchTPU runs a process per PJRT device (two per tpu7x chip), PyTorch/XLA
+        one per chip (:attr:`~tpuray.components.catalog.topology.TpuSlice.devices_per_host`)."""
+        return tpu_slice.spec.devices_per_chip if self.backend == "torch_tpu" else 1
+
+    def training_state_bytes_per_chip(self, tpu_slice: TpuSlice) -> int:
+        """HBM one chip of ``tpu_slice`` holds of the sharded training state: the per-device share
+        (:func:`training_state_bytes_per_device`) times the mesh devices on the chip."""
+        p = self.parallelism
+        per_device = training_state_bytes_per_device(self.gpt_dims, p.fsdp, p.tensor)
+        return per_device * self.mesh_devices_per_chip(tpu_slice)
+
+
+def require_data_parallel(workload: WorkloadConfig, runner: str) -> None:
+    """Raise ``ConfigError`` on ``workload.parallelism`` above 1 for ``runner``, which trains data parallel only:
+    a sharded stack is never trained unsharded without a word."""
+    from tpuray.components.config.errors import ConfigError  # errors imports the stack model, which imports this
+
+    p = workload.parallelism
+    if p.degree > 1:
+        raise ConfigError(
+            [
+                (
+                    "workload.parallelism",
+                    f"fsdp={p.fsdp} x tensor={p.tensor}: {runner} trains data parallel only; shard your own train "
+                    "function with tpuray.workloads.sharding (docs/sharding.md), or set fsdp: 1 and tensor: 1 here",
+                )
+            ]
+        )

@@ -26,7 +26,11 @@ def train_entrypoint(workload: WorkloadConfig, pool: SlicePoolConfig, run_name: 
         "--num-slices",
         str(pool.slices),
     ]
-    args += ["--workload", workload.model_dump_json(by_alias=True, exclude_none=True)]
+    # data parallel (the default, and all this entrypoint runs) is left out, so a stack that says nothing of
+    # parallelism keeps the entrypoint, and its live RayJob, byte for byte
+    unsharded = workload.parallelism == type(workload.parallelism)()
+    dumped = workload.model_dump_json(by_alias=True, exclude_none=True, exclude={"parallelism"} if unsharded else None)
+    args += ["--workload", dumped]
     if checkpoint_dir is not None:
         args += ["--checkpoint-dir", checkpoint_dir]
     args += ["--run-name", run_name]

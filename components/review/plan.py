@@ -153,4 +153,22 @@ def dashboards(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def summary(plan: Plan) -> str:
     from tpuray.components.review.cost import pools_summary
 
-    return "\n".join([summary_table(plan.stack, plan.resources, plan.pools), *pools_summary(plan.cost)])
+    table = summary_table(plan.stack, plan.resources, plan.pools)
+    return "\n".join([table, *pools_summary(plan.cost), *training_state_lines(plan)])
+
+
+def training_state_lines(plan: Plan) -> list[str]:
+    """Per pool, the HBM a chip holds of the workload's sharded training state and what is left for activations
+    (the config's own estimate: ``WorkloadConfig.training_state_bytes_per_chip``)."""
+    w = plan.config.workload
+    p = w.parallelism
+    lines = [f"training state per chip ({w.model_parameters:,} parameters, fsdp={p.fsdp} x tensor={p.tensor}):"]
+    for pool in plan.pools:
+        s, gib = pool.tpu_slice, 2**30
+        if (s.chips * w.mesh_devices_per_chip(s)) % p.degree:
+            lines.append(f"- {pool.name}: fsdp x tensor = {p.degree} does not tile a {s.topology} slice")
+            continue
+        need, hbm = w.training_state_bytes_per_chip(s), s.hbm_bytes_per_chip
+        room = f"{(hbm - need) / gib:,.2f} GiB headroom" if need <= hbm else "does not fit"
+        lines.append(f"- {pool.name}: {need / gib:,.2f} GiB of {hbm / gib:g} GiB HBM, {room} before activations")
+    return lines

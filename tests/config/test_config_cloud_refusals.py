@@ -137,7 +137,7 @@ def test_exactly_15000_nodes_pass_and_one_more_is_refused() -> None:
 def test_a_model_whose_training_state_exceeds_a_chips_hbm_is_refused_with_both_figures() -> None:
     # 40 blocks of d=8192 (12 d^2 + 13 d each) and the default embeddings: 32,219,152,384 parameters x 16 B = 480.1 GiB
     found = problems_of(base(workload={"model": {"dModel": 8192, "layers": 40, "heads": 16}}))
-    assert found["workload.model"].startswith("does not fit: needs 480.1 GiB, a v5p chip has 95 GiB"), found
+    assert found["workload.model"].startswith("does not fit: needs 480.1 GiB per chip, a v5p chip has 95 GiB"), found
 
 
 def test_the_fit_is_judged_on_the_pool_the_job_runs_on() -> None:

@@ -1,0 +1,143 @@
+"""TorchTPU's one process per device, on CPU: N processes over gloo run FSDP2 or tensor-parallel steps of a small
+GPT (tpuray.workloads.sharding.fsdp2) and compare them with the unsharded step; or save a sharded checkpoint, or
+load one with another partition. ``python fsdp2_sharded_step.py step N fsdp,tensor ...``, ``save N DIR`` or
+``load N DIR``; rank 0 prints one JSON line per plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.multiprocessing.spawn import spawn
+
+from tpuray.workloads.metrics import ModelShape
+from tpuray.workloads.model import GPT, next_token_loss
+
+SHAPE = ModelShape(vocab_size=32, layers=1, d_model=16, heads=4, seq_len=8)
+BATCH = 8
+
+
+def _model() -> GPT:
+    torch.manual_seed(0)
+    return GPT(SHAPE)
+
+
+def _tokens() -> torch.Tensor:
+    return torch.randint(0, SHAPE.vocab_size, (BATCH, SHAPE.seq_len + 1), generator=torch.Generator().manual_seed(1))
+
+
+def _reference() -> dict[str, torch.Tensor]:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    next_token_loss(model, _tokens()).backward()  # type: ignore[no-untyped-call]
+    opt.step()
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def _sharded(world: int, fsdp: int, tensor: int) -> tuple[GPT, torch.Tensor]:
+    """The model sharded over the mesh, and this rank's part of the batch (its data-parallel rows)."""
+    from tpuray.workloads.sharding.fsdp2 import device_mesh, shard_gpt
+    from tpuray.workloads.sharding.mesh import mesh_plan
+
+    mesh = device_mesh(mesh_plan(world, 1, fsdp, tensor), "cpu")
+    model = _model()
+    shard_gpt(model, mesh, fsdp, tensor)
+    replicas = mesh["data"].size() * mesh["fsdp"].size()  # ranks with rows of their own
+    index = mesh["data"].get_local_rank() * mesh["fsdp"].size() + mesh["fsdp"].get_local_rank()
+    rows = BATCH // replicas
+    return model, _tokens()[index * rows : (index + 1) * rows]
+
+
+def _step(world: int, plans: list[str]) -> None:
+    from tpuray.workloads.sharding.fsdp2 import rank_bytes
+
+    reference = _reference()
+    for text in plans:
+        fsdp, tensor = (int(x) for x in text.split(","))
+        result: dict[str, object] = {"fsdp": fsdp, "tensor": tensor, "world": world}
+        model, tokens = _sharded(world, fsdp, tensor)
+        opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        next_token_loss(model, tokens).backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        params = dict(model.named_parameters())
+        result["max_diff"] = max((_full(params[n]).detach() - reference[n]).abs().max().item() for n in reference)
+        model, tokens = _sharded(world, fsdp, tensor)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        next_token_loss(model, tokens).backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        state = [t for s in opt.state.values() for k, t in s.items() if k in ("exp_avg", "exp_avg_sq")]
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        mine = rank_bytes([*model.parameters(), *grads, *state])
+        every: list[object] = [None] * world
+        dist.all_gather_object(every, mine)
+        result["bytes_per_rank"] = sorted(set(every))  # type: ignore[type-var]
+        result["state_tensors"] = len(state)
+        if dist.get_rank() == 0:
+            print(json.dumps(result), flush=True)
+
+
+def _save(world: int, where: Path) -> None:
+    from torch.distributed.checkpoint import state_dict_saver
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    model, tokens = _sharded(world, world, 1)
+    torch.optim.SGD(model.parameters(), lr=0.5).zero_grad()
+    next_token_loss(model, tokens).backward()  # type: ignore[no-untyped-call]
+    torch.optim.SGD(model.parameters(), lr=0.5).step()
+    state_dict_saver.save(get_model_state_dict(model), checkpoint_id=str(where / "dcp"))
+    full = {n: _full(p).detach() for n, p in model.named_parameters()}
+    if dist.get_rank() == 0:
+        torch.save(full, where / "expected.pt")
+
+
+def _load(world: int, where: Path) -> None:
+    from torch.distributed.checkpoint import state_dict_loader
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    model, _ = _sharded(world, world, 1)
+    state = get_model_state_dict(model)
+    state_dict_loader.load(state, checkpoint_id=str(where / "dcp"))
+    set_model_state_dict(model, state)
+    expected = torch.load(where / "expected.pt")
+    diff = max((_full(p).detach() - expected[n]).abs().max().item() for n, p in model.named_parameters())
+    local = sorted({type(p).__name__ for p in model.parameters()})
+    if dist.get_rank() == 0:
+        print(json.dumps({"world": world, "max_diff": diff, "parameter_types": local}), flush=True)
+
+
+def _rank(rank: int, world: int, port: int, mode: str, args: list[str]) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        if mode == "step":
+            _step(world, args)
+        elif mode == "save":
+            _save(world, Path(args[0]))
+        else:
+            _load(world, Path(args[0]))
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv: list[str]) -> None:
+    mode, world = argv[0], int(argv[1])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spawn(_rank, args=(world, port, mode, argv[2:]), nprocs=world, join=True)  # type: ignore[no-untyped-call]
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
