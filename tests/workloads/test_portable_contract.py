@@ -27,6 +27,7 @@ from tests.workloads import portable_contract
 from tests.workloads.chip_seats import ENV_PREFIXES, Seat, check_seats
 from tests.workloads.portable_contract import MODEL_ROWS, check_no_sync, make_net, model_rows, run_rows
 from tpuray.workloads import XlaChipConfig, tpu_scaling_config
+from tpuray.workloads.sharding.prepare import FSDP_ON_TPU
 
 ray = pytest.importorskip("ray")
 
@@ -393,9 +394,13 @@ def test_a_row_gives_the_same_result_on_the_emulated_slice_as_on_stock_ray_train
     for backend in runs:
         assert sorted(runs[backend]["ranks"][0]["rows"]) == sorted(_rows_of(shape))
     emulated, stock = _row(runs, "emulated", row), _row(runs, "stock", row)
-    if row == "prepare_model.fsdp":  # refused by Ray itself on every non-GPU worker, before any torch call
-        for r in emulated + stock:
+    if row == "prepare_model.fsdp":
+        # refused on both, before any torch call: by Ray itself on a CPU worker, and on the chips by tpuray, naming
+        # what shards a model on TPUs instead (Ray's own refusal there would say only "GPU-enabled training")
+        for r in stock:
             assert r["error"].startswith("RuntimeError: FSDP is only available with GPU-enabled training"), r
+        for r in emulated:
+            assert r["error"].startswith(f"ValueError: {FSDP_ON_TPU[:60]}") and "fsdp_v2" in r["error"], r
         return
     assert all("ok" in r for r in stock), stock
     assert all("ok" in r for r in emulated), emulated

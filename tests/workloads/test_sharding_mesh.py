@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import zipfile
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -14,24 +16,43 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.torch_tpu_env.torch_tpu_venv import torch_tpu_python
 from tpuray.workloads.sharding.mesh import MeshError, MeshPlan, dcn_mesh_shape, mesh_plan, rank_layout
 
 WHEEL_ENV = "TPURAY_TORCH_TPU_WHEEL"
-"""A downloaded torch_tpu 0.2.0 wheel (``pip download --no-deps torch-tpu==0.2.0``): its mesh builder is numpy-only
-(``_internal/distributed/device_utils.py`` imports collections, itertools, math, numpy), so the test loads that
-one file from it; torch_tpu itself does not install beside torch_xla."""
+"""A downloaded torch_tpu 0.2.0 wheel (``pip download --no-deps torch-tpu==0.2.0``), read where the torch_tpu venv
+(tests/torch_tpu_env) is missing. torch_tpu's mesh builder is numpy-only (``_internal/distributed/device_utils.py``
+imports collections, itertools, math, numpy), so the test loads that one file; torch_tpu itself does not install
+beside torch_xla."""
+DEVICE_UTILS = "torch_tpu/_internal/distributed/device_utils.py"
 
 
-def _torch_tpu_device_utils() -> ModuleType | None:
+def _device_utils_source() -> bytes | None:
+    """device_utils.py from the torch_tpu venv that .ci/run makes, else from the wheel :data:`WHEEL_ENV` names."""
+    python = torch_tpu_python()
+    if python.is_file():
+        # find_spec of a top-level package reads the path only: torch_tpu is not imported
+        code = "import importlib.util as u; print(u.find_spec('torch_tpu').submodule_search_locations[0])"
+        proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=False)
+        found = Path(proc.stdout.strip()).parent / DEVICE_UTILS
+        if proc.returncode == 0 and found.is_file():
+            return found.read_bytes()
     wheel = os.environ.get(WHEEL_ENV)
-    if not wheel or not Path(wheel).is_file():
+    if wheel and Path(wheel).is_file():
+        with zipfile.ZipFile(wheel) as z:
+            return z.read(DEVICE_UTILS)
+    return None
+
+
+@cache
+def _torch_tpu_device_utils() -> ModuleType | None:
+    source = _device_utils_source()
+    if source is None:
         return None
-    with zipfile.ZipFile(wheel) as z:
-        source = z.read("torch_tpu/_internal/distributed/device_utils.py")
     spec = importlib.util.spec_from_loader("torch_tpu_device_utils", loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    exec(compile(source, "torch_tpu/_internal/distributed/device_utils.py", "exec"), module.__dict__)
+    exec(compile(source, DEVICE_UTILS, "exec"), module.__dict__)
     return module
 
 
@@ -76,7 +97,10 @@ def test_the_layout_puts_every_device_once_in_slice_blocks(
         assert block.ravel().tolist() == list(range(s * per_slice, (s + 1) * per_slice))
 
 
-@pytest.mark.skipif(_torch_tpu_device_utils() is None, reason=f"set {WHEEL_ENV} to a torch_tpu 0.2.0 wheel")
+@pytest.mark.skipif(
+    _torch_tpu_device_utils() is None and os.environ.get("CI") != "true",  # in CI the torch_tpu venv is made
+    reason=f"no torch_tpu venv (.ci/run's .venv-torch-tpu commands) and no {WHEEL_ENV} naming a torch_tpu 0.2.0 wheel",
+)
 @pytest.mark.parametrize(
     ("per_slice", "slices", "fsdp", "tensor"), [(8, 1, 4, 2), (16, 2, 4, 1), (8, 4, 2, 2), (4, 2, 1, 4)]
 )
@@ -101,7 +125,6 @@ def test_the_layout_is_torch_tpus_own_on_devices_without_a_torus(
 
 
 def test_the_sharding_wing_imports_without_pulumi_or_torch_xla() -> None:
-    import subprocess
     import sys
 
     code = (
