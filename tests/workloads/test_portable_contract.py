@@ -291,6 +291,11 @@ def contract_train(config: dict[str, Any]) -> None:
     doc = {"rows": rows, "params": params, "world": world, "seat": seat(), "seen": seen, "compiled": compiled}
     (out / f"rows-{rank}.json").write_text(json.dumps(doc, default=str))
     if config["restart"]:
+        # Ray Train V2 hands the controller one report per worker per poll (a queue of one, ray/train/v2/_internal/
+        # execution/worker_group/worker.py, poll_status), and a poll that also carries the error can end the attempt
+        # before the checkpoint's report is registered (CI saw the restart read report 1's checkpoint): this report
+        # without a checkpoint waits, in the queue's put, until that one was taken
+        ray.train.report({"report": 3})
         raise RuntimeError("planned restart: the next attempt reads get_checkpoint()")
 
 
