@@ -75,22 +75,22 @@ _B = r"blocks\.\d+\."
 GPT_PARAMETERS: tuple[ParameterRule, ...] = (
     ParameterRule(r"tok\.weight", ("vocab", "d"), 1, None, per_block=False),
     ParameterRule(r"pos\.weight", ("seq", "d"), 1, None, per_block=False),
-    ParameterRule(_B + r"ln1\.(weight|bias)", ("d",), 0, None, per_block=True),
-    ParameterRule(_B + r"ln1\.(weight|bias)", ("d",), 0, None, per_block=True),
+    ParameterRule(_B + r"ln1\.weight", ("d",), 0, None, per_block=True),
+    ParameterRule(_B + r"ln1\.bias", ("d",), 0, None, per_block=True),
     ParameterRule(_B + r"qkv\.weight", ("3d", "d"), 1, 0, per_block=True),
     ParameterRule(_B + r"qkv\.bias", ("3d",), 0, 0, per_block=True),
     ParameterRule(_B + r"proj\.weight", ("d", "d"), 0, 1, per_block=True),
     ParameterRule(_B + r"proj\.bias", ("d",), 0, None, per_block=True),
-    ParameterRule(_B + r"ln2\.(weight|bias)", ("d",), 0, None, per_block=True),
-    ParameterRule(_B + r"ln2\.(weight|bias)", ("d",), 0, None, per_block=True),
+    ParameterRule(_B + r"ln2\.weight", ("d",), 0, None, per_block=True),
+    ParameterRule(_B + r"ln2\.bias", ("d",), 0, None, per_block=True),
     ParameterRule(_B + r"fc\.weight", ("4d", "d"), 1, 0, per_block=True),
     ParameterRule(_B + r"fc\.bias", ("4d",), 0, 0, per_block=True),
     ParameterRule(_B + r"out\.weight", ("d", "4d"), 0, 1, per_block=True),
     ParameterRule(_B + r"out\.bias", ("d",), 0, None, per_block=True),
-    ParameterRule(r"ln_f\.(weight|bias)", ("d",), 0, None, per_block=False),
-    ParameterRule(r"ln_f\.(weight|bias)", ("d",), 0, None, per_block=False),
+    ParameterRule(r"ln_f\.weight", ("d",), 0, None, per_block=False),
+    ParameterRule(r"ln_f\.bias", ("d",), 0, None, per_block=False),
 )
-"""Every parameter of the GPT, one row per tensor (a LayerNorm's weight and bias are two rows of one pattern). The
+"""Every parameter of the GPT, one row per tensor, each naming its own (a LayerNorm's weight and bias are two rows). The
 output head is tied to ``tok.weight`` and has no row of its own."""
 
 
