@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RESERVED_PATHS", "ReservedPath", "reserved_path_clash"]
+__all__ = ["RESERVED_PATHS", "SHM_PATH", "ReservedPath", "reserved_path_clash"]
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,11 @@ class ReservedPath:
     """A mount inside it is refused too (not only at it or above it)."""
 
 
+SHM_PATH = "/dev/shm"
+"""Where every Ray pod mounts its memory-backed emptyDir (planning/kuberay.py), Ray's object store."""
+
 RESERVED_PATHS: tuple[ReservedPath, ...] = (
-    ReservedPath("/dev/shm", "the pod's shared memory, Ray's object store (tpuray's own emptyDir mount)", True),
+    ReservedPath(SHM_PATH, "the pod's shared memory, Ray's object store (tpuray's own emptyDir mount)", True),
     # rayproject/ray images run as user ray with HOME=/home/ray and conda's Python in /home/ray/anaconda3
     # (ray-project/ray docker/base-deps/Dockerfile); tpuray's worker image adds its sources in /home/ray/tpuray
     # (workloads/Dockerfile).

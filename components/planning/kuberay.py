@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuray.components.catalog.container_paths import SHM_PATH
 from tpuray.components.catalog.names import (
     GKE_NODEPOOL_LABEL,
     HEAD_PORTS,
@@ -170,7 +171,7 @@ def headless_service_name(cluster: str) -> str:
 # ---- pod pieces ---------------------------------------------------------------------------------------
 def _volumes(p: RayClusterParams) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": SHM_PATH}]
     if p.checkpoint_bucket:
         m = p.startup.checkpoint_mount if p.startup else FuseMountConfig()
         volumes.append(fuse_volume(CHECKPOINT_VOLUME, p.checkpoint_bucket, m))

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuray.components.catalog.container_paths import reserved_path_clash
+from tpuray.components.catalog.container_paths import SHM_PATH, reserved_path_clash
 from tpuray.components.catalog.machine_types import (
     GCSFUSE_METADATA_PREFETCH_REQUESTS,
     GCSFUSE_SIDECAR_REQUESTS,
@@ -56,7 +56,6 @@ REPLICA_INDEX_LABEL = "replicaIndex"
 """The TPU webhook's label of a multi-host replica (``<group>-<index>``)."""
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 """Well-known node label: the machine type (https://kubernetes.io/docs/reference/labels-annotations-taints/)."""
-DSHM_MOUNT = "/dev/shm"
 
 
 # ---- the node pools -------------------------------------------------------------------------------------------
@@ -208,7 +207,7 @@ def _cluster_pods(urn: str, at: str, cluster: str, spec: Mapping[str, Any]) -> l
             labels=_kuberay_labels(head, cluster, "head", "headgroup"),
             added=tuple(added),
             affinity=tuple(_template_affinity(head_spec)),
-            own_mounts=frozenset({DSHM_MOUNT}),
+            own_mounts=frozenset({SHM_PATH}),
         )
     ]
     for i, g in enumerate(as_list(spec.get("workerGroupSpecs"))):
@@ -244,7 +243,7 @@ def _cluster_pods(urn: str, at: str, cluster: str, spec: Mapping[str, Any]) -> l
                 affinity=tuple(affinity),
                 hosts=hosts,
                 replicas=replicas,
-                own_mounts=frozenset({DSHM_MOUNT}),
+                own_mounts=frozenset({SHM_PATH}),
             )
         )
     return pods
