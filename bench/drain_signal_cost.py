@@ -1,7 +1,7 @@
 """What ``should_checkpoint_now`` costs a step: its agreement all-reduce vs the step's own gradient all-reduce.
 
 ``W`` bare processes join a gloo group (as on the emulated slice) and each times ``K`` calls of a
-:class:`tpuray.workloads.drain.CheckpointSignal` (the drain flag is a local read; the cost is the 2-float
+:class:`tpuray.workloads.signals.drain.CheckpointSignal` (the drain flag is a local read; the cost is the 2-float
 all-reduce), then ``K`` all-reduces of the dev stack GPT's gradient (what ``optimizer_step`` averages every step).
 Prints one JSON line: ``{"signal_ms", "grad_allreduce_ms", "ratio", ...}`` (median over ranks; the ratio is the
 signal's share of the gradient average it rides next to).
@@ -22,14 +22,14 @@ from typing import Any
 from figures import add_record_flag, emit
 
 from tpuray.components.config import load_stack_file
-from tpuray.workloads.metrics import ModelShape
+from tpuray.workloads.gpt.metrics import ModelShape
 
 
 def rank_main(rank: int, world: int, port: int, steps: int, grad_floats: int, out: Any) -> None:
     import torch
     import torch.distributed as dist
 
-    from tpuray.workloads.drain import CheckpointSignal
+    from tpuray.workloads.signals.drain import CheckpointSignal
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)

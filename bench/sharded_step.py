@@ -39,8 +39,8 @@ def _child(plans: list[str], warmup: int, steps: int) -> None:
 
     from tpuray.components.catalog.gpt_sharding import GptDims
     from tpuray.components.config.workload import training_state_bytes_per_device
-    from tpuray.workloads.metrics import ModelShape
-    from tpuray.workloads.model import GPT, next_token_loss
+    from tpuray.workloads.gpt.metrics import ModelShape
+    from tpuray.workloads.gpt.model import GPT, next_token_loss
     from tpuray.workloads.sharding import fsdp_v2, local_bytes, mesh_plan, shard_gpt, spmd_mesh
 
     xr.use_spmd()

@@ -35,8 +35,8 @@ from figures import add_record_flag, emit
 
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import load_stack_file
-from tpuray.workloads.metrics import ModelShape
-from tpuray.workloads.worker_env import LOCAL_WORKER_ENV
+from tpuray.workloads.gpt.metrics import ModelShape
+from tpuray.workloads.placement.worker_env import LOCAL_WORKER_ENV
 
 WARMUP = 5  # steps that compile graphs; not in the step time
 
@@ -73,8 +73,8 @@ def loop(shape: ModelShape, batch: int, steps: int, portable: bool = False) -> d
     import torch
     import torch_xla
 
-    from tpuray.workloads.data import SyntheticTokens
-    from tpuray.workloads.model import GPT, next_token_loss
+    from tpuray.workloads.gpt.data import SyntheticTokens
+    from tpuray.workloads.gpt.model import GPT, next_token_loss
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -143,15 +143,15 @@ def _ray_train_fn(config: dict[str, Any]) -> None:
 
 def _bare_worker(assignment: Any, master: tuple[str, int], shape: ModelShape, batch: int, steps: int, q: Any) -> None:
     os.environ.update(LOCAL_WORKER_ENV)
-    from tpuray.workloads.backend import _apply, _join
+    from tpuray.workloads.xla.backend import apply_assignment, join_process_group
 
-    _apply(assignment)  # the same chip assignment and process group the backend sets up
-    _join(master, 120.0)
+    apply_assignment(assignment)  # the same chip assignment and process group the backend sets up
+    join_process_group(master, 120.0)
     q.put(loop(shape, batch, steps))
 
 
 def bare(tpu_slice: TpuSlice, shape: ModelShape, batch: int, steps: int) -> dict[str, Any]:
-    from tpuray.workloads.placement import Seat, assign_chips
+    from tpuray.workloads.placement.seats import Seat, assign_chips
 
     seats = [
         Seat(i, 0, "bare", 0, c, "127.0.0.1") for i, c in enumerate(range(tpu_slice.chips))
@@ -196,7 +196,7 @@ def with_ray(tpu_slice: TpuSlice, shape: ModelShape, batch: int, steps: int) -> 
     from ray.train.torch import TorchTrainer
 
     from tpuray.workloads import XlaChipConfig, emulate, tpu_scaling_config
-    from tpuray.workloads.emulation import RAY_METRICS_INTERVAL_S
+    from tpuray.workloads.emulation.cluster import RAY_METRICS_INTERVAL_S
 
     runs = []
     # Ray's default metrics interval, as on GKE: emulate()'s 1 s (for tests that scrape a short run) costs the

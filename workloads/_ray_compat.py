@@ -184,7 +184,7 @@ def guard_prepare_model(check: Callable[[str | None], None], patches: Any) -> No
     """Have ``prepare_model`` call ``check(parallel_strategy)`` before Ray's own body, so a strategy this worker
     cannot run is refused at ``prepare_model`` time by tpuray's message. Ray 2.60's FSDP branch tests
     ``torch.cuda.is_available()`` and tells a TPU worker to set ``use_gpu=True``; with one worker it wraps
-    nothing. ``patches`` (a :class:`tpuray.workloads.patches.Patches`) records each replacement to undo it."""
+    nothing. ``patches`` (a :class:`tpuray.workloads.xla.patches.Patches`) records each replacement to undo it."""
     for name in _PREPARE_MODEL_OWNERS:
         module = importlib.import_module(name)
         original = module.prepare_model

@@ -1,7 +1,7 @@
 """``python -m tpuray.workloads.emulate (--stack dev | --topology T) -- CMD ...``: run any command against a
 local Ray cluster that emulates TPU slices on CPU.
 
-Starts the cluster (one Ray node per emulated TPU host, as :class:`~tpuray.workloads.emulation.EmulatedCluster`
+Starts the cluster (one Ray node per emulated TPU host, as :class:`~tpuray.workloads.emulation.cluster.EmulatedCluster`
 builds it), runs CMD with ``RAY_ADDRESS`` pointing at it, and tears everything down whatever CMD does (exits,
 fails, or is interrupted). Exits with CMD's exit code; 2 for a bad flag or stack.
 """
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    from tpuray.workloads.emulation import emulate
+    from tpuray.workloads.emulation.cluster import emulate
 
     child: subprocess.Popen[bytes] | None = None
 

@@ -5,7 +5,7 @@ its version, with its libtpu), the image that carries that runtime, and the chip
 slice count: a multislice program has collectives across slices). So the key is exactly those four, as a relative
 directory, and nothing of the training job (learning rate, steps, dataset): two runs share a cache directory when
 their programs can hit, and never otherwise. The planner renders it with the runtime version still to be read
-(the image decides it); the workers fill it in (:mod:`tpuray.workloads.compile_cache`).
+(the image decides it); the workers fill it in (:mod:`tpuray.workloads.api.compile_cache`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How the entrypoint's GPT (``tpuray.workloads.model``) is partitioned over a device mesh: every parameter, its
+"""How the entrypoint's GPT (``tpuray.workloads.gpt.model``) is partitioned over a device mesh: every parameter, its
 shape and the dimension each sharded axis splits. Pure data, read by the config (the per-chip HBM estimate and the
 divisibility rules) and by ``tpuray.workloads.sharding`` (the partition specs and FSDP placements it applies), so
 the estimate and what the runtimes hold are one table.

@@ -1,5 +1,5 @@
 """What replaces each GPU-only construct of a Ray Train script on TPUs: the one table that ``tpuray port check``
-prints and the portable API's refusals (``tpuray.workloads.portable``) quote.
+prints and the portable API's refusals (``tpuray.workloads.xla.portable``) quote.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ TRAIN_CHECKPOINT_RESTORE: Final = "tpuray_train_checkpoint_restore_seconds"
 TRAIN_RESTARTS: Final = "tpuray_train_restarts"
 """Times the run resumed from a checkpoint after its workers were restarted."""
 TRAIN_GOODPUT: Final = "tpuray_train_goodput_ratio"
-"""Productive training time over the run's elapsed time, in [0, 1] (:mod:`tpuray.workloads.goodput`)."""
+"""Productive training time over the run's elapsed time, in [0, 1] (:mod:`tpuray.workloads.signals.goodput`)."""
 TRAIN_BADPUT: Final = "tpuray_train_badput_seconds"
 """Unproductive seconds of the run, one series per ``bucket`` (:data:`BADPUT_BUCKETS`)."""
 TRAIN_PRODUCTIVE: Final = "tpuray_train_productive_seconds"
@@ -62,7 +62,7 @@ TRAIN_ELAPSED: Final = "tpuray_train_elapsed_seconds"
 TRAIN_TIME_TO_FIRST_STEP: Final = "tpuray_train_time_to_first_step_seconds"
 """Seconds from the latest start of the run (the job's start, for its first attempt; the restarted workers'
 start, after a restart) until its first optimizer step ended: TPU initialisation, training prep, checkpoint restore
-and the first step's compilation together (:mod:`tpuray.workloads.goodput`)."""
+and the first step's compilation together (:mod:`tpuray.workloads.signals.goodput`)."""
 
 TRAIN_RUN_TAG: Final = "run"
 """Tag on every training metric: the run's name (``RunConfig.name``)."""

@@ -139,7 +139,7 @@ called from ``InitializeDistributedEnvironment`` when ``WORLD_SIZE`` exceeds the
 the disassembly, its log line "Multi-slice job detected, setting MEGASCALE_PORT=... and MEGASCALE_DEBUG_PORT=...")."""
 TPU_RUNTIME_PORTS = (("tpu-slicebuilder", TPU_SLICEBUILDER_PORT), ("tpu-megascale", TPU_MEGASCALE_PORT))
 TORCH_TPU_ENV_CALLBACK = "tpuray.workloads.torch_tpu.TorchTpuEnvCallback"
-"""The Ray Train callback that gives TorchTPU workers their env (``tpuray.workloads.torch_tpu``): named in
+"""The Ray Train callback that gives TorchTPU workers their env (``tpuray.workloads.torch_tpu.callback``): named in
 ``RAY_TRAIN_CALLBACKS`` on every Ray pod (head and TPU workers) of a ``backend: torch_tpu`` stack."""
 RAY_TRAIN_CALLBACKS_ENV = "RAY_TRAIN_CALLBACKS"
 """Ray Train V2 adds the callbacks this names to every trainer

@@ -1,5 +1,5 @@
 """The TCP ports a slice's training processes listen on, per backend: one table the NetworkPolicy, the worker
-containers' ports and the worker env (``tpuray.workloads.worker_env``) all read.
+containers' ports and the worker env (``tpuray.workloads.placement.worker_env``) all read.
 
 Pure Python, no Pulumi. Each range is derived from the :class:`~tpuray.components.catalog.topology.TpuSlice`: one port
 per process on a host, processes numbered from 0 on each host. No two processes of a host share a port: each binds

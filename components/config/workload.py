@@ -57,7 +57,7 @@ TRAIN_BYTES_PER_PARAMETER = 16
 gradient (4) and AdamW's two fp32 moments, ``exp_avg`` and ``exp_avg_sq`` (4 + 4; PyTorch torch/optim/adamw.py keeps
 both per parameter, in the parameter's dtype). The entrypoint trains with torch.optim.AdamW under bf16 autocast,
 which casts inside the ops and leaves the weights, and so their gradients and optimizer state, in fp32
-(tpuray.workloads.gpt_loop). The same accounting as ZeRO's "model states" of Adam (Rajbhandari et al. 2019,
+(tpuray.workloads.gpt.loop). The same accounting as ZeRO's "model states" of Adam (Rajbhandari et al. 2019,
 https://arxiv.org/abs/1910.02054 section 3.1), there 16 bytes per parameter in mixed precision too. Data parallel
 training replicates all of it on every chip, so a model whose states exceed one chip's HBM cannot run whatever the
 slice; activations only add to it, so the check is a lower bound and never refuses a model that fits. Sharding
@@ -135,10 +135,10 @@ class WorkloadConfig(ConfigModel):
 
     @property
     def model_parameters(self) -> int:
-        """Every parameter of the entrypoint's GPT (:mod:`tpuray.workloads.model`): token and position embeddings
+        """Every parameter of the entrypoint's GPT (:mod:`tpuray.workloads.gpt.model`): token and position embeddings
         (``seqLen`` positions), per block attention (4 d^2 + 4 d), MLP (8 d^2 + 5 d) and two LayerNorms (4 d), the
         final LayerNorm (2 d); the output head is tied to the token embedding. A test keeps it equal to
-        ``tpuray.workloads.metrics.ModelShape.params``."""
+        ``tpuray.workloads.gpt.metrics.ModelShape.params``."""
         m, d = self.model, self.model.d_model
         return m.vocab_size * d + self.seq_len * d + m.layers * (12 * d * d + 13 * d) + 2 * d
 

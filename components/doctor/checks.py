@@ -334,7 +334,7 @@ def check_tpu_webhook(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
         f"webhook on pod CREATE for {', '.join(f'{k}={v}' for k, v in WEBHOOK_POD_LABEL.items())}"
     )
     # The KubeRay Helm chart does not bundle it (the GKE Ray add-on did; the config refuses the add-on). A
-    # single-host pod is its slice's only worker: the workload reads worker 0 without it (workloads/backend.py).
+    # single-host pod is its slice's only worker: the workload reads worker 0 without it (workloads/xla/backend.py).
     fix = f"install the {TPU_WEBHOOK} Helm chart ({TPU_WEBHOOK_SOURCE})"
     if not found and not multi_host:
         return CheckResult(

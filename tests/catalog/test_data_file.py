@@ -128,8 +128,8 @@ def test_cost_json_through_the_reader(tmp_path: Path) -> None:
 
 
 def test_workload_json_with_a_duplicate_key_is_refused() -> None:
-    from tpuray.workloads.train import build_parser
-    from tpuray.workloads.train import settings as train_settings
+    from tpuray.workloads.gpt.cli import build_parser
+    from tpuray.workloads.gpt.cli import settings as train_settings
 
     args = build_parser().parse_args(["--workload", '{"steps": 5, "steps": 6}'])
     with pytest.raises(DataFileError, match="--workload: duplicate key 'steps'"):

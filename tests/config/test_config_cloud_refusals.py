@@ -164,7 +164,7 @@ def test_the_fit_is_judged_on_the_pool_the_job_runs_on() -> None:
 def test_the_config_counts_the_parameters_the_workload_counts(
     vocab: int, layers: int, d_model: int, seq_len: int
 ) -> None:
-    from tpuray.workloads.metrics import ModelShape  # the FLOPs/MFU arithmetic, which model.py's tests tie to GPT
+    from tpuray.workloads.gpt.metrics import ModelShape  # the FLOPs/MFU arithmetic, which model.py's tests tie to GPT
 
     w = WorkloadConfig.model_validate(
         {"seqLen": seq_len, "model": {"vocabSize": vocab, "layers": layers, "dModel": d_model, "heads": 1}}

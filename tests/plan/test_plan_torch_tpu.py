@@ -77,7 +77,7 @@ def _env_ports() -> set[int]:
     from ray.util.tpu import get_tpu_coordinator_env_vars
 
     from tpuray.components.catalog.runtime_ports import torch_tpu_megascale_ports
-    from tpuray.workloads.worker_env import host_major_seats, torch_tpu_env
+    from tpuray.workloads.placement.worker_env import host_major_seats, torch_tpu_env
 
     ports: set[int] = set()
     for k in range(2):

@@ -11,7 +11,7 @@ import pytest
 
 from tpuray.components.catalog.throughput import CostFileError, slice_usd_per_hour
 from tpuray.components.cli import main as tpuray
-from tpuray.workloads.train import main as train
+from tpuray.workloads.gpt.cli import main as train
 
 GOLDEN_DEV = Path(__file__).resolve().parents[1] / "plan" / "golden" / "dev"
 

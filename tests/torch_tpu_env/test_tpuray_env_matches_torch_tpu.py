@@ -6,7 +6,7 @@ torch_tpu is given what the cluster gives a host: the webhook's ``TPU_WORKER_HOS
 coordinates (hosts numbered Z-major then Y then X, as Ray's ``_get_physical_worker_id_from_coords`` and torch_tpu's
 ``_get_slice_host_coordinates`` both order them), tpuray's slice topology where it must come from outside (multi-host)
 and tpuray's base port. It derives the address list, its devices per host (from the faked PCI count), the node rank
-and, on one host, the topology itself. tpuray's side is :func:`tpuray.workloads.torch_tpu.slice_envs`, what
+and, on one host, the topology itself. tpuray's side is :func:`tpuray.workloads.torch_tpu.callback.slice_envs`, what
 ``TorchTpuEnvCallback`` sets, in a Ray rank order that is not host-major.
 """
 
@@ -25,8 +25,8 @@ from tpuray.components.catalog.names import (
     RAY_WORKER_ID_LABEL,
 )
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads.torch_tpu import RankSeat, slice_envs
-from tpuray.workloads.worker_env import host_major_seats, torch_tpu_env, torch_tpu_topology
+from tpuray.workloads.placement.worker_env import host_major_seats, torch_tpu_env, torch_tpu_topology
+from tpuray.workloads.torch_tpu.callback import RankSeat, slice_envs
 
 SPECS = ["v5e:2x2", "v5e:4x4", "v5p:2x2x2", "v6e:4x4", "v6e:2x4:ct6e-standard-4t", "tpu7x:2x2x1", "tpu7x:2x2x2"]
 BASE_PORT = 8471

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tpuray.components.catalog.names import RAY_POD_TYPE_LABEL, RAY_WORKER_ID_LABEL
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads.worker_env import chip_env, hostnames_from_env
+from tpuray.workloads.placement.worker_env import chip_env, hostnames_from_env
 
 ENV_PREFIXES = ("TPU_", "CLOUD_TPU_TASK_ID", "MEGASCALE_")
 """The worker env a seat records: every variable a TPU runtime reads (what the backend sets, and anything Ray or

@@ -25,7 +25,7 @@ def emulated_slices() -> Iterator[None]:
     ask for it run after the cluster group's tests that start clusters of their own (tests/conftest.py)."""
     ray = pytest.importorskip("ray")
     from tpuray.components.catalog.topology import TpuSlice
-    from tpuray.workloads.emulation import RAY_METRICS_INTERVAL_S, EmulatedCluster
+    from tpuray.workloads.emulation.cluster import RAY_METRICS_INTERVAL_S, EmulatedCluster
 
     # Ray's own metrics interval, not the emulation's 1 s: no test on this cluster scrapes a gauge, and every Ray
     # process reporting each second cost the idle 6-node cluster 0.15 to 0.3 of a core more (measured).

@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import spawn
 
-from tpuray.workloads.metrics import ModelShape
-from tpuray.workloads.model import GPT, next_token_loss
+from tpuray.workloads.gpt.metrics import ModelShape
+from tpuray.workloads.gpt.model import GPT, next_token_loss
 
 SHAPE = ModelShape(vocab_size=32, layers=1, d_model=16, heads=4, seq_len=8)
 BATCH = 8

@@ -1,7 +1,7 @@
 """The goodput split of an emulated run, computed by hand from the run's own event log, against the module's.
 
 Written out bucket by bucket for a run of two attempts (one disruption), from the definitions of
-``ml-goodput-measurement`` (see :mod:`tpuray.workloads.goodput`), so a slip in the module's arithmetic shows.
+``ml-goodput-measurement`` (see :mod:`tpuray.workloads.signals.goodput`), so a slip in the module's arithmetic shows.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tpuray.components.catalog import metric_names as mn
-from tpuray.workloads.goodput import EVENTS_FILE, compute_goodput, read_events
+from tpuray.workloads.signals.goodput import EVENTS_FILE, compute_goodput, read_events
 
 TOLERANCE = 0.02
 """Each bucket agrees with the hand split within this share of the wall time."""

@@ -10,8 +10,8 @@ import sys
 
 import torch
 
-from tpuray.workloads.metrics import ModelShape
-from tpuray.workloads.model import GPT
+from tpuray.workloads.gpt.metrics import ModelShape
+from tpuray.workloads.gpt.model import GPT
 
 SHAPE = ModelShape(vocab_size=32, layers=1, d_model=16, heads=4, seq_len=8)
 
@@ -60,7 +60,7 @@ def main(plans: list[str]) -> None:
             )
             tokens = _tokens().to(torch_xla.device())
             xs.mark_sharding(tokens, mesh, (("data", "fsdp"), None))
-            from tpuray.workloads.model import next_token_loss
+            from tpuray.workloads.gpt.model import next_token_loss
 
             next_token_loss(wrapped, tokens).backward()  # type: ignore[no-untyped-call]
             opt.step()

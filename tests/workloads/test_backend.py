@@ -12,8 +12,9 @@ from tpuray.components.catalog.names import (
 )
 from tpuray.components.catalog.topology import TopologyError, TpuSlice
 from tpuray.workloads import XlaChipConfig, chip, tpu_scaling_config
-from tpuray.workloads.backend import GENERATION_PIN, check_scaling_config, slice_of
-from tpuray.workloads.placement import PlacementError
+from tpuray.workloads.api.scaling import GENERATION_PIN
+from tpuray.workloads.placement.seats import PlacementError
+from tpuray.workloads.xla.backend import check_scaling_config, slice_of
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ RUN = """
 import json, sys
 import torch, torch_xla
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads import compile_cache
+from tpuray.workloads.api import compile_cache
 use = compile_cache.enable_xla(int(sys.argv[1]), TpuSlice.parse(sys.argv[2]), 1, sys.argv[3])
 x = torch.arange(8.0, device=torch_xla.device()) * 3 + 1
 torch_xla.sync()

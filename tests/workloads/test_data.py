@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuray.workloads.data import DatasetError, SyntheticTokens, TokenFile, open_dataset
+from tpuray.workloads.gpt.data import DatasetError, SyntheticTokens, TokenFile, open_dataset
 
 
 @settings(deadline=None)  # no wall-clock bound in a unit test: CI machines are shared

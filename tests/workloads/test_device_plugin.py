@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tpuray.components.catalog import metric_names as mn
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads.device_plugin import ChipUsage, EmulatedDevicePlugin, exposition, instance_id
+from tpuray.workloads.emulation.device_plugin import ChipUsage, EmulatedDevicePlugin, exposition, instance_id
 
 SLICE = TpuSlice.parse("v5p:2x2x2")  # two hosts of four chips: host 1's runtime metrics number chips 4..7
 

@@ -30,7 +30,7 @@ from tests.workloads.local_prometheus import LocalPrometheus
 from tpuray.components.catalog import metric_names as mn
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.planning.drain import DRAIN_REASON
-from tpuray.workloads.emulation import EmulatedCluster
+from tpuray.workloads.emulation.cluster import EmulatedCluster
 
 ray = pytest.importorskip("ray")
 
@@ -96,10 +96,10 @@ def _wait(what: str, cond: Any, timeout_s: float = 240) -> Any:
 def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalPrometheus, tmp_path: Path) -> None:
     from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig
 
-    from tpuray.workloads import train
-    from tpuray.workloads.goodput import JOB_END, JOB_START, record_job_event
-    from tpuray.workloads.gpt_loop import GptJob
-    from tpuray.workloads.metrics import ModelShape
+    from tpuray.workloads.gpt import cli as train
+    from tpuray.workloads.gpt.loop import GptJob
+    from tpuray.workloads.gpt.metrics import ModelShape
+    from tpuray.workloads.signals.goodput import JOB_END, JOB_START, record_job_event
 
     run_dir = tmp_path / "drain"
     job = GptJob(

@@ -1,5 +1,5 @@
-"""tpuray.workloads.drain without a Ray cluster: the ranks' agreement, the flex-start deadline on a fake clock, and
-the drain watch's polling.
+"""tpuray.workloads.signals.drain without a Ray cluster: the ranks' agreement, the flex-start deadline on a fake
+clock, and the drain watch's polling.
 
 Ranks are threads here; their collective is a real one (every rank contributes, waits for the others, and gets the
 element-wise mean), so a rank that would decide alone deadlocks or disagrees, and the tests see it.
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpuray.components.catalog.names import MAX_RUN_ENV
-from tpuray.workloads.drain import CheckpointSignal, DrainWatch, RunDeadline, agree
+from tpuray.workloads.signals.drain import CheckpointSignal, DrainWatch, RunDeadline, agree
 
 
 class World:

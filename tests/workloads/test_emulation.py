@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads import emulation
 from tpuray.workloads._ray_compat import is_node_start_timeout
-from tpuray.workloads.emulation import EmulatedCluster
+from tpuray.workloads.emulation import cluster as emulation
+from tpuray.workloads.emulation.cluster import EmulatedCluster
 
 RAY_GAVE_UP = (
     "The current node timed out during startup. This could happen because some of the raylet failed to startup or "

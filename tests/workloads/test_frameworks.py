@@ -1,4 +1,4 @@
-"""The framework guards of :mod:`tpuray.workloads.frameworks`, in this process (no cluster): the fused optimizer
+"""The framework guards of :mod:`tpuray.workloads.xla.frameworks`, in this process (no cluster): the fused optimizer
 refused on an XLA tensor only; Lightning through ``ray.train.lightning`` given the chip's accelerator on an XLA device
 only, and ``prepare_trainer`` refusing what cannot run there (the run itself:
 ``test_lightning_on_emulated_slice.py``); each hook removed by ``uninstall``; and a guard on a module that is not yet
@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch_xla")
 
-from tpuray.workloads import frameworks
+from tpuray.workloads.xla import frameworks
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def _trainer(utils: ModuleType, **kwargs: Any) -> Any:
 def test_lightning_takes_the_chip_for_rays_strategy_on_an_xla_device(lightning_on_a_chip: ModuleType) -> None:
     from lightning.pytorch.accelerators import CPUAccelerator
 
-    from tpuray.workloads import lightning_xla
+    from tpuray.workloads.xla import lightning as lightning_xla
 
     utils = lightning_on_a_chip
     prepare = utils.prepare_trainer
@@ -107,7 +107,7 @@ def test_bf16_mixed_precision_autocasts_on_the_chip(lightning_on_a_chip: ModuleT
 def test_rays_fsdp_strategy_on_an_xla_device_is_refused_naming_the_one_that_runs(
     lightning_on_a_chip: ModuleType,
 ) -> None:
-    from tpuray.workloads import lightning_xla
+    from tpuray.workloads.xla import lightning as lightning_xla
 
     utils = lightning_on_a_chip
     trainer = _trainer(utils, accelerator="auto", strategy=utils.RayFSDPStrategy())

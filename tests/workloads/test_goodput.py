@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from tpuray.components.catalog import metric_names as mn
-from tpuray.workloads.goodput import EVENTS_FILE, GoodputRecorder, compute_goodput, read_events, record_job_event
+from tpuray.workloads.signals.goodput import (
+    EVENTS_FILE,
+    GoodputRecorder,
+    compute_goodput,
+    read_events,
+    record_job_event,
+)
 
 
 def _steps(first: int, start: float, durations: list[float], data: float = 0.0) -> list[dict[str, Any]]:
@@ -106,7 +112,7 @@ def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:
 
 
 def test_the_trainers_gauges_carry_the_time_to_first_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tpuray.workloads import training_metrics
+    from tpuray.workloads.signals import training_metrics
 
     class Gauge:  # records what ray.util.metrics.Gauge.set would be given
         def __init__(self, name: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -13,34 +14,20 @@ from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[2]
 
-MODULES = [
-    "worker_env",
-    "placement",
-    "metrics",
-    "data",
-    "backend",
-    "emulation",
-    "emulate",
-    "torch_tpu",
-    "gpt_loop",
-    "train",
-    "model",
-    "drain",
-    "goodput",
-    "training_metrics",
-    "device_plugin",
-    "portable",
-    "tuning",
-    "_ray_compat",
-    "compile_cache",
-    "runtimes",
-    "frameworks",
-    "lightning_xla",
-    "patches",
-]
+WORKLOADS = REPO / "workloads"
+
+
+def _modules() -> list[str]:
+    """Every module of tpuray.workloads, wings included, by its dotted name under the package."""
+    return sorted(
+        ".".join(p.relative_to(WORKLOADS).with_suffix("").parts).removesuffix(".__init__") or "__init__"
+        for p in WORKLOADS.rglob("*.py")
+    )
 
 
 def test_workloads_import_without_pulumi() -> None:
+    modules = [m for m in _modules() if m != "__init__"]
+    assert {"train", "emulate", "xla.backend", "torch_tpu.callback", "gpt.loop"} <= set(modules)
     code = (
         "import sys\n"
         "class Block:\n"
@@ -48,18 +35,46 @@ def test_workloads_import_without_pulumi() -> None:
         "        if name == 'pulumi' or name.startswith(('pulumi.', 'pulumi_')):\n"
         "            raise ImportError('pulumi is blocked')\n"
         "sys.meta_path.insert(0, Block())\n"
-        + "".join(f"import tpuray.workloads.{m}\n" for m in MODULES)
+        + "".join(f"import tpuray.workloads.{m}\n" for m in modules)
         + "assert not any(k.startswith('pulumi') for k in sys.modules)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-def test_every_module_is_listed() -> None:
-    import tpuray.workloads as w
+def test_the_top_level_holds_at_most_six_modules_and_every_wing_says_what_it_exports() -> None:
+    top = {p.stem for p in WORKLOADS.glob("*.py")} - {"__init__", "_ray_compat"}
+    assert len(top) <= 6, sorted(top)
+    wings = [d for d in WORKLOADS.iterdir() if d.is_dir() and any(d.glob("*.py"))]
+    assert len(wings) >= 6
+    for wing in wings:
+        init = wing / "__init__.py"
+        assert init.is_file(), f"{wing.name}/ has no __init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc.splitlines()) <= 12, f"{wing.name}/__init__.py: a short docstring saying what it holds"
 
-    found = {p.stem for p in __import__("pathlib").Path(w.__file__).parent.glob("*.py")} - {"__init__"}
-    assert found == set(MODULES)
+
+def test_the_paths_deployed_stacks_name_still_work() -> None:
+    """A live RayJob runs ``python -m tpuray.workloads.train``, and every Ray pod of a TorchTPU stack names
+    ``tpuray.workloads.torch_tpu.TorchTpuEnvCallback`` in ``RAY_TRAIN_CALLBACKS``: old manifests must keep running
+    on new images."""
+    import importlib
+
+    from tpuray.components.catalog.names import TORCH_TPU_ENV_CALLBACK
+    from tpuray.components.config.loaders import load_stack_file
+    from tpuray.components.planning.entrypoint import train_entrypoint
+    from tpuray.workloads.torch_tpu.callback import TorchTpuEnvCallback
+
+    module, _, name = TORCH_TPU_ENV_CALLBACK.rpartition(".")
+    assert module == "tpuray.workloads.torch_tpu"
+    assert getattr(importlib.import_module(module), name) is TorchTpuEnvCallback
+    cfg = load_stack_file(REPO / "Pulumi.dev.yaml")
+    entrypoint = train_entrypoint(cfg.workload, cfg.workload_pool(), "run", None)
+    assert "python -m tpuray.workloads.train " in entrypoint, entrypoint
+    proc = subprocess.run(
+        [sys.executable, "-m", "tpuray.workloads.train", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and "--steps" in proc.stdout, proc.stderr[-2000:]
 
 
 def _image_stages() -> dict[str, str]:

@@ -1,7 +1,7 @@
 """PyTorch Lightning through ``ray.train.lightning`` (``RayDDPStrategy``, ``RayLightningEnvironment``,
 ``prepare_trainer``, ``RayTrainReportCallback``) on the emulated ``v5e:2x2`` slice, written as Ray's Lightning guide
 writes it (``accelerator="auto"``, no tpuray import), with only the trainer's configs from tpuray
-(:mod:`tpuray.workloads.lightning_xla` says what tpuray sets for it).
+(:mod:`tpuray.workloads.xla.lightning` says what tpuray sets for it).
 
 Suite time: one short run on the shared cluster, two fits: the first trains two epochs (the callback reports a
 checkpoint after each); the second, a new ``Trainer`` and a new module, resumes from the checkpoint
@@ -159,7 +159,7 @@ def runs(emulated_slices: None, tmp_path_factory: pytest.TempPathFactory) -> dic
 
 STEPS_PER_EPOCH = ROWS // WORKERS // BATCH
 GRAPHS_PER_STEP = 2
-"""What a ``prepare_model`` loop cuts per step on the emulated slice (:mod:`tpuray.workloads.portable`): forward and
+"""What a ``prepare_model`` loop cuts per step on the emulated slice (:mod:`tpuray.workloads.xla.portable`): forward and
 backward (the gradient average reads the gradients), then the update (the optimizer-step hook)."""
 
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpuray.components.catalog.topology import GENERATIONS, TpuSlice, generation
-from tpuray.workloads.metrics import ModelShape, mfu, throughput
-from tpuray.workloads.model import GPT
+from tpuray.workloads.gpt.metrics import ModelShape, mfu, throughput
+from tpuray.workloads.gpt.model import GPT
 
 shapes = st.builds(
     lambda v, layers, heads, hd, s: ModelShape(v, layers, heads * hd, heads, s),

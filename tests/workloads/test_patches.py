@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuray.workloads.patches import Patches
+from tpuray.workloads.xla.patches import Patches
 
 
 def test_restore_puts_back_every_value_newest_first() -> None:

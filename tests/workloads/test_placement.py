@@ -15,7 +15,8 @@ from tpuray.components.catalog.names import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
 from tpuray.components.catalog.names import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
 from tpuray.components.catalog.runtime_ports import runtime_ports
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads.placement import (
+from tpuray.workloads.gpt.cli import slice_from_cluster
+from tpuray.workloads.placement.seats import (
     PlacementError,
     Seat,
     assign_chips,
@@ -23,8 +24,7 @@ from tpuray.workloads.placement import (
     describe_slices,
     slices_for_job,
 )
-from tpuray.workloads.train import slice_from_cluster
-from tpuray.workloads.worker_env import chip_env
+from tpuray.workloads.placement.worker_env import chip_env
 
 SHAPES = [
     TpuSlice.parse("v5e", "2x2"),

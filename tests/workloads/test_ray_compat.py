@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("ray")
 
-from tpuray.workloads import _ray_compat, portable
+from tpuray.workloads import _ray_compat
+from tpuray.workloads.xla import portable
 
 
 @pytest.fixture
@@ -164,7 +165,7 @@ def _on_two_chips(target: Callable[..., None], *runs: tuple[Any, ...]) -> list[A
     spawned process per chip; returns what every chip put on ``out``."""
     import multiprocessing as mp
 
-    from tpuray.workloads.emulation import _free_port
+    from tpuray.workloads.emulation.cluster import _free_port
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
@@ -190,7 +191,7 @@ def _compiles_per_path(rank: int, world: int, port: int, portable_path: bool, ou
     import torch_xla
     import torch_xla.debug.metrics as met
 
-    from tpuray.workloads import backend
+    from tpuray.workloads.xla import backend
 
     with _emulated_chip(rank, world, port) as dev:
         # optimizer_step has no initial sync: its chips start from one seed. The portable path's start from

@@ -18,7 +18,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from tpuray.workloads import portable  # noqa: E402
+from tpuray.workloads.xla import portable  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

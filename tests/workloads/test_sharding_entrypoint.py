@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tpuray.components.config import ConfigError
-from tpuray.workloads import train
+from tpuray.workloads.gpt import cli as train
 
 
 def test_the_entrypoint_refuses_parallelism_it_does_not_run() -> None:

@@ -13,8 +13,8 @@ pytest.importorskip("ray")
 
 from torch import nn
 
-from tpuray.workloads import portable
 from tpuray.workloads.sharding.prepare import FSDP_ON_TPU
+from tpuray.workloads.xla import portable
 
 OWNERS = ("ray.train.torch", "ray.train.v2.torch.train_loop_utils", "ray.train.torch.train_loop_utils")
 

@@ -14,7 +14,7 @@ import pytest
 from tpuray.components.catalog.throughput import CostFileError
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.cli import main as tpuray
-from tpuray.workloads.train import RunPrice, _summary, build_parser, run_price
+from tpuray.workloads.gpt.cli import RunPrice, _summary, build_parser, run_price
 
 GOLDEN_DEV = Path(__file__).resolve().parents[1] / "plan" / "golden" / "dev"
 

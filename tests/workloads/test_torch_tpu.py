@@ -18,10 +18,10 @@ from tpuray.components.catalog.names import (
     RAY_WORKER_ID_LABEL,
 )
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads import torch_tpu
-from tpuray.workloads.placement import PlacementError
-from tpuray.workloads.torch_tpu import RankSeat, slice_envs
-from tpuray.workloads.worker_env import DeviceSeat, host_major_seats, torch_tpu_env
+from tpuray.workloads.placement.seats import PlacementError
+from tpuray.workloads.placement.worker_env import DeviceSeat, host_major_seats, torch_tpu_env
+from tpuray.workloads.torch_tpu import callback as torch_tpu
+from tpuray.workloads.torch_tpu.callback import RankSeat, slice_envs
 
 SPECS = ["v5e:2x2", "v5e:4x4", "v5p:2x2x2", "v6e:4x4", "v6e:2x4:ct6e-standard-4t", "tpu7x:2x2x1", "tpu7x:2x2x2"]
 
@@ -171,7 +171,7 @@ def test_the_worker_sets_the_tier3_root_under_the_stacks_key_and_keeps_a_users(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from tpuray.components.catalog.compile_cache_key import CACHE_URL_ENV, WORKER_IMAGE_ENV
-    from tpuray.workloads import compile_cache
+    from tpuray.workloads.api import compile_cache
 
     monkeypatch.setattr(compile_cache, "runtime_version", lambda backend: "torch_tpu-0.2.0+libtpu-0.0.50")
     monkeypatch.setattr(compile_cache, "_current", None)
@@ -220,7 +220,7 @@ def test_the_callback_path_the_stack_names_is_this_class() -> None:
 
 
 def test_per_device_scaling_on_tpu7x_needs_ray_counting_devices(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tpuray.workloads.backend import tpu_scaling_config
+    from tpuray.workloads.api.scaling import tpu_scaling_config
 
     monkeypatch.delenv("RAY_TPU_RESOURCE_PER_CHIP", raising=False)
     with pytest.raises(ValueError, match="RAY_TPU_RESOURCE_PER_CHIP=2"):
@@ -236,8 +236,8 @@ def test_per_device_scaling_on_tpu7x_needs_ray_counting_devices(monkeypatch: pyt
 def test_gpt_trainer_runs_ray_s_own_path_with_the_callback() -> None:
     from ray.train import RunConfig
 
-    from tpuray.workloads.gpt_loop import GptJob
-    from tpuray.workloads.metrics import ModelShape
+    from tpuray.workloads.gpt.loop import GptJob
+    from tpuray.workloads.gpt.metrics import ModelShape
 
     s = TpuSlice.parse("v6e:4x4")
     job = GptJob(ModelShape(64, 1, 16, 2, 8), 4, 1, 1e-3, 2, str(s))
@@ -251,7 +251,7 @@ def test_each_runtime_refuses_the_other_and_a_missing_package(monkeypatch: pytes
     import sys
     import types
 
-    from tpuray.workloads.runtimes import RuntimeMismatch, require_runtime
+    from tpuray.workloads.api.runtime import RuntimeMismatch, require_runtime
 
     monkeypatch.delitem(sys.modules, "torch_xla", raising=False)  # other tests of this process may have imported it
     require_runtime("xla")  # this environment is the torch_xla one
@@ -273,7 +273,7 @@ def test_train_refuses_torch_tpu_locally_and_in_an_xla_image_before_ray_starts(
 
     import ray
 
-    from tpuray.workloads import train
+    from tpuray.workloads.gpt import cli as train
 
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray started"))
     monkeypatch.delitem(sys.modules, "torch_xla", raising=False)  # other tests of this process may have imported it

@@ -19,7 +19,7 @@ import pytest
 from tests.workloads.conftest import REPO
 from tpuray.components.catalog.names import TORCH_TPU_ENV_CALLBACK
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads.emulation import HeadNode
+from tpuray.workloads.emulation.cluster import HeadNode
 
 pytestmark = pytest.mark.slow
 
@@ -132,7 +132,7 @@ def test_a_job_submitted_without_entrypoint_resources_gets_the_env_on_the_planne
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     from tpuray.components.config import load_stack_file
-    from tpuray.workloads.emulation import EmulatedCluster
+    from tpuray.workloads.emulation.cluster import EmulatedCluster
 
     stack_file = v5p_torch_tpu_stack(tmp_path)
     pool = load_stack_file(stack_file).workload_pool()

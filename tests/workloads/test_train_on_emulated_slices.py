@@ -43,8 +43,9 @@ def user_train(config: dict[str, Any]) -> None:
     import torch
     import torch_xla
 
-    from tpuray.workloads import chip, compile_cache, optimizer_step
-    from tpuray.workloads.goodput import GoodputRecorder
+    from tpuray.workloads import chip, optimizer_step
+    from tpuray.workloads.api import compile_cache
+    from tpuray.workloads.signals.goodput import GoodputRecorder
 
     entered = time.time()
     c = chip()
@@ -168,7 +169,7 @@ def test_user_function_on_a_single_host_slice_survives_a_sigkill(emulated_slices
     """A worker SIGKILLs itself before step 8; Ray Train restarts the group, which resumes from the checkpoint
     reported after step 6 and redoes steps 6 and 7 with exactly the losses they had: the same curve. The restarted
     group uses the compile cache directory the first attempt wrote, rank 0 writing, the others reading."""
-    from tpuray.workloads.goodput import JOB_END, JOB_START, record_job_event
+    from tpuray.workloads.signals.goodput import JOB_END, JOB_START, record_job_event
 
     run_dir = tmp_path / "storage" / "run"
     record_job_event(run_dir, JOB_START)
@@ -234,8 +235,8 @@ def test_failed_backend_start_leaves_no_reservation(emulated_slices: None, tmp_p
 def test_a_slice_the_cluster_lacks_is_named(emulated_slices: None) -> None:
     import argparse
 
-    from tpuray.workloads import train
-    from tpuray.workloads.placement import PlacementError
+    from tpuray.workloads.gpt import cli as train
+    from tpuray.workloads.placement.seats import PlacementError
 
     args = argparse.Namespace(chips=None, num_slices=None)
     with pytest.raises(PlacementError, match=r"--topology v6e:2x2: the cluster has no idle .*1 x v5p-16 \(2x2x2\)"):
@@ -249,9 +250,9 @@ def test_a_slice_the_cluster_lacks_is_named(emulated_slices: None) -> None:
 def test_gpt_checkpoints_by_run_name_and_corrupt_newest_falls_back(emulated_slices: None, tmp_path: Path) -> None:
     from ray.train import FailureConfig, RunConfig
 
-    from tpuray.workloads import train
-    from tpuray.workloads.gpt_loop import STATE_FILE, GptJob
-    from tpuray.workloads.metrics import ModelShape
+    from tpuray.workloads.gpt import cli as train
+    from tpuray.workloads.gpt.loop import STATE_FILE, GptJob
+    from tpuray.workloads.gpt.metrics import ModelShape
 
     cache = tmp_path / "cache"
 

@@ -4,7 +4,7 @@ the emulated ``v5e:2x2`` slice, with only the trainer's configs from tpuray (``t
 
 Accelerate takes torch_xla's path on these workers: it must see the 4 chips as its world (each would otherwise
 train alone on the whole dataset, and the chips would still end equal, each having seen the same batches), shard
-the data over them, average gradients over them and write the checkpoint once (:mod:`tpuray.workloads.frameworks`).
+the data over them, average gradients over them and write the checkpoint once (:mod:`tpuray.workloads.xla.frameworks`).
 
 Suite time: one run on the shared cluster, a few steps: its ``Trainer`` trains and checkpoints (and shows
 Transformers' default fused optimizer refused); a second ``Trainer`` in the same workers resumes from the checkpoint
@@ -170,7 +170,7 @@ def test_a_second_trainer_resumes_from_get_checkpoint(runs: dict[str, Any]) -> N
 
 
 def test_transformers_default_fused_optimizer_is_refused_naming_the_alternative(runs: dict[str, Any]) -> None:
-    from tpuray.workloads.frameworks import FUSED_OPTIMIZER_REFUSAL
+    from tpuray.workloads.xla.frameworks import FUSED_OPTIMIZER_REFUSAL
 
     for r in runs["ranks"]["first"]:
         assert r["default_optim"] == FUSED_OPTIMIZER_REFUSAL.format(name="torch.optim.AdamW")

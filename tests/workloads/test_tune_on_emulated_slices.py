@@ -158,7 +158,7 @@ def tune_trial(config: dict[str, Any]) -> None:
 def test_tune_runs_one_trial_per_free_slice_and_picks_the_best(emulated_slices: None, tmp_path: Path) -> None:
     from ray import tune
 
-    from tpuray.workloads.tuning import trials_at_once
+    from tpuray.workloads.signals.tuning import trials_at_once
 
     at_once = trials_at_once(SINGLE)
     assert at_once == 2  # the two idle v5e 2x2 slices; the other slices are other shapes

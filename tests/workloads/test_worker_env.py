@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tpuray.components.catalog.runtime_ports import runtime_ports
 from tpuray.components.catalog.topology import GENERATIONS, TpuSlice, valid_topologies
-from tpuray.workloads.worker_env import (
+from tpuray.workloads.placement.worker_env import (
     bounds_size,
     chip_env,
     emulated_host_env,
@@ -158,8 +158,8 @@ def test_emulated_host_env_is_what_the_webhook_injects() -> None:
 
 
 def test_emulated_chips_get_xla_flags_xla_reads_and_the_users_come_last() -> None:
-    from tpuray.workloads.emulation import host_node_spec
-    from tpuray.workloads.worker_env import EMULATED_XLA_FLAGS
+    from tpuray.workloads.emulation.cluster import host_node_spec
+    from tpuray.workloads.placement.worker_env import EMULATED_XLA_FLAGS
 
     # XLA ignores what follows a token that is not a flag: every token must be one of its --xla_ flags
     assert all(t.startswith("--xla_") and "=" in t for t in EMULATED_XLA_FLAGS.split())
@@ -179,7 +179,7 @@ def test_base_port_names_its_valid_range() -> None:
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan")])
 def test_an_emulated_clusters_metrics_interval_is_a_positive_number_of_seconds(bad: float) -> None:
-    from tpuray.workloads.emulation import EmulatedCluster
+    from tpuray.workloads.emulation.cluster import EmulatedCluster
 
     with pytest.raises(ValueError, match=r"metrics_interval_s: a number of seconds > 0"):
         EmulatedCluster(TpuSlice.parse("v5e:2x2"), metrics_interval_s=bad)  # refused before any Ray process starts

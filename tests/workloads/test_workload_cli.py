@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tpuray.components.config import ConfigError, StackConfig, WorkloadConfig, load_stack_file
-from tpuray.workloads import train
+from tpuray.workloads.gpt import cli as train
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -137,7 +137,7 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if anything starts an emulated cluster or connects to Ray."""
     import ray
 
-    from tpuray.workloads.emulation import EmulatedCluster
+    from tpuray.workloads.emulation.cluster import EmulatedCluster
 
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("a cluster was started for an input that is refused before any cluster work")

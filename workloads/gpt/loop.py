@@ -1,8 +1,8 @@
 """The built-in GPT's train function: an example of the public API, nothing more.
 
 It runs on every worker of a ``TorchTrainer(train_gpt, torch_config=XlaChipConfig(), scaling_config=
-tpu_scaling_config(...))``: :func:`~tpuray.workloads.chip` for the rank and device,
-:func:`~tpuray.workloads.optimizer_step` for the gradient average, ``ray.train.report(..., checkpoint=...)`` to
+tpu_scaling_config(...))``: :func:`~tpuray.workloads.runtime` for the rank, the device and
+the gradient average (whichever runtime's backend bound it), ``ray.train.report(..., checkpoint=...)`` to
 save, ``ray.train.get_checkpoint()`` to resume. A newest checkpoint that cannot be read falls back to the one
 before (``ray.train.get_all_reported_checkpoints()``); one from a different model is a clear error.
 """
@@ -14,15 +14,15 @@ import json
 import logging
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tpuray.workloads import _ray_compat
-from tpuray.workloads.drain import CheckpointSignal
-from tpuray.workloads.goodput import GoodputRecorder
-from tpuray.workloads.metrics import ModelShape, throughput
-from tpuray.workloads.training_metrics import report_step_metrics, xla_compiles
+from tpuray.workloads import Runtime, _ray_compat, runtime
+from tpuray.workloads.gpt.metrics import ModelShape, throughput
+from tpuray.workloads.signals.drain import CheckpointSignal
+from tpuray.workloads.signals.goodput import GoodputRecorder
+from tpuray.workloads.signals.training_metrics import report_step_metrics, xla_compiles
 
 __all__ = ["CheckpointError", "GptJob", "train_gpt"]
 
@@ -53,7 +53,8 @@ class GptJob:
     """bf16 autocast on TPU; the CPU emulation trains in fp32."""
     log_every: int = 10
     drain_check_every: int = 1
-    """Steps between the ranks' agreement on whether to checkpoint out of turn (:mod:`tpuray.workloads.drain`)."""
+    """Steps between the ranks' agreement on whether to checkpoint out of turn
+    (:mod:`tpuray.workloads.signals.drain`)."""
     cpu_threads: int | None = None
     """torch intra-op threads per worker (the CPU emulation uses 1: several workers share few cores)."""
     run_dir: str | None = None
@@ -137,57 +138,10 @@ def _digest_spread(model: Any, mean_over_chips: Any) -> float:
     return max(0.0, float(m[1] - m[0] * m[0]))
 
 
-@dataclass(frozen=True)
-class _Runtime:
-    """What the loop needs from the TPU runtime: PyTorch/XLA through this package's public API, or torch_tpu."""
-
-    rank: int
-    world_size: int
-    device: Any
-    autocast_device: str
-    optimizer_step: Any
-    mean: Any
-    sync: Any
-    first_on_host: bool = True
-    """The host's first chip: the one worker per host that watches its Ray node's drain state."""
-
-
-def _xla_runtime() -> _Runtime:
-    import torch_xla
-
-    from tpuray.workloads.backend import chip, mean_over_chips, optimizer_step
-
-    c = chip()
-    xla = _Runtime(c.rank, c.world_size, c.device, "xla", optimizer_step, mean_over_chips, torch_xla.sync)
-    return replace(xla, first_on_host=c.chip == 0)
-
-
-def _torch_tpu_runtime() -> _Runtime:  # pragma: no cover - needs torch_tpu and TPUs
-    import torch
-    import torch.distributed as dist
-
-    world = dist.get_world_size()
-
-    def step(opt: Any) -> None:
-        for g in opt.param_groups:
-            for p in g["params"]:
-                if p.grad is not None:
-                    dist.all_reduce(p.grad)
-                    p.grad /= world
-        opt.step()
-
-    def mean(t: Any) -> Any:
-        t = t.detach().clone()
-        dist.all_reduce(t)
-        return (t / world).cpu().to(torch.float64)
-
-    return _Runtime(dist.get_rank(), world, torch.device("tpu"), "tpu", step, mean, lambda: None)
-
-
 def _torch_tpu_cache(job: GptJob, rank: int, world: int) -> None:  # pragma: no cover - needs torch_tpu and TPUs
     """TorchTPU's tier-3 compile cache under the stack's key. The env callback set it on this worker before the
     process group started, which is when it must be set; this keeps that value."""
-    from tpuray.workloads import compile_cache
+    from tpuray.workloads.api import compile_cache
 
     s = _slice(job)
     compile_cache.enable_torch_tpu(rank, s, max(1, world // s.chips))
@@ -202,18 +156,18 @@ def train_gpt(config: dict[str, Any]) -> None:
     import ray.train
     import torch
 
-    from tpuray.workloads.data import open_dataset
-    from tpuray.workloads.model import GPT
+    from tpuray.workloads.gpt.data import open_dataset
+    from tpuray.workloads.gpt.model import GPT
 
     t_start, wall_start = time.perf_counter(), time.time()
     _ray_compat.quiet_train_report_log()  # the progress lines say what its per-report lines would
     job: GptJob = config["job"]
-    c = _torch_tpu_runtime() if config.get("runtime") == "torch_tpu" else _xla_runtime()
-    if config.get("runtime") == "torch_tpu":
+    c = runtime()  # bound by the runtime's backend: XlaChipConfig's, or TorchTPU's env callback
+    if c.name == "torch_tpu":
         _torch_tpu_cache(job, c.rank, c.world_size)  # PyTorch/XLA's is set by XlaChipConfig before this runs
     rec = GoodputRecorder(job.run_dir, enabled=c.rank == 0, started=wall_start)
     rec.tpu_ready()
-    real_chips = config.get("runtime") == "torch_tpu" or _xla_on_tpu()  # MFU means something only there
+    real_chips = c.name == "torch_tpu" or _xla_on_tpu()  # MFU means something only there
     if job.cpu_threads:
         torch.set_num_threads(job.cpu_threads)
     data = open_dataset(job.dataset, job.model.vocab_size, job.seed)
@@ -327,12 +281,12 @@ def train_gpt(config: dict[str, Any]) -> None:
 
 
 def _cache_report() -> dict[str, Any] | None:
-    from tpuray.workloads.compile_cache import cache_report
+    from tpuray.workloads.api.compile_cache import cache_report
 
     return cache_report()
 
 
-def _over_ranks(c: _Runtime) -> Any:
+def _over_ranks(c: Runtime) -> Any:
     import torch
 
     device = c.device if c.autocast_device == "tpu" else "cpu"  # torch_tpu's mean reduces in place on its device

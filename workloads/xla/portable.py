@@ -41,7 +41,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from tpuray.workloads import _ray_compat
-from tpuray.workloads.patches import Patches
+from tpuray.workloads.xla.patches import Patches
 
 if TYPE_CHECKING:
     import torch

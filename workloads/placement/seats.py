@@ -1,7 +1,7 @@
 """Chip assignment: which per-chip worker is which XLA rank, on which slice, host and chip, with which env.
 
 Pure functions over plain data (what each worker reports about where Ray put it, and ``ray.nodes()``-shaped
-dicts), so they are tested without a cluster. The Ray Train backend (:mod:`tpuray.workloads.backend`) collects
+dicts), so they are tested without a cluster. The Ray Train backend (:mod:`tpuray.workloads.xla.backend`) collects
 the seats from its workers and applies the result.
 
 The rules:
@@ -27,7 +27,7 @@ from tpuray.components.catalog.names import (
     TPU_MEGASCALE_PORT,
 )
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads.worker_env import DEFAULT_BASE_PORT, chip_env, megascale_env, task_id
+from tpuray.workloads.placement.worker_env import DEFAULT_BASE_PORT, chip_env, megascale_env, task_id
 
 __all__ = [
     "ChipAssignment",
@@ -188,7 +188,8 @@ def assign_chips(
 
     Checks that every reserved slice got exactly one worker per chip on hosts ``0..hosts-1`` of one Ray slice,
     and that no Ray slice serves two reservations; raises :class:`PlacementError` otherwise. With more than
-    one slice each worker also gets the ``MEGASCALE_*`` variables (:func:`~tpuray.workloads.worker_env.megascale_env`):
+    one slice each worker also gets the ``MEGASCALE_*`` variables
+    (:func:`~tpuray.workloads.placement.worker_env.megascale_env`):
     slice 0's host 0 coordinates, and each chip's process has a ``MEGASCALE_PORT`` of its own.
     """
     per_slice: dict[int, list[Seat]] = defaultdict(list)

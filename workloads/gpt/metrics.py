@@ -17,7 +17,7 @@ __all__ = ["ModelShape", "Throughput", "mfu", "throughput"]
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The sizes of the GPT-style decoder (see :mod:`tpuray.workloads.model`)."""
+    """The sizes of the GPT-style decoder (see :mod:`tpuray.workloads.gpt.model`)."""
 
     vocab_size: int
     layers: int

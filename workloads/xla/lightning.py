@@ -1,5 +1,5 @@
 """PyTorch Lightning through ``ray.train.lightning`` on a worker's XLA chip, one chip per worker, set up by
-:func:`tpuray.workloads.frameworks.install` as ``ray.train.lightning`` is first imported on the worker. The script
+:func:`tpuray.workloads.xla.frameworks.install` as ``ray.train.lightning`` is first imported on the worker. The script
 stays as Ray's Lightning guide writes it: ``pl.Trainer(accelerator="auto", strategy=RayDDPStrategy(),
 plugins=[RayLightningEnvironment()], callbacks=[RayTrainReportCallback()])`` and ``prepare_trainer(trainer)``.
 
@@ -22,13 +22,13 @@ What Lightning 2.6 does with that trainer on an XLA chip, and what is set here t
   ``device_ids=[0]`` under a ``torch.cuda.stream`` (``lightning/pytorch/strategies/ddp.py``), not what
   ``ray.train.torch.prepare_model`` builds on the chip. On an XLA device ``RayDDPStrategy`` wraps the module as
   ``prepare_model`` does (``ray/train/torch/train_loop_utils.py``: ``device_ids=[device], output_device=device``)
-  with :class:`tpuray.workloads.portable.XlaDDP`: plain DDP over the xla process group on TPUs, the emulated
+  with :class:`tpuray.workloads.xla.portable.XlaDDP`: plain DDP over the xla process group on TPUs, the emulated
   slice's gradient-averaging DDP over its gloo-over-XLA group there. Its teardown unwraps that emulated DDP itself:
   Lightning's reads DDP's reducer logs (``_get_ddp_logging_data``), which the emulated DDP has not.
 - Means over the chips (``self.log(..., sync_dist=True)``; ``DDPStrategy.reduce``'s default): sums, then
   divided, as Lightning does on gloo; neither the xla group nor the emulated slice's takes ``ReduceOp.AVG``.
 - The step's graph. Lightning's automatic optimization calls ``optimizer.step(closure)``, so the portable API's
-  optimizer-step hook (:mod:`tpuray.workloads.portable`) ends the step's graph here too: a Lightning step runs the
+  optimizer-step hook (:mod:`tpuray.workloads.xla.portable`) ends the step's graph here too: a Lightning step runs the
   graphs a ``prepare_model`` loop's step runs (two on the emulated slice), and compiles none once warm.
 - The checkpoint. ``RayTrainReportCallback`` saves with ``trainer.save_checkpoint``; on an XLA device the state is
   copied to the host first, as Lightning's own ``XLAStrategy`` does through ``xm.save``
@@ -75,7 +75,7 @@ Replace = Callable[[Any, str, Any], None]
 def install(utils: ModuleType, replace: Replace) -> None:
     """Set Lightning up for this worker's chip (see the module docstring); ``utils`` is Ray's
     ``ray.train.lightning._lightning_utils``, ``replace(owner, name, value)`` sets an attribute until
-    :func:`tpuray.workloads.frameworks.uninstall` restores it."""
+    :func:`tpuray.workloads.xla.frameworks.uninstall` restores it."""
     pl: Any = utils.pl  # lightning.pytorch, or pytorch_lightning where Ray found only that
     accelerator = _accelerator_class(pl)
     ray_strategies = (utils.RayDDPStrategy, utils.RayFSDPStrategy, utils.RayDeepSpeedStrategy)
@@ -95,7 +95,7 @@ def install(utils: ModuleType, replace: Replace) -> None:
         # Lightning autocasts on "cuda" for any accelerator but CPU/MPS (_check_and_init_precision), which torch
         # turns off with a warning where there is no CUDA: bf16-mixed would train in float32. On the chip it is
         # torch.autocast("xla", dtype=torch.bfloat16), as torch_xla's AMP guide writes it. (16-mixed's GradScaler is
-        # refused as it is made, naming bfloat16: tpuray.workloads.portable.)
+        # refused as it is made, naming bfloat16: tpuray.workloads.xla.portable.)
         if isinstance(self._accelerator_flag, accelerator) and isinstance(plugin, pl.plugins.MixedPrecision):
             plugin.device = "xla"
         return plugin
@@ -178,7 +178,7 @@ def _adapt_ddp_strategy(strategy: type[Any], replace: Replace) -> None:
     def _setup_model(self: Any, model: Any) -> Any:
         if not _on_chip(self):
             return setup_model(self, model)
-        from tpuray.workloads import portable
+        from tpuray.workloads.xla import portable
 
         device = self.root_device
         return portable.XlaDDP(module=model, device_ids=[device], output_device=device, **self._ddp_kwargs)

@@ -1,6 +1,6 @@
 """What Hugging Face Transformers (through Accelerate) and PyTorch Lightning read on a per-chip worker, set to agree
 with :class:`~tpuray.workloads.XlaChipConfig`'s setup. The backend calls :func:`install` on every worker once the
-process group exists (after :func:`tpuray.workloads.portable.install`), and :func:`uninstall` as the group ends.
+process group exists (after :func:`tpuray.workloads.xla.portable.install`), and :func:`uninstall` as the group ends.
 
 - The torchrun variables stock Ray Train sets on every worker (``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK``,
   ``RANK``, ``WORLD_SIZE``, and ``ACCELERATE_TORCH_DEVICE``), by Ray's own function
@@ -23,7 +23,7 @@ process group exists (after :func:`tpuray.workloads.portable.install`), and :fun
   world is already the chips, and nothing of torch_xla is replaced.
 - PyTorch Lightning through ``ray.train.lightning``: as ``ray.train.lightning`` is first imported, Lightning's
   accelerator choice, ``RayDDPStrategy``'s DDP wrapper, teardown and checkpoint saving, and ``prepare_trainer`` are
-  set to agree with the chip (:mod:`tpuray.workloads.lightning_xla` says what and why).
+  set to agree with the chip (:mod:`tpuray.workloads.xla.lightning` says what and why).
 - Torch's fused Adam/AdamW/SGD (``fused=True``; Transformers' default ``optim="adamw_torch_fused"`` with torch >=
   2.8, ``transformers/training_args.py``) has no XLA kernel, on TPUs too: torch refuses it by listing the devices
   that have one. It is refused as the optimizer is made, naming what to pass instead.
@@ -35,7 +35,7 @@ import os
 from types import ModuleType
 from typing import Any
 
-from tpuray.workloads.patches import Patches
+from tpuray.workloads.xla.patches import Patches
 
 __all__ = ["FUSED_OPTIMIZER_REFUSAL", "install", "uninstall"]
 
@@ -74,7 +74,7 @@ def uninstall() -> None:
 
 
 def _adapt_lightning(utils: ModuleType) -> None:
-    from tpuray.workloads import lightning_xla
+    from tpuray.workloads.xla import lightning as lightning_xla
 
     lightning_xla.install(utils, _patches.replace)
 

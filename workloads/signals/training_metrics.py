@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpuray.components.catalog import metric_names as mn
-from tpuray.workloads.goodput import Goodput
+from tpuray.workloads.signals.goodput import Goodput
 
 __all__ = ["report_step_metrics", "xla_compiles"]
 

@@ -11,7 +11,7 @@
 - What the GKE TPU webhook injects into a TPU pod that identifies the host (``TPU_NAME``, ``TPU_WORKER_ID``,
   ``TPU_WORKER_HOSTNAMES``), for the local emulation, plus the emulation's CPU settings. The webhook injects more
   (its full list: :mod:`tpuray.components.tpu_webhook`); the emulation gives ``TPU_DEVICE_PLUGIN_ADDR`` its own
-  emulated plugin's address (:mod:`tpuray.workloads.emulation`).
+  emulated plugin's address (:mod:`tpuray.workloads.emulation.cluster`).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ resources), so a script written against Ray's documented TorchTPU API gets the e
 it is submitted; ``tpuray.workloads.train``'s
 ``--backend torch_tpu`` passes the same callback itself. Once Ray has given the workers their ranks, and before its
 backend creates the process group, the callback asks each worker where it runs and sets, on every worker of each
-slice, the env of :func:`tpuray.workloads.worker_env.torch_tpu_env`, and TorchTPU's tier-3 compile cache root
-under the stack's cache key (:func:`tpuray.workloads.compile_cache.enable_torch_tpu`). A variable already set is
+slice, the env of :func:`tpuray.workloads.placement.worker_env.torch_tpu_env`, and TorchTPU's tier-3 compile cache root
+under the stack's cache key (:func:`tpuray.workloads.api.compile_cache.enable_torch_tpu`). A variable already set is
 kept, as ``set_tpu_launch_env`` keeps it.
 
 torch_tpu has no CPU mode (it registers its device only when it finds a TPU), so this path runs on TPUs only; its
@@ -43,9 +43,11 @@ from tpuray.components.catalog.names import (
 from tpuray.components.catalog.slice_labels import slice_from_labels
 from tpuray.components.catalog.topology import TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat
-from tpuray.workloads.placement import PlacementError
-from tpuray.workloads.runtimes import require_runtime
-from tpuray.workloads.worker_env import DeviceSeat, hostnames_from_env, torch_tpu_env
+from tpuray.workloads.api.runtime import require_runtime
+from tpuray.workloads.api.worker import bind
+from tpuray.workloads.placement.seats import PlacementError
+from tpuray.workloads.placement.worker_env import DeviceSeat, hostnames_from_env, torch_tpu_env
+from tpuray.workloads.torch_tpu.runtime import TorchTpuRuntime
 
 __all__ = ["CALLBACK_PATH", "RankSeat", "TorchTpuEnvCallback", "slice_envs", "torch_tpu_trainer"]
 
@@ -90,10 +92,12 @@ def _report() -> RankSeat:
     )
 
 
-def _apply(env: dict[str, str]) -> dict[str, str]:
-    """Run on each worker: set what is unset; returns the worker's TorchTPU env as it now stands."""
+def _apply(env: dict[str, str], first_on_host: bool = True) -> dict[str, str]:
+    """Run on each worker: set what is unset, and bind TorchTPU's runtime for the train function's per-worker API;
+    returns the worker's TorchTPU env as it now stands."""
     for key, value in env.items():
         os.environ.setdefault(key, value)
+    bind(TorchTpuRuntime(first_on_host=first_on_host))
     return {k: os.environ[k] for k in env}
 
 
@@ -106,7 +110,7 @@ def _enable_cache(rank: int, tpu_slice: TpuSlice, num_slices: int) -> str | None
     ``CompilationCache::GetFromTier3OrCompile``; ``EnsureTier3CacheDirExistsOnceOrDie`` then creates the directory
     through tsl's file systems, GCS among them). So it is set here, before Ray's backend starts the process group
     and before any train function (a user's too) compiles anything."""
-    from tpuray.workloads import compile_cache
+    from tpuray.workloads.api import compile_cache
 
     use = compile_cache.enable_torch_tpu(rank, tpu_slice, num_slices)
     return use.directory if use is not None else None
@@ -197,7 +201,18 @@ class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ig
         n = len(worker_group)
         seats: list[RankSeat] = ray.get([worker_group.execute_single_async(i, _report) for i in range(n)])
         envs = slice_envs(seats)
-        ray.get([worker_group.execute_single_async(i, _apply, env) for i, env in enumerate(envs)])
+        first = {
+            (s.slice_name, s.worker_id): min(
+                r.world_rank for r in seats if (r.slice_name, r.worker_id) == (s.slice_name, s.worker_id)
+            )
+            for s in seats
+        }
+        ray.get(
+            [
+                worker_group.execute_single_async(i, _apply, env, first[(s.slice_name, s.worker_id)] == s.world_rank)
+                for i, (s, env) in enumerate(zip(seats, envs, strict=True))
+            ]
+        )
         by_slice: dict[str, list[RankSeat]] = {}
         for s in seats:
             by_slice.setdefault(s.slice_name, []).append(s)
@@ -215,8 +230,8 @@ def torch_tpu_trainer(job: Any, tpu_slice: TpuSlice, num_slices: int, run_config
     device, the same train function, checkpoints and failure handling as the xla backend."""
     from ray.train.torch import TorchTrainer
 
-    from tpuray.workloads.backend import tpu_scaling_config
-    from tpuray.workloads.gpt_loop import train_gpt
+    from tpuray.workloads.api.scaling import tpu_scaling_config
+    from tpuray.workloads.gpt.loop import train_gpt
 
     named = os.environ.get(_ray_compat.TRAIN_CALLBACKS_ENV, "")
     if CALLBACK_PATH not in [c.strip() for c in named.split(",")]:

@@ -167,7 +167,7 @@ def agree(local: Sequence[bool], mean_over_ranks: Callable[[Sequence[float]], Se
 def _mean_over_chips(values: Sequence[float]) -> Sequence[float]:
     import torch
 
-    from tpuray.workloads.backend import mean_over_chips
+    from tpuray.workloads.api.worker import mean_over_chips
 
     out: list[float] = mean_over_chips(torch.tensor(list(values), dtype=torch.float32)).tolist()
     return out
@@ -240,7 +240,7 @@ def should_checkpoint_now(step: int) -> bool:
     collective. For other settings build a :class:`CheckpointSignal` and call it the same way."""
     global _SIGNAL
     if _SIGNAL is None:
-        from tpuray.workloads.backend import chip
+        from tpuray.workloads.api.worker import runtime
 
-        _SIGNAL = CheckpointSignal(watch_node=chip().chip == 0)  # one watcher per host
+        _SIGNAL = CheckpointSignal(watch_node=runtime().first_on_host)  # one watcher per host
     return _SIGNAL(step)

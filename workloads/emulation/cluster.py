@@ -4,8 +4,8 @@ Each emulated host carries what Ray itself advertises on a real TPU VM (``_priva
 resources ``TPU: <chips>``, ``accelerator_type:TPU-<GEN>``, ``<slice name>: 1`` and ``TPU-<pod type>-head: 1``
 on worker 0; labels ``ray.io/tpu-slice-name``, ``ray.io/tpu-worker-id``, ``ray.io/tpu-topology``,
 ``ray.io/tpu-pod-type``, ``ray.io/accelerator-type``; and the pod env the GKE TPU webhook injects
-(:func:`tpuray.workloads.worker_env.emulated_host_env`), which Ray's slice reservation reads; and, like a GKE
-TPU node, a device plugin metrics endpoint (:mod:`tpuray.workloads.device_plugin`, on the loopback) that Ray's
+(:func:`tpuray.workloads.placement.worker_env.emulated_host_env`), which Ray's slice reservation reads; and, like a GKE
+TPU node, a device plugin metrics endpoint (:mod:`tpuray.workloads.emulation.device_plugin`, on the loopback) that Ray's
 reporter agent reads through ``TPU_DEVICE_PLUGIN_ADDR``. Workers run XLA on CPU. The cluster uses a private temp
 dir and no token auth (local only).
 """
@@ -33,8 +33,8 @@ from tpuray.components.catalog.names import (
     RAY_WORKER_ID_LABEL,
 )
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads.device_plugin import EmulatedDevicePlugin, process_usage
-from tpuray.workloads.worker_env import emulated_host_env
+from tpuray.workloads.emulation.device_plugin import EmulatedDevicePlugin, process_usage
+from tpuray.workloads.placement.worker_env import emulated_host_env
 
 __all__ = [
     "LOOPBACK",

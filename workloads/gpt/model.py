@@ -1,6 +1,6 @@
 """A small GPT-style decoder language model (pre-LayerNorm, causal self-attention, GELU MLP, tied head).
 
-Its parameter count is :attr:`tpuray.workloads.metrics.ModelShape.params`; the tests check they agree.
+Its parameter count is :attr:`tpuray.workloads.gpt.metrics.ModelShape.params`; the tests check they agree.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tpuray.workloads.metrics import ModelShape
+from tpuray.workloads.gpt.metrics import ModelShape
 
 __all__ = ["GPT", "next_token_loss"]
 

@@ -9,7 +9,7 @@ trainer ends, and its controller's placement group goes with it, freeing the sli
 from __future__ import annotations
 
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads.placement import PlacementError
+from tpuray.workloads.placement.seats import PlacementError
 
 __all__ = ["trials_at_once"]
 

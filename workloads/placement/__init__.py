@@ -1,0 +1,17 @@
+"""Placement, pure: which worker is which rank on which chip of which slice (:mod:`.seats`), and every variable a
+worker gets for it (:mod:`.worker_env`: PJRT, ``MEGASCALE_*``, ``TORCH_TPU_*``, the emulated webhook env).
+
+Exports :class:`Seat`, :class:`ChipAssignment`, :class:`PlacementError`, :func:`assign_chips`,
+:func:`cluster_slices` and :class:`SliceInfo`.
+"""
+
+from tpuray.workloads.placement.seats import (
+    ChipAssignment,
+    PlacementError,
+    Seat,
+    SliceInfo,
+    assign_chips,
+    cluster_slices,
+)
+
+__all__ = ["ChipAssignment", "PlacementError", "Seat", "SliceInfo", "assign_chips", "cluster_slices"]
