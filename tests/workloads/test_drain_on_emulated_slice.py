@@ -96,8 +96,8 @@ def _wait(what: str, cond: Any, timeout_s: float = 240) -> Any:
 def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalPrometheus, tmp_path: Path) -> None:
     from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig
 
-    from tpuray.workloads.gpt import cli as train
-    from tpuray.workloads.gpt.loop import GptJob
+    from tpuray.workloads import launch
+    from tpuray.workloads.gpt.loop import GptJob, train_gpt
     from tpuray.workloads.gpt.metrics import ModelShape
     from tpuray.workloads.signals.goodput import JOB_END, JOB_START, record_job_event
 
@@ -123,7 +123,7 @@ def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalProm
     )
     results: list[Any] = []
     record_job_event(run_dir, JOB_START)
-    fit = threading.Thread(target=lambda: results.append(train._xla_trainer(job, SLICE, 1, rc).fit()))
+    fit = threading.Thread(target=lambda: results.append(launch.trainer(train_gpt, {"job": job}, SLICE, 1, rc).fit()))
     fit.start()
     _wait("the first periodic checkpoint", lambda: _checkpoints(run_dir))
 

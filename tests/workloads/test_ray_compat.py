@@ -191,7 +191,7 @@ def _compiles_per_path(rank: int, world: int, port: int, portable_path: bool, ou
     import torch_xla
     import torch_xla.debug.metrics as met
 
-    from tpuray.workloads.xla import backend
+    from tpuray.workloads.xla import portable
 
     with _emulated_chip(rank, world, port) as dev:
         # optimizer_step has no initial sync: its chips start from one seed. The portable path's start from
@@ -212,7 +212,7 @@ def _compiles_per_path(rank: int, world: int, port: int, portable_path: bool, ou
             if portable_path:
                 opt.step()
             else:
-                backend._gloo_average(opt, world)
+                portable.gloo_average([p for g in opt.param_groups for p in g["params"]], world)
                 opt.step()
             opt.zero_grad(set_to_none=True)
             if not portable_path:

@@ -241,7 +241,11 @@ def test_gpt_trainer_runs_ray_s_own_path_with_the_callback() -> None:
 
     s = TpuSlice.parse("v6e:4x4")
     job = GptJob(ModelShape(64, 1, 16, 2, 8), 4, 1, 1e-3, 2, str(s))
-    trainer = torch_tpu.torch_tpu_trainer(job, s, 1, RunConfig(name="r", storage_path="/tmp/x"))
+    from tpuray.workloads.gpt.loop import train_gpt
+    from tpuray.workloads.launch import trainer as launch_trainer
+
+    rc = RunConfig(name="r", storage_path="/tmp/x")
+    trainer = launch_trainer(train_gpt, {"job": job}, s, 1, rc, backend="torch_tpu")
     assert trainer.scaling_config.num_workers == s.devices
     assert trainer.backend_config.backend == "tpu_dist"  # Ray's own choice for TPU workers (torch_trainer.py)
     assert [type(c) for c in trainer.run_config.callbacks] == [torch_tpu.TorchTpuEnvCallback]

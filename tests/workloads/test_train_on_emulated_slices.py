@@ -250,8 +250,8 @@ def test_a_slice_the_cluster_lacks_is_named(emulated_slices: None) -> None:
 def test_gpt_checkpoints_by_run_name_and_corrupt_newest_falls_back(emulated_slices: None, tmp_path: Path) -> None:
     from ray.train import FailureConfig, RunConfig
 
-    from tpuray.workloads.gpt import cli as train
-    from tpuray.workloads.gpt.loop import STATE_FILE, GptJob
+    from tpuray.workloads import launch
+    from tpuray.workloads.gpt.loop import STATE_FILE, GptJob, train_gpt
     from tpuray.workloads.gpt.metrics import ModelShape
 
     cache = tmp_path / "cache"
@@ -259,7 +259,7 @@ def test_gpt_checkpoints_by_run_name_and_corrupt_newest_falls_back(emulated_slic
     def gpt(name: str, steps: int, lr: float = 3e-3) -> Any:
         job = GptJob(ModelShape(64, 1, 16, 2, 8), steps, 2, lr, 2, str(ONE), bf16=False, log_every=2)
         rc = RunConfig(name=name, storage_path=str(tmp_path), failure_config=FailureConfig(max_failures=0))
-        result = train._xla_trainer(job, ONE, 1, rc, str(cache)).fit()
+        result = launch.trainer(train_gpt, {"job": job}, ONE, 1, rc, compile_cache_dir=str(cache)).fit()
         assert result.error is None
         return result
 

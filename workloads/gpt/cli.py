@@ -44,11 +44,11 @@ from tpuray.components.config import (
 )
 from tpuray.components.config.value_types import RunName
 from tpuray.components.config.workload import require_data_parallel
-from tpuray.workloads import _ray_compat
-from tpuray.workloads.api.runtime import RuntimeMismatch, require_runtime
+from tpuray.workloads.api.runtime import RuntimeMismatch
 from tpuray.workloads.gpt.data import DatasetError, TokenFile, open_dataset
-from tpuray.workloads.gpt.loop import CheckpointError, GptJob
+from tpuray.workloads.gpt.loop import CheckpointError, GptJob, train_gpt
 from tpuray.workloads.gpt.metrics import ModelShape
+from tpuray.workloads.launch import EMULATION_REFUSED, connect, trainer
 from tpuray.workloads.placement.seats import PlacementError, SliceInfo, cluster_slices, describe_slices, slices_for_job
 from tpuray.workloads.signals.goodput import (
     EVENTS_FILE,
@@ -433,18 +433,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     data = open_dataset(w.dataset, w.model.vocab_size, s.run.seed)
     price = run_price(args, pool.name if pool else None, pool.capacity.type if pool else None)
 
-    if w.backend == "torch_tpu" and args.local:
-        raise PlacementError(
-            "--backend torch_tpu --local: torch_tpu registers its device only when it finds a TPU, so there is no "
-            "local emulation of it; emulate with --backend xla (PyTorch/XLA on CPU), run torch_tpu on a cluster"
-        )
-    require_runtime(w.backend)  # the image's runtime, before any cluster work
-
-    import ray
-
-    from tpuray.workloads.emulation.cluster import EmulatedCluster
-
-    cluster: EmulatedCluster | None = None
+    if args.local and w.backend in EMULATION_REFUSED:
+        raise PlacementError(f"--backend {w.backend} --local: {EMULATION_REFUSED[w.backend]}")
     emulate = 0
     if args.local:
         assert tpu_slice is not None
@@ -456,38 +446,25 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             else max(args.num_slices or 1, -(-(args.chips or 0) // tpu_slice.chips))
         )
         slices_for_job(tpu_slice, args.chips, args.num_slices, emulate)
-    if run_dir is not None:
-        record_job_event(run_dir, JOB_START, t=wall0)
-    try:
-        if args.local:
-            assert tpu_slice is not None
-            cluster = EmulatedCluster(tpu_slice, slices=emulate).__enter__()
-            ray.init(address=cluster.address, log_to_driver=True)
-            _ray_compat.ready_train_autoscaling_coordinator()  # before the controller asks it (see there why)
-        elif not ray.is_initialized():
-            ray.init(address=args.address or "auto", log_to_driver=True)
+    with connect(w.backend, tpu_slice, emulate=emulate, address=args.address):
+        if run_dir is not None:
+            record_job_event(run_dir, JOB_START, t=wall0)
         if tpu_slice is None:
             tpu_slice = slice_from_cluster(cluster_slices(_nodes()))
         num_slices = _slices_for(tpu_slice, args)
         job = _job(s, tpu_slice, bool(args.local), run_dir)
         if isinstance(data, TokenFile):
             data.check_fits(num_slices * tpu_slice.chips, job.model.seq_len)
-        if w.backend == "torch_tpu":
-            from tpuray.workloads.torch_tpu.callback import torch_tpu_trainer
-
-            trainer = torch_tpu_trainer(job, tpu_slice, num_slices, _run_config(s.run, storage))
-        else:
-            trainer = _xla_trainer(job, tpu_slice, num_slices, _run_config(s.run, storage), _local_cache(args, storage))
-        result = trainer.fit()
+        run_config = _run_config(s.run, storage)
+        cache = _local_cache(args, storage)
+        job_trainer = trainer(
+            train_gpt, {"job": job}, tpu_slice, num_slices, run_config, backend=w.backend, compile_cache_dir=cache
+        )
+        result = job_trainer.fit()
         if run_dir is not None:
             record_job_event(run_dir, JOB_END)
         wall = time.perf_counter() - t0
         return _summary(result, job, tpu_slice, num_slices, w.backend, bool(args.local), wall, price)
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        if cluster is not None:
-            cluster.shutdown()
 
 
 def _local_cache(args: argparse.Namespace, storage: str) -> str | None:
@@ -509,23 +486,6 @@ def _run_config(run: RunSettings, storage: str) -> Any:
         # Ray Train's own INFO lines (each report's full metrics, each checkpoint's path) drown the progress
         # lines; its warnings still show, and its log files keep everything.
         logging_config=LoggingConfig(log_level="WARNING"),
-    )
-
-
-def _xla_trainer(
-    job: GptJob, tpu_slice: TpuSlice, num_slices: int, run_config: Any, compile_cache_dir: str | None = None
-) -> Any:
-    from ray.train.torch import TorchTrainer
-
-    from tpuray.workloads import XlaChipConfig, tpu_scaling_config
-    from tpuray.workloads.gpt.loop import train_gpt
-
-    return TorchTrainer(
-        train_gpt,
-        train_loop_config={"job": job},
-        scaling_config=tpu_scaling_config(tpu_slice, num_slices=num_slices),
-        torch_config=XlaChipConfig(compile_cache_dir=compile_cache_dir),
-        run_config=run_config,
     )
 
 

@@ -25,7 +25,6 @@ env is checked here against torch_tpu 0.2.0's own launcher code (``tests/torch_t
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -49,7 +48,7 @@ from tpuray.workloads.placement.seats import PlacementError
 from tpuray.workloads.placement.worker_env import DeviceSeat, hostnames_from_env, torch_tpu_env
 from tpuray.workloads.torch_tpu.runtime import TorchTpuRuntime
 
-__all__ = ["CALLBACK_PATH", "RankSeat", "TorchTpuEnvCallback", "slice_envs", "torch_tpu_trainer"]
+__all__ = ["CALLBACK_PATH", "RankSeat", "TorchTpuEnvCallback", "slice_envs"]
 
 CALLBACK_PATH = TORCH_TPU_ENV_CALLBACK
 """What the stack puts in ``RAY_TRAIN_CALLBACKS`` on every Ray pod of a ``backend: torch_tpu`` stack."""
@@ -223,23 +222,3 @@ class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ig
                 for i, s in enumerate(seats)
             ]
         )
-
-
-def torch_tpu_trainer(job: Any, tpu_slice: TpuSlice, num_slices: int, run_config: Any) -> Any:
-    """The GPT job on torch_tpu: Ray's own TorchTPU path (default ``TorchConfig``: ``tpu_dist``), one worker per
-    device, the same train function, checkpoints and failure handling as the xla backend."""
-    from ray.train.torch import TorchTrainer
-
-    from tpuray.workloads.api.scaling import tpu_scaling_config
-    from tpuray.workloads.gpt.loop import train_gpt
-
-    named = os.environ.get(_ray_compat.TRAIN_CALLBACKS_ENV, "")
-    if CALLBACK_PATH not in [c.strip() for c in named.split(",")]:
-        callbacks = [*(run_config.callbacks or []), TorchTpuEnvCallback()]
-        run_config = dataclasses.replace(run_config, callbacks=callbacks)
-    return TorchTrainer(
-        train_gpt,
-        train_loop_config={"job": job, "runtime": "torch_tpu"},
-        scaling_config=tpu_scaling_config(tpu_slice, num_slices=num_slices, backend="torch_tpu"),
-        run_config=run_config,
-    )

@@ -1,0 +1,106 @@
+"""Launch: a slice shape becomes a Ray cluster this driver is connected to (the emulated one on this machine, or the
+stack's on GKE) and a ``TorchTrainer`` for the stack's runtime. It is the one place a runtime is chosen; the
+example GPT trainer's CLI (``python -m tpuray.workloads.train``) calls it, and so can any driver.
+
+- ``xla``: :class:`~tpuray.workloads.XlaChipConfig` workers, one per chip.
+- ``torch_tpu``: Ray's own TorchTPU path (its default ``TorchConfig``: ``tpu_dist``), one worker per device, with
+  :class:`~tpuray.workloads.torch_tpu.TorchTpuEnvCallback` added unless ``RAY_TRAIN_CALLBACKS`` names it already
+  (a tpuray stack sets it on every Ray pod).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from tpuray.components.catalog.runtime_ports import BACKENDS, RuntimeBackend
+from tpuray.components.catalog.topology import TpuSlice
+from tpuray.workloads import _ray_compat
+from tpuray.workloads.api.runtime import require_runtime
+from tpuray.workloads.api.scaling import tpu_scaling_config
+from tpuray.workloads.emulation.cluster import EmulatedCluster
+
+__all__ = ["EMULATION_REFUSED", "connect", "trainer"]
+
+EMULATION_REFUSED: dict[RuntimeBackend, str] = {
+    "torch_tpu": (
+        "torch_tpu registers its device only when it finds a TPU, so there is no local emulation of it; emulate "
+        "with backend xla (PyTorch/XLA on CPU), run torch_tpu on a cluster"
+    ),
+}
+"""The runtimes the emulated slice cannot run, each with why and what to do instead."""
+
+
+@contextmanager
+def connect(
+    backend: RuntimeBackend, tpu_slice: TpuSlice | None = None, *, emulate: int = 0, address: str | None = None
+) -> Iterator[EmulatedCluster | None]:
+    """Connect this driver to a Ray cluster for ``backend``, and disconnect (and tear an emulated one down) on exit.
+
+    ``emulate > 0``: start an emulated cluster of that many ``tpu_slice`` slices on this machine first; else
+    connect to ``address`` (``auto``: the cluster this process runs in), unless Ray is connected already. The
+    runtime's package is checked here, before any cluster work (``require_runtime``)."""
+    import ray
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r}: valid choices are {', '.join(BACKENDS)}")
+    if emulate and backend in EMULATION_REFUSED:
+        raise RuntimeError(f"backend {backend}: {EMULATION_REFUSED[backend]}")
+    require_runtime(backend)
+    cluster: EmulatedCluster | None = None
+    try:
+        if emulate:
+            if tpu_slice is None:
+                raise ValueError("an emulated cluster needs a slice shape")
+            cluster = EmulatedCluster(tpu_slice, slices=emulate).__enter__()
+            ray.init(address=cluster.address, log_to_driver=True)
+            _ray_compat.ready_train_autoscaling_coordinator()  # before the controller asks it (see there why)
+        elif not ray.is_initialized():
+            ray.init(address=address or "auto", log_to_driver=True)
+        yield cluster
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+
+
+def trainer(
+    train_fn: Callable[[dict[str, Any]], None],
+    config: Mapping[str, Any],
+    tpu_slice: TpuSlice,
+    num_slices: int,
+    run_config: Any,
+    *,
+    backend: RuntimeBackend = "xla",
+    compile_cache_dir: str | None = None,
+) -> Any:
+    """A ``TorchTrainer`` running ``train_fn(config)`` on ``num_slices`` whole ``tpu_slice`` slices under
+    ``backend``, with ``run_config``. ``compile_cache_dir``: PyTorch/XLA's persistent cache root (TorchTPU's is the
+    stack's, set by the env callback)."""
+    from ray.train.torch import TorchTrainer
+
+    scaling = tpu_scaling_config(tpu_slice, num_slices=num_slices, backend=backend)
+    if backend == "xla":
+        from tpuray.workloads.xla import XlaChipConfig
+
+        return TorchTrainer(
+            train_fn,
+            train_loop_config=dict(config),
+            scaling_config=scaling,
+            torch_config=XlaChipConfig(compile_cache_dir=compile_cache_dir),
+            run_config=run_config,
+        )
+    if backend == "torch_tpu":
+        from tpuray.workloads.torch_tpu import CALLBACK_PATH, TorchTpuEnvCallback
+
+        named = os.environ.get(_ray_compat.TRAIN_CALLBACKS_ENV, "")
+        if CALLBACK_PATH not in [c.strip() for c in named.split(",")]:
+            run_config = dataclasses.replace(
+                run_config, callbacks=[*(run_config.callbacks or []), TorchTpuEnvCallback()]
+            )
+        return TorchTrainer(train_fn, train_loop_config=dict(config), scaling_config=scaling, run_config=run_config)
+    raise ValueError(f"backend {backend!r}: valid choices are {', '.join(BACKENDS)}")
