@@ -25,8 +25,9 @@ from tpuray.components.catalog.names import (
     RAY_WORKER_ID_LABEL,
 )
 from tpuray.components.catalog.topology import TpuSlice
+from tpuray.workloads.placement.seats import Seat
 from tpuray.workloads.placement.worker_env import host_major_seats, torch_tpu_env, torch_tpu_topology
-from tpuray.workloads.torch_tpu.callback import RankSeat, slice_envs
+from tpuray.workloads.torch_tpu.callback import slice_envs
 
 SPECS = ["v5e:2x2", "v5e:4x4", "v5p:2x2x2", "v6e:4x4", "v6e:2x4:ct6e-standard-4t", "tpu7x:2x2x1", "tpu7x:2x2x2"]
 BASE_PORT = 8471
@@ -69,9 +70,9 @@ def torch_tpu() -> dict[tuple[str, int, int, int], dict[str, str | None]]:
     return dict(zip(keys, run_launch_env(cases), strict=True))
 
 
-def _ray_seats(s: TpuSlice, slices: int, seed: int) -> list[RankSeat]:
+def _ray_seats(s: TpuSlice, slices: int, seed: int) -> list[Seat]:
     """A Ray rank order: slice by slice (Ray sorts by TPU_NAME), the slice's ranks in actor-creation order."""
-    out: list[RankSeat] = []
+    out: list[Seat] = []
     for k in range(slices):
         seats = host_major_seats(s, _hosts(s, k))
         random.Random(seed + k).shuffle(seats)
@@ -82,7 +83,7 @@ def _ray_seats(s: TpuSlice, slices: int, seed: int) -> list[RankSeat]:
                 RAY_SLICE_NAME_LABEL: f"slice{k}",
                 RAY_WORKER_ID_LABEL: str(x.worker_id),
             }
-            out.append(RankSeat(len(out), x.host, f"slice{k}", x.worker_id, labels, {}))
+            out.append(Seat(len(out), k, f"slice{k}", x.worker_id, -1, x.host, labels=labels))
     return out
 
 
@@ -129,13 +130,18 @@ def test_in_host_major_rank_order_the_list_is_torch_tpus_exactly(
 ) -> None:
     s = TpuSlice.parse("tpu7x:2x2x2")
     seats = [
-        RankSeat(
+        Seat(
             i,
-            x.host,
+            0,
             "slice0",
             x.worker_id,
-            {RAY_POD_TYPE_LABEL: s.pod_type, RAY_TOPOLOGY_LABEL: s.topology, RAY_WORKER_ID_LABEL: str(x.worker_id)},
-            {},
+            -1,
+            x.host,
+            labels={
+                RAY_POD_TYPE_LABEL: s.pod_type,
+                RAY_TOPOLOGY_LABEL: s.topology,
+                RAY_WORKER_ID_LABEL: str(x.worker_id),
+            },
         )
         for i, x in enumerate(host_major_seats(s, _hosts(s, 0)))
     ]

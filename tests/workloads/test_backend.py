@@ -13,8 +13,8 @@ from tpuray.components.catalog.names import (
 from tpuray.components.catalog.topology import TopologyError, TpuSlice
 from tpuray.workloads import XlaChipConfig, chip, tpu_scaling_config
 from tpuray.workloads.api.scaling import GENERATION_PIN
-from tpuray.workloads.placement.seats import PlacementError
-from tpuray.workloads.xla.backend import check_scaling_config, slice_of
+from tpuray.workloads.placement.seats import PlacementError, Seat, slice_of
+from tpuray.workloads.xla.backend import check_scaling_config
 
 
 @pytest.mark.parametrize(
@@ -154,9 +154,15 @@ def test_slice_read_back_from_the_workers_labels(spec: str) -> None:
     """2x4 is one 8-chip VM or two 4-chip VMs: the hosts the workers sit on decide (Ray's own reservation
     does not pass chips_per_vm)."""
     s = TpuSlice.parse(spec)
-    labels = [_labels(f"sl{i}", s, w) for i in range(2) for w in range(s.hosts) for _ in range(s.chips_per_host)]
-    assert slice_of(labels, 2 * s.chips) == s
+    seats = [
+        Seat(0, i, f"sl{i}", w, c, "10.0.0.1", labels=_labels(f"sl{i}", s, w))
+        for i in range(2)
+        for w in range(s.hosts)
+        for c in range(s.chips_per_host)
+    ]
+    assert slice_of(seats) == s
     with pytest.raises(PlacementError, match="not one per chip"):
-        slice_of(labels, 2 * s.chips + 1)
+        slice_of(seats[:-1])
+    other = TpuSlice.parse("v4:2x2x2")
     with pytest.raises(PlacementError, match="not on one TPU slice shape"):
-        slice_of([*labels, _labels("x", TpuSlice.parse("v4:2x2x2"), 0)], 2 * s.chips + 1)
+        slice_of([*seats, Seat(0, 2, "x", 0, 0, "10.0.0.2", labels=_labels("x", other, 0))])

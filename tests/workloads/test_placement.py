@@ -15,13 +15,13 @@ from tpuray.components.catalog.names import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
 from tpuray.components.catalog.names import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
 from tpuray.components.catalog.runtime_ports import runtime_ports
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads.gpt.cli import slice_from_cluster
 from tpuray.workloads.placement.seats import (
     PlacementError,
     Seat,
     assign_chips,
     cluster_slices,
     describe_slices,
+    slice_of_cluster,
     slices_for_job,
 )
 from tpuray.workloads.placement.worker_env import chip_env
@@ -174,10 +174,10 @@ def test_cluster_slices_from_node_labels() -> None:
     assert describe_slices(found) == ", ".join(want)
     assert describe_slices([]) == "no TPU slices"
     with pytest.raises(PlacementError, match="--topology"):
-        slice_from_cluster(found)
+        slice_of_cluster(found)
 
 
 @pytest.mark.parametrize("s", [*SHAPES, TpuSlice.parse("v6e", "2x4")], ids=str)
 def test_slice_shape_is_read_back_from_labels(s: TpuSlice) -> None:
     nodes = [_node("x", s, w) for w in range(s.hosts)]
-    assert slice_from_cluster(cluster_slices(nodes)) == s
+    assert slice_of_cluster(cluster_slices(nodes)) == s

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from typing import Any
@@ -18,10 +19,11 @@ from tpuray.components.catalog.names import (
     RAY_WORKER_ID_LABEL,
 )
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.workloads.placement.seats import PlacementError
+from tpuray.workloads.placement.probe import probe
+from tpuray.workloads.placement.seats import PlacementError, Seat
 from tpuray.workloads.placement.worker_env import DeviceSeat, host_major_seats, torch_tpu_env
 from tpuray.workloads.torch_tpu import callback as torch_tpu
-from tpuray.workloads.torch_tpu.callback import RankSeat, slice_envs
+from tpuray.workloads.torch_tpu.callback import slice_envs
 
 SPECS = ["v5e:2x2", "v5e:4x4", "v5p:2x2x2", "v6e:4x4", "v6e:2x4:ct6e-standard-4t", "tpu7x:2x2x1", "tpu7x:2x2x2"]
 
@@ -75,15 +77,15 @@ def _labels(s: TpuSlice, name: str, worker_id: int) -> dict[str, str]:
     }
 
 
-def _rank_seats(spec: str, slices: int, shuffle: int) -> list[RankSeat]:
+def _rank_seats(spec: str, slices: int, shuffle: int) -> list[Seat]:
     s = TpuSlice.parse(spec)
     out = []
     for k in range(slices):
         seats = host_major_seats(s, [f"10.{k}.0.{w}" for w in range(s.hosts)])
         random.Random(shuffle + k).shuffle(seats)
         name = f"slice-{k}"
-        out += [RankSeat(0, x.host, name, x.worker_id, _labels(s, name, x.worker_id), {}) for x in seats]
-    return [RankSeat(i, x.address, x.slice_name, x.worker_id, x.labels, {}) for i, x in enumerate(out)]
+        out += [Seat(0, k, name, x.worker_id, -1, x.host, labels=_labels(s, name, x.worker_id)) for x in seats]
+    return [dataclasses.replace(x, actor_index=i) for i, x in enumerate(out)]
 
 
 @pytest.mark.parametrize("spec", ["v5p:2x2x2", "tpu7x:2x2x2", "v6e:2x4:ct6e-standard-4t"])
@@ -116,7 +118,7 @@ class _FakeGroup:
     """A Ray Train worker group whose workers report ``seats`` (``execute_single_async`` runs nothing remote; the
     tests make ``ray.get`` the identity), recording what the callback applies and whether it shut the group down."""
 
-    def __init__(self, seats: list[RankSeat]) -> None:
+    def __init__(self, seats: list[Seat]) -> None:
         self.seats = seats
         self.applied: dict[int, dict[str, str]] = {}
         self.cache_calls: dict[int, tuple[Any, ...]] = {}
@@ -129,7 +131,8 @@ class _FakeGroup:
         return {"TPU": 1}
 
     def execute_single_async(self, i: int, fn: Any, *args: Any) -> Any:
-        if fn is torch_tpu._report:
+        if fn is probe:
+            assert args == (i, "torch_tpu")
             return self.seats[i]
         if fn is torch_tpu._enable_cache:
             self.cache_calls[i] = args
@@ -145,7 +148,6 @@ def test_callback_sets_the_env_before_the_backend_and_keeps_what_is_set(monkeypa
     import ray
 
     seats = _rank_seats("v5p:2x2x2", 1, 5)
-    seats[2] = RankSeat(**{**seats[2].__dict__, "preset": {"TORCH_TPU_TOPOLOGY": "pinned"}})
     monkeypatch.setattr(ray, "get", lambda refs: list(refs))
     group = _FakeGroup(seats)
     torch_tpu.TorchTpuEnvCallback().after_worker_group_start(group)
@@ -164,7 +166,7 @@ def test_callback_points_each_worker_at_the_compile_cache_before_the_backend(mon
     group = _FakeGroup(seats)
     torch_tpu.TorchTpuEnvCallback().after_worker_group_start(group)
     shape = TpuSlice.parse("v5p:2x2x2")
-    assert group.cache_calls == {i: (s.world_rank, shape, 2) for i, s in enumerate(seats)}
+    assert group.cache_calls == {i: (s.actor_index, shape, 2) for i, s in enumerate(seats)}
 
 
 def test_the_worker_sets_the_tier3_root_under_the_stacks_key_and_keeps_a_users(

@@ -29,8 +29,6 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
 from tpuray.components.catalog.data_file import loads_json
-from tpuray.components.catalog.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL
-from tpuray.components.catalog.slice_labels import slice_from_labels
 from tpuray.components.catalog.throughput import slice_usd_per_hour, tokens_per_usd
 from tpuray.components.catalog.topology import TopologyError, TpuSlice
 from tpuray.components.config import (
@@ -49,7 +47,13 @@ from tpuray.workloads.gpt.data import DatasetError, TokenFile, open_dataset
 from tpuray.workloads.gpt.loop import CheckpointError, GptJob, train_gpt
 from tpuray.workloads.gpt.metrics import ModelShape
 from tpuray.workloads.launch import EMULATION_REFUSED, connect, trainer
-from tpuray.workloads.placement.seats import PlacementError, SliceInfo, cluster_slices, describe_slices, slices_for_job
+from tpuray.workloads.placement.seats import (
+    PlacementError,
+    cluster_slices,
+    describe_slices,
+    slice_of_cluster,
+    slices_for_job,
+)
 from tpuray.workloads.signals.goodput import (
     EVENTS_FILE,
     JOB_END,
@@ -59,7 +63,7 @@ from tpuray.workloads.signals.goodput import (
     record_job_event,
 )
 
-__all__ = ["RunSettings", "Settings", "build_parser", "main", "settings", "slice_from_cluster"]
+__all__ = ["RunSettings", "Settings", "build_parser", "main", "settings"]
 
 
 class RunSettings(BaseModel):
@@ -187,18 +191,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cost.add_argument("--usd-per-hour", type=float, help="$/h of the slices in use (instead of --cost-json)")
     return p
-
-
-def slice_from_cluster(slices: Sequence[SliceInfo]) -> TpuSlice:
-    """The slice shape of a cluster that has exactly one shape (from Ray's pod type and topology labels)."""
-    shapes = {(s.pod_type, s.topology, s.chips // max(1, len(s.worker_ids))) for s in slices}
-    if len(shapes) != 1:
-        raise PlacementError(
-            f"cannot choose a slice shape: the cluster has {describe_slices(slices)}; pass --topology GEN:TOPOLOGY"
-        )
-    pod_type, topology, per_host = next(iter(shapes))
-    labels = {RAY_POD_TYPE_LABEL: pod_type, RAY_TOPOLOGY_LABEL: topology}
-    return slice_from_labels(labels, chips_per_host=per_host)
 
 
 @dataclass(frozen=True)
@@ -450,7 +442,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         if run_dir is not None:
             record_job_event(run_dir, JOB_START, t=wall0)
         if tpu_slice is None:
-            tpu_slice = slice_from_cluster(cluster_slices(_nodes()))
+            tpu_slice = slice_of_cluster(cluster_slices(_nodes()))
         num_slices = _slices_for(tpu_slice, args)
         job = _job(s, tpu_slice, bool(args.local), run_dir)
         if isinstance(data, TokenFile):

@@ -26,7 +26,8 @@ from tpuray.components.catalog.names import (
     RAY_WORKER_ID_LABEL,
     TPU_MEGASCALE_PORT,
 )
-from tpuray.components.catalog.topology import TpuSlice
+from tpuray.components.catalog.slice_labels import slice_from_labels
+from tpuray.components.catalog.topology import TopologyError, TpuSlice
 from tpuray.workloads.placement.worker_env import DEFAULT_BASE_PORT, chip_env, megascale_env, task_id
 
 __all__ = [
@@ -37,6 +38,8 @@ __all__ = [
     "assign_chips",
     "cluster_slices",
     "describe_slices",
+    "slice_of",
+    "slice_of_cluster",
     "slices_for_job",
 ]
 
@@ -47,7 +50,8 @@ class PlacementError(RuntimeError):
 
 @dataclass(frozen=True)
 class Seat:
-    """Where Ray put one per-chip worker, as the worker reports it from inside its process."""
+    """Where Ray put one worker, as the worker reports it from inside its process
+    (:func:`tpuray.workloads.placement.probe.probe`): the one seat record of every runtime."""
 
     actor_index: int
     """Index of the worker in Ray Train's worker group (its world rank there)."""
@@ -58,11 +62,20 @@ class Seat:
     worker_id: int
     """``ray.io/tpu-worker-id`` of the worker's node: the host's index within the slice."""
     chip: int
-    """The chip Ray assigned to the worker (its ``TPU`` accelerator id)."""
+    """The chip Ray assigned to a per-chip worker (its ``TPU`` accelerator id); -1 where the runtime numbers its
+    workers' devices itself (TorchTPU: a rank's device is its place among its host's ranks)."""
     address: str
     """The node's IP address."""
     hostnames: tuple[str, ...] = ()
     """``TPU_WORKER_HOSTNAMES`` as the worker sees it (the GKE TPU webhook sets it on multi-host pods)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """The Ray node labels of the worker's node (``ray.io/tpu-*``)."""
+
+    @property
+    def host(self) -> str:
+        """The host's address as the other hosts reach it: its ``TPU_WORKER_HOSTNAMES`` entry (the webhook's DNS
+        name, which torch_tpu's own launcher lists), else the node's IP."""
+        return self.hostnames[self.worker_id] if self.worker_id < len(self.hostnames) else self.address
 
 
 @dataclass(frozen=True)
@@ -244,3 +257,41 @@ def assign_chips(
                 )
             )
     return sorted(out, key=lambda a: a.rank)
+
+
+def slice_of(seats: Sequence[Seat], workers_per_chip: int = 1) -> TpuSlice:
+    """The slice shape Ray placed ``seats`` on, from the Ray node labels each worker reports (pod type, topology)
+    and the hosts they sit on: a v5e/v6e ``2x4`` is one 8-chip VM or two 4-chip VMs, and the hosts decide. The
+    one answer to "which slice" for every runtime and for the cluster's own nodes (:func:`slice_of_cluster`).
+
+    Raises :class:`PlacementError` unless the workers are on one shape, ``workers_per_chip`` per chip, of whole
+    slices."""
+    if not seats:
+        raise PlacementError("no workers to place")
+    shapes = {(s.labels.get(RAY_POD_TYPE_LABEL), s.labels.get(RAY_TOPOLOGY_LABEL)) for s in seats}
+    if len(shapes) != 1 or None in next(iter(shapes)):
+        raise PlacementError(f"the workers are not on one TPU slice shape (pod type, topology): {sorted(shapes)}")
+    slices = {s.slice_name for s in seats}
+    hosts = {(s.slice_name, s.worker_id) for s in seats}
+    per_host = len(seats) // max(1, len(hosts)) // workers_per_chip
+    each = "one per chip" if workers_per_chip == 1 else f"{workers_per_chip} per chip (one per device)"
+    try:
+        shape = slice_from_labels(dict(seats[0].labels), chips_per_host=max(1, per_host))
+    except TopologyError as e:
+        raise PlacementError(f"{len(seats)} workers on {len(hosts)} host(s): {e}; not {each}") from None
+    if len(seats) != shape.chips * workers_per_chip * len(slices):
+        raise PlacementError(
+            f"{len(seats)} workers on {len(slices)} {shape} slice(s) of {shape.chips} chips: not {each}"
+        )
+    return shape
+
+
+def slice_of_cluster(slices: Sequence[SliceInfo]) -> TpuSlice:
+    """The slice shape of a cluster that has exactly one shape (from Ray's pod type and topology labels)."""
+    shapes = {(s.pod_type, s.topology, s.chips // max(1, len(s.worker_ids))) for s in slices}
+    if len(shapes) != 1:
+        raise PlacementError(
+            f"cannot choose a slice shape: the cluster has {describe_slices(slices)}; pass --topology GEN:TOPOLOGY"
+        )
+    pod_type, topology, per_host = next(iter(shapes))
+    return slice_from_labels({RAY_POD_TYPE_LABEL: pod_type, RAY_TOPOLOGY_LABEL: topology}, chips_per_host=per_host)

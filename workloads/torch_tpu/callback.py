@@ -25,70 +25,29 @@ env is checked here against torch_tpu 0.2.0's own launcher code (``tests/torch_t
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from tpuray.components.catalog.names import (
-    RAY_POD_TYPE_LABEL,
-    RAY_SLICE_NAME_LABEL,
-    RAY_TOPOLOGY_LABEL,
-    RAY_WORKER_ID_LABEL,
     TORCH_TPU_ENV_CALLBACK,
 )
 from tpuray.components.catalog.slice_labels import slice_from_labels
 from tpuray.components.catalog.topology import TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat
-from tpuray.workloads.api.runtime import require_runtime
 from tpuray.workloads.api.worker import bind
-from tpuray.workloads.placement.seats import PlacementError
-from tpuray.workloads.placement.worker_env import DeviceSeat, hostnames_from_env, torch_tpu_env
+from tpuray.workloads.placement.probe import probe
+from tpuray.workloads.placement.seats import PlacementError, Seat, slice_of
+from tpuray.workloads.placement.worker_env import DeviceSeat, torch_tpu_env
 from tpuray.workloads.torch_tpu.runtime import TorchTpuRuntime
 
-__all__ = ["CALLBACK_PATH", "RankSeat", "TorchTpuEnvCallback", "slice_envs"]
+__all__ = ["CALLBACK_PATH", "TorchTpuEnvCallback", "slice_envs"]
 
 CALLBACK_PATH = TORCH_TPU_ENV_CALLBACK
 """What the stack puts in ``RAY_TRAIN_CALLBACKS`` on every Ray pod of a ``backend: torch_tpu`` stack."""
-
-
-@dataclass(frozen=True)
-class RankSeat:
-    """What one worker reports: its Ray rank, its host and its slice."""
-
-    world_rank: int
-    address: str
-    """The host's address: its ``TPU_WORKER_HOSTNAMES`` entry (the webhook's DNS name), else Ray's node IP."""
-    slice_name: str
-    worker_id: int
-    labels: dict[str, str]
-    preset: dict[str, str]
-    """TORCH_TPU_* variables already set in the worker (kept)."""
-
-
-def _report() -> RankSeat:
-    """Run on each worker: where it is (the train context exists: Ray builds it before these callbacks)."""
-    import ray
-    import ray.train
-
-    require_runtime("torch_tpu")  # a torch_xla worker image fails here, naming the image target to use
-    ctx = ray.get_runtime_context()
-    labels = {str(k): str(v) for k, v in ctx.get_node_labels().items()}
-    train = ray.train.get_context()
-    worker_id = int(labels.get(RAY_WORKER_ID_LABEL, os.environ.get("TPU_WORKER_ID", "0")))
-    hostnames = hostnames_from_env(os.environ)
-    # the host's name as the webhook gives it (torch_tpu's own launcher lists TPU_WORKER_HOSTNAMES), else its IP
-    address = hostnames[worker_id] if worker_id < len(hostnames) else str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
-    return RankSeat(
-        world_rank=int(train.get_world_rank()),
-        address=address,
-        slice_name=str(labels.get(RAY_SLICE_NAME_LABEL) or os.environ.get("TPU_NAME") or ctx.get_node_id()),
-        worker_id=worker_id,
-        labels=labels,
-        preset={k: v for k, v in os.environ.items() if k.startswith("TORCH_TPU_")},
-    )
 
 
 def _apply(env: dict[str, str], first_on_host: bool = True) -> dict[str, str]:
@@ -115,26 +74,7 @@ def _enable_cache(rank: int, tpu_slice: TpuSlice, num_slices: int) -> str | None
     return use.directory if use is not None else None
 
 
-def _slice_of(seats: Sequence[RankSeat]) -> TpuSlice:
-    """The shape of one slice's hosts, from the Ray node labels (pod type, topology) its workers report."""
-    shapes = {(s.labels.get(RAY_POD_TYPE_LABEL), s.labels.get(RAY_TOPOLOGY_LABEL)) for s in seats}
-    if len(shapes) != 1:
-        raise PlacementError(f"the workers of slice {seats[0].slice_name} report several shapes: {sorted(shapes)}")
-    hosts = {s.worker_id for s in seats}
-    try:
-        shape = slice_from_labels(seats[0].labels)
-    except TopologyError as e:
-        raise PlacementError(f"slice {seats[0].slice_name}: {e}") from None
-    # a v5e/v6e 2x4 is one 8-chip VM or two 4-chip VMs: the hosts Ray placed the workers on decide; any other
-    # count keeps the labels' shape, and slice_envs then refuses the workers as not one per device
-    per_host = len(seats) // max(1, len(hosts)) // shape.spec.devices_per_chip
-    try:
-        return slice_from_labels(seats[0].labels, chips_per_host=per_host)
-    except TopologyError:
-        return shape
-
-
-def slice_envs(seats: Sequence[RankSeat]) -> list[dict[str, str]]:
+def slice_envs(seats: Sequence[Seat]) -> list[dict[str, str]]:
     """The TorchTPU env of every worker, indexed like ``seats`` (which come in world-rank order): each slice's
     workers share one env, the address list in the order of their ranks.
 
@@ -146,7 +86,7 @@ def slice_envs(seats: Sequence[RankSeat]) -> list[dict[str, str]]:
     out: list[dict[str, str]] = [{} for _ in seats]
     for name, members in by_slice.items():
         group = [seats[i] for i in members]
-        tpu_slice = _slice_of(group)
+        tpu_slice = _slice_shape(group)
         # a rank's device is its place among the slice's ranks on its host, in rank order: Ray's LOCAL_RANK where
         # each host has its own IP (a GKE pod), which Ray groups ranks by
         on_host: Counter[int] = Counter()
@@ -156,16 +96,36 @@ def slice_envs(seats: Sequence[RankSeat]) -> list[dict[str, str]]:
             on_host[s.worker_id] += 1
         try:
             env = torch_tpu_env(
-                tpu_slice, [DeviceSeat(s.address, s.worker_id, d) for s, d in zip(group, devices, strict=True)]
+                tpu_slice, [DeviceSeat(s.host, s.worker_id, d) for s, d in zip(group, devices, strict=True)]
             )
         except ValueError as e:
-            raise PlacementError(
-                f"slice {name}: {e}; TorchTPU runs one worker per device, {tpu_slice.devices} on a {tpu_slice} slice "
-                f"(ScalingConfig(use_tpu=True, topology={tpu_slice.topology!r}, resources_per_worker={{'TPU': 1}}))"
-            ) from None
+            raise PlacementError(f"slice {name}: {e}; {_one_per_device(group)}") from None
         for i in members:
             out[i] = env
     return out
+
+
+def _slice_shape(group: Sequence[Seat]) -> TpuSlice:
+    """One slice's shape from its workers (:func:`~tpuray.workloads.placement.seats.slice_of`), one per device."""
+    per_chip = 1
+    with contextlib.suppress(TopologyError):  # labels without a valid shape are slice_of's to refuse
+        per_chip = slice_from_labels(dict(group[0].labels)).spec.devices_per_chip
+    try:
+        return slice_of(group, per_chip)
+    except PlacementError as e:
+        raise PlacementError(f"slice {group[0].slice_name}: {e}; {_one_per_device(group)}") from None
+
+
+def _one_per_device(group: Sequence[Seat]) -> str:
+    """The fix for a slice whose workers are not one per device, in the labels' own shape."""
+    try:
+        s = slice_from_labels(dict(group[0].labels))
+    except TopologyError:
+        return "TorchTPU runs one worker per device of a whole slice"
+    return (
+        f"TorchTPU runs one worker per device, {s.devices} on a {s} slice "
+        f"(ScalingConfig(use_tpu=True, topology={s.topology!r}, resources_per_worker={{'TPU': 1}}))"
+    )
 
 
 class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ignore[misc]
@@ -198,27 +158,27 @@ class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ig
             return  # not a TPU run
         self._group = worker_group
         n = len(worker_group)
-        seats: list[RankSeat] = ray.get([worker_group.execute_single_async(i, _report) for i in range(n)])
+        seats: list[Seat] = ray.get([worker_group.execute_single_async(i, probe, i, "torch_tpu") for i in range(n)])
         envs = slice_envs(seats)
         first = {
             (s.slice_name, s.worker_id): min(
-                r.world_rank for r in seats if (r.slice_name, r.worker_id) == (s.slice_name, s.worker_id)
+                r.actor_index for r in seats if (r.slice_name, r.worker_id) == (s.slice_name, s.worker_id)
             )
             for s in seats
         }
         ray.get(
             [
-                worker_group.execute_single_async(i, _apply, env, first[(s.slice_name, s.worker_id)] == s.world_rank)
+                worker_group.execute_single_async(i, _apply, env, first[(s.slice_name, s.worker_id)] == s.actor_index)
                 for i, (s, env) in enumerate(zip(seats, envs, strict=True))
             ]
         )
-        by_slice: dict[str, list[RankSeat]] = {}
+        by_slice: dict[str, list[Seat]] = {}
         for s in seats:
             by_slice.setdefault(s.slice_name, []).append(s)
-        shapes = {name: _slice_of(group) for name, group in by_slice.items()}
+        shapes = {name: _slice_shape(group) for name, group in by_slice.items()}
         ray.get(
             [
-                worker_group.execute_single_async(i, _enable_cache, s.world_rank, shapes[s.slice_name], len(shapes))
+                worker_group.execute_single_async(i, _enable_cache, s.actor_index, shapes[s.slice_name], len(shapes))
                 for i, s in enumerate(seats)
             ]
         )

@@ -21,6 +21,7 @@ started before it runs backends, and would otherwise leave the slice placement g
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass
@@ -30,20 +31,19 @@ from typing import Any
 from ray.train.backend import Backend
 from ray.train.torch import TorchConfig
 
-from tpuray.components.catalog.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL, TPU_MEGASCALE_PORT
-from tpuray.components.catalog.slice_labels import slice_from_labels
-from tpuray.components.catalog.topology import GENERATIONS, TopologyError, TpuSlice
+from tpuray.components.catalog.names import TPU_MEGASCALE_PORT
+from tpuray.components.catalog.topology import GENERATIONS, TpuSlice
 from tpuray.workloads import _ray_compat
 from tpuray.workloads.api import compile_cache
-from tpuray.workloads.api.runtime import require_runtime
 from tpuray.workloads.api.scaling import USE_GPU_WITH_XLA
 from tpuray.workloads.api.worker import ChipInfo, Collective, bind, chip
-from tpuray.workloads.placement.seats import ChipAssignment, PlacementError, Seat, assign_chips
-from tpuray.workloads.placement.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS, hostnames_from_env
+from tpuray.workloads.placement.probe import probe
+from tpuray.workloads.placement.seats import ChipAssignment, PlacementError, Seat, assign_chips, slice_of
+from tpuray.workloads.placement.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS
 from tpuray.workloads.xla import frameworks, portable
 from tpuray.workloads.xla.runtime import XlaRuntime
 
-__all__ = ["XlaChipConfig", "apply_assignment", "check_scaling_config", "join_process_group", "slice_of"]
+__all__ = ["XlaChipConfig", "apply_assignment", "check_scaling_config", "join_process_group"]
 
 
 def check_scaling_config(backend_config: Any, scaling: Any) -> None:
@@ -84,27 +84,6 @@ def check_scaling_config(backend_config: Any, scaling: Any) -> None:
 
 
 # ---- run on each worker (module-level so Ray pickles them by reference) -----------------------------------
-
-
-def _seat(index: int) -> tuple[Seat, dict[str, str]]:
-    import ray
-
-    require_runtime("xla")  # a torch_tpu worker image fails here, naming the image target to use
-    ctx = ray.get_runtime_context()
-    labels = {str(k): str(v) for k, v in ctx.get_node_labels().items()}
-    chips = ctx.get_accelerator_ids().get("TPU", [])
-    if len(chips) != 1:
-        raise PlacementError(f"a per-chip worker must hold exactly one TPU chip, got {chips}")
-    seat = Seat(
-        actor_index=index,
-        slice_index=0,  # set by the driver once it knows every worker's slice
-        slice_name=str(labels.get(RAY_SLICE_NAME_LABEL) or os.environ.get("TPU_NAME") or ctx.get_node_id()),
-        worker_id=int(labels.get(RAY_WORKER_ID_LABEL, os.environ.get("TPU_WORKER_ID", "0"))),
-        chip=int(chips[0]),
-        address=str(ray.util.get_node_ip_address()),  # type: ignore[no-untyped-call]
-        hostnames=tuple(hostnames_from_env(os.environ)),
-    )
-    return seat, labels
 
 
 def _free_port() -> tuple[str, int]:
@@ -191,26 +170,6 @@ def _leave() -> None:
 # ---- the driver side -------------------------------------------------------------------------------------
 
 
-def slice_of(labels: list[dict[str, str]], world: int) -> TpuSlice:
-    """The slice shape the workers were placed on, from the Ray node labels each worker reports."""
-    from tpuray.components.catalog.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL
-
-    shapes = {(lb.get(RAY_POD_TYPE_LABEL), lb.get(RAY_TOPOLOGY_LABEL)) for lb in labels}
-    if len(shapes) != 1 or None in next(iter(shapes)):
-        raise PlacementError(f"the workers are not on one TPU slice shape (pod type, topology): {sorted(shapes)}")
-    slices = {lb.get(RAY_SLICE_NAME_LABEL) for lb in labels}
-    hosts = {(lb.get(RAY_SLICE_NAME_LABEL), lb.get(RAY_WORKER_ID_LABEL)) for lb in labels}
-    per_host = world // max(1, len(hosts))
-    # a 2x4 slice is one 8-chip VM or two 4-chip VMs: the hosts Ray placed workers on decide
-    try:
-        s = slice_from_labels(labels[0], chips_per_host=per_host)
-    except TopologyError as e:
-        raise PlacementError(f"{world} workers on {len(hosts)} host(s): {e}; not one per chip") from None
-    if world != s.chips * len(slices):
-        raise PlacementError(f"{world} workers on {len(slices)} {s} slice(s) of {s.chips} chips: not one per chip")
-    return s
-
-
 class _XlaChipBackend(Backend):
     def on_start(self, worker_group: Any, backend_config: Any) -> None:
         try:
@@ -226,9 +185,8 @@ class _XlaChipBackend(Backend):
 
         n = len(worker_group)
         # every worker at once (one round trip, not n): part of the time to the first step
-        reported = ray.get([worker_group.execute_single_async(i, _seat, i) for i in range(n)])
-        seats = [s for s, _ in reported]
-        tpu_slice = slice_of([lb for _, lb in reported], n)
+        seats: list[Seat] = ray.get([worker_group.execute_single_async(i, probe, i, "xla") for i in range(n)])
+        tpu_slice = slice_of(seats)
         asked = _ray_compat.asked_scaling_config(worker_group)
         if asked is not None:
             check_scaling_config(cfg, asked)  # again, in case the trainer's construction hook did not run
@@ -239,10 +197,7 @@ class _XlaChipBackend(Backend):
                 f"{tpu_slice} ({tpu_slice.pod_type})"
             )
         names = sorted({s.slice_name for s in seats})  # slice order as Ray Train's own (TPU_NAME) sort
-        seats = [
-            Seat(s.actor_index, names.index(s.slice_name), s.slice_name, s.worker_id, s.chip, s.address, s.hostnames)
-            for s in seats
-        ]
+        seats = [dataclasses.replace(s, slice_index=names.index(s.slice_name)) for s in seats]
         assignments = assign_chips(
             tpu_slice, len(names), seats, base_port=cfg.base_port, megascale_port=cfg.megascale_port
         )
