@@ -94,6 +94,12 @@ GPT_PARAMETERS: tuple[ParameterRule, ...] = (
 output head is tied to ``tok.weight`` and has no row of its own."""
 
 
+def gpt_parameters(dims: GptDims) -> int:
+    """Every parameter of the GPT, summed over :data:`GPT_PARAMETERS` (the block rows once per layer): the one
+    count the config's HBM rule and the workloads' FLOPs and summaries read."""
+    return sum(r.numel(dims) * (dims.layers if r.per_block else 1) for r in GPT_PARAMETERS)
+
+
 def parameter_rule(name: str) -> ParameterRule:
     """The row of parameter ``name``; a name no row matches is an error (a model this table does not describe)."""
     for rule in GPT_PARAMETERS:

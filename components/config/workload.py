@@ -9,7 +9,7 @@ from pydantic import (
     model_validator,
 )
 
-from tpuray.components.catalog.gpt_sharding import GPT_PARAMETERS, GptDims
+from tpuray.components.catalog.gpt_sharding import GPT_PARAMETERS, GptDims, gpt_parameters
 from tpuray.components.catalog.runtime_ports import RuntimeBackend
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config.base import (
@@ -135,12 +135,9 @@ class WorkloadConfig(ConfigModel):
 
     @property
     def model_parameters(self) -> int:
-        """Every parameter of the entrypoint's GPT (:mod:`tpuray.workloads.gpt.model`): token and position embeddings
-        (``seqLen`` positions), per block attention (4 d^2 + 4 d), MLP (8 d^2 + 5 d) and two LayerNorms (4 d), the
-        final LayerNorm (2 d); the output head is tied to the token embedding. A test keeps it equal to
-        ``tpuray.workloads.gpt.metrics.ModelShape.params``."""
-        m, d = self.model, self.model.d_model
-        return m.vocab_size * d + self.seq_len * d + m.layers * (12 * d * d + 13 * d) + 2 * d
+        """Every parameter of the entrypoint's GPT (:mod:`tpuray.workloads.gpt.model`), from the one table of its
+        tensors (:func:`~tpuray.components.catalog.gpt_sharding.gpt_parameters`)."""
+        return gpt_parameters(self.gpt_dims)
 
     @property
     def training_state_bytes(self) -> int:

@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from tests.components.catalog import kueue_of
 from tests.config.test_config_harden import base  # the minimal valid stack the rules start from
@@ -22,7 +20,6 @@ from tpuray.components.catalog.tpu_locations import TPU_REGIONS
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.config.ray import SYSTEM_NAMESPACES
 from tpuray.components.config.value_types import gke_version_meets
-from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER, WorkloadConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -152,26 +149,6 @@ def test_the_fit_is_judged_on_the_pool_the_job_runs_on() -> None:
     values["slicePools"][1]["zone"] = "us-central1-a"
     found = problems_of(values)
     assert "a v5e chip has 16 GiB" in found["workload.model"] and "'small'" in found["workload.model"]
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    vocab=st.integers(2, 4_000_000),
-    layers=st.integers(1, 1000),
-    d_model=st.sampled_from([8, 64, 256, 2048, 8192, 65_536]),
-    seq_len=st.integers(2, 1_048_576),
-)
-def test_the_config_counts_the_parameters_the_workload_counts(
-    vocab: int, layers: int, d_model: int, seq_len: int
-) -> None:
-    from tpuray.workloads.gpt.metrics import ModelShape  # the FLOPs/MFU arithmetic, which model.py's tests tie to GPT
-
-    w = WorkloadConfig.model_validate(
-        {"seqLen": seq_len, "model": {"vocabSize": vocab, "layers": layers, "dModel": d_model, "heads": 1}}
-    )
-    shape = ModelShape(vocab_size=vocab, layers=layers, d_model=d_model, heads=1, seq_len=seq_len)
-    assert w.model_parameters == shape.params
-    assert w.training_state_bytes == shape.params * TRAIN_BYTES_PER_PARAMETER
 
 
 def test_every_shipped_stacks_model_fits_its_pool() -> None:

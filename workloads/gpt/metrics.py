@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpuray.components.catalog.gpt_sharding import GptDims, gpt_parameters
 from tpuray.components.catalog.topology import TpuSlice
 
 __all__ = ["ModelShape", "Throughput", "mfu", "throughput"]
@@ -26,16 +27,10 @@ class ModelShape:
     seq_len: int
 
     @property
-    def block_params(self) -> int:
-        """Weights and biases of one transformer block: attention (4 d^2 + 4 d), MLP (8 d^2 + 5 d), 2 LayerNorms."""
-        d = self.d_model
-        return 12 * d * d + 13 * d
-
-    @property
     def params(self) -> int:
-        """Every parameter of the model (token and position embeddings, blocks, final LayerNorm; head tied)."""
-        d = self.d_model
-        return self.vocab_size * d + self.seq_len * d + self.layers * self.block_params + 2 * d
+        """Every parameter of the model (token and position embeddings, blocks, final LayerNorm; head tied), from
+        the one table of its tensors (:func:`~tpuray.components.catalog.gpt_sharding.gpt_parameters`)."""
+        return gpt_parameters(GptDims(self.vocab_size, self.seq_len, self.d_model, self.layers))
 
     @property
     def matmul_params(self) -> int:
