@@ -272,7 +272,8 @@ def test_ray_job_submit_asking_for_memory_or_labels_may_run_the_driver_anywhere(
 
 
 def test_ray_job_submit_asking_for_nothing_runs_the_driver_on_the_head(manifests: dict[str, dict[str, Any]]) -> None:
-    """The lead's acceptance run: tests/workloads/test_torch_tpu_on_emulated_slice.py, on a head set up from this."""
+    """The lead's acceptance run: tests/workloads/torch_tpu/test_torch_tpu_on_emulated_slice.py, on a head set up
+    from this."""
     where = _driver_pods(manifests["cluster"], 0.0, other_resources=False)
     assert where == {"head"}
     _assert_ready_for_a_driver(manifests["cluster"], where)

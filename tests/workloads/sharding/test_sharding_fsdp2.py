@@ -1,4 +1,4 @@
-"""TorchTPU's sharding on CPU: one process per emulated device over gloo (tests/workloads/fsdp2_sharded_step.py):
+"""TorchTPU's sharding on CPU: one process per emulated device over gloo (fsdp2_sharded_step.py beside this):
 FSDP2 and tensor-parallel steps are the unsharded step, each rank holds the config's per-device share, and a
 torch.distributed.checkpoint saved on 8 ranks restores on 4 and into plain torch."""
 

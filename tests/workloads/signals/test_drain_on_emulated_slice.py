@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from tests.workloads.goodput_by_hand import check_goodput_by_hand
-from tests.workloads.local_prometheus import LocalPrometheus
+from tests.workloads.signals.goodput_by_hand import check_goodput_by_hand
+from tests.workloads.signals.local_prometheus import LocalPrometheus
 from tpuray.components.catalog import metric_names as mn
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.planning.drain import DRAIN_REASON
@@ -211,7 +211,7 @@ def test_every_dashboard_query_finds_the_drain_runs_series(prom: LocalPrometheus
     from tpuray.components.config import load_stack_file
     from tpuray.components.planning.dashboard import dashboard_plan, idle_alert_plan
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     cfg = load_stack_file(root / "Pulumi.dev.yaml")
     (pool,) = cfg.slice_pools
     assert pool.tpu_slice == SLICE

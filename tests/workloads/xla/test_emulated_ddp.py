@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.workloads.portable_contract import MODEL_ROWS, check_no_sync, make_net, model_rows, run_rows
 from tests.workloads.test_ray_compat import _emulated_chip, _on_two_chips
+from tests.workloads.xla.portable_contract import MODEL_ROWS, check_no_sync, make_net, model_rows, run_rows
 
 pytest.importorskip("ray")
 

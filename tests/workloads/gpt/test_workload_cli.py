@@ -21,7 +21,7 @@ import pytest
 from tpuray.components.config import ConfigError, StackConfig, WorkloadConfig, load_stack_file
 from tpuray.workloads.gpt import cli as train
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """PyTorch/XLA SPMD on one host, on N virtual CPU devices: a sharded step is the unsharded step, and each device
-holds the config's per-device share of the training state (tests/workloads/spmd_sharded_step.py, in a subprocess:
+holds the config's per-device share of the training state (spmd_sharded_step.py beside this, in a subprocess:
 torch_xla reads PJRT_DEVICE and CPU_NUM_DEVICES once, when it initialises)."""
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def test_each_rank_gets_the_slice_env_just_before_torch_tpu_starts(
 ) -> None:
     import ray
 
-    from tests.workloads.ray_native_tpu_script import build_trainer
+    from tests.workloads.torch_tpu.ray_native_tpu_script import build_trainer
 
     monkeypatch.setenv("RAY_TRAIN_CALLBACKS", TORCH_TPU_ENV_CALLBACK)  # what the stack sets on its worker pods
     record = tmp_path / "env"
