@@ -15,8 +15,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.components.catalog import kueue_of
-from tests.config.test_config_harden import base  # the minimal valid stack the rules start from
+from tests.config.test_cross_field_rules import base  # the minimal valid stack the rules start from
+from tests.support.slices import kueue_of
 from tpuray.components.catalog.cloud_limits import GKE_MAX_NODES_PER_CLUSTER, KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP
 from tpuray.components.catalog.tpu_locations import TPU_REGIONS
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
