@@ -1,9 +1,10 @@
-"""Value types: RRULE parsing, GKE's maintenance availability, the Ray token, the authorized networks'
-union and the Ray version an image tag names."""
+"""Value types (``config.value_types``): RRULE parsing, GKE's maintenance availability, the Ray token, the
+authorized networks' union, the Ray version an image tag names, and strings and GKE versions the cloud refuses."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -13,8 +14,14 @@ from pydantic import TypeAdapter, ValidationError
 from tpuray.components.config.value_types import (
     MAX_PUBLIC_AUTHORIZED_ADDRESSES,
     MIN_MAINTENANCE_HOURS,
+    GceName,
+    GkeVersion,
+    ImageRef,
+    MachineType,
+    ProjectId,
     RayAuthToken,
     Rrule,
+    Zone,
     image_ray_version,
     maintenance_availability,
     public_addresses,
@@ -118,3 +125,30 @@ def test_the_configured_secret_token_is_checked_without_echo() -> None:
         with pytest.raises(ValueError, match="tpuray:rayAuthToken: the Ray token must be at least 32") as e:
             checked_ray_token(bad)
         assert bad == "" or bad not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "good"),
+    [
+        (Zone, "us-east5-a"),
+        (GceName, "net-1"),
+        (ProjectId, "tpuray-proj"),
+        (MachineType, "e2-standard-8"),
+        (GkeVersion, "1.31.2-gke.1115000"),
+        (ImageRef, "rayproject/ray:2.60.0-py312"),
+    ],
+)
+@pytest.mark.parametrize("suffix", ["\n", "\r", "\x1b[0m", "\u2028", "\x00"])
+def test_value_types_refuse_trailing_newlines_and_control_characters(kind: Any, good: str, suffix: str) -> None:
+    adapter = TypeAdapter(kind)
+    assert adapter.validate_python(good) == good
+    with pytest.raises(ValidationError):
+        adapter.validate_python(good + suffix)
+    with pytest.raises(ValidationError):
+        adapter.validate_python(good[:3] + suffix + good[3:])
+
+
+@pytest.mark.parametrize("bad", ["1.99.0-gke.1", "01.031", "2.31", "1.031.2", "1.31.02", "1.31.2-gke.0", "1.3"])
+def test_impossible_gke_versions_are_refused(bad: str) -> None:
+    with pytest.raises(ValidationError, match="GKE version"):
+        TypeAdapter(GkeVersion).validate_python(bad)

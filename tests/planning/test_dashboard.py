@@ -1,6 +1,6 @@
 """The stack's dashboard and idle-slice alert: derived from the topology, every pool covered, every query valid
-PromQL that finds the series the producers serve (a real Prometheus), the monitoring config's errors, and the
-component under the plan engine."""
+PromQL that finds the series the producers serve (a real Prometheus), and the monitoring config's errors (the
+``StackMonitoring`` component that declares them is tests/components/test_stack_monitoring.py)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,6 @@ from tpuray.components.planning.dashboard import (
     idle_alert_plan,
 )
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
-from tpuray.components.review.resource_types import ALERT_POLICY, DASHBOARD
-from tpuray.components.stack_monitoring import StackMonitoring, StackMonitoringArgs
 
 STACKS = ("dev", "prod", "prod-dws")
 
@@ -327,49 +325,3 @@ def test_every_query_parses_and_finds_its_series_on_a_real_prometheus(tmp_path: 
             assert prom.query("ray_tpu_duty_cycle{TpuType=}")["status"] == "error"
     finally:
         exporter.close()
-
-
-# ---- the component ----------------------------------------------------------------------------------------------
-def test_component_declares_the_dashboard_and_the_alert_under_itself() -> None:
-    cfg = stack("prod-dws")
-    plan = dashboard_plan(cfg, "prod-dws")
-    alert = idle_alert_plan(cfg, "prod-dws")
-
-    def build() -> None:
-        StackMonitoring(
-            "mon", StackMonitoringArgs(project=cfg.project, dashboard=plan, idle_alert=alert, user_labels={"a": "b"})
-        )
-
-    run, _ = er.run(build)
-    children = er.children_of(run, "StackMonitoring")
-    top = [r["type"] for r in run.resources if not r["parent"] or "::pulumi:pulumi:Stack::" in r["parent"]]
-    assert top == ["tpuray:index:StackMonitoring"]  # parent=self on every child
-    types = sorted(r["type"] for r in children)
-    assert types == [ALERT_POLICY, DASHBOARD]
-    board = next(r for r in children if r["type"].endswith("Dashboard"))
-    assert json.loads(board["inputs"]["dashboardJson"]) == plan.to_json()
-    policy = next(r for r in children if r["type"].endswith("AlertPolicy"))
-    (condition,) = policy["inputs"]["conditions"]
-    promql = condition["conditionPrometheusQueryLanguage"]
-    assert alert is not None
-    assert promql["query"] == alert.query and promql["duration"] == "1800s" and promql["evaluationInterval"] == "60s"
-    assert policy["inputs"]["project"] == cfg.project and policy["inputs"]["userLabels"] == {"a": "b"}
-
-
-def test_component_without_alert_declares_only_the_dashboard() -> None:
-    cfg = stack("dev")
-
-    def build() -> None:
-        StackMonitoring("mon", StackMonitoringArgs(project=cfg.project, dashboard=dashboard_plan(cfg, "dev")))
-
-    run, _ = er.run(build)
-    assert [r["type"] for r in er.children_of(run, "StackMonitoring")] == [DASHBOARD]
-
-
-@pytest.mark.parametrize(("name", "on"), [("dev", False), ("prod", True), ("prod-dws", True)])
-def test_the_stacks_declare_monitoring_where_it_is_on(name: str, on: bool) -> None:
-    run, _ = er.run(er.ROOT / "infra", stack=name, config=er.cli_config(name))
-    types = [r["type"] for r in run.resources]
-    assert types.count(DASHBOARD) == int(on)
-    assert types.count(ALERT_POLICY) == int(on)
-    assert types.count("tpuray:index:StackMonitoring") == int(on)

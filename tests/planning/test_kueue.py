@@ -1,5 +1,6 @@
 """Kueue objects from the slice model: CRD-valid, quota = chips, flavors that Kueue assigns as intended, the
-ephemeral RayJob Kueue admits, the config rules that tie queued pools to Kueue, and the component."""
+ephemeral RayJob Kueue admits, and the config rules that tie queued pools to Kueue (the ``KueueQueues`` component is
+tests/components/test_kueue.py)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,6 @@ from tpuray.components.catalog.names import (
 )
 from tpuray.components.catalog.tpu_locations import TPU_ZONES
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
-from tpuray.components.kueue import KUEUE_CHART, KueueQueues, KueueQueuesArgs
-from tpuray.components.planning.component_args import KueuePlan
 from tpuray.components.planning.kuberay import ray_job_manifest
 from tpuray.components.planning.kueue import DWS_PROVISIONING_CLASS, KueueSpec
 from tpuray.components.planning.kueue_checks import MAX_POD_SETS, check_kueue_ray_job
@@ -400,28 +399,3 @@ def test_rules_run_even_when_another_section_is_invalid() -> None:
         parse_stack_config(v)
     paths = {p for p, _ in err.value.problems}
     assert "region" in paths and "slicePools[1].capacity" in paths
-
-
-# ---- the component --------------------------------------------------------------------------------------
-def test_component_declares_the_pinned_chart_and_every_object_after_it() -> None:
-    plan = kueue_of(dws())
-
-    def build() -> dict[str, Any]:
-        KueueQueues("kueue", KueueQueuesArgs(KueuePlan(spec=plan, chart_version="0.19.2", namespace="kueue-system")))
-        return {}
-
-    rec, _ = er.run(build)
-    release = rec.one("kubernetes:helm.sh/v3:Release")["inputs"]
-    assert release["chart"] == KUEUE_CHART and release["version"] == "0.19.2"
-    assert release["namespace"] == "kueue-system"
-    objs = [r for r in rec.resources if r["type"].startswith("kubernetes:kueue.x-k8s.io/")]
-    assert len(objs) == len(plan.objects)
-    for r in objs:
-        assert r["parent"].endswith("tpuray:index:KueueQueues::kueue")
-        assert any(d.endswith("::kueue-kueue") for d in er.depends_on(r)), r["name"]  # waits for the chart
-        assert schema_errors(dict(r["inputs"])) == [], r["name"]
-    cq = next(r for r in objs if r["type"].endswith(":ClusterQueue"))
-    flavor_names = {r["name"] for r in objs if r["type"].endswith(":ResourceFlavor")}
-    assert {d.rsplit("::", 1)[-1] for d in er.depends_on(cq)} >= flavor_names
-    wpc = next(r for r in objs if r["type"].endswith(":WorkloadPriorityClass"))
-    assert isinstance(wpc["inputs"]["value"], int | float) and "spec" not in wpc["inputs"]

@@ -1,89 +1,20 @@
-"""The limits the cloud, KubeRay and Kueue enforce, restated where tpuray checks them."""
+"""Kueue's limits on a RayJob, restated where tpuray checks them (``planning.kueue_checks``): pod sets, the system
+flavor's quota, and a queue label on a job for an existing cluster."""
 
 from __future__ import annotations
 
 import copy
-from typing import Any
-
-import pytest
-from pydantic import TypeAdapter, ValidationError
 
 from tests.planning.test_kueue import base, by_kind
 from tests.support.slices import kueue_of
 from tpuray.components.catalog.names import TPU_RESOURCE
-from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import StackConfig
-from tpuray.components.config.value_types import GceName, GkeVersion, ImageRef, MachineType, ProjectId, Zone
-from tpuray.components.planning.kuberay import RayJobParams, ray_job_manifest
-from tpuray.components.planning.kuberay_checks import MAX_RAY_CLUSTER_NAME, MAX_RAY_JOB_NAME, check_ray_job
+from tpuray.components.planning.kuberay import ray_job_manifest
 from tpuray.components.planning.kueue_checks import MAX_POD_SETS, check_kueue_ray_job
 from tpuray.components.planning.quantity import parse_quantity
 from tpuray.components.planning.stack_plan import plan_stack
 
 
-# ---- strings: full match, no control characters ----------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("kind", "good"),
-    [
-        (Zone, "us-east5-a"),
-        (GceName, "net-1"),
-        (ProjectId, "tpuray-proj"),
-        (MachineType, "e2-standard-8"),
-        (GkeVersion, "1.31.2-gke.1115000"),
-        (ImageRef, "rayproject/ray:2.60.0-py312"),
-    ],
-)
-@pytest.mark.parametrize("suffix", ["\n", "\r", "\x1b[0m", "\u2028", "\x00"])
-def test_value_types_refuse_trailing_newlines_and_control_characters(kind: Any, good: str, suffix: str) -> None:
-    adapter = TypeAdapter(kind)
-    assert adapter.validate_python(good) == good
-    with pytest.raises(ValidationError):
-        adapter.validate_python(good + suffix)
-    with pytest.raises(ValidationError):
-        adapter.validate_python(good[:3] + suffix + good[3:])
-
-
-@pytest.mark.parametrize("bad", ["1.99.0-gke.1", "01.031", "2.31", "1.031.2", "1.31.02", "1.31.2-gke.0", "1.3"])
-def test_impossible_gke_versions_are_refused(bad: str) -> None:
-    with pytest.raises(ValidationError, match="GKE version"):
-        TypeAdapter(GkeVersion).validate_python(bad)
-
-
-# ---- catalog ---------------------------------------------------------------------------------------------------
-def test_v5p_largest_slice_is_96_cubes() -> None:
-    assert TpuSlice.parse("v5p", "16x16x24").chips == 6144
-    with pytest.raises(ValueError, match="limit of 96"):
-        TpuSlice.parse("v5p", "16x20x24")  # 120 cubes: in the 8960-chip pod, but no job may be scheduled on it
-
-
-def test_tpu7x_has_a_one_chip_single_host_machine_type() -> None:
-    s = TpuSlice.parse("tpu7x", "1x1x1")
-    assert (s.chips, s.hosts, s.machine_type) == (1, 1, "tpu7x-standard-1t")
-
-
-# ---- KubeRay name limits ---------------------------------------------------------------------------------------
-def _job(name: str, cfg: StackConfig) -> dict[str, Any]:
-    params = plan_stack(cfg, "test").job
-    return ray_job_manifest(params.__class__(**{**params.__dict__, "name": "j"})) | {"metadata": {"name": name}}
-
-
-def test_kuberay_name_limits() -> None:
-    assert (MAX_RAY_CLUSTER_NAME, MAX_RAY_JOB_NAME) == (53, 47)
-    cfg = StackConfig.model_validate(base())
-    ok = _job("j" * MAX_RAY_JOB_NAME, cfg)
-    assert not [p for p in check_ray_job(ok) if "metadata.name" in p]
-    long = _job("j" * (MAX_RAY_JOB_NAME + 1), cfg)
-    assert [p for p in check_ray_job(long) if p.startswith("metadata.name")]
-
-
-def test_ray_job_manifest_refuses_a_48_character_name() -> None:
-    cfg = StackConfig.model_validate(base())
-    params = plan_stack(cfg, "test").job
-    with pytest.raises(ValueError, match="at most 47"):
-        ray_job_manifest(RayJobParams(**{**params.__dict__, "name": "j" * 48}))
-
-
-# ---- Kueue -----------------------------------------------------------------------------------------------------
 def test_kueue_admits_up_to_18_pod_sets() -> None:
     cfg = StackConfig.model_validate(base())
     job = ray_job_manifest(plan_stack(cfg, "test").job)

@@ -1,9 +1,8 @@
-"""The hardening at the level it is written: the pure planners (ports, securityContext, token auth,
-NetworkPolicy) and what the Pulumi components declare under the SDK mock engine."""
+"""The hardening the pure planners write: ports, securityContext, token auth, NetworkPolicy and the pods' service
+accounts (what the Pulumi components declare is tests/components/test_security.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +25,6 @@ from tpuray.components.catalog.names import (
 from tpuray.components.catalog.runtime_ports import RuntimeBackend, union_ports
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import StackConfig, load_stack_file, parse_stack_config
-from tpuray.components.gke_cluster import GkeCluster
 from tpuray.components.planning.kuberay import ray_cluster_manifest, ray_start_ports
 from tpuray.components.planning.network_policy import (
     DEFAULT_DENY,
@@ -36,7 +34,6 @@ from tpuray.components.planning.network_policy import (
 )
 from tpuray.components.planning.pod_security import restricted_problems
 from tpuray.components.planning.stack_plan import plan_stack
-from tpuray.components.review.resource_types import CLUSTER, NODE_POOL
 
 ROOT = er.ROOT
 
@@ -62,7 +59,6 @@ def _pods(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return pods
 
 
-# ---- pure planners ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("env", ["dev", "prod"])
 @pytest.mark.parametrize("auth_options", [True, False])
 def test_every_container_meets_restricted_and_the_crds(env: str, auth_options: bool) -> None:
@@ -193,103 +189,6 @@ def test_only_the_submitter_and_the_operator_reach_the_head_besides_its_peers() 
     assert sorted({port["port"] for rule in egress for port in rule["ports"]}) == [53, 80, 443, 988]
 
 
-# ---- components -------------------------------------------------------------------------------------------------
-def build_cluster(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
-    def build() -> dict[str, Any]:
-        c = GkeCluster("gke", plan_stack(cfg, "test").gke)
-        return {"name": c.cluster_name}
-
-    return build
-
-
-def test_cluster_and_nodes_are_hardened() -> None:
-    worker = "us-docker.pkg.dev/tpuray-test-proj/images/worker@sha256:" + "b" * 64
-    rec, _ = er.run(build_cluster(stack(ray={"workerImage": worker})))
-    c = rec.one(CLUSTER)["inputs"]
-    assert c["enableLegacyAbac"] is False
-    assert c["masterAuth"]["clientCertificateConfig"]["issueClientCertificate"] is False
-    assert c["enableShieldedNodes"] is True
-    assert c["nodeConfig"]["shieldedInstanceConfig"] == {"enableSecureBoot": True, "enableIntegrityMonitoring": True}
-    system = rec.one(NODE_POOL)["inputs"]
-    assert system["nodeConfig"]["shieldedInstanceConfig"] == {
-        "enableSecureBoot": True,
-        "enableIntegrityMonitoring": True,
-    }
-    roles = [r["inputs"]["role"] for r in rec.of_type("gcp:projects/iAMMember:IAMMember")]
-    assert roles == ["roles/container.defaultNodeServiceAccount"]
-    (read,) = rec.of_type("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember")  # the worker's repo only
-    assert (
-        read["inputs"]["project"],
-        read["inputs"]["location"],
-        read["inputs"]["repository"],
-        read["inputs"]["role"],
-    ) == (
-        "tpuray-test-proj",
-        "us",
-        "images",
-        "roles/artifactregistry.reader",
-    )
-    assert "controlPlaneEndpointsConfig" not in c and c["privateClusterConfig"]["enablePrivateEndpoint"] is False
-
-
-@pytest.mark.parametrize("endpoint", ["private", "dns"])
-def test_private_and_dns_control_plane_endpoints(endpoint: str) -> None:
-    rec, _ = er.run(build_cluster(stack(cluster={"name": "tpu", "controlPlaneEndpoint": endpoint})))
-    c = rec.one(CLUSTER)["inputs"]
-    if endpoint == "private":
-        assert c["privateClusterConfig"]["enablePrivateEndpoint"] is True
-    else:
-        assert c["controlPlaneEndpointsConfig"] == {
-            "dnsEndpointConfig": {"allowExternalTraffic": True},
-            "ipEndpointsConfig": {"enabled": False},
-        }
-    assert "masterAuthorizedNetworksConfig" not in c
-
-
-def test_tpu_node_pools_are_shielded() -> None:
-    from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
-
-    cfg = stack()
-
-    def build() -> dict[str, Any]:
-        TpuSlicePool(
-            "v6e",
-            TpuSlicePoolArgs(plan_stack(cfg, "test").pools[0].slice_pool, "tpu", "nodes@x.iam.gserviceaccount.com"),
-        )
-        return {}
-
-    rec, _ = er.run(build)
-    pools = rec.of_type(NODE_POOL)
-    assert len(pools) == 2  # two multi-host slices: one pool each
-    for p in pools:
-        assert p["inputs"]["nodeConfig"]["shieldedInstanceConfig"] == {
-            "enableSecureBoot": True,
-            "enableIntegrityMonitoring": True,
-        }
-
-
-def test_which_operator_namespace_may_call_the_job_api() -> None:
-    assert stack().ray.job_api_namespace == "kuberay-system"  # where the Helm chart installs the operator
-    assert stack(ray={"operatorNamespace": "ray-operator"}).ray.job_api_namespace == "ray-operator"
-    cfg = stack()
-
-    def build() -> dict[str, Any]:
-        from tpuray.components.stack import deploy
-
-        deploy(cfg, "test")
-        return {}
-
-    rec, _ = er.run(build)
-    head = next(
-        p["inputs"] for p in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy") if "head-job-api" in p["name"]
-    )
-    sources = head["spec"]["ingress"][0]["from"]
-    assert {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay-system"}},
-        "podSelector": {},
-    } in sources
-
-
 def test_ray_pods_reach_the_tpu_device_plugin_on_the_nodes_only() -> None:
     """Ray's reporter agent reads each host's chip metrics at ``<node IP>:2112``: one egress rule, from this
     cluster's pods, to the nodes' range on that port; none without a node range or without TPU workers."""
@@ -326,21 +225,3 @@ def test_workers_and_submitter_get_no_api_token_and_not_the_heads_account(env: s
                 assert pod["automountServiceAccountToken"] is False
         if "submitterPodTemplate" in manifest["spec"]:
             assert manifest["spec"]["submitterPodTemplate"]["spec"]["automountServiceAccountToken"] is False
-
-
-def test_the_workers_account_is_declared_tokenless_and_bound_to_the_ray_identity() -> None:
-    cfg = stack()
-
-    def build() -> dict[str, Any]:
-        from tpuray.components.stack import deploy
-
-        deploy(cfg, "test")
-        return {}
-
-    rec, _ = er.run(build)
-    accounts = {a["inputs"]["metadata"]["name"]: a["inputs"] for a in rec.of_type("kubernetes:core/v1:ServiceAccount")}
-    assert accounts[RAY_WORKER_SERVICE_ACCOUNT]["automountServiceAccountToken"] is False
-    assert accounts[RAY_SERVICE_ACCOUNT].get("automountServiceAccountToken") is not False
-    members = {m["inputs"]["member"] for m in rec.of_type("gcp:serviceaccount/iAMMember:IAMMember")}
-    for ksa in (RAY_SERVICE_ACCOUNT, RAY_WORKER_SERVICE_ACCOUNT):
-        assert f"serviceAccount:tpuray-test-proj.svc.id.goog[ray/{ksa}]" in members
