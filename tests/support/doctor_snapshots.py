@@ -1,8 +1,7 @@
 """Snapshot directories for ``tpuray doctor``: a healthy cluster and one per failure, written once as the files
 ``kubectl get ... -o json`` saves; the fake API server serves the same files.
 
-The CRDs are the pinned KubeRay v1.7.0 and Kueue v0.19.2 ones (``$TPURAY_SHARED_DIR``, as
-``tests/components/kuberay_schema.py`` finds them).
+The CRDs are the pinned KubeRay and Kueue ones, as :mod:`tests.support.crds` finds them.
 """
 
 from __future__ import annotations
@@ -10,14 +9,13 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
+from tests.support.crds import crd_folder, pinned
 from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
@@ -86,14 +84,8 @@ def _crds(folder: str) -> list[dict[str, Any]]:
 
 @functools.cache
 def _read_crds(folder: str) -> list[dict[str, Any]]:
-    base = os.environ.get("TPURAY_SHARED_DIR")
-    d = Path(base) / folder if base else ROOT.parent / "shared" / folder
-    files = sorted(d.glob("*.yaml"))
-    if not files:
-        msg = f"pinned CRDs not found in {d}: run `python tools/fetch_crds.py` or set TPURAY_SHARED_DIR"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    d = crd_folder(folder)
+    files = [d / name for name in pinned(folder)]
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: the CRDs are megabytes
     return [doc for f in files for doc in yaml.load_all(f.read_text(), Loader=loader) if isinstance(doc, dict)]
 

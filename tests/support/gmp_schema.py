@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.support.kuberay_schema import served_validator, shared_crds
+from tests.support.crds import crd_folder
+from tests.support.kuberay_schema import served_validator
 
 KINDS = {
     "PodMonitoring": "monitoring.googleapis.com_podmonitorings.yaml",
@@ -21,7 +22,7 @@ KINDS = {
 
 
 def crd_dir() -> Path:
-    return shared_crds("gmp-crds", KINDS.values(), "set TPURAY_SHARED_DIR (GMP v0.17.2)")
+    return crd_folder("gmp-crds")
 
 
 def _validator(kind: str, version: str, directory: str) -> Any:

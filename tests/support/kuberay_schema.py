@@ -1,38 +1,23 @@
 """Validate manifests against the KubeRay v1.7 CRD OpenAPI schemas with jsonschema.
 
-The CRDs are found in ``$TPURAY_SHARED_DIR/kuberay-crds`` or ``<repo>/../shared/kuberay-crds``
-(``python tools/fetch_crds.py`` puts the pinned, checksummed files there); missing CRDs fail under CI
-(``CI=true``) and skip locally with that instruction. The OpenAPI schema is tightened the way a strict API server
-(``fieldValidation=Strict``) reads it: unknown fields are errors instead of being pruned silently.
+The pinned CRDs are found (or fetched once) by :mod:`tests.support.crds`. The OpenAPI schema is tightened the way a
+strict API server (``fieldValidation=Strict``) reads it: unknown fields are errors instead of being pruned silently.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
-import pytest
 import yaml
+
+from tests.support.crds import crd_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}
-
-
-def shared_crds(folder: str, files: Iterable[str], how: str) -> Path:
-    """``$TPURAY_SHARED_DIR/<folder>`` (or ``<repo>/../shared/<folder>``) holding ``files``; else fail under CI
-    and skip locally, saying ``how`` to get them."""
-    base = os.environ.get("TPURAY_SHARED_DIR")
-    d = Path(base) / folder if base else ROOT.parent / "shared" / folder
-    if not all((d / f).is_file() for f in files):
-        msg = f"CRDs not found in {d}: {how}"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return d
 
 
 @functools.cache
@@ -50,11 +35,7 @@ def served_validator(path: Path, kind: str, version: str, adapt: Callable[[Any],
 
 
 def crd_dir() -> Path:
-    return shared_crds(
-        "kuberay-crds",
-        KINDS.values(),
-        "run `python tools/fetch_crds.py` (KubeRay v1.7.0, pinned, checksummed) or set TPURAY_SHARED_DIR",
-    )
+    return crd_folder("kuberay-crds")
 
 
 def _strict(node: Any) -> Any:

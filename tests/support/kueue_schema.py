@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.support.kuberay_schema import load_crd, served_validator, shared_crds
+from tests.support.crds import crd_folder
+from tests.support.kuberay_schema import load_crd, served_validator
 
 KINDS = {
     "ResourceFlavor": "kueue.x-k8s.io_resourceflavors.yaml",
@@ -23,7 +24,7 @@ KINDS = {
 
 
 def crd_dir() -> Path:
-    return shared_crds("kueue-crds", KINDS.values(), "set TPURAY_SHARED_DIR (Kueue v0.19.2)")
+    return crd_folder("kueue-crds")
 
 
 def _validator(kind: str, version: str, directory: str) -> Any:
