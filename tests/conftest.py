@@ -19,7 +19,10 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from tests.components.prometheus_server import prometheus_binary
+from tests.support.prometheus_server import prometheus_binary
+
+# the rendered plans, shared by the review, planning and component tests
+pytest_plugins = ("tests.support.plans",)
 
 CLUSTER_GROUP = "local-clusters"
 SHARED_CLUSTER_FIXTURE = "emulated_slices"  # tests/workloads/conftest.py's session cluster

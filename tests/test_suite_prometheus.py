@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.components.prometheus_server import prometheus_binary
+from tests.support.prometheus_server import prometheus_binary
 
 pytest_plugins = ["pytester"]
 

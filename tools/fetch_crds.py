@@ -7,14 +7,18 @@ manifest against.
 Each file is checked against its SHA-256 below before it is written, so a moved tag or a changed file fails
 loudly instead of silently changing what the tests accept. The versions are the stack's own pins
 (components/catalog/pins.py, read from its file so that this runs before tpuray is installed). Standard library only.
+The test suite calls :func:`fetch` too (tests/support/crds.py), into a cache outside the checkout, when neither
+place holds the files.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import sys
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -73,26 +77,73 @@ FILES: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
-def main(argv: list[str]) -> int:
-    target = Path(argv[0]) if argv else Path(__file__).resolve().parents[2] / "shared"
+VERSIONS = f"kuberay-{KUBERAY}_kueue-{KUEUE}_gmp-{GMP}"
+"""The pinned releases in one name, for a cache that must not mix files of two pin sets."""
+
+
+class CrdFetchError(Exception):
+    """A pinned CRD file that could not be fetched or did not match its checksum; nothing of that file is written."""
+
+
+class Unreachable(CrdFetchError):
+    """The source could not be reached (no network, a proxy, a 404 for a moved tag)."""
+
+
+class ChecksumMismatch(CrdFetchError):
+    """The source served bytes whose SHA-256 is not the pinned one."""
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def missing(target: Path) -> list[Path]:
+    """The pinned files that ``target`` does not hold with their pinned checksum."""
+    return [
+        target / folder / name
+        for folder, (_, files) in FILES.items()
+        for name, sha in files.items()
+        if not (target / folder / name).is_file() or sha256_of(target / folder / name) != sha
+    ]
+
+
+def fetch(target: Path, bases: Mapping[str, str] | None = None, timeout: float = 60) -> list[Path]:
+    """Put every pinned file into ``target/<folder>/`` that is not already there with its checksum, and return the
+    paths written. ``bases`` replaces a folder's source URL (a mirror, or a local server in the tests). Each body is
+    checked before it is written, and written under a temporary name first, so a reader never sees a partial or
+    unverified file. Raises :class:`Unreachable` or :class:`ChecksumMismatch` naming the URL."""
+    written = []
     for folder, (base, files) in FILES.items():
+        base = (bases or {}).get(folder, base).rstrip("/")
         for name, sha in files.items():
             dest = target / folder / name
-            if dest.is_file() and hashlib.sha256(dest.read_bytes()).hexdigest() == sha:
+            if dest.is_file() and sha256_of(dest) == sha:
                 continue
+            url = f"{base}/{name}"
             try:
-                with urllib.request.urlopen(f"{base}/{name}", timeout=60) as response:
+                with urllib.request.urlopen(url, timeout=timeout) as response:
                     body = response.read()
-            except OSError as e:
-                print(f"error: could not fetch {base}/{name}: {e}; nothing written", file=sys.stderr)
-                return 1
+            except (OSError, ValueError) as e:  # URLError, HTTPError and timeouts are OSErrors; a bad URL ValueError
+                raise Unreachable(f"could not fetch {url}: {e}") from e
             got = hashlib.sha256(body).hexdigest()
             if got != sha:
-                print(f"error: {base}/{name} has sha256 {got}, expected {sha}; nothing written", file=sys.stderr)
-                return 1
+                raise ChecksumMismatch(f"{url} has sha256 {got}, expected {sha}")
             dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(body)
+            part = dest.with_name(f".{name}.{os.getpid()}.part")
+            part.write_bytes(body)
+            os.replace(part, dest)  # atomic: a concurrent reader sees the old file or the verified new one
+            written.append(dest)
+    return written
+
+
+def main(argv: list[str]) -> int:
+    target = Path(argv[0]) if argv else Path(__file__).resolve().parents[2] / "shared"
+    try:
+        for dest in fetch(target):
             print(f"wrote {dest}")
+    except CrdFetchError as e:
+        print(f"error: {e}; nothing written for that file", file=sys.stderr)
+        return 1
     print(f"KubeRay {KUBERAY}, Kueue {KUEUE} and GMP {GMP} CRDs are in {target}")
     return 0
 

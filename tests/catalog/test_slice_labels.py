@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.components.catalog import all_slices
+from tests.support.slices import all_slices
 from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_TOPOLOGY_LABEL,

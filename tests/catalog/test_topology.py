@@ -264,3 +264,14 @@ def test_ray_reads_our_slices_the_same_way() -> None:
                 assert ray_tpu.get_chips_per_host(topo, g.pod_type_prefix) == s.chips_per_host, (g.name, topo)
                 checked += 1
     assert checked >= 40
+
+
+def test_v5p_largest_slice_is_96_cubes() -> None:
+    assert TpuSlice.parse("v5p", "16x16x24").chips == 6144
+    with pytest.raises(ValueError, match="limit of 96"):
+        TpuSlice.parse("v5p", "16x20x24")  # 120 cubes: in the 8960-chip pod, but no job may be scheduled on it
+
+
+def test_tpu7x_has_a_one_chip_single_host_machine_type() -> None:
+    s = TpuSlice.parse("tpu7x", "1x1x1")
+    assert (s.chips, s.hosts, s.machine_type) == (1, 1, "tpu7x-standard-1t")

@@ -9,9 +9,9 @@ from typing import Any
 import pulumi
 import pytest
 
-from tests.components import engine_run as er
-from tests.components.catalog import CAPACITIES, pool
-from tests.components.kuberay_schema import schema_errors, tpu_chip_mismatches
+from tests.support import engine_run as er
+from tests.support.kuberay_schema import schema_errors, tpu_chip_mismatches
+from tests.support.slices import CAPACITIES, pool
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.catalog.tpu_locations import TPU_ZONES, zones_of
 from tpuray.components.config import StackConfig, parse_stack_config

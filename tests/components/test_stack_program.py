@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.components import engine_run as er
-from tests.components.kuberay_schema import schema_errors, tpu_chip_mismatches
+from tests.support import engine_run as er
+from tests.support.kuberay_schema import schema_errors, tpu_chip_mismatches
 from tpuray.components.catalog.topology import generation
 from tpuray.components.config import ConfigError, load_stack_file
 from tpuray.components.planning.pool_plan import pool_plans

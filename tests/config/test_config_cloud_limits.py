@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.config.test_config_harden import base  # the minimal valid stack those rules start from
+from tests.config.test_cross_field_rules import base  # the minimal valid stack those rules start from
 from tpuray.components.catalog.cloud_limits import (
     KUEUE_API_FIRST_CHART,
     KUEUE_RENDERED_API,

@@ -6,15 +6,15 @@ minor-version alias as ``minMasterVersion``."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.components.catalog import kueue_of
-from tests.config.test_config_harden import base  # the minimal valid stack the rules start from
+from tests.config.test_cross_field_rules import base  # the minimal valid stack the rules start from
+from tests.support.crds import crd_folder
+from tests.support.slices import kueue_of
 from tpuray.components.catalog.cloud_limits import GKE_MAX_NODES_PER_CLUSTER, KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP
 from tpuray.components.catalog.tpu_locations import TPU_REGIONS
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
@@ -37,13 +37,7 @@ def pools(n: int) -> list[dict[str, Any]]:
 
 # ---- Kueue: flavors per resource group ------------------------------------------------------------------------
 def _kueue_crd(name: str) -> dict[str, Any]:
-    shared = os.environ.get("TPURAY_SHARED_DIR")
-    path = (Path(shared) if shared else ROOT.parent / "shared") / "kueue-crds" / name
-    if not path.is_file():
-        msg = f"Kueue v0.19.2 CRDs not found at {path}: set TPURAY_SHARED_DIR"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    path = crd_folder("kueue-crds") / name
     doc: dict[str, Any] = yaml.safe_load(path.read_text())
     return doc
 

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.config.test_config_harden import base
+from tests.config.test_cross_field_rules import base
 from tpuray.components.catalog.container_paths import RESERVED_PATHS, reserved_path_clash
 from tpuray.components.catalog.machine_types import (
     DAEMONSET_HEADROOM,

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.config.test_config_cloud_refusals import problems_of
-from tests.config.test_config_harden import base
+from tests.config.test_cross_field_rules import base
 from tpuray.components.catalog.gpt_sharding import GptDims
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import parse_stack_config

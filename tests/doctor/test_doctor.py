@@ -10,8 +10,8 @@ from typing import Any, get_args
 
 import pytest
 
-from tests.doctor.fake_api import PATHS, serve, write_kubeconfig
-from tests.doctor.fixtures import FIXTURES, STACK, write_snapshot, write_stack
+from tests.support.doctor_snapshots import FIXTURES, STACK, write_snapshot, write_stack
+from tests.support.fake_kube_api import PATHS, serve, write_kubeconfig
 from tpuray.components import cli
 from tpuray.components.catalog.names import (
     IMAGE_BACKEND_LABEL,

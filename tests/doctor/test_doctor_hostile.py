@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.doctor.fixtures import STACK, STACK_YAML, healthy, write_snapshot, write_stack
+from tests.support.doctor_snapshots import STACK, STACK_YAML, healthy, write_snapshot, write_stack
 from tpuray.components import cli
 from tpuray.components.catalog.names import GKE_NODEPOOL_LABEL
 from tpuray.components.config import StackConfig, load_stack_file

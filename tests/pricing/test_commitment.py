@@ -18,7 +18,7 @@ from tpuray.components.pricing.table import PriceRow, SuppliedRate, Unpriced, ch
 from tpuray.components.review.cost import cost_of_plan
 
 ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = ROOT / "tests" / "plan" / "golden"
+GOLDEN = ROOT / "tests" / "review" / "golden"
 
 
 def _prod_plan(term: object) -> dict[str, Any]:

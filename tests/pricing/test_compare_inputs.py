@@ -13,7 +13,7 @@ from tpuray.components.catalog.throughput import CostFileError, slice_usd_per_ho
 from tpuray.components.cli import main as tpuray
 from tpuray.workloads.gpt.cli import main as train
 
-GOLDEN_DEV = Path(__file__).resolve().parents[1] / "plan" / "golden" / "dev"
+GOLDEN_DEV = Path(__file__).resolve().parents[1] / "review" / "golden" / "dev"
 
 
 def _compare(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -16,7 +16,7 @@ from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.cli import main as tpuray
 from tpuray.workloads.gpt.cli import RunPrice, _summary, build_parser, run_price
 
-GOLDEN_DEV = Path(__file__).resolve().parents[2] / "plan" / "golden" / "dev"
+GOLDEN_DEV = Path(__file__).resolve().parents[2] / "review" / "golden" / "dev"
 
 
 def _result(tokens_per_s: float) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from tests.components.prometheus_server import prometheus_binary
+from tests.support.prometheus_server import prometheus_binary
 
 __all__ = ["LocalPrometheus", "prometheus_binary"]
 
