@@ -34,7 +34,7 @@ from ray.train.torch import TorchConfig
 from ray.train.v2.api.config import ScalingConfig
 
 from tpuray.components.catalog.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL, TPU_MEGASCALE_PORT
-from tpuray.components.catalog.runtime_ports import BACKENDS, RuntimeBackend
+from tpuray.components.catalog.runtimes import BACKENDS, RuntimeBackend
 from tpuray.components.catalog.slice_labels import slice_from_labels
 from tpuray.components.catalog.topology import GENERATIONS, TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat, compile_cache, frameworks, portable

@@ -18,9 +18,10 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from tpuray.components.catalog.cloud_limits import cluster_size_problem, exclusion_span_problem, kueue_flavors_problem
-from tpuray.components.catalog.images import BACKEND_TAG_SUFFIXES, image_backend, parse_image
+from tpuray.components.catalog.images import image_backend, parse_image
 from tpuray.components.catalog.names import SYSTEM_POOL, TPU_WEBHOOK_SOURCE
 from tpuray.components.catalog.pins import WEBHOOK_GENERATION_FLOORS, WEBHOOK_IRONWOOD_CHART
+from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.catalog.tpu_locations import location_problems
 from tpuray.components.config.base import (
     ConfigModel,
@@ -332,8 +333,10 @@ def backend_rules(view: StackView) -> list[Problem]:
         return []
     backend = view.workload.backend
     found: list[Problem] = []
-    per_chip = {p.tpu_slice.spec.devices_per_chip: p for _, p in view.pools}
-    if backend == "torch_tpu" and len(per_chip) > 1:
+    runtime = RUNTIMES[backend]
+    # one number per process in Ray 2.60 (RAY_TPU_RESOURCE_PER_CHIP): the stack's pools must agree on it
+    per_chip = {runtime.ray_tpu_per_chip(p.tpu_slice): p for _, p in view.pools}
+    if len(per_chip) > 1:
         gens = ", ".join(f"{p.name} ({p.generation}: {n} per chip)" for n, p in sorted(per_chip.items()))
         found.append(
             Problem(
@@ -350,9 +353,9 @@ def backend_rules(view: StackView) -> list[Problem]:
             Problem(
                 "ray.workerImage",
                 f"{image} is a {tagged} worker image (its tag ends in "
-                f"{next(k for k, v in BACKEND_TAG_SUFFIXES.items() if v == tagged)}) but workload.backend is "
+                f"{RUNTIMES[tagged].tag_suffix}) but workload.backend is "
                 f"{backend}: use the workloads/Dockerfile target of {backend} (tags ending in "
-                f"{next(k for k, v in BACKEND_TAG_SUFFIXES.items() if v == backend)})",
+                f"{runtime.tag_suffix})",
             )
         )
     return found
@@ -599,14 +602,14 @@ def torch_tpu_head_image_rules(view: StackView) -> list[Problem]:
     # runtime it holds (catalog/images.py); a digest alone does not, and the doctor reads the image's label instead.
     tagged = image_backend(image)
     if worker is None and tagged != "torch_tpu" and not parse_image(image).pinned:
-        suffix = next(k for k, v in BACKEND_TAG_SUFFIXES.items() if v == "torch_tpu")
+        torch_tpu = RUNTIMES["torch_tpu"]
         holds = f"a {tagged} image" if tagged else "no torch_tpu image (its tag does not say so)"
         return [
             Problem(
                 "ray.image",
                 f"workload.backend torch_tpu: the head and the TPU workers run ray.image, {image}, {holds}; the "
-                f"workers need torch and torch_tpu, and {why}: build the worker-torch-tpu target of "
-                f"workloads/Dockerfile and set ray.image to it (a tag ending in {suffix}, or a digest)",
+                f"workers need torch and torch_tpu, and {why}: build the {torch_tpu.image_target} target of "
+                f"workloads/Dockerfile and set ray.image to it (a tag ending in {torch_tpu.tag_suffix}, or a digest)",
             )
         ]
     return []

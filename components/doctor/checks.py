@@ -17,7 +17,6 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from tpuray.components.catalog.images import BACKEND_TAG_SUFFIXES
 from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
@@ -33,7 +32,13 @@ from tpuray.components.catalog.names import (
     TPU_WEBHOOK_SOURCE,
     WEBHOOK_POD_LABEL,
 )
-from tpuray.components.catalog.runtime_ports import TORCH_TPU_LIBTPU, TORCH_TPU_TORCH, TORCH_TPU_VERSIONS
+from tpuray.components.catalog.runtimes import (
+    RUNTIMES,
+    TORCH_TPU_LIBTPU,
+    TORCH_TPU_TORCH,
+    TORCH_TPU_VERSIONS,
+    runtime_for_tag,
+)
 from tpuray.components.catalog.topology import MIN_GKE_VERSION, generation
 from tpuray.components.catalog.wire import as_list, get_path
 from tpuray.components.config import (
@@ -514,7 +519,7 @@ def _tag_backend(pod: Mapping[str, Any]) -> str | None:
     """The runtime the image tag of the pod's TPU container names (``...-xla``), or None where it names none."""
     for path in tpu_containers(pod):
         _, tag = image_tag(pod, path)
-        found = next((b for suffix, b in BACKEND_TAG_SUFFIXES.items() if (tag or "").endswith(suffix)), None)
+        found = runtime_for_tag(tag)
         if found is not None:
             return found
     return None
@@ -597,7 +602,8 @@ def check_worker_image(cfg: StackConfig, objs: ClusterObjects, image: ImageVersi
             f"backend torch_tpu: a torch_tpu image (torch_tpu {TORCH_TPU_VERSIONS}, torch {TORCH_TPU_TORCH}, libtpu "
             f"{TORCH_TPU_LIBTPU}, torch_tpu 0.2.0's own requirements)"
         )
-        fix = "build the worker-torch-tpu target of workloads/Dockerfile (tpuray[torch-tpu])"
+        tpu = RUNTIMES["torch_tpu"]
+        fix = f"build the {tpu.image_target} target of workloads/Dockerfile (tpuray[{tpu.extra}])"
     else:
         pair_id, pair_src = "worker-torch-pair", _SRC_TORCH_XLA
         pair_fact = "backend xla: torch_xla loads only with the torch of its own release (same major.minor)"

@@ -26,6 +26,7 @@ from tpuray.components.catalog.pins import (
     multi_host_indexing_default,
     release_key,
 )
+from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.config import StackConfig
 from tpuray.components.doctor.objects import (
     container_named,
@@ -194,7 +195,8 @@ def check_torch_tpu_env(cfg: StackConfig, objs: ClusterObjects) -> CheckResult |
     backend."""
     if cfg.workload.backend != "torch_tpu":
         return None
-    per_chip = {p.name: p.tpu_slice.spec.devices_per_chip for p in cfg.slice_pools}
+    runtime = RUNTIMES[cfg.workload.backend]
+    per_chip = {p.name: runtime.ray_tpu_per_chip(p.tpu_slice) for p in cfg.slice_pools}
     # one count for the whole stack: the config refuses torch_tpu pools that differ (rules.backend_rules)
     stack_per_chip = max(per_chip.values())
     fact = (
