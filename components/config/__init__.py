@@ -15,6 +15,7 @@ stack), ``rules`` (the rules that span sections), ``errors`` (problem paths and 
 
 from __future__ import annotations
 
+from tpuray.components.catalog.gke_versions import gke_version_key
 from tpuray.components.config.capacity import (
     CAPACITY_CLASSES,
     CAPACITY_TYPES,
@@ -83,7 +84,7 @@ from tpuray.components.config.rules import (
 )
 from tpuray.components.config.slice_pool import Autoscaling, SlicePoolConfig, required_gke_version, slice_shape
 from tpuray.components.config.stack import StackConfig
-from tpuray.components.config.value_types import UtcTime, gke_version_key
+from tpuray.components.config.value_types import UtcTime
 from tpuray.components.config.workload import CheckpointConfig, ModelConfig, WorkloadConfig
 
 __all__ = [

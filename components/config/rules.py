@@ -18,9 +18,11 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from tpuray.components.catalog.cloud_limits import cluster_size_problem, exclusion_span_problem, kueue_flavors_problem
+from tpuray.components.catalog.gke_versions import gke_alias_for, gke_version_meets
 from tpuray.components.catalog.images import image_backend, parse_image
 from tpuray.components.catalog.names import SYSTEM_POOL, TPU_WEBHOOK_SOURCE
 from tpuray.components.catalog.pins import WEBHOOK_GENERATION_FLOORS, WEBHOOK_IRONWOOD_CHART
+from tpuray.components.catalog.resource_names import derived_bucket_name
 from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.catalog.tpu_locations import location_problems
 from tpuray.components.config.base import (
@@ -47,15 +49,7 @@ from tpuray.components.config.ray import (
 from tpuray.components.config.serving import MAX_RAY_SERVICE_NAME, ServingConfig
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version, slice_shape
 from tpuray.components.config.startup import StartupConfig
-from tpuray.components.config.value_types import (
-    REGION,
-    ProjectId,
-    Zone,
-    bucket_name_problem,
-    derived_bucket_name,
-    gke_alias_for,
-    gke_version_meets,
-)
+from tpuray.components.config.value_types import REGION, ProjectId, Zone, bucket_name_problem
 from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER, CheckpointConfig, WorkloadConfig
 
 

@@ -12,6 +12,7 @@ from pydantic import (
     model_validator,
 )
 
+from tpuray.components.catalog.resource_names import derived_bucket_name
 from tpuray.components.config.base import (
     ConfigModel,
     FieldProblems,
@@ -35,12 +36,7 @@ from tpuray.components.config.rules import StackView, stack_rules, view_sections
 from tpuray.components.config.serving import ServingConfig
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version
 from tpuray.components.config.startup import StartupConfig, startup_problems
-from tpuray.components.config.value_types import (
-    REGION,
-    ProjectId,
-    Zone,
-    derived_bucket_name,
-)
+from tpuray.components.config.value_types import REGION, ProjectId, Zone
 from tpuray.components.config.workload import CheckpointConfig, WorkloadConfig
 
 

@@ -13,17 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from tpuray.components.catalog.gke_versions import gke_alias_for, gke_version_key, gke_version_meets
 from tpuray.components.catalog.images import parse_image
 from tpuray.components.config.base import ConfigModel, Problem, field_problem
 from tpuray.components.config.node_fit import file_cache_problems
-from tpuray.components.config.value_types import (
-    BucketName,
-    MountPath,
-    ProjectId,
-    gke_alias_for,
-    gke_version_key,
-    gke_version_meets,
-)
+from tpuray.components.config.value_types import BucketName, MountPath, ProjectId
 
 if TYPE_CHECKING:
     from tpuray.components.config.stack import StackConfig

@@ -17,6 +17,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from tpuray.components.catalog.gke_versions import gke_version_key
 from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
     GKE_NODEPOOL_LABEL,
@@ -47,7 +48,6 @@ from tpuray.components.config import (
     SlicePoolConfig,
     StackConfig,
 )
-from tpuray.components.config.value_types import gke_version_key
 from tpuray.components.doctor.crd_schema import pruned_paths
 from tpuray.components.doctor.objects import (
     FieldError,

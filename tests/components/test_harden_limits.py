@@ -11,13 +11,13 @@ from pydantic import TypeAdapter, ValidationError
 from tests.components.catalog import kueue_of
 from tests.components.test_kueue import base, by_kind
 from tpuray.components.catalog.names import TPU_RESOURCE
+from tpuray.components.catalog.quantity import parse_quantity
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import StackConfig
 from tpuray.components.config.value_types import GceName, GkeVersion, ImageRef, MachineType, ProjectId, Zone
 from tpuray.components.planning.kuberay import RayJobParams, ray_job_manifest
 from tpuray.components.planning.kuberay_checks import MAX_RAY_CLUSTER_NAME, MAX_RAY_JOB_NAME, check_ray_job
 from tpuray.components.planning.kueue_checks import MAX_POD_SETS, check_kueue_ray_job
-from tpuray.components.planning.quantity import parse_quantity
 from tpuray.components.planning.stack_plan import plan_stack
 
 

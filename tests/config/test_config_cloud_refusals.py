@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from tests.components.catalog import kueue_of
 from tests.config.test_config_harden import base  # the minimal valid stack the rules start from
 from tpuray.components.catalog.cloud_limits import GKE_MAX_NODES_PER_CLUSTER, KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP
+from tpuray.components.catalog.gke_versions import gke_version_meets
 from tpuray.components.catalog.tpu_locations import TPU_REGIONS
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.config.ray import SYSTEM_NAMESPACES
-from tpuray.components.config.value_types import gke_version_meets
 from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER, WorkloadConfig
 
 ROOT = Path(__file__).resolve().parents[2]
