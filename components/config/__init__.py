@@ -72,7 +72,6 @@ from tpuray.components.config.ray import (
 from tpuray.components.config.rules import (
     KUEUE_RESERVED_GROUP,
     RULES,
-    StackView,
     capacity_rules,
     control_plane_rules,
     monitoring_rules,
@@ -80,10 +79,10 @@ from tpuray.components.config.rules import (
     pool_rules,
     rules_of_valid_parts,
     stack_rules,
-    view_of_values,
 )
 from tpuray.components.config.slice_pool import Autoscaling, SlicePoolConfig, required_gke_version, slice_shape
 from tpuray.components.config.stack import StackConfig
+from tpuray.components.config.stack_view import StackView, view_of_values
 from tpuray.components.config.value_types import UtcTime
 from tpuray.components.config.workload import CheckpointConfig, ModelConfig, WorkloadConfig
 
