@@ -81,7 +81,6 @@ __all__ = ["CheckResult", "ImageVersions", "Status", "run_checks"]
 
 # ---- sources (public pages each fact is read from) --------------------------------------------------------
 _SRC_GKE_TPU = "https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus"
-_SRC_FLEX = "https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start"
 _SRC_TPU7X = "https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood"
 _SRC_KUBERAY_AUTH = "https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-auth.html"
 _SRC_KUBERAY_HELM = "https://github.com/ray-project/kuberay/tree/master/helm-chart/kuberay-operator"

@@ -60,7 +60,6 @@ __all__ = [
     "RayJobParams",
     "TpuWorkerGroup",
     "dashboard_service_name",
-    "headless_service_name",
     "ray_cluster_manifest",
     "ray_cluster_spec",
     "ray_job_manifest",
@@ -161,11 +160,6 @@ class RayJobParams:
 def dashboard_service_name(cluster: str) -> str:
     """The head service KubeRay creates (``<cluster>-head-svc``): dashboard on 8265, client on 10001."""
     return f"{cluster}-head-svc"
-
-
-def headless_service_name(cluster: str) -> str:
-    """The service KubeRay creates for multi-host groups; the webhook's TPU_WORKER_HOSTNAMES point into it."""
-    return f"{cluster}-headless"
 
 
 # ---- pod pieces ---------------------------------------------------------------------------------------
