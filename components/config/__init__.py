@@ -16,6 +16,7 @@ stack), ``rules`` (the rules that span sections), ``errors`` (problem paths and 
 from __future__ import annotations
 
 from tpuray.components.catalog.gke_versions import gke_version_key
+from tpuray.components.config.base import ConfigError
 from tpuray.components.config.capacity import (
     CAPACITY_CLASSES,
     CAPACITY_TYPES,
@@ -39,7 +40,7 @@ from tpuray.components.config.cluster import (
     is_production_stack,
 )
 from tpuray.components.config.cost import CostConfig, SuppliedRateConfig
-from tpuray.components.config.errors import ConfigError, problems
+from tpuray.components.config.errors import problems
 from tpuray.components.config.gke_cluster_types import AuthorizedNetwork, MaintenanceExclusion, MaintenanceWindow
 from tpuray.components.config.kueue import KueueConfig
 from tpuray.components.config.loaders import (

@@ -13,6 +13,7 @@ from tpuray.components.catalog.gpt_sharding import GPT_PARAMETERS, GptDims
 from tpuray.components.catalog.runtimes import RUNTIMES, RuntimeBackend
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config.base import (
+    ConfigError,
     ConfigModel,
     field_problem,
 )
@@ -164,8 +165,6 @@ class WorkloadConfig(ConfigModel):
 def require_data_parallel(workload: WorkloadConfig, runner: str) -> None:
     """Raise ``ConfigError`` on ``workload.parallelism`` above 1 for ``runner``, which trains data parallel only:
     a sharded stack is never trained unsharded without a word."""
-    from tpuray.components.config.errors import ConfigError  # errors imports the stack model, which imports this
-
     p = workload.parallelism
     if p.degree > 1:
         raise ConfigError(
