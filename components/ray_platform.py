@@ -31,8 +31,8 @@ from tpuray.components.catalog.names import (
     workload_identity_pool,
 )
 from tpuray.components.catalog.pins import helm_feature_gates
-from tpuray.components.catalog.runtime_ports import union_ports
-from tpuray.components.config.value_types import service_account_id
+from tpuray.components.catalog.resource_names import service_account_id
+from tpuray.components.catalog.runtimes import union_ports
 from tpuray.components.kueue import KubernetesObject
 from tpuray.components.planning.component_args import RayClusterPlan
 from tpuray.components.planning.network_policy import NetworkPolicyParams, network_policies

@@ -5,7 +5,9 @@
 - ``doctor-checks.md``: every check ``tpuray doctor`` runs (``run_checks``) on the shipped stacks, with what it
   requires, its source and its fix;
 - ``dashboard-panels.md``: every chart of a pool's dashboard row and the idle alert (``planning/dashboard.py``),
-  for each shipped stack.
+  for each shipped stack;
+- ``runtimes.md``: each TPU runtime's row of ``catalog/runtimes.py`` (package, extra, image target and tag, workers,
+  process group, compile cache, ports).
 
 ``python tools/gen_docs.py --write`` rewrites the pages; ``python tools/gen_docs.py`` (``--check``) exits 1 naming
 each page that differs from what the code gives. ``tests/test_docs.py`` runs the same comparison.
@@ -30,6 +32,8 @@ from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
+from tpuray.components.catalog.runtimes import RUNTIMES, Runtime
+from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import NAMESPACE, StackConfig
 from tpuray.components.config.loaders import SECRET_KEYS, load_stack_file
 from tpuray.components.doctor import ClusterObjects, ImageVersions, run_checks
@@ -323,10 +327,57 @@ def dashboard_page() -> str:
     return out.rstrip("\n") + "\n"
 
 
+# ---- runtimes ------------------------------------------------------------------------------------------------
+RUNTIME_EXAMPLES = ("v6e:4x4", "tpu7x:2x2x2")
+"""Slices whose per-host counts the runtimes page shows: one chip per device, and two (tpu7x)."""
+
+
+def runtimes_page() -> str:
+    out = _header("TPU runtimes", "components/catalog/runtimes.py (RUNTIMES)")
+    out += (
+        "Each runtime `workload.backend` names, as tpuray runs it. Which to choose and what each needs on the "
+        "cluster: [choosing a backend](../backends.md).\n\n"
+    )
+    runtimes = list(RUNTIMES.values())
+    out += "| | " + " | ".join(f"`{r.name}`" for r in runtimes) + " |\n|---|" + "---|" * len(runtimes) + "\n"
+
+    def row(label: str, cell: Callable[[Runtime], str]) -> str:
+        return f"| {label} | " + " | ".join(_cell(cell(r)) for r in runtimes) + " |\n"
+
+    out += row("Python package", lambda r: f"`{r.package}`")
+    out += row("install", lambda r: f"`pip install 'tpuray[{r.extra}]'`")
+    out += row("image target (`workloads/Dockerfile`)", lambda r: f"`{r.image_target}`")
+    out += row("image tag ends in", lambda r: f"`{r.tag_suffix}`")
+    out += row("one Ray worker per", lambda r: "runtime device" if r.worker_per == "device" else "host")
+    out += row("a tpu7x chip is", lambda r: f"{'two devices' if r.splits_chips else 'one device'}")
+    out += row(
+        "process group",
+        lambda r: (
+            f"`{r.process_group}`"
+            + (f" (`{r.emulated_process_group}` on the emulated slice)" if r.emulated_process_group else "")
+        ),
+    )
+    out += row("compile cache", lambda r: f"`{r.compile_cache}`")
+    for spec in RUNTIME_EXAMPLES:
+        s = TpuSlice.parse(spec)
+        out += (
+            f"| `{spec}`: workers per host, `TPU` per worker | "
+            + " | ".join(f"{r.workers_per_host(s)}, {r.tpu_resource_per_worker(s)}" for r in runtimes)
+            + " |\n"
+        )
+        out += (
+            f"| `{spec}`: ports per host | "
+            + " | ".join(", ".join(f"{p.name} {p.first}-{p.last}" for p in r.ports(s)) for r in runtimes)
+            + " |\n"
+        )
+    return out
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "config.md": config_page,
     "doctor-checks.md": doctor_page,
     "dashboard-panels.md": dashboard_page,
+    "runtimes.md": runtimes_page,
 }
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from tpuray.components.catalog.runtime_ports import BACKENDS, RuntimeBackend
+from tpuray.components.catalog.runtimes import BACKENDS, RuntimeBackend
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads import _ray_compat
 from tpuray.workloads.api.runtime import require_runtime

@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["BACKEND_TAG_SUFFIXES", "ArtifactRepository", "ImageRef", "image_backend", "parse_image"]
+from tpuray.components.catalog.runtimes import RuntimeBackend, runtime_for_tag
+
+__all__ = ["ArtifactRepository", "ImageRef", "image_backend", "image_ray_version", "parse_image"]
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -82,14 +84,24 @@ def parse_image(ref: str) -> ImageRef:
     return ImageRef(registry=registry, path="/".join(parts), tag=tag, digest=digest)
 
 
-BACKEND_TAG_SUFFIXES = {"-xla": "xla", "-torch-tpu": "torch_tpu"}
-"""How the worker images of ``workloads/Dockerfile`` end their tags, one target per runtime (the two cannot share
-an environment: torch_xla 2.9 needs torch 2.9, torch_tpu 0.2 torch 2.11 to 2.15)."""
-
-
-def image_backend(ref: str) -> str | None:
+def image_backend(ref: str) -> RuntimeBackend | None:
     """The runtime a worker image's tag names (``...:0.1.0-torch-tpu`` -> ``torch_tpu``), or None when the tag does
     not say (a digest alone, another naming): then only the image's ``tpuray.io/backend`` label, which
-    ``tpuray doctor`` reads, tells."""
-    tag = parse_image(ref).tag or ""
-    return next((backend for suffix, backend in BACKEND_TAG_SUFFIXES.items() if tag.endswith(suffix)), None)
+    ``tpuray doctor`` reads, tells (each runtime's tag suffix: :mod:`~tpuray.components.catalog.runtimes`)."""
+    return runtime_for_tag(parse_image(ref).tag)
+
+
+# ---- the Ray version an image carries ----------------------------------------------------------------------
+_RAY_IMAGES = ("rayproject/ray", "rayproject/ray-ml", "anyscale/ray")
+"""Images whose tags name the Ray release they carry (https://hub.docker.com/r/rayproject/ray)."""
+_RAY_TAG = re.compile(r"(\d+\.\d+\.\d+)(?:[-.].*)?")
+
+
+def image_ray_version(image: str) -> str | None:
+    """The Ray version a ``rayproject/ray``-style tag names (``2.60.0-py311`` -> ``2.60.0``); None when the tag does
+    not say (a digest, ``latest``, a custom tag)."""
+    ref = parse_image(image)
+    if ref.registry not in (None, "docker.io") or ref.path not in _RAY_IMAGES or ref.digest is not None:
+        return None  # a custom image's tag is its own version, not Ray's
+    m = _RAY_TAG.fullmatch(ref.tag or "")
+    return m.group(1) if m else None

@@ -178,19 +178,6 @@ DP_CHIP_LABELS: Final = (
 )
 DP_NODE_LABELS: Final = (DP_ACCELERATOR_ID_LABEL, DP_MAKE_LABEL, DP_MODEL_LABEL, DP_TOPOLOGY_LABEL)
 
-# ---- GKE system metrics for TPUs (Cloud Monitoring, https://cloud.google.com/monitoring/api/metrics_kubernetes) ---
-# In Cloud Monitoring's PromQL a metric ``kubernetes.io/x/y`` is ``kubernetes_io:x_y``
-# (https://cloud.google.com/monitoring/promql/promql-mapping).
-GKE_CONTAINER_DUTY_CYCLE: Final = "kubernetes.io/container/accelerator/duty_cycle"
-GKE_CONTAINER_MEMORY_USED: Final = "kubernetes.io/container/accelerator/memory_used"
-GKE_CONTAINER_MEMORY_TOTAL: Final = "kubernetes.io/container/accelerator/memory_total"
-GKE_NODE_DUTY_CYCLE: Final = "kubernetes.io/node/accelerator/duty_cycle"
-GKE_NODE_TENSORCORE_UTILIZATION: Final = "kubernetes.io/node/accelerator/tensorcore_utilization"
-GKE_NODE_MEMORY_BANDWIDTH_UTILIZATION: Final = "kubernetes.io/node/accelerator/memory_bandwidth_utilization"
-GKE_NODE_MEMORY_USED: Final = "kubernetes.io/node/accelerator/memory_used"
-GKE_NODE_MEMORY_TOTAL: Final = "kubernetes.io/node/accelerator/memory_total"
-
-
 # ---- Ray's own TPU gauges (reporter agent; exported as ray_<name>) --------------------------------------------
 RAY_TPU_TENSORCORE_UTILIZATION: Final = "tpu_tensorcore_utilization"
 RAY_TPU_MEMORY_BANDWIDTH_UTILIZATION: Final = "tpu_memory_bandwidth_utilization"
@@ -213,36 +200,13 @@ RAY_TPU_DEVICE_NAME_LABEL: Final = "TpuDeviceName"
 RAY_TPU_TYPE_LABEL: Final = "TpuType"
 """The device plugin's ``model`` label (e.g. ``tpu-v6e-slice``)."""
 RAY_TPU_TOPOLOGY_LABEL: Final = "TpuTopology"
-RAY_TPU_LABELS: Final = (
-    RAY_NODE_IP_LABEL,
-    "Version",
-    RAY_SESSION_LABEL,
-    "IsHeadNode",
-    "RayNodeType",
-    RAY_TPU_DEVICE_NAME_LABEL,
-    RAY_TPU_INDEX_LABEL,
-    RAY_TPU_TYPE_LABEL,
-    RAY_TPU_TOPOLOGY_LABEL,
-)
-"""Ray 2.60 ``TPU_TAG_KEYS`` = ``NODE_TAG_KEYS`` + the four TPU keys."""
 
 # ---- Kueue (controller manager /metrics; subsystem "kueue") --------------------------------------------------
 KUEUE_ADMISSION_WAIT: Final = "kueue_admission_wait_time_seconds"
 """Histogram: time from a workload's creation or requeue until admission, per ``cluster_queue``."""
-KUEUE_LOCAL_QUEUE_ADMISSION_WAIT: Final = "kueue_local_queue_admission_wait_time_seconds"
-"""Histogram: the same per LocalQueue (``name``, ``namespace``); needs the LocalQueueMetrics feature gate."""
 KUEUE_ADMISSION_CHECKS_WAIT: Final = "kueue_admission_checks_wait_time_seconds"
 """Histogram: time from quota reservation until admission, per ``cluster_queue``: with the ProvisioningRequest
 admission check (DWS), the time GKE took to provision the slice."""
-KUEUE_PENDING_WORKLOADS: Final = "kueue_pending_workloads"
-"""Gauge: pending workloads per ``cluster_queue`` and ``status`` (active, inadmissible)."""
 KUEUE_CLUSTER_QUEUE_LABEL: Final = "cluster_queue"
 KUEUE_METRICS_PORT: Final = 8443
 """Kueue's controller manager serves /metrics over HTTPS on 8443 (config/default ``metrics_service.yaml``)."""
-KUEUE_METRICS_PORT_NAME: Final = "https"
-KUEUE_METRICS: Final = (
-    KUEUE_ADMISSION_WAIT,
-    KUEUE_LOCAL_QUEUE_ADMISSION_WAIT,
-    KUEUE_ADMISSION_CHECKS_WAIT,
-    KUEUE_PENDING_WORKLOADS,
-)

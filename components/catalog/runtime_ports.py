@@ -1,9 +1,11 @@
-"""The TCP ports a slice's training processes listen on, per backend: one table the NetworkPolicy, the worker
-containers' ports and the worker env (``tpuray.workloads.placement.worker_env``) all read.
+"""The TCP ports a host's training processes listen on, per runtime: the port functions the runtime rows of
+:mod:`tpuray.components.catalog.runtimes` name, which the NetworkPolicy, the worker containers' ports and the worker
+env (``tpuray.workloads.placement.worker_env``) all read.
 
-Pure Python, no Pulumi. Each range is derived from the :class:`~tpuray.components.catalog.topology.TpuSlice`: one port
-per process on a host, processes numbered from 0 on each host. No two processes of a host share a port: each binds
-its own, the multislice (MEGASCALE) port included (:data:`~tpuray.components.catalog.names.TPU_MEGASCALE_PORT`).
+Pure Python, no Pulumi. Each range is derived from the number of processes on a host (the runtime row's workers
+per host): one port per process, processes numbered from 0 on each host. No two processes of a host share a
+port: each binds its own, the multislice (MEGASCALE) port included
+(:data:`~tpuray.components.catalog.names.TPU_MEGASCALE_PORT`).
 
 - TorchTPU (``torch_tpu``): one process per runtime device (two per chip on tpu7x). Each device's slice builder
   listens on its entry of ``TORCH_TPU_SLICEBUILDER_ADDRESSES``, ``host:base + i`` for the ``i``-th device of a host
@@ -23,7 +25,6 @@ its own, the multislice (MEGASCALE) port included (:data:`~tpuray.components.cat
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,30 +34,14 @@ from tpuray.components.catalog.names import (
     TPU_PROCESS_BASE_PORT,
     TPU_SLICEBUILDER_PORT,
 )
-from tpuray.components.catalog.topology import TpuSlice
 
 __all__ = [
-    "BACKENDS",
-    "TORCH_TPU_LIBTPU",
-    "TORCH_TPU_TORCH",
-    "TORCH_TPU_VERSIONS",
     "PortRange",
-    "RuntimeBackend",
-    "runtime_ports",
     "torch_tpu_megascale_ports",
-    "union_ports",
+    "torch_tpu_ports",
     "xla_megascale_port",
+    "xla_ports",
 ]
-
-RuntimeBackend = Literal["xla", "torch_tpu"]
-BACKENDS: tuple[RuntimeBackend, ...] = ("xla", "torch_tpu")
-
-TORCH_TPU_VERSIONS = ">=0.2,<0.3"
-"""The torch_tpu releases tpuray's TorchTPU path was read from (0.2.0's Python sources)."""
-TORCH_TPU_TORCH = ">=2.11.0,<=2.15.0"
-"""The torch releases torch_tpu 0.2.0 loads with (its wheel's ``Requires-Dist: torch>=2.11.0,<=2.15.0``)."""
-TORCH_TPU_LIBTPU = ">=0.0.50"
-"""The libtpu torch_tpu 0.2.0 requires (``Requires-Dist: libtpu>=0.0.50``)."""
 
 
 @dataclass(frozen=True)
@@ -91,37 +76,34 @@ def torch_tpu_megascale_ports(local_rank: int) -> tuple[int, int]:
     return port, port + 1
 
 
-def runtime_ports(tpu_slice: TpuSlice, backend: RuntimeBackend) -> tuple[PortRange, ...]:
-    """The ranges the processes of one host of ``tpu_slice`` listen on under ``backend``.
+def _processes(n: int) -> int:
+    if n < 1:
+        raise ValueError(f"{n} processes per host: a host runs at least one")
+    return n
 
-    >>> [(r.name, r.first, r.last) for r in runtime_ports(TpuSlice.parse("tpu7x:2x2x2"), "torch_tpu")]
+
+def torch_tpu_ports(processes: int) -> tuple[PortRange, ...]:
+    """The ranges TorchTPU's ``processes`` per host (one per device) listen on.
+
+    >>> [(r.name, r.first, r.last) for r in torch_tpu_ports(8)]
     [('tpu-slicebuilder', 8471, 8478), ('tpu-megascale', 8080, 8095)]
-    >>> [(r.name, r.first, r.last) for r in runtime_ports(TpuSlice.parse("v5p:2x2x2"), "xla")]
+    """
+    n = _processes(processes)
+    return (
+        PortRange("tpu-slicebuilder", TPU_SLICEBUILDER_PORT, TPU_SLICEBUILDER_PORT + n - 1, "hosts"),
+        PortRange("tpu-megascale", torch_tpu_megascale_ports(0)[0], torch_tpu_megascale_ports(n - 1)[1], "slices"),
+    )
+
+
+def xla_ports(processes: int) -> tuple[PortRange, ...]:
+    """The ranges PyTorch/XLA's ``processes`` per host (one per chip) listen on.
+
+    >>> [(r.name, r.first, r.last) for r in xla_ports(4)]
     [('tpu-slicebuilder', 8471, 8471), ('tpu-process', 8476, 8479), ('tpu-megascale', 8081, 8084)]
     """
-    if backend == "torch_tpu":
-        n = tpu_slice.devices_per_host
-        return (
-            PortRange("tpu-slicebuilder", TPU_SLICEBUILDER_PORT, TPU_SLICEBUILDER_PORT + n - 1, "hosts"),
-            PortRange("tpu-megascale", torch_tpu_megascale_ports(0)[0], torch_tpu_megascale_ports(n - 1)[1], "slices"),
-        )
-    if backend == "xla":
-        n = tpu_slice.chips_per_host
-        return (
-            PortRange("tpu-slicebuilder", TPU_SLICEBUILDER_PORT, TPU_SLICEBUILDER_PORT, "hosts"),
-            PortRange("tpu-process", TPU_PROCESS_BASE_PORT, TPU_PROCESS_BASE_PORT + n - 1, "hosts"),
-            PortRange("tpu-megascale", xla_megascale_port(0), xla_megascale_port(n - 1), "slices"),
-        )
-    raise ValueError(f"backend {backend!r}: valid choices are {', '.join(BACKENDS)}")
-
-
-def union_ports(slices: Iterable[TpuSlice], backend: RuntimeBackend) -> list[tuple[int, int]]:
-    """Every port any of ``slices`` listens on under ``backend``, as sorted, merged ``(first, last)`` ranges."""
-    spans = sorted({(r.first, r.last) for s in slices for r in runtime_ports(s, backend)})
-    merged: list[tuple[int, int]] = []
-    for first, last in spans:
-        if merged and first <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
-        else:
-            merged.append((first, last))
-    return merged
+    n = _processes(processes)
+    return (
+        PortRange("tpu-slicebuilder", TPU_SLICEBUILDER_PORT, TPU_SLICEBUILDER_PORT, "hosts"),
+        PortRange("tpu-process", TPU_PROCESS_BASE_PORT, TPU_PROCESS_BASE_PORT + n - 1, "hosts"),
+        PortRange("tpu-megascale", xla_megascale_port(0), xla_megascale_port(n - 1), "slices"),
+    )

@@ -15,6 +15,8 @@ stack), ``rules`` (the rules that span sections), ``errors`` (problem paths and 
 
 from __future__ import annotations
 
+from tpuray.components.catalog.gke_versions import gke_version_key
+from tpuray.components.config.base import ConfigError
 from tpuray.components.config.capacity import (
     CAPACITY_CLASSES,
     CAPACITY_TYPES,
@@ -38,7 +40,7 @@ from tpuray.components.config.cluster import (
     is_production_stack,
 )
 from tpuray.components.config.cost import CostConfig, SuppliedRateConfig
-from tpuray.components.config.errors import ConfigError, problems
+from tpuray.components.config.errors import problems
 from tpuray.components.config.gke_cluster_types import AuthorizedNetwork, MaintenanceExclusion, MaintenanceWindow
 from tpuray.components.config.kueue import KueueConfig
 from tpuray.components.config.loaders import (
@@ -71,7 +73,6 @@ from tpuray.components.config.ray import (
 from tpuray.components.config.rules import (
     KUEUE_RESERVED_GROUP,
     RULES,
-    StackView,
     capacity_rules,
     control_plane_rules,
     monitoring_rules,
@@ -79,11 +80,11 @@ from tpuray.components.config.rules import (
     pool_rules,
     rules_of_valid_parts,
     stack_rules,
-    view_of_values,
 )
 from tpuray.components.config.slice_pool import Autoscaling, SlicePoolConfig, required_gke_version, slice_shape
 from tpuray.components.config.stack import StackConfig
-from tpuray.components.config.value_types import UtcTime, gke_version_key
+from tpuray.components.config.stack_view import StackView, view_of_values
+from tpuray.components.config.value_types import UtcTime
 from tpuray.components.config.workload import CheckpointConfig, ModelConfig, WorkloadConfig
 
 __all__ = [

@@ -1,5 +1,6 @@
 """The base of every config model and the helpers the models share: a model-level error that names a sub-field
-(:class:`Problem`, :func:`field_problem`), durations, name patterns."""
+(:class:`Problem`, :func:`field_problem`), the error that lists a stack's problems (:class:`ConfigError`), durations,
+name patterns."""
 
 from __future__ import annotations
 
@@ -73,6 +74,26 @@ class Problem(NamedTuple):
 
     path: str
     message: str
+
+
+class ConfigError(ValueError):
+    """Every problem of a stack configuration, each a :class:`Problem` (a ``(path, message)`` pair)."""
+
+    MAX_SHOWN = 40
+    """Problems printed at most; the rest are counted (a generated file can have thousands)."""
+    MAX_LINE = 400
+
+    def __init__(self, problems: Sequence[tuple[str, str]], source: str | None = None) -> None:
+        self.problems = [Problem(*p) for p in problems]
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = [f"{len(problems)} problem(s){where}:"]
+        for path, message in self.problems[: self.MAX_SHOWN]:
+            line = f"  {path}: {message}"
+            lines.append(line if len(line) <= self.MAX_LINE else line[: self.MAX_LINE - 3] + "...")
+        if len(problems) > self.MAX_SHOWN:
+            lines.append(f"  ... and {len(problems) - self.MAX_SHOWN} more")
+        super().__init__("\n".join(lines))
 
 
 class FieldProblems(ValueError):  # pydantic turns a ValueError from a validator into its error

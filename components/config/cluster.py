@@ -15,6 +15,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from tpuray.components.catalog.cloud_limits import system_machine_type_problem
+from tpuray.components.catalog.ip_ranges import MAX_PUBLIC_AUTHORIZED_ADDRESSES, public_addresses
+from tpuray.components.catalog.resource_names import service_account_id
 from tpuray.components.catalog.topology import GENERATIONS
 from tpuray.components.config.base import (
     NAME_PATTERN,
@@ -24,7 +26,6 @@ from tpuray.components.config.base import (
 )
 from tpuray.components.config.gke_cluster_types import AuthorizedNetwork
 from tpuray.components.config.value_types import (
-    MAX_PUBLIC_AUTHORIZED_ADDRESSES,
     Cidr,
     GceName,
     GkeVersion,
@@ -32,8 +33,6 @@ from tpuray.components.config.value_types import (
     RangeName,
     prefix_problem,
     private_range_problem,
-    public_addresses,
-    service_account_id,
 )
 
 

@@ -1,12 +1,12 @@
-"""Problems as :class:`~tpuray.components.config.base.Problem` values (``path``, ``message``): :class:`ConfigError`
-and the formatting of pydantic errors."""
+"""pydantic's validation errors as :class:`~tpuray.components.config.base.Problem` values (``path``, ``message``),
+the problems a :class:`~tpuray.components.config.base.ConfigError` lists."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import (
@@ -18,26 +18,6 @@ from pydantic.alias_generators import to_camel
 from tpuray.components.config.base import FieldProblems, Problem
 from tpuray.components.config.capacity import capacity_types
 from tpuray.components.config.stack import StackConfig
-
-
-class ConfigError(ValueError):
-    """Every problem of a stack configuration, each a :class:`Problem` (a ``(path, message)`` pair)."""
-
-    MAX_SHOWN = 40
-    """Problems printed at most; the rest are counted (a generated file can have thousands)."""
-    MAX_LINE = 400
-
-    def __init__(self, problems: Sequence[tuple[str, str]], source: str | None = None) -> None:
-        self.problems = [Problem(*p) for p in problems]
-        self.source = source
-        where = f" in {source}" if source else ""
-        lines = [f"{len(problems)} problem(s){where}:"]
-        for path, message in self.problems[: self.MAX_SHOWN]:
-            line = f"  {path}: {message}"
-            lines.append(line if len(line) <= self.MAX_LINE else line[: self.MAX_LINE - 3] + "...")
-        if len(problems) > self.MAX_SHOWN:
-            lines.append(f"  ... and {len(problems) - self.MAX_SHOWN} more")
-        super().__init__("\n".join(lines))
 
 
 def _path(loc: Iterable[int | str]) -> str:

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from tpuray.components.catalog.data_file import DataFileError, loads_json
-from tpuray.components.config.base import Problem
-from tpuray.components.config.errors import ConfigError, problems
+from tpuray.components.config.base import ConfigError, Problem
+from tpuray.components.config.errors import problems
 from tpuray.components.config.rules import (
     rules_of_valid_parts,
 )

@@ -11,16 +11,13 @@ from pydantic import (
     model_validator,
 )
 
+from tpuray.components.catalog.maintenance_windows import MIN_MAINTENANCE_HOURS, maintenance_availability
 from tpuray.components.config.base import (
     ConfigModel,
     config_dataclass,
     field_problem,
 )
 from tpuray.components.config.gke_cluster_types import MaintenanceExclusion, MaintenanceWindow
-from tpuray.components.config.value_types import (
-    MIN_MAINTENANCE_HOURS,
-    maintenance_availability,
-)
 
 # GKE: a window needs >= 4 contiguous hours, an exclusion without a release channel (NO_UPGRADES) lasts <= 30 days
 # (https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions).

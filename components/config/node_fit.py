@@ -23,8 +23,8 @@ from tpuray.components.catalog.machine_types import (
     Allocatable,
     allocatable,
 )
+from tpuray.components.catalog.quantity import parse_quantity
 from tpuray.components.config.base import Problem
-from tpuray.components.config.value_types import parse_quantity
 
 if TYPE_CHECKING:
     from tpuray.components.config.cluster import ClusterConfig

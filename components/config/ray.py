@@ -12,6 +12,7 @@ from pydantic import (
 )
 
 from tpuray.components.catalog.cloud_limits import env_token_problem, ray_addon_problem
+from tpuray.components.catalog.images import image_ray_version
 from tpuray.components.catalog.names import KUBERAY_NAMESPACE
 from tpuray.components.catalog.pins import (
     KUBERAY_CHART,
@@ -25,13 +26,7 @@ from tpuray.components.config.base import (
     field_problem,
 )
 from tpuray.components.config.tpu_webhook import TpuWebhookConfig
-from tpuray.components.config.value_types import (
-    CpuQuantity,
-    ImageRef,
-    MemoryQuantity,
-    SemVer,
-    image_ray_version,
-)
+from tpuray.components.config.value_types import CpuQuantity, ImageRef, MemoryQuantity, SemVer
 
 MIN_RAY_TOKEN_AUTH = "2.52.0"
 MIN_KUBERAY_AUTH_OPTIONS = "1.6.0"

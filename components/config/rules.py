@@ -5,96 +5,35 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
-from functools import cache
-from types import MappingProxyType
 from typing import Any
 
 from packaging.version import Version
-from pydantic import (
-    TypeAdapter,
-    ValidationError,
-)
-from pydantic.alias_generators import to_camel
 
 from tpuray.components.catalog.cloud_limits import cluster_size_problem, exclusion_span_problem, kueue_flavors_problem
-from tpuray.components.catalog.images import BACKEND_TAG_SUFFIXES, image_backend, parse_image
+from tpuray.components.catalog.gke_versions import gke_alias_for, gke_version_meets
+from tpuray.components.catalog.images import image_backend, parse_image
 from tpuray.components.catalog.names import SYSTEM_POOL, TPU_WEBHOOK_SOURCE
 from tpuray.components.catalog.pins import WEBHOOK_GENERATION_FLOORS, WEBHOOK_IRONWOOD_CHART
+from tpuray.components.catalog.resource_names import derived_bucket_name
+from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.catalog.tpu_locations import location_problems
 from tpuray.components.config.base import (
-    ConfigModel,
     Problem,
 )
 from tpuray.components.config.cluster import (
     ClusterConfig,
-    NetworkConfig,
     is_production_stack,
 )
-from tpuray.components.config.kueue import KueueConfig
 from tpuray.components.config.maintenance import (
-    MaintenanceConfig,
     utc_instant,
 )
-from tpuray.components.config.monitoring import (
-    MonitoringConfig,
-)
 from tpuray.components.config.node_fit import head_fit_problems
-from tpuray.components.config.ray import (
-    RayConfig,
-)
-from tpuray.components.config.serving import MAX_RAY_SERVICE_NAME, ServingConfig
+from tpuray.components.config.serving import MAX_RAY_SERVICE_NAME
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version, slice_shape
-from tpuray.components.config.startup import StartupConfig
-from tpuray.components.config.value_types import (
-    REGION,
-    ProjectId,
-    Zone,
-    bucket_name_problem,
-    derived_bucket_name,
-    gke_alias_for,
-    gke_version_meets,
-)
-from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER, CheckpointConfig, WorkloadConfig
-
-
-@dataclass(frozen=True)
-class StackView:
-    """The parts of a stack the cross-section rules read.
-
-    From a valid :class:`~tpuray.components.config.stack.StackConfig` every part is set. From an invalid one
-    (:func:`view_of_values`) a part that failed its own validation is None, and a pool that did is left out of
-    ``pools``: the rules that need a missing part are skipped, the others still run, so one error lists every
-    problem of the stack.
-    """
-
-    region: str | None
-    zone: str | None
-    zone_invalid: bool
-    """A zone was given but is not valid (so "needs a zone" would be wrong)."""
-    project: str | None
-    cluster: ClusterConfig | None
-    network: NetworkConfig | None
-    pools: tuple[tuple[int, SlicePoolConfig], ...]
-    """The valid slice pools with their index in ``slicePools``."""
-    pool_names: tuple[str, ...]
-    """Every pool's name, valid pool or not."""
-    checkpoints: CheckpointConfig | None
-    ray: RayConfig | None
-    workload: WorkloadConfig | None
-    kueue: KueueConfig | None
-    maintenance: MaintenanceConfig | None
-    monitoring: MonitoringConfig | None
-    startup: StartupConfig | None
-    stack: str | None
-    """The stack's name, for the production rules."""
-    serving: ServingConfig | None = None
-    """The Serve application (None where the section is not valid on its own)."""
-
-    @property
-    def workload_pool(self) -> str | None:
-        """``workload.slicePool``, if the workload section is valid and names one."""
-        return self.workload.slice_pool if self.workload is not None else None
+from tpuray.components.config.stack_view import StackView, view_of_values
+from tpuray.components.config.startup_rules import startup_rules
+from tpuray.components.config.value_types import bucket_name_problem
+from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER
 
 
 def control_plane_rules(view: StackView) -> list[Problem]:
@@ -332,8 +271,10 @@ def backend_rules(view: StackView) -> list[Problem]:
         return []
     backend = view.workload.backend
     found: list[Problem] = []
-    per_chip = {p.tpu_slice.spec.devices_per_chip: p for _, p in view.pools}
-    if backend == "torch_tpu" and len(per_chip) > 1:
+    runtime = RUNTIMES[backend]
+    # one number per process in Ray 2.60 (RAY_TPU_RESOURCE_PER_CHIP): the stack's pools must agree on it
+    per_chip = {runtime.ray_tpu_per_chip(p.tpu_slice): p for _, p in view.pools}
+    if len(per_chip) > 1:
         gens = ", ".join(f"{p.name} ({p.generation}: {n} per chip)" for n, p in sorted(per_chip.items()))
         found.append(
             Problem(
@@ -350,9 +291,9 @@ def backend_rules(view: StackView) -> list[Problem]:
             Problem(
                 "ray.workerImage",
                 f"{image} is a {tagged} worker image (its tag ends in "
-                f"{next(k for k, v in BACKEND_TAG_SUFFIXES.items() if v == tagged)}) but workload.backend is "
+                f"{RUNTIMES[tagged].tag_suffix}) but workload.backend is "
                 f"{backend}: use the workloads/Dockerfile target of {backend} (tags ending in "
-                f"{next(k for k, v in BACKEND_TAG_SUFFIXES.items() if v == backend)})",
+                f"{runtime.tag_suffix})",
             )
         )
     return found
@@ -502,66 +443,6 @@ def stack_rules(view: StackView) -> list[Problem]:
     return [p for rule in RULES for p in rule(view)]
 
 
-def _valid_part(model: type[ConfigModel], value: Any) -> Any:
-    """``value`` validated as ``model``, or None if it is not valid on its own."""
-    try:
-        return model.model_validate(value if value is not None else {}, by_name=False)
-    except ValidationError:
-        return None
-
-
-def _valid_part_of(annotation: Any, value: Any) -> bool:
-    try:
-        TypeAdapter(annotation).validate_python(value)
-    except ValidationError:
-        return False
-    return True
-
-
-def view_of_values(values: Mapping[str, Any], stack: str | None = None) -> StackView:
-    """The parts of a stack's raw values that are valid on their own, each validated once."""
-    region = values.get("region")
-    zone = None if values.get("zone") in ("", None) else values.get("zone")
-    raw_pools = values.get("slicePools")
-    raw_pools = raw_pools if isinstance(raw_pools, list) else []
-    pools = [(i, p) for i, p in enumerate(_valid_part(SlicePoolConfig, raw) for raw in raw_pools) if p is not None]
-    project = values.get("project")
-    zone_ok = zone is None or (isinstance(zone, str) and _valid_part_of(Zone, zone))
-    return StackView(
-        region=region if isinstance(region, str) and REGION.match(region) else None,
-        zone=zone if zone_ok else None,
-        zone_invalid=not zone_ok,
-        project=project if isinstance(project, str) and _valid_part_of(ProjectId, project) else None,
-        pools=tuple(pools),
-        pool_names=tuple(str(raw.get("name")) for raw in raw_pools if isinstance(raw, Mapping) and "name" in raw),
-        stack=stack,
-        serving=None if values.get("serving") is None else _valid_part(ServingConfig, values.get("serving")),
-        **{name: _valid_part(model, values.get(to_camel(name))) for name, model in _view_sections().items()},
-    )
-
-
-def view_sections_of(config: Any) -> dict[str, Any]:
-    """The sections of a valid :class:`~tpuray.components.config.stack.StackConfig` that a :class:`StackView`
-    holds, by field name."""
-    return {name: getattr(config, name) for name in _view_sections()}
-
-
-@cache  # the two models are fixed once imported; every view of every stack reads the same list
-def _view_sections() -> Mapping[str, type[ConfigModel]]:
-    """The :class:`StackView` fields that are whole sections of the stack config, each with the section's model
-    as :class:`~tpuray.components.config.stack.StackConfig` declares it: a section added to both is read by both
-    builders of a view."""
-    from tpuray.components.config.stack import StackConfig  # stack.py imports this module
-
-    out: dict[str, type[ConfigModel]] = {}
-    for f in fields(StackView):
-        declared = StackConfig.model_fields.get(f.name)
-        model = declared.annotation if declared else None
-        if isinstance(model, type) and issubclass(model, ConfigModel):
-            out[f.name] = model
-    return MappingProxyType(out)
-
-
 def rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -> list[Problem]:
     """The cross-section rules run over whatever parts of an invalid stack are valid on their own.
 
@@ -599,14 +480,14 @@ def torch_tpu_head_image_rules(view: StackView) -> list[Problem]:
     # runtime it holds (catalog/images.py); a digest alone does not, and the doctor reads the image's label instead.
     tagged = image_backend(image)
     if worker is None and tagged != "torch_tpu" and not parse_image(image).pinned:
-        suffix = next(k for k, v in BACKEND_TAG_SUFFIXES.items() if v == "torch_tpu")
+        torch_tpu = RUNTIMES["torch_tpu"]
         holds = f"a {tagged} image" if tagged else "no torch_tpu image (its tag does not say so)"
         return [
             Problem(
                 "ray.image",
                 f"workload.backend torch_tpu: the head and the TPU workers run ray.image, {image}, {holds}; the "
-                f"workers need torch and torch_tpu, and {why}: build the worker-torch-tpu target of "
-                f"workloads/Dockerfile and set ray.image to it (a tag ending in {suffix}, or a digest)",
+                f"workers need torch and torch_tpu, and {why}: build the {torch_tpu.image_target} target of "
+                f"workloads/Dockerfile and set ray.image to it (a tag ending in {torch_tpu.tag_suffix}, or a digest)",
             )
         ]
     return []
@@ -675,3 +556,8 @@ def queued_job_slices_rules(view: StackView) -> list[Problem]:
 
 # Appended here rather than in the tuple above, so that this rule stays one block of its own.
 RULES = (*RULES, queued_job_slices_rules)
+
+
+# Last, as the stack model ran them after the others: the startup rules read the worker image, the cluster's GKE
+# version and the checkpoint mount.
+RULES = (*RULES, startup_rules)

@@ -12,6 +12,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from tpuray.components.catalog.gke_versions import gke_version_key
 from tpuray.components.catalog.topology import GENERATIONS, TopologyError, TpuSlice, generation
 from tpuray.components.config.base import (
     NAME_PATTERN,
@@ -19,10 +20,7 @@ from tpuray.components.config.base import (
     field_problem,
 )
 from tpuray.components.config.capacity import Capacity, OnDemand
-from tpuray.components.config.value_types import (
-    Zone,
-    gke_version_key,
-)
+from tpuray.components.config.value_types import Zone
 
 
 class Autoscaling(ConfigModel):

@@ -12,6 +12,7 @@ from pydantic import (
     model_validator,
 )
 
+from tpuray.components.catalog.resource_names import derived_bucket_name
 from tpuray.components.config.base import (
     ConfigModel,
     FieldProblems,
@@ -31,16 +32,12 @@ from tpuray.components.config.monitoring import (
 from tpuray.components.config.ray import (
     RayConfig,
 )
-from tpuray.components.config.rules import StackView, stack_rules, view_sections_of
+from tpuray.components.config.rules import stack_rules
 from tpuray.components.config.serving import ServingConfig
 from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_version
-from tpuray.components.config.startup import StartupConfig, startup_problems
-from tpuray.components.config.value_types import (
-    REGION,
-    ProjectId,
-    Zone,
-    derived_bucket_name,
-)
+from tpuray.components.config.stack_view import StackView, view_sections_of
+from tpuray.components.config.startup import StartupConfig
+from tpuray.components.config.value_types import REGION, ProjectId, Zone
 from tpuray.components.config.workload import CheckpointConfig, WorkloadConfig
 
 
@@ -81,7 +78,7 @@ class StackConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _rules(self, info: ValidationInfo) -> StackConfig:
-        found = stack_rules(self.view(_stack_of(info.context))) + startup_problems(self)
+        found = stack_rules(self.view(_stack_of(info.context)))
         if found:
             raise FieldProblems(found)
         return self

@@ -2,31 +2,19 @@
 reaches the TPU hosts, and how the GCS FUSE mounts read and write.
 
 :class:`StartupConfig` is the ``tpuray:startup`` section. The rules that read other sections (the worker image's
-registry, the cluster's GKE version, the stack's project) are :func:`startup_problems`, which the stack model runs,
-before any cloud call.
+registry, the cluster's GKE version, the stack's project) are cross-section rules
+(:mod:`tpuray.components.config.startup_rules`), run before any cloud call.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from tpuray.components.catalog.images import parse_image
-from tpuray.components.config.base import ConfigModel, Problem, field_problem
-from tpuray.components.config.node_fit import file_cache_problems
-from tpuray.components.config.value_types import (
-    BucketName,
-    MountPath,
-    ProjectId,
-    gke_alias_for,
-    gke_version_key,
-    gke_version_meets,
-)
-
-if TYPE_CHECKING:
-    from tpuray.components.config.stack import StackConfig
+from tpuray.components.config.base import ConfigModel, field_problem
+from tpuray.components.config.value_types import BucketName, MountPath, ProjectId
 
 __all__ = [
     "CONTAINER_FILE_SYSTEM_API",
@@ -39,9 +27,6 @@ __all__ = [
     "FuseMountConfig",
     "ImagePullConfig",
     "StartupConfig",
-    "mount_path_problems",
-    "planned_mounts",
-    "startup_problems",
 ]
 
 # https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming ("Requirements"): Standard clusters run
@@ -208,161 +193,3 @@ class StartupConfig(ConfigModel):
     data_mount: DataMountConfig | None = Field(
         default=None, description="a training data bucket mounted read-only (GCS FUSE, tuned like checkpointMount)"
     )
-
-
-def _below(version: str, floor: str) -> bool:
-    return gke_version_key(version) < gke_version_key(floor)
-
-
-def startup_problems(cfg: StackConfig) -> list[Problem]:
-    """The rules of ``startup`` that read other sections, as :class:`Problem` values."""
-    s, found = cfg.startup, []
-    worker_image = cfg.ray.worker_image or cfg.ray.image
-    version = cfg.master_version
-    where = "cluster.minMasterVersion" if cfg.cluster.min_master_version else "the version the TPU pools need"
-    if s.images.streaming and parse_image(worker_image).artifact_repository is None:
-        found.append(
-            Problem(
-                "startup.images.streaming",
-                f"image streaming serves Artifact Registry images only, and the worker image {worker_image} is "
-                "not one (<location>-docker.pkg.dev/<project>/<repository>/<image>): push it there, or use "
-                "startup.images.preloadedDiskImage",
-            )
-        )
-    if s.images.streaming and not s.images.container_file_system_api_enabled:
-        found.append(
-            Problem(
-                "startup.images.containerFileSystemApiEnabled",
-                f"image streaming needs the Container File System API ({CONTAINER_FILE_SYSTEM_API}) enabled in project "
-                f"{cfg.project} (https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming, "
-                "Requirements), and tpuray enables no APIs: run `gcloud services enable "
-                f"{CONTAINER_FILE_SYSTEM_API} --project={cfg.project}`, then set containerFileSystemApiEnabled: true; "
-                "or set streaming: false",
-            )
-        )
-    if s.images.preloaded_disk_image is not None and _below(version, SECONDARY_BOOT_DISK_MIN_GKE):
-        found.append(
-            Problem(
-                "startup.images.preloadedDiskImage",
-                f"secondary boot disks need GKE {SECONDARY_BOOT_DISK_MIN_GKE} or later; {where} is {version}: set "
-                f"cluster.minMasterVersion to {gke_alias_for(SECONDARY_BOOT_DISK_MIN_GKE)} or later",
-            )
-        )
-    found += _profile_problems(cfg)
-    found += mount_path_problems(cfg)
-    found += file_cache_problems(cfg.ray, cfg.cluster, list(enumerate(cfg.slice_pools)), s)
-    c = s.compile_cache
-    owner = c.bucket_project or cfg.project
-    if c.enabled and c.bucket is not None and owner != cfg.project and not c.access_granted:
-        found.append(
-            Problem(
-                "startup.compileCache.bucket",
-                f"{c.bucket} is in project {owner}, not the stack's ({cfg.project}): tpuray grants the Ray service "
-                "account access only in its own project, so the workers could not read or write it. Have its owner "
-                "grant roles/storage.objectUser to the Ray service account and set accessGranted: true, or leave "
-                "bucket unset (the checkpoint bucket)",
-            )
-        )
-    if c.bucket_project is not None and c.bucket is None:
-        found.append(Problem("startup.compileCache.bucketProject", "names the project of `bucket`: set bucket"))
-    d = s.data_mount
-    if d is not None:
-        owner = d.bucket_project or cfg.project
-        if owner != cfg.project and not d.access_granted:
-            found.append(
-                Problem(
-                    "startup.dataMount.bucket",
-                    f"{d.bucket} is in project {owner}, not the stack's ({cfg.project}): tpuray grants the Ray "
-                    "service account access only in its own project. Have its owner grant roles/storage.objectViewer "
-                    "to the Ray service account and set accessGranted: true",
-                )
-            )
-    return found
-
-
-def planned_mounts(cfg: StackConfig) -> list[tuple[str, str]]:
-    """Every bucket mount path the Ray pods get, with the field that sets it: the checkpoint bucket (always), the
-    compile cache's own bucket (when it is not the checkpoint bucket), the data bucket (``planning.startup``)."""
-    out = [("checkpoints.mountPath", cfg.checkpoints.mount_path)]
-    c = cfg.startup.compile_cache
-    if c.enabled and c.bucket is not None and c.bucket != cfg.checkpoint_bucket:
-        out.append(("startup.compileCache.mountPath", c.mount_path))
-    if cfg.startup.data_mount is not None:
-        out.append(("startup.dataMount.mountPath", cfg.startup.data_mount.mount_path))
-    return out
-
-
-def _norm(path: str) -> str:
-    return "/" + "/".join(p for p in path.split("/") if p)
-
-
-def mount_path_problems(cfg: StackConfig) -> list[Problem]:
-    """The mount paths of one pod are unique and none lies in another: the API server refuses a pod with two
-    volumeMounts at one path (kubernetes pkg/apis/core/validation/validation.go, validateVolumeMounts: "must be
-    unique"), and a bucket mounted inside another hides that part of the outer bucket, its mount point made in a
-    FUSE mount (read-only for the data bucket). Each path is clear of the image's and Ray's own by its type
-    (``MountPath``, ``catalog.container_paths``)."""
-    found = []
-    mounts = planned_mounts(cfg)
-    for i, (field, path) in enumerate(mounts):
-        for other, other_path in mounts[:i]:
-            a, b = _norm(path), _norm(other_path)
-            if a == b:
-                found.append(
-                    Problem(
-                        field,
-                        f"{path} is also {other}: two volumes mounted at one path, and the API server refuses the "
-                        "pod; give each mount a path of its own (e.g. /checkpoints, /compile-cache, /data)",
-                    )
-                )
-            elif a.startswith(b + "/") or b.startswith(a + "/"):
-                inner, outer = (field, other) if a.startswith(b + "/") else (other, field)
-                found.append(
-                    Problem(
-                        field,
-                        f"{path} and {other} {other_path} are nested: {inner} would hide part of {outer}'s bucket; "
-                        "give each mount a path of its own, side by side (e.g. /checkpoints and /data)",
-                    )
-                )
-    return found
-
-
-def _profile_problems(cfg: StackConfig) -> list[Problem]:
-    """A GCS FUSE profile needs a GKE version that ships its StorageClass, and GKE's bucket scan to be granted."""
-    found = []
-    mounts = [("startup.checkpointMount", cfg.startup.checkpoint_mount, cfg.checkpoint_bucket)]
-    if cfg.startup.data_mount is not None:
-        mounts.append(("startup.dataMount", cfg.startup.data_mount, cfg.startup.data_mount.bucket))
-    version = cfg.master_version
-    for where, m, bucket in mounts:
-        if m.profile is None:
-            continue
-        # an alias (1.35) counts as its newest patch, as GKE resolves it (config_types.gke_version_meets)
-        if not gke_version_meets(version, GCSFUSE_PROFILES_MIN_GKE):
-            source = (
-                f"cluster.minMasterVersion is {version}"
-                if cfg.cluster.min_master_version
-                else f"cluster.minMasterVersion is unset, and the version the TPU pools need is {version}"
-            )
-            found.append(
-                Problem(
-                    f"{where}.profile",
-                    f"GKE installs the {GCSFUSE_PROFILES[m.profile]} StorageClass from {GCSFUSE_PROFILES_MIN_GKE}; "
-                    f"{source}: set cluster.minMasterVersion to {gke_alias_for(GCSFUSE_PROFILES_MIN_GKE)} or later "
-                    f"(offered in release channel {cfg.cluster.release_channel}), or drop profile and tune the mount "
-                    "by hand "
-                    "(fileCacheCapacity, metadataCacheTtlSeconds, ...)",
-                )
-            )
-        if not m.profile_scan_granted:
-            found.append(
-                Problem(
-                    f"{where}.profileScanGranted",
-                    f"GKE scans gs://{bucket} to size a profile's caches, as the cluster's GKE service agent "
-                    "(service-<project number>@container-engine-robot.iam.gserviceaccount.com), and holds the Ray "
-                    "pods until it has; tpuray cannot name that account (its program reads no project number). Grant "
-                    f"it roles/storage.legacyBucketReader on gs://{bucket} (storage.buckets.get and "
-                    "storage.objects.list) and set profileScanGranted: true",
-                )
-            )
-    return found

@@ -1,26 +1,29 @@
 """Value types of the stack configuration, each validated the way the API that receives it does.
 
 Pure pydantic; imports no Pulumi. Every type is an ``Annotated[str, ...]`` whose validator raises a ``ValueError``
-naming the valid form; pydantic puts the field's path in front. Each rule cites the public page it comes from, and
-the functions that *derive* names (service accounts, the checkpoint bucket, label values) live here too, so a derived
-name is checked by the same rule as a configured one.
+naming the valid form; pydantic puts the field's path in front. Each rule cites the public page it comes from. Types
+and validators only: what tpuray derives from values (names, GKE version aliases, quantities, address counts) is in
+the catalog modules named for it (``resource_names``, ``gke_versions``, ``quantity``, ``ip_ranges``,
+``maintenance_windows``, ``images``), and the tests check each derived name against the rule here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import re
 import unicodedata
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from tpuray.components.catalog.container_paths import reserved_path_clash
+from tpuray.components.catalog.gke_versions import gke_version_key
 from tpuray.components.catalog.images import parse_image
+from tpuray.components.catalog.ip_ranges import PRIVATE_RANGES
+from tpuray.components.catalog.quantity import parse_quantity
+from tpuray.components.catalog.text import short_repr as _show
 
 __all__ = [
     "BucketLocation",
@@ -43,19 +46,8 @@ __all__ = [
     "SemVer",
     "UtcTime",
     "Zone",
-    "bounded_name",
     "bucket_name_problem",
     "checked_ray_token",
-    "derived_bucket_name",
-    "gke_alias_for",
-    "gke_version_key",
-    "gke_version_meets",
-    "image_ray_version",
-    "label_value",
-    "maintenance_availability",
-    "parse_quantity",
-    "public_addresses",
-    "service_account_id",
     "stack_name_problem",
 ]
 
@@ -78,12 +70,6 @@ def _checked(rule: Callable[[str], str | None]) -> Callable[[object], str]:
     return validate
 
 
-def _show(value: str, limit: int = 80) -> str:
-    """``repr`` of a value cut to ``limit`` characters, so an error never echoes a huge input."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 4] + "...'"
-
-
 # ---- GCE resource names -----------------------------------------------------------------------------------
 # https://cloud.google.com/compute/docs/naming-resources : RFC 1035, lowercase letter first, 1-63 characters.
 _GCE_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
@@ -104,14 +90,6 @@ RangeName = GceName
 """A subnet secondary range name: the same RFC 1035 rule (https://cloud.google.com/vpc/docs/subnets)."""
 
 
-def bounded_name(base: str, limit: int) -> str:
-    """``base`` if it fits, else a prefix plus a short stable hash (GCE names must be unique and <= ``limit``)."""
-    if len(base) <= limit:
-        return base
-    digest = hashlib.sha256(base.encode()).hexdigest()[:8]
-    return f"{base[: limit - 9].rstrip('-_.')}-{digest}"
-
-
 # ---- project and service-account ids -----------------------------------------------------------------------
 # https://cloud.google.com/resource-manager/docs/creating-managing-projects : 6-30 characters, lowercase letters,
 # digits and hyphens, starting with a letter, not ending with a hyphen; must not contain "google".
@@ -130,22 +108,6 @@ def _project_id(value: str) -> str | None:
 
 
 ProjectId = Annotated[str, AfterValidator(_checked(_project_id))]
-
-# https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/create : accountId "must be 6-30
-# characters long, and match the regular expression [a-z]([-a-z0-9]*[a-z0-9])".
-SERVICE_ACCOUNT_ID = re.compile(r"^[a-z](?:[-a-z0-9]{4,28}[a-z0-9])$")
-
-
-def service_account_id(cluster: str, role: str) -> str:
-    """The id of a service account tpuray derives from a (valid) cluster name, e.g. ``tpuray-prod-nodes``.
-
-    Always 6-30 characters: a short cluster name gets ``-sa`` appended, a long one is cut with a stable hash.
-    """
-    base = f"{cluster}-{role}"
-    if len(base) < 6:
-        base += "-sa"
-    return bounded_name(base, 30)
-
 
 # ---- zones and machine types -------------------------------------------------------------------------------
 # https://cloud.google.com/compute/docs/regions-zones : a zone is <region>-<letter>, e.g. us-east5-a.
@@ -180,49 +142,6 @@ MachineType = Annotated[str, AfterValidator(_checked(_machine_type))]
 # (a gke.N belongs to a patch: 1.X-gke.N is no GKE version).
 # The major is 1; GKE has never served a minor below 1.24 nor above 1.3x, so a minor outside 24-45 is a typo
 # (1.99.0-gke.1), not a version GKE can create.
-_GKE_VERSION = re.compile(r"(1)\.(0|[1-9]\d?)(?:\.(0|[1-9]\d*)(?:-gke\.([1-9]\d*))?)?")
-_GKE_MINORS = range(24, 46)
-
-
-def gke_version_key(version: str) -> tuple[int, ...]:
-    """Sortable key of a GKE version, e.g. ``1.31.2-gke.1115000`` -> ``(1, 31, 2, 1115000)``.
-
-    https://cloud.google.com/kubernetes-engine/versioning : ``1.X``, ``1.X.Y`` or ``1.X.Y-gke.N``.
-    """
-    m = _GKE_VERSION.fullmatch(version) if isinstance(version, str) else None
-    if not m or int(m.group(2)) not in _GKE_MINORS:
-        raise ValueError(f"{_show(str(version))} is not a GKE version like 1.31.2-gke.1115000 (or 1.31, 1.31.2)")
-    return tuple(int(x or 0) for x in m.groups())
-
-
-_NEWEST = 10**18
-"""Stands for "the newest" in a version alias's missing parts (above any patch or gke.N GKE has published)."""
-
-
-def gke_version_meets(version: str, floor: str) -> bool:
-    """A cluster given ``version`` (``minMasterVersion``: a full version or an alias) runs at least ``floor``.
-
-    GKE resolves an alias to the newest version it names: "1.X" picks the highest valid patch+gke.N patch in the 1.X
-    version, "1.X.Y" the highest valid gke.N patch in 1.X.Y (the ``initialClusterVersion``/``desiredNodeVersion``
-    fields of the GKE API, https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters,
-    and https://cloud.google.com/kubernetes-engine/versioning). So "1.33" meets a floor of 1.33.0-gke.1712000: a
-    floor is a version GKE has published, and the newest 1.33 patch GKE offers is that one or a later one. The one
-    case this cannot see is a floor that is still Rapid-only while the stack's channel offers an older 1.33 patch;
-    `tpuray doctor` compares the floor with the version the control plane really runs.
-    """
-    m = _GKE_VERSION.fullmatch(version)
-    if m is None:
-        raise ValueError(f"{_show(version)} is not a GKE version")
-    have = tuple(_NEWEST if part is None else int(part) for part in m.groups())
-    return have >= gke_version_key(floor)
-
-
-def gke_alias_for(floor: str) -> str:
-    """The version alias to request for at least ``floor`` (``1.35.1-gke.1616000`` -> ``1.35.1``): GKE resolves it to
-    the newest ``1.35.1-gke.N`` it offers, which is the floor or a later patch (see :func:`gke_version_meets`)."""
-    return floor.split("-gke.")[0]
-
-
 def _gke_version(value: str) -> str | None:
     gke_version_key(value)
     return None
@@ -256,11 +175,6 @@ def bucket_name_problem(value: str) -> str | None:
 
 
 BucketName = Annotated[str, AfterValidator(_checked(bucket_name_problem))]
-
-
-def derived_bucket_name(project: str, cluster: str) -> str:
-    """The default checkpoint bucket, ``<project>-<cluster>-ckpt``, cut with a stable hash to 63 characters."""
-    return bounded_name(f"{project}-{cluster}-ckpt", 63)
 
 
 # https://cloud.google.com/storage/docs/locations : a region, a predefined dual-region or a multi-region
@@ -307,24 +221,6 @@ def _cidr(value: object) -> str:
 Cidr = Annotated[str, AfterValidator(_cidr)]
 """An IPv4 network in CIDR notation with no host bits set, e.g. ``10.0.0.0/20``."""
 
-# https://cloud.google.com/vpc/docs/subnets#valid-ranges : the private ranges a subnet (and its secondary ranges)
-# may use without privately-used-public-IP configuration, which tpuray does not declare.
-PRIVATE_RANGES = tuple(
-    ipaddress.ip_network(n)
-    for n in (
-        "10.0.0.0/8",
-        "172.16.0.0/12",
-        "192.168.0.0/16",
-        "100.64.0.0/10",
-        "192.0.0.0/24",
-        "192.0.2.0/24",
-        "198.18.0.0/15",
-        "198.51.100.0/24",
-        "203.0.113.0/24",
-        "240.0.0.0/4",
-    )
-)
-
 
 def private_range_problem(cidr: str) -> str | None:
     net = ipaddress.ip_network(cidr)
@@ -347,28 +243,6 @@ def prefix_problem(cidr: str, largest: int, smallest: int, what: str, source: st
 # ---- Kubernetes quantities -----------------------------------------------------------------------------------
 # https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/ : <number><suffix>, suffix a
 # binary SI (Ki..Ei), decimal SI (n, u, m, "", k, M, G, T, P, E) or an exponent (e3, E-2).
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
-_SUFFIX: dict[str, int | Decimal] = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}  # fmt: skip
-
-
-def parse_quantity(value: str) -> Decimal:
-    """A Kubernetes quantity as a number (``"500m"`` -> 0.5, ``"16Gi"`` -> 17179869184)."""
-    m = _QUANTITY.fullmatch(value)
-    if not m:
-        raise ValueError(f"{_show(value)} is not a Kubernetes quantity like '8', '500m', '64Gi' or '1e3'")
-    number, suffix = m.group(1), m.group(2) or ""
-    try:
-        if suffix in _SUFFIX:
-            return Decimal(number) * Decimal(_SUFFIX[suffix])
-        return Decimal(number) * Decimal(10) ** int(suffix[1:])  # a decimal exponent, e.g. 1e3
-    except (ArithmeticError, ValueError):
-        raise ValueError(f"{_show(value)} is out of range for a Kubernetes quantity") from None
-
-
 def _quantity(lo: Decimal, hi: Decimal, unit: str, shown: Callable[[Decimal], str]) -> Callable[[object], str]:
     def rule(value: str) -> str | None:
         amount = parse_quantity(value)
@@ -430,21 +304,6 @@ def _mount_path(value: str) -> str | None:
 
 
 MountPath = Annotated[str, AfterValidator(_checked(_mount_path))]
-
-
-# ---- label values ---------------------------------------------------------------------------------------------
-# GCP labels (https://cloud.google.com/compute/docs/labeling-resources): values <= 63 characters of lowercase
-# letters, digits, '_' and '-'. Kubernetes label values
-# (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set): <= 63
-# characters, alphanumeric at both ends. A value written to both must satisfy both.
-GCP_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-K8S_LABEL_VALUE = re.compile(r"^(?:(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-
-
-def label_value(text: str) -> str:
-    """``text`` as a value valid both as a GCP label and a Kubernetes label (e.g. a Pulumi stack name)."""
-    value = re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
-    return value.strip("-_")
 
 
 # ---- Pulumi stack names ------------------------------------------------------------------------------------
@@ -557,44 +416,6 @@ NetworkDisplayName = Annotated[str, AfterValidator(_checked(_display_name(100, a
 """An authorized network's display name ("" for none; GKE's ``displayName``, at most 100 characters here)."""
 
 
-# https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions : "the maintenance
-# window must allow at least 48 hours of availability in a 32-day rolling window", counting only contiguous
-# stretches of at least 4 hours.
-MIN_MAINTENANCE_HOURS = 48
-MAINTENANCE_PERIOD = timedelta(days=32)
-MIN_MAINTENANCE_STRETCH = timedelta(hours=4)
-
-
-def maintenance_availability(start: datetime, end: datetime, recurrence: str) -> timedelta:
-    """The least maintenance time any 32-day rolling window gets from a recurring window (stretches >= 4 h)."""
-    from dateutil.rrule import rrulestr  # type: ignore[import-untyped]  # no stubs in the shared venv
-
-    length = end - start
-    horizon = start + timedelta(days=400)  # a year and more: every weekly and monthly pattern repeats within it
-    rule = rrulestr(recurrence, dtstart=start.replace(tzinfo=None))
-    spans: list[list[datetime]] = []
-    for occ in rule.between(start.replace(tzinfo=None), horizon.replace(tzinfo=None), inc=True):
-        s = occ.replace(tzinfo=start.tzinfo)
-        if spans and s <= spans[-1][1]:
-            spans[-1][1] = max(spans[-1][1], s + length)
-        else:
-            spans.append([s, s + length])
-    stretches = [(s, e) for s, e in spans if e - s >= MIN_MAINTENANCE_STRETCH]
-    if not stretches:
-        return timedelta(0)
-    last = stretches[-1][1] - MAINTENANCE_PERIOD
-    worst: timedelta | None = None
-    for _, t in stretches:  # the worst window starts right after a stretch ends
-        if t > last:
-            break
-        got = sum(
-            (min(e, t + MAINTENANCE_PERIOD) - max(s, t) for s, e in stretches if e > t and s < t + MAINTENANCE_PERIOD),
-            timedelta(0),
-        )
-        worst = got if worst is None else min(worst, got)
-    return worst if worst is not None else timedelta(0)
-
-
 # ---- the Ray token -----------------------------------------------------------------------------------------
 # A bearer token guards the GCS, the dashboard and the job API (https://docs.ray.io/en/latest/ray-security/
 # token-auth.html); Ray's own generated token is 32 random bytes. A short one can be guessed.
@@ -630,57 +451,3 @@ def checked_ray_token(value: str) -> str:
         return _ray_token_checked(value)
     except ValueError as e:
         raise ValueError(f"tpuray:rayAuthToken: {e}") from None
-
-
-# ---- authorized networks -----------------------------------------------------------------------------------
-# Judge the union, not each literal: 0.0.0.0/1 plus 128.0.0.0/1 opens the control plane as surely as 0.0.0.0/0.
-# A public range wider than a /8's 16.7 million addresses is no "authorized network"
-# (https://cloud.google.com/kubernetes-engine/docs/concepts/network-overview#limit-access-to-control-plane).
-MAX_PUBLIC_AUTHORIZED_ADDRESSES = 2**24
-_NON_PUBLIC = tuple(
-    ipaddress.ip_network(n)
-    for n in (
-        "0.0.0.0/8",
-        "10.0.0.0/8",
-        "100.64.0.0/10",
-        "127.0.0.0/8",
-        "169.254.0.0/16",
-        "172.16.0.0/12",
-        "192.168.0.0/16",
-        "224.0.0.0/4",
-        "240.0.0.0/4",
-    )
-)
-
-
-def public_addresses(cidrs: list[str]) -> int:
-    """How many public IPv4 addresses the union of ``cidrs`` covers (overlaps counted once)."""
-    nets = [ipaddress.ip_network(c, strict=False) for c in cidrs]
-    union = list(ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv4Network)))
-    total = 0
-    for net in union:
-        hidden = sum(
-            min(int(net.broadcast_address), int(p.broadcast_address))
-            - max(int(net.network_address), int(p.network_address))
-            + 1
-            for p in _NON_PUBLIC
-            if net.overlaps(p)
-        )
-        total += net.num_addresses - hidden
-    return total
-
-
-# ---- the Ray version an image carries ----------------------------------------------------------------------
-_RAY_IMAGES = ("rayproject/ray", "rayproject/ray-ml", "anyscale/ray")
-"""Images whose tags name the Ray release they carry (https://hub.docker.com/r/rayproject/ray)."""
-_RAY_TAG = re.compile(r"(\d+\.\d+\.\d+)(?:[-.].*)?")
-
-
-def image_ray_version(image: str) -> str | None:
-    """The Ray version a ``rayproject/ray``-style tag names (``2.60.0-py311`` -> ``2.60.0``); None when the tag does
-    not say (a digest, ``latest``, a custom tag)."""
-    ref = parse_image(image)
-    if ref.registry not in (None, "docker.io") or ref.path not in _RAY_IMAGES or ref.digest is not None:
-        return None  # a custom image's tag is its own version, not Ray's
-    m = _RAY_TAG.fullmatch(ref.tag or "")
-    return m.group(1) if m else None

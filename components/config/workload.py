@@ -10,9 +10,10 @@ from pydantic import (
 )
 
 from tpuray.components.catalog.gpt_sharding import GPT_PARAMETERS, GptDims, gpt_parameters
-from tpuray.components.catalog.runtime_ports import RuntimeBackend
+from tpuray.components.catalog.runtimes import RUNTIMES, RuntimeBackend
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config.base import (
+    ConfigError,
     ConfigModel,
     field_problem,
 )
@@ -147,8 +148,8 @@ class WorkloadConfig(ConfigModel):
 
     def mesh_devices_per_chip(self, tpu_slice: TpuSlice) -> int:
         """Mesh devices on one chip: TorchTPU runs a process per PJRT device (two per tpu7x chip), PyTorch/XLA
-        one per chip (:attr:`~tpuray.components.catalog.topology.TpuSlice.devices_per_host`)."""
-        return tpu_slice.spec.devices_per_chip if self.backend == "torch_tpu" else 1
+        one per chip (:meth:`~tpuray.components.catalog.runtimes.Runtime.devices_per_chip`)."""
+        return RUNTIMES[self.backend].devices_per_chip(tpu_slice)
 
     def training_state_bytes_per_chip(self, tpu_slice: TpuSlice) -> int:
         """HBM one chip of ``tpu_slice`` holds of the sharded training state: the per-device share
@@ -161,8 +162,6 @@ class WorkloadConfig(ConfigModel):
 def require_data_parallel(workload: WorkloadConfig, runner: str) -> None:
     """Raise ``ConfigError`` on ``workload.parallelism`` above 1 for ``runner``, which trains data parallel only:
     a sharded stack is never trained unsharded without a word."""
-    from tpuray.components.config.errors import ConfigError  # errors imports the stack model, which imports this
-
     p = workload.parallelism
     if p.degree > 1:
         raise ConfigError(

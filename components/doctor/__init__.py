@@ -6,7 +6,8 @@ stack's config; :mod:`.report` prints them. Review tooling like :mod:`tpuray.com
 never imports it.
 """
 
-from tpuray.components.doctor.checks import CheckResult, ImageVersions, Status, run_checks
+from tpuray.components.doctor.checks import CheckResult, Status, run_checks
+from tpuray.components.doctor.image_checks import ImageVersions
 from tpuray.components.doctor.reader import (
     SNAPSHOT_FILES,
     ClusterObjects,

@@ -21,7 +21,7 @@ def read_image_inspect(path: Path) -> Any:
     """The worker image's versions from ``docker inspect IMAGE`` (a list; ``Config.Labels``) or
     ``crane config IMAGE`` (``config.Labels``) output. Raises ReadError naming the file."""
     from tpuray.components.catalog.data_file import DataFileError, read_json_file
-    from tpuray.components.doctor.checks import ImageVersions
+    from tpuray.components.doctor.image_checks import ImageVersions
     from tpuray.components.doctor.reader import ReadError
 
     try:

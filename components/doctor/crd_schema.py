@@ -12,10 +12,13 @@ token auth; a spec schema with no properties drops everything.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["pruned_paths"]
+from tpuray.components.catalog.wire import as_list, get_path
+from tpuray.components.doctor.objects import name, short
+
+__all__ = ["crd_problems", "pruned_paths", "rendered_kinds"]
 
 _EMBEDDED_KEYS = frozenset({"apiVersion", "kind", "metadata"})
 
@@ -52,3 +55,47 @@ def pruned_paths(obj: Mapping[str, Any], schema: Any) -> list[str]:
                 items = {"x-kubernetes-preserve-unknown-fields": True} if preserve else {}
             stack.extend(reversed([(child, items, f"{path}[{i}]", False) for i, child in enumerate(value)]))
     return out
+
+
+def crd_problems(rendered: Sequence[Mapping[str, Any]], crds: Sequence[Mapping[str, Any]]) -> tuple[list[str], str]:
+    """Problems of the installed CRDs against the rendered custom resources, and what was found."""
+    problems: list[str] = []
+    found: list[str] = []
+    for kind, api_version, objects in rendered_kinds(rendered):
+        group, _, served_as = api_version.rpartition("/")
+        crd = next(
+            (c for c in crds if get_path(c, "spec", "group") == group and get_path(c, "spec", "names", "kind") == kind),
+            None,
+        )
+        if crd is None:
+            problems.append(f"no CRD for {kind} ({api_version})")
+            continue
+        versions = [v for v in as_list(get_path(crd, "spec", "versions")) if isinstance(v, Mapping)]
+        served = [str(v.get("name")) for v in versions if v.get("served")]
+        entry = next((v for v in versions if v.get("name") == served_as and v.get("served")), None)
+        found.append(f"{name(crd)} serves {', '.join(served) or 'nothing'}")
+        if entry is None:
+            problems.append(f"{name(crd)} does not serve {served_as} (serves {', '.join(served) or 'nothing'})")
+            continue
+        # every path of every rendered object against the served schema (crd_schema: the API server's pruning)
+        schema = get_path(entry, "schema", "openAPIV3Schema")
+        if not isinstance(schema, Mapping):
+            problems.append(f"{name(crd)} {served_as} has no openAPIV3Schema: unknown what it keeps")
+            continue
+        dropped = list(dict.fromkeys(p for obj in objects for p in pruned_paths(obj, schema)))
+        if dropped:
+            problems.append(
+                f"{name(crd)} {served_as} has no {short(dropped, 4)} in its schema: the API server would drop "
+                f"{'it' if len(dropped) == 1 else 'them'}"
+            )
+    return problems, "; ".join(dict.fromkeys(found))
+
+
+def rendered_kinds(
+    rendered: Sequence[Mapping[str, Any]],
+) -> list[tuple[str, str, list[Mapping[str, Any]]]]:
+    """(kind, apiVersion, the objects) of the rendered custom resources, one entry per kind."""
+    kinds: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for obj in rendered:
+        kinds.setdefault((str(obj["kind"]), str(obj["apiVersion"])), []).append(obj)
+    return [(k, v, objects) for (k, v), objects in kinds.items()]

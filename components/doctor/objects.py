@@ -255,3 +255,16 @@ def short(names: Iterable[str], limit: int = 5) -> str:
     names = sorted(names)
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
+
+
+SYSTEM_NAMESPACE = "kube-system"
+"""Where GKE runs its system pods (the TPU device plugin, the NetworkPolicy agents)."""
+
+
+def running_version(dep: Mapping[str, Any], container: str) -> tuple[str | None, str]:
+    """(the version a Deployment runs, what was read): its container ``container``'s image tag, by name."""
+    path = container_named(dep, container)
+    if path is None:
+        return None, f"no container {container} (containers: {', '.join(container_names(dep)) or 'none'})"
+    image, tag = image_tag(dep, path)
+    return tag, f"image {image}" if image else f"container {container} has no image"

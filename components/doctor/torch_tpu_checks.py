@@ -26,7 +26,9 @@ from tpuray.components.catalog.pins import (
     multi_host_indexing_default,
     release_key,
 )
+from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.config import StackConfig
+from tpuray.components.doctor.kuberay_checks import KUBERAY_OPERATOR_NAME
 from tpuray.components.doctor.objects import (
     container_named,
     container_names,
@@ -46,15 +48,12 @@ from tpuray.components.doctor.reader import ClusterObjects
 from tpuray.components.doctor.result import Check, CheckResult
 
 __all__ = [
-    "KUBERAY_OPERATOR",
     "check_torch_tpu_env",
     "check_tpu_webhook_version",
     "operator_indexing",
     "runtime_checks",
 ]
 
-KUBERAY_OPERATOR = "kuberay-operator"
-"""The KubeRay operator's Deployment and container (its Helm chart names both after the chart)."""
 FEATURE_GATES_FLAG = "feature-gates"
 """The operator's flag (``ray-operator/main.go``: ``flag.StringVar(&featureGates, "feature-gates", ...)``), the only
 place its gates are set; the chart renders it into the container's args (``_helpers.tpl``, ``kuberay.featureGates``)."""
@@ -82,13 +81,13 @@ def _gate_flag(args: list[str]) -> str | None:
 def operator_indexing(cfg: StackConfig, objs: ClusterObjects) -> tuple[bool | None, str]:
     """Whether the KubeRay operator runs :data:`~tpuray.components.catalog.pins.MULTI_HOST_INDEXING` (None:
     unknown, or no operator), and how that was read."""
-    dep = find_deployment(objs, KUBERAY_OPERATOR, cfg.ray.job_api_namespace)
+    dep = find_deployment(objs, KUBERAY_OPERATOR_NAME, cfg.ray.job_api_namespace)
     if dep is None:
         return None, "no kuberay-operator Deployment"
-    path = container_named(dep, KUBERAY_OPERATOR)
+    path = container_named(dep, KUBERAY_OPERATOR_NAME)
     at = f"{meta(dep).get('namespace', '?')}/{name(dep)}"
     if path is None:
-        return None, f"{at} has no container {KUBERAY_OPERATOR} (containers: {', '.join(container_names(dep))})"
+        return None, f"{at} has no container {KUBERAY_OPERATOR_NAME} (containers: {', '.join(container_names(dep))})"
     flag = _gate_flag([*strings_at(dep, *path, "command"), *strings_at(dep, *path, "args")])
     gates: dict[str, str] = {}
     for pair in (flag or "").split(","):
@@ -194,7 +193,8 @@ def check_torch_tpu_env(cfg: StackConfig, objs: ClusterObjects) -> CheckResult |
     backend."""
     if cfg.workload.backend != "torch_tpu":
         return None
-    per_chip = {p.name: p.tpu_slice.spec.devices_per_chip for p in cfg.slice_pools}
+    runtime = RUNTIMES[cfg.workload.backend]
+    per_chip = {p.name: runtime.ray_tpu_per_chip(p.tpu_slice) for p in cfg.slice_pools}
     # one count for the whole stack: the config refuses torch_tpu pools that differ (rules.backend_rules)
     stack_per_chip = max(per_chip.values())
     fact = (

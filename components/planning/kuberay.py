@@ -39,7 +39,7 @@ from tpuray.components.catalog.names import (
     TPU_RUNTIME_PORTS,
     WEBHOOK_POD_LABEL,
 )
-from tpuray.components.catalog.runtime_ports import RuntimeBackend
+from tpuray.components.catalog.runtimes import RUNTIMES, RuntimeBackend
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import DEFAULT_JOB_TTL_SECONDS, SlicePoolConfig
 from tpuray.components.config.startup import FuseMountConfig
@@ -60,7 +60,6 @@ __all__ = [
     "RayJobParams",
     "TpuWorkerGroup",
     "dashboard_service_name",
-    "headless_service_name",
     "ray_cluster_manifest",
     "ray_cluster_spec",
     "ray_job_manifest",
@@ -163,11 +162,6 @@ def dashboard_service_name(cluster: str) -> str:
     return f"{cluster}-head-svc"
 
 
-def headless_service_name(cluster: str) -> str:
-    """The service KubeRay creates for multi-host groups; the webhook's TPU_WORKER_HOSTNAMES point into it."""
-    return f"{cluster}-headless"
-
-
 # ---- pod pieces ---------------------------------------------------------------------------------------
 def _volumes(p: RayClusterParams) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
@@ -256,7 +250,7 @@ def torch_tpu_env(p: RayClusterParams) -> list[dict[str, Any]]:
     if p.backend != "torch_tpu":
         return []
     env = [{"name": RAY_TRAIN_CALLBACKS_ENV, "value": TORCH_TPU_ENV_CALLBACK}]
-    per_chip = {g.tpu_slice.spec.devices_per_chip for g in p.groups}
+    per_chip = {RUNTIMES[p.backend].ray_tpu_per_chip(g.tpu_slice) for g in p.groups}
     if per_chip != {1}:
         # one value per process in Ray 2.60: the config refuses a torch_tpu stack mixing 1- and 2-device chips
         env.append({"name": RAY_TPU_RESOURCE_PER_CHIP_ENV, "value": str(max(per_chip))})
@@ -266,7 +260,7 @@ def torch_tpu_env(p: RayClusterParams) -> list[dict[str, Any]]:
 def ray_tpu_resources(p: RayClusterParams, s: TpuSlice) -> int:
     """The ``TPU`` resources Ray advertises on one host of ``s``: devices under TorchTPU, chips otherwise (Kueue
     quota, ``google.com/tpu`` and cost stay in chips)."""
-    return s.devices_per_host if p.backend == "torch_tpu" else s.chips_per_host
+    return RUNTIMES[p.backend].ray_tpu_per_host(s)
 
 
 def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:

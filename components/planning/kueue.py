@@ -36,10 +36,10 @@ from tpuray.components.catalog.names import (
     SYSTEM_POOL,
     TPU_RESOURCE,
 )
+from tpuray.components.catalog.quantity import format_cpu, format_memory, parse_quantity
 from tpuray.components.config import SlicePoolConfig, StackConfig
 from tpuray.components.planning.kuberay import SUBMITTER_REQUESTS
 from tpuray.components.planning.node_pools import bounded_name
-from tpuray.components.planning.quantity import format_cpu, format_memory, parse_quantity
 from tpuray.components.planning.scheduling import PoolScheduling
 
 __all__ = [

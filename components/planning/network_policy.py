@@ -5,7 +5,7 @@ Deny by default (ingress and egress), then allow exactly:
 - among the pods of one RayCluster: the Ray ports (pinned on every node by
   :data:`~tpuray.components.catalog.names.RAY_NODE_PORTS`, the head's ports and the worker port range) and the TPU
   runtime's ports between the hosts of a slice and across slices, per process, as
-  :mod:`tpuray.components.catalog.runtime_ports` derives them for the stack's backend (PyTorch/XLA: 8471, the
+  :mod:`tpuray.components.catalog.runtimes` derives them for the stack's backend (PyTorch/XLA: 8471, the
   per-chip PJRT process ports 8476+ and a megascale port per chip, 8081+; TorchTPU: a slice builder per device,
   8471+, and the two megascale ports torch_tpu gives each device, 8080+), every port listed on its own (below);
 - to the head's dashboard/job port: the RayJob submitter pods and the KubeRay operator's namespace;
@@ -101,7 +101,7 @@ class NetworkPolicyParams:
     generated ``ray.io/cluster`` name, so KubeRay's label cannot be selected in advance)."""
     runtime_ranges: tuple[tuple[int, int], ...]
     """The TPU runtime's ports between hosts and slices, as merged ``(first, last)`` TCP ranges
-    (:func:`tpuray.components.catalog.runtime_ports.union_ports` of the cluster's slices under the stack's backend);
+    (:func:`tpuray.components.catalog.runtimes.union_ports` of the cluster's slices under the stack's backend);
     empty with no TPU worker group."""
     operator_namespace: str | None = None
     """Where the KubeRay operator runs, if in the cluster; it calls the head's job API for RayJob status."""

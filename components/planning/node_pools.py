@@ -20,11 +20,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tpuray.components.catalog.names import TPU_TAINT, Taint
+from tpuray.components.catalog.resource_names import bounded_name
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import SlicePoolConfig
 from tpuray.components.config.capacity import ReservationAffinitySpec
 from tpuray.components.config.startup import ImagePullConfig
-from tpuray.components.config.value_types import bounded_name
 from tpuray.components.planning.scheduling import PoolScheduling
 from tpuray.components.planning.startup import node_pool_startup_fields
 

@@ -24,8 +24,8 @@ from tpuray.components.catalog.names import (
     RAY_WORKER_SERVICE_ACCOUNT,
     SYSTEM_POOL,
 )
+from tpuray.components.catalog.resource_names import label_value
 from tpuray.components.config import CostConfig, StackConfig
-from tpuray.components.config.value_types import label_value
 from tpuray.components.planning.component_args import (
     ControlPlane,
     GkeClusterArgs,

@@ -42,7 +42,6 @@ __all__ = [
     "ServingCost",
     "StackCost",
     "budget_violation",
-    "cost_changes",
     "cost_diff_of",
     "cost_json",
     "cost_markdown",
@@ -407,11 +406,6 @@ class CostDiff:
     def delta(self) -> float | None:
         a, b = self.base.usd_per_hour_max, self.new.usd_per_hour_max
         return None if a is None or b is None else b - a
-
-
-def cost_changes(base: Mapping[str, Any], new: Mapping[str, Any]) -> CostDiff:
-    """The $/h of two plans and the pools whose $/h (or price) changed."""
-    return cost_diff_of(cost_of_plan(base), cost_of_plan(new))
 
 
 def cost_diff_of(a: StackCost, b: StackCost) -> CostDiff:

@@ -43,8 +43,8 @@ from tpuray.components.catalog.names import (
     RAY_CLUSTER_LABEL,
     TPU_RESOURCE,
 )
+from tpuray.components.catalog.quantity import parse_quantity
 from tpuray.components.catalog.wire import as_int, as_list, get_path
-from tpuray.components.config.value_types import parse_quantity
 from tpuray.components.planning.network_policy import allowed_ingress_ports
 from tpuray.components.review.policy_rules import slice_of, tpu_pool
 from tpuray.components.review.resource_types import NETWORK_POLICY, NODE_POOL, RAY_CLUSTER, RAY_JOB

@@ -16,10 +16,10 @@ from tests.config.test_cross_field_rules import base  # the minimal valid stack 
 from tests.support.crds import crd_folder
 from tests.support.slices import kueue_of
 from tpuray.components.catalog.cloud_limits import GKE_MAX_NODES_PER_CLUSTER, KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP
+from tpuray.components.catalog.gke_versions import gke_version_meets
 from tpuray.components.catalog.tpu_locations import TPU_REGIONS
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.config.ray import SYSTEM_NAMESPACES
-from tpuray.components.config.value_types import gke_version_meets
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -27,17 +27,17 @@ from hypothesis import strategies as st
 
 from tpuray.components.catalog.cloud_limits import ACCELERATOR_MACHINE_SERIES, CPU_MACHINE_SERIES
 from tpuray.components.catalog.container_paths import RESERVED_PATHS
-from tpuray.components.catalog.tpu_locations import TPU_REGIONS, TPU_ZONES, zones_of
-from tpuray.components.cli import main
-from tpuray.components.config.value_types import (
+from tpuray.components.catalog.resource_names import (
     GCP_LABEL_VALUE,
     K8S_LABEL_VALUE,
     SERVICE_ACCOUNT_ID,
-    bucket_name_problem,
     derived_bucket_name,
     label_value,
     service_account_id,
 )
+from tpuray.components.catalog.tpu_locations import TPU_REGIONS, TPU_ZONES, zones_of
+from tpuray.components.cli import main
+from tpuray.components.config.value_types import bucket_name_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK_TEXT = {s: (ROOT / f"Pulumi.{s}.yaml").read_text() for s in ("dev", "prod")}
@@ -307,7 +307,7 @@ bad_quantities = st.sampled_from(["", "four", "4 cores", "-1", "0", "1e100", "4x
 def test_kubernetes_quantities(stack: str, key: str, value: str) -> None:
     from decimal import Decimal
 
-    from tpuray.components.config.value_types import parse_quantity
+    from tpuray.components.catalog.quantity import parse_quantity
 
     try:  # skip junk that is a valid quantity in range
         amount = parse_quantity(value)

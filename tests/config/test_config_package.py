@@ -12,6 +12,7 @@ from tpuray.components.config import (
     ConfigError,
     MaintenanceExclusion,
     MaintenanceWindow,
+    StackConfig,
     parse_stack_config,
     pulumi_values,
     rules_of_valid_parts,
@@ -105,8 +106,11 @@ def test_pulumi_values_decode_json_and_name_each_bad_key() -> None:
 
 def test_both_views_of_a_valid_stack_are_the_same_and_hold_every_section_the_rules_read() -> None:
     """The view of a valid config and the view of its raw values are built from the same section list, derived
-    from StackConfig's own fields."""
-    from tpuray.components.config.rules import view_of_values, view_sections_of
+    from StackView's own fields, each section's model the one StackConfig declares."""
+    from tpuray.components.config.stack_view import view_of_values, view_sections, view_sections_of
+
+    for name, model in view_sections().items():
+        assert StackConfig.model_fields[name].annotation is model, name
 
     values = _stack()
     cfg = parse_stack_config(values)

@@ -11,9 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
+from tpuray.components.catalog.images import image_ray_version
+from tpuray.components.catalog.ip_ranges import MAX_PUBLIC_AUTHORIZED_ADDRESSES, public_addresses
+from tpuray.components.catalog.maintenance_windows import MIN_MAINTENANCE_HOURS, maintenance_availability
 from tpuray.components.config.value_types import (
-    MAX_PUBLIC_AUTHORIZED_ADDRESSES,
-    MIN_MAINTENANCE_HOURS,
     GceName,
     GkeVersion,
     ImageRef,
@@ -22,9 +23,6 @@ from tpuray.components.config.value_types import (
     RayAuthToken,
     Rrule,
     Zone,
-    image_ray_version,
-    maintenance_availability,
-    public_addresses,
 )
 
 _SAT = datetime(2026, 1, 3, 1, tzinfo=UTC)

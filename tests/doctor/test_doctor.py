@@ -22,7 +22,7 @@ from tpuray.components.catalog.names import (
     IMAGE_TORCH_XLA_VERSION_LABEL,
 )
 from tpuray.components.config import WorkloadConfig, parse_stack_config
-from tpuray.components.doctor.checks import check_tpu_webhook
+from tpuray.components.doctor.kuberay_checks import check_tpu_webhook
 from tpuray.components.doctor.reader import LIST_FILES, SNAPSHOT_FILES, VERSION_FILE, ClusterObjects
 
 ROOT = Path(__file__).resolve().parents[2]

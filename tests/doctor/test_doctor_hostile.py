@@ -19,8 +19,9 @@ from tests.support.doctor_snapshots import STACK, STACK_YAML, healthy, write_sna
 from tpuray.components import cli
 from tpuray.components.catalog.names import GKE_NODEPOOL_LABEL
 from tpuray.components.config import StackConfig, load_stack_file
-from tpuray.components.doctor.checks import check_kuberay_crds, run_checks
+from tpuray.components.doctor.checks import run_checks
 from tpuray.components.doctor.crd_schema import pruned_paths
+from tpuray.components.doctor.kuberay_checks import check_kuberay_crds
 from tpuray.components.doctor.reader import LIST_FILES, ClusterObjects, ReadError, SnapshotReader, parse_list
 
 

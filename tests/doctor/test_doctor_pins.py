@@ -15,7 +15,9 @@ from tests.doctor.test_torch_tpu_checks import GOOD_ENV, OPERATOR, _objects
 from tpuray.components.catalog.names import POOL_LABEL
 from tpuray.components.catalog.pins import WEBHOOK_INDEXING_RELEASE
 from tpuray.components.config import StackConfig, load_stack_file
-from tpuray.components.doctor.checks import check_kuberay_operator, check_worker_image, run_checks
+from tpuray.components.doctor.checks import run_checks
+from tpuray.components.doctor.image_checks import check_worker_image
+from tpuray.components.doctor.kuberay_checks import check_kuberay_operator
 from tpuray.components.doctor.reader import ClusterObjects
 from tpuray.components.doctor.torch_tpu_checks import check_torch_tpu_env, check_tpu_webhook_version
 

@@ -125,7 +125,7 @@ def _image(**labels: str) -> Any:
         IMAGE_TORCH_VERSION_LABEL,
         IMAGE_TORCH_XLA_VERSION_LABEL,
     )
-    from tpuray.components.doctor.checks import ImageVersions
+    from tpuray.components.doctor.image_checks import ImageVersions
 
     keys = {
         "ray": IMAGE_RAY_VERSION_LABEL,
@@ -139,7 +139,7 @@ def _image(**labels: str) -> Any:
 
 
 def test_the_worker_image_is_checked_for_the_stack_s_runtime(torch_tpu_stack: StackConfig) -> None:
-    from tpuray.components.doctor.checks import check_worker_image
+    from tpuray.components.doctor.image_checks import check_worker_image
 
     objs = _objects("v1.3.1-gke.2", GOOD_ENV)
     tpu_image = _image(ray="2.60.0", torch="2.13.0", torch_tpu="0.2.0", libtpu="0.0.52", backend="torch_tpu")

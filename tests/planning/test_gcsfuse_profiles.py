@@ -13,9 +13,9 @@ import yaml
 from tests.planning.test_startup import cfg, problems_of, stack, with_
 from tests.support.kuberay_schema import schema_errors
 from tests.support.plans import ROOT
+from tpuray.components.catalog.gke_versions import gke_alias_for
 from tpuray.components.config import parse_stack_config
 from tpuray.components.config.startup import GCSFUSE_PROFILES_MIN_GKE
-from tpuray.components.config.value_types import gke_alias_for
 from tpuray.components.planning.kuberay import ray_cluster_manifest, ray_job_manifest
 from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.planning.startup import FUSE_CACHE_VOLUME, first_step_waits, profile_claims

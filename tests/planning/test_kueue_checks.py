@@ -8,10 +8,10 @@ import copy
 from tests.planning.test_kueue import base, by_kind
 from tests.support.slices import kueue_of
 from tpuray.components.catalog.names import TPU_RESOURCE
+from tpuray.components.catalog.quantity import parse_quantity
 from tpuray.components.config import StackConfig
 from tpuray.components.planning.kuberay import ray_job_manifest
 from tpuray.components.planning.kueue_checks import MAX_POD_SETS, check_kueue_ray_job
-from tpuray.components.planning.quantity import parse_quantity
 from tpuray.components.planning.stack_plan import plan_stack
 
 

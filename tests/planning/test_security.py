@@ -22,7 +22,7 @@ from tpuray.components.catalog.names import (
     TPU_PROCESS_BASE_PORT,
     TPU_RUNTIME_PORTS,
 )
-from tpuray.components.catalog.runtime_ports import RuntimeBackend, union_ports
+from tpuray.components.catalog.runtimes import RuntimeBackend, union_ports
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.planning.kuberay import ray_cluster_manifest, ray_start_ports

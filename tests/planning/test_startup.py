@@ -150,8 +150,8 @@ def test_streaming_without_the_container_file_system_api_is_refused_with_the_fie
 
 
 def test_a_preloaded_disk_needs_its_gke_version_and_names_it() -> None:
+    from tpuray.components.catalog.gke_versions import gke_version_key
     from tpuray.components.config.startup import SECONDARY_BOOT_DISK_MIN_GKE
-    from tpuray.components.config.value_types import gke_version_key
 
     # every TPU generation tpuray serves needs a newer GKE than secondary boot disks do: the floor holds today,
     # and the rule is what keeps it when an older version is ever accepted

@@ -8,13 +8,13 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from tpuray.components.catalog.runtime_ports import BACKENDS, RuntimeBackend
+from tpuray.components.catalog.runtimes import BACKENDS, RUNTIMES, RuntimeBackend
 
 __all__ = ["RUNTIME_PACKAGES", "RuntimeMismatch", "require_runtime"]
 
-RUNTIME_PACKAGES: dict[RuntimeBackend, str] = {"xla": "torch_xla", "torch_tpu": "torch_tpu"}
-_EXTRAS: dict[RuntimeBackend, str] = {"xla": "workload", "torch_tpu": "torch-tpu"}
-_TARGETS: dict[RuntimeBackend, str] = {"xla": "worker-xla", "torch_tpu": "worker-torch-tpu"}
+RUNTIME_PACKAGES: dict[RuntimeBackend, str] = {b: r.package for b, r in RUNTIMES.items()}
+_EXTRAS: dict[RuntimeBackend, str] = {b: r.extra for b, r in RUNTIMES.items()}
+_TARGETS: dict[RuntimeBackend, str] = {b: r.image_target for b, r in RUNTIMES.items()}
 
 
 class RuntimeMismatch(RuntimeError):

@@ -12,7 +12,7 @@ from typing import Any
 # Ray Train V2's classes (what ray.train exports in 2.60); named directly so the type checker sees the same ones
 from ray.train.v2.api.config import ScalingConfig
 
-from tpuray.components.catalog.runtime_ports import BACKENDS, RuntimeBackend
+from tpuray.components.catalog.runtimes import BACKENDS, RuntimeBackend
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads import _ray_compat
 

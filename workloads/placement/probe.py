@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from tpuray.components.catalog.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL
-from tpuray.components.catalog.runtime_ports import RuntimeBackend
+from tpuray.components.catalog.runtimes import RuntimeBackend
 from tpuray.workloads.api.runtime import require_runtime
 from tpuray.workloads.placement.seats import PlacementError, Seat
 from tpuray.workloads.placement.worker_env import hostnames_from_env

@@ -13,7 +13,7 @@ from tpuray.components.catalog.names import RAY_POD_TYPE_LABEL as LABEL_POD_TYPE
 from tpuray.components.catalog.names import RAY_SLICE_NAME_LABEL as LABEL_SLICE_NAME
 from tpuray.components.catalog.names import RAY_TOPOLOGY_LABEL as LABEL_TOPOLOGY
 from tpuray.components.catalog.names import RAY_WORKER_ID_LABEL as LABEL_WORKER_ID
-from tpuray.components.catalog.runtime_ports import runtime_ports
+from tpuray.components.catalog.runtimes import runtime_ports
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.placement.seats import (
     PlacementError,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuray.components.catalog.runtime_ports import runtime_ports
+from tpuray.components.catalog.runtimes import runtime_ports
 from tpuray.components.catalog.topology import GENERATIONS, TpuSlice, valid_topologies
 from tpuray.workloads.placement.worker_env import (
     bounds_size,

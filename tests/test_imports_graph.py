@@ -1,0 +1,118 @@
+"""Which module of tpuray.components may import which: the import contracts of pyproject.toml hold, no module imports
+another's private (``_``-prefixed) name, and no import cycle joins two modules."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import grimp
+from importlinter.cli import EXIT_STATUS_SUCCESS, lint_imports
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPONENTS = ROOT / "components"
+ALLOWED_PRIVATE_MODULES = frozenset({"_ray_compat"})
+"""Modules whose name starts with ``_`` and that other modules may import whole (``from tpuray.workloads import
+_ray_compat``): Ray's private API behind one module."""
+
+
+def test_the_import_contracts_hold() -> None:
+    out = io.StringIO()
+    cwd = os.getcwd()
+    try:
+        os.chdir(ROOT)  # lint-imports reads pyproject.toml where it runs
+        with contextlib.redirect_stdout(out):
+            status = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    finally:
+        os.chdir(cwd)
+    assert status == EXIT_STATUS_SUCCESS, out.getvalue()
+
+
+def _private_imports(path: Path) -> Iterator[str]:
+    """``module.name`` for each ``_``-prefixed name ``path`` imports from a tpuray module."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            yield f"a relative import at line {node.lineno}"
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tpuray"):
+            for alias in node.names:
+                if alias.name.startswith("_") and alias.name not in ALLOWED_PRIVATE_MODULES:
+                    yield f"{node.module}.{alias.name} (line {node.lineno})"
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "tpuray" and any(p.startswith("_") and p not in ALLOWED_PRIVATE_MODULES for p in parts):
+                    yield f"{alias.name} (line {node.lineno})"
+
+
+def test_no_module_of_the_components_imports_a_private_name() -> None:
+    found = [f"{p.relative_to(ROOT)}: {i}" for p in sorted(COMPONENTS.rglob("*.py")) for i in _private_imports(p)]
+    assert not found, "a private name is its module's own; make it public where another module needs it:\n" + (
+        "\n".join(found)
+    )
+
+
+def test_the_private_import_check_sees_one(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from tpuray.components.catalog.names import POOL_LABEL, _hidden\nfrom tpuray.workloads import _ray_compat\n"
+    )
+    assert list(_private_imports(module)) == ["tpuray.components.catalog.names._hidden (line 1)"]
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycle_in_the_components() -> None:
+    """Imports inside functions count: a cycle closed by a lazy import is still one a reader has to follow."""
+    graph = grimp.build_graph("tpuray")
+    modules = {m for m in graph.modules if m.startswith("tpuray.components")}
+    edges = {m: {i for i in graph.find_modules_directly_imported_by(m) if i in modules} for m in modules}
+    assert not _cycles(edges)
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
