@@ -1,5 +1,5 @@
-"""Which module of tpuray.components may import which: the import contracts of pyproject.toml hold, no module imports
-another's private (``_``-prefixed) name, and no import cycle joins two modules."""
+"""Which module of tpuray.components and tpuray.workloads may import which: the import contracts of pyproject.toml
+hold, no module imports another's private (``_``-prefixed) name, and no import cycle joins two modules."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grimp
+import pytest
 from importlinter.cli import EXIT_STATUS_SUCCESS, lint_imports
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPONENTS = ROOT / "components"
+SOURCES = (ROOT / "components", ROOT / "workloads")
 ALLOWED_PRIVATE_MODULES = frozenset({"_ray_compat"})
 """Modules whose name starts with ``_`` and that other modules may import whole (``from tpuray.workloads import
 _ray_compat``): Ray's private API behind one module."""
@@ -48,8 +49,9 @@ def _private_imports(path: Path) -> Iterator[str]:
                     yield f"{alias.name} (line {node.lineno})"
 
 
-def test_no_module_of_the_components_imports_a_private_name() -> None:
-    found = [f"{p.relative_to(ROOT)}: {i}" for p in sorted(COMPONENTS.rglob("*.py")) for i in _private_imports(p)]
+def test_no_module_imports_a_private_name() -> None:
+    paths = sorted(p for source in SOURCES for p in source.rglob("*.py"))
+    found = [f"{p.relative_to(ROOT)}: {i}" for p in paths for i in _private_imports(p)]
     assert not found, "a private name is its module's own; make it public where another module needs it:\n" + (
         "\n".join(found)
     )
@@ -105,10 +107,11 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_import_cycle_in_the_components() -> None:
+@pytest.mark.parametrize("package", ["tpuray.components", "tpuray.workloads"])
+def test_no_import_cycle(package: str) -> None:
     """Imports inside functions count: a cycle closed by a lazy import is still one a reader has to follow."""
     graph = grimp.build_graph("tpuray")
-    modules = {m for m in graph.modules if m.startswith("tpuray.components")}
+    modules = {m for m in graph.modules if m.startswith(package)}
     edges = {m: {i for i in graph.find_modules_directly_imported_by(m) if i in modules} for m in modules}
     assert not _cycles(edges)
 

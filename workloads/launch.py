@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from tpuray.components.catalog.runtimes import BACKENDS, RuntimeBackend
+from tpuray.components.catalog.runtimes import BACKENDS, RUNTIMES, RuntimeBackend
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads import _ray_compat
 from tpuray.workloads.api.runtime import require_runtime
@@ -26,12 +26,14 @@ from tpuray.workloads.emulation.cluster import EmulatedCluster
 __all__ = ["EMULATION_REFUSED", "connect", "trainer"]
 
 EMULATION_REFUSED: dict[RuntimeBackend, str] = {
-    "torch_tpu": (
-        "torch_tpu registers its device only when it finds a TPU, so there is no local emulation of it; emulate "
-        "with backend xla (PyTorch/XLA on CPU), run torch_tpu on a cluster"
-    ),
+    name: (
+        f"{r.package} registers its device only when it finds a TPU, so there is no local emulation of it; emulate "
+        "with backend xla (PyTorch/XLA on CPU), run it on a cluster"
+    )
+    for name, r in RUNTIMES.items()
+    if r.emulated_process_group is None
 }
-"""The runtimes the emulated slice cannot run, each with why and what to do instead."""
+"""The runtimes the emulated slice cannot run (their row has no emulated process group), each with the fix."""
 
 
 @contextmanager

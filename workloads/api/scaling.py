@@ -12,7 +12,7 @@ from typing import Any
 # Ray Train V2's classes (what ray.train exports in 2.60); named directly so the type checker sees the same ones
 from ray.train.v2.api.config import ScalingConfig
 
-from tpuray.components.catalog.runtimes import BACKENDS, RuntimeBackend
+from tpuray.components.catalog.runtimes import BACKENDS, RUNTIMES, RuntimeBackend
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads import _ray_compat
 
@@ -42,14 +42,15 @@ def tpu_scaling_config(
     s = TpuSlice.parse(topology) if isinstance(topology, str) else topology
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: valid choices are {', '.join(BACKENDS)}")
-    per_chip = s.spec.devices_per_chip if backend == "torch_tpu" else 1
+    runtime = RUNTIMES[backend]
+    per_chip = runtime.ray_tpu_per_chip(s)
     if per_chip > 1 and _ray_compat.tpu_resource_per_chip() != per_chip:
         raise ValueError(
             f"backend torch_tpu on {s}: a {s.generation} chip is {per_chip} devices, one worker each, but Ray counts "
             f"{_ray_compat.tpu_resource_per_chip()} TPU resource(s) per chip in this process: set "
             f"RAY_TPU_RESOURCE_PER_CHIP={per_chip} before Ray starts (the stack sets it on its Ray pods)"
         )
-    workers_per_host = s.chips_per_host * per_chip
+    workers_per_host = runtime.workers_per_host(s)
     if not isinstance(num_slices, int) or num_slices < 1:
         raise ValueError(f"num_slices must be a whole number of slices >= 1, got {num_slices!r}")
     if num_slices > 1 and not s.multi_host:
@@ -71,7 +72,7 @@ def tpu_scaling_config(
     if not ray_pins_slice(s):
         resources[f"accelerator_type:{s.ray_accelerator_type}"] = GENERATION_PIN
     return ScalingConfig(
-        num_workers=s.chips * per_chip * num_slices,
+        num_workers=runtime.workers_per_slice(s) * num_slices,
         use_tpu=True,
         topology=s.topology,
         accelerator_type=s.ray_accelerator_type,

@@ -35,6 +35,7 @@ from typing import Any
 from tpuray.components.catalog.names import (
     TORCH_TPU_ENV_CALLBACK,
 )
+from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.catalog.slice_labels import slice_from_labels
 from tpuray.components.catalog.topology import TopologyError, TpuSlice
 from tpuray.workloads import _ray_compat
@@ -109,7 +110,7 @@ def _slice_shape(group: Sequence[Seat]) -> TpuSlice:
     """One slice's shape from its workers (:func:`~tpuray.workloads.placement.seats.slice_of`), one per device."""
     per_chip = 1
     with contextlib.suppress(TopologyError):  # labels without a valid shape are slice_of's to refuse
-        per_chip = slice_from_labels(dict(group[0].labels)).spec.devices_per_chip
+        per_chip = RUNTIMES["torch_tpu"].devices_per_chip(slice_from_labels(dict(group[0].labels)))
     try:
         return slice_of(group, per_chip)
     except PlacementError as e:
