@@ -39,7 +39,6 @@ __all__ = [
     "ready_train_autoscaling_coordinator",
     "require_hooks",
     "set_torch_distributed_env_vars",
-    "torch_backend_base",
     "torch_device_manager_base",
     "tpu_resource_per_chip",
     "uninstall_iter_torch_batches_device",
@@ -246,16 +245,6 @@ def check_trainer_configs(check: Callable[[Any, Any], None]) -> None:
 
 # ---- Ray Train's torch backend and its report log (ray/train/torch/config.py;
 #      ray/train/v2/_internal/execution/context.py) ---------------------------------------------------------
-
-
-def torch_backend_base() -> type[Any]:
-    """Ray's ``_TorchBackend`` (``ray/train/torch/config.py``): the backend ``TorchConfig`` names, which creates
-    the process group from ``TorchConfig.backend``."""
-    try:
-        from ray.train.torch.config import _TorchBackend
-    except ImportError as e:
-        raise _missing("_TorchBackend", "ray/train/torch/config.py") from e
-    return _TorchBackend
 
 
 def quiet_train_report_log() -> None:
