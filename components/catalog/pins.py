@@ -14,7 +14,10 @@ from types import MappingProxyType
 
 __all__ = [
     "CERT_MANAGER_CHART",
+    "GATE_DEFAULTS",
     "GMP_RELEASE",
+    "INCREMENTAL_UPGRADE",
+    "INCREMENTAL_UPGRADE_DEFAULTS",
     "KUBERAY_CHART",
     "KUBERAY_FEATURE_GATES",
     "KUEUE_CHART",
@@ -27,6 +30,7 @@ __all__ = [
     "WEBHOOK_IRONWOOD_CHART",
     "FeatureGate",
     "WebhookPin",
+    "feature_gate_default",
     "helm_feature_gates",
     "multi_host_indexing_default",
     "release_key",
@@ -92,15 +96,35 @@ def helm_feature_gates() -> list[dict[str, object]]:
     return [{"name": g.name, "enabled": g.enabled} for g in KUBERAY_FEATURE_GATES]
 
 
-def multi_host_indexing_default(kuberay_version: str) -> bool | None:
-    """Whether KubeRay ``kuberay_version`` runs with :data:`MULTI_HOST_INDEXING` on when no flag sets it: False
-    before 1.5 (no such gate), the table's value for 1.5 to 1.7, None (unknown) for a later or unreadable one."""
+INCREMENTAL_UPGRADE = "RayServiceIncrementalUpgrade"
+"""KubeRay's feature gate of a RayService's ``NewClusterWithIncrementalUpgrade`` upgrade type: with it off the
+controller treats that type as no upgrade (``ray-operator/pkg/features/features.go``)."""
+
+INCREMENTAL_UPGRADE_DEFAULTS: Mapping[str, bool] = MappingProxyType({"1.5": False, "1.6": False, "1.7": True})
+"""The gate's default by KubeRay minor release: ``features.go`` at v1.5 and v1.6 (Alpha, false) and v1.7.0 (Beta,
+true; ``helm-chart/kuberay-operator/values.yaml`` at v1.7.0 lists it enabled). Before 1.5 it does not exist."""
+
+GATE_DEFAULTS: Mapping[str, Mapping[str, bool]] = MappingProxyType(
+    {MULTI_HOST_INDEXING: MULTI_HOST_INDEXING_DEFAULTS, INCREMENTAL_UPGRADE: INCREMENTAL_UPGRADE_DEFAULTS}
+)
+"""The KubeRay gates tpuray reads on a live operator or a declared release, each with its defaults by minor."""
+
+
+def feature_gate_default(gate: str, kuberay_version: str) -> bool | None:
+    """Whether KubeRay ``kuberay_version`` runs with ``gate`` (a key of :data:`GATE_DEFAULTS`) on when no flag sets
+    it: False before 1.5 (neither gate exists), the table's value for 1.5 to 1.7, None (unknown) for a later or
+    unreadable version."""
     key = release_key(kuberay_version)
     if key is None:
         return None
     if key[:2] < (1, 5):
         return False
-    return MULTI_HOST_INDEXING_DEFAULTS.get(f"{key[0]}.{key[1]}")
+    return GATE_DEFAULTS[gate].get(f"{key[0]}.{key[1]}")
+
+
+def multi_host_indexing_default(kuberay_version: str) -> bool | None:
+    """:func:`feature_gate_default` of :data:`MULTI_HOST_INDEXING`."""
+    return feature_gate_default(MULTI_HOST_INDEXING, kuberay_version)
 
 
 # ---- the KubeRay TPU webhook ------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from tpuray.components.doctor.node_checks import check_device_plugin, check_pool
 from tpuray.components.doctor.objects import FieldError
 from tpuray.components.doctor.reader import ClusterObjects
 from tpuray.components.doctor.result import Check, CheckResult, Status
+from tpuray.components.doctor.serving_checks import check_serving_pools_apart, check_serving_upgrade_gate
 from tpuray.components.doctor.sources import SRC_API_OBJECTS
 from tpuray.components.doctor.torch_tpu_checks import runtime_checks
 
@@ -64,5 +65,7 @@ def run_checks(cfg: StackConfig, objs: ClusterObjects, image: ImageVersions | No
         ("network-policy", partial(check_network_policy, cfg, objs)),
         (pair, partial(check_worker_image, cfg, objs, image)),
         *runtime_checks(cfg, objs),
+        ("serving-upgrade-gate", partial(check_serving_upgrade_gate, cfg, objs)),
+        ("serving-pools-apart", partial(check_serving_pools_apart, cfg, objs)),
     ]
     return [r for check_id, run in checks for r in _guarded(check_id, run)]

@@ -12,6 +12,7 @@ __all__ = [
     "SRC_KUBERAY_HELM",
     "SRC_KUEUE",
     "SRC_NETWORK_POLICY",
+    "SRC_RAYSERVICE_UPGRADE",
     "SRC_TOKEN_AUTH",
     "SRC_TORCH_TPU",
     "SRC_TORCH_XLA",
@@ -33,3 +34,4 @@ SRC_TOKEN_AUTH = "https://docs.ray.io/en/latest/ray-security/token-auth.html"
 SRC_TORCH_XLA = "https://github.com/pytorch/xla#available-docker-images-and-wheels"
 SRC_TORCH_TPU = "https://pypi.org/project/torch-tpu/0.2.0/"
 SRC_API_OBJECTS = "https://kubernetes.io/docs/reference/kubernetes-api/"
+SRC_RAYSERVICE_UPGRADE = "https://docs.ray.io/en/latest/serve/production-guide/kubernetes.html"

@@ -23,12 +23,10 @@ from tpuray.components.catalog.pins import (
     WEBHOOK_BASE_RELEASE,
     WEBHOOK_GENERATION_FLOORS,
     WEBHOOK_INDEXING_RELEASE,
-    multi_host_indexing_default,
     release_key,
 )
 from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.config import StackConfig
-from tpuray.components.doctor.kuberay_checks import KUBERAY_OPERATOR_NAME
 from tpuray.components.doctor.objects import (
     container_named,
     container_names,
@@ -41,76 +39,20 @@ from tpuray.components.doctor.objects import (
     name,
     running_tpu_pods,
     short,
-    strings_at,
     tpu_containers,
 )
+from tpuray.components.doctor.operator_gates import operator_gate
 from tpuray.components.doctor.reader import ClusterObjects
 from tpuray.components.doctor.result import Check, CheckResult
 
 __all__ = [
     "check_torch_tpu_env",
     "check_tpu_webhook_version",
-    "operator_indexing",
     "runtime_checks",
 ]
 
-FEATURE_GATES_FLAG = "feature-gates"
-"""The operator's flag (``ray-operator/main.go``: ``flag.StringVar(&featureGates, "feature-gates", ...)``), the only
-place its gates are set; the chart renders it into the container's args (``_helpers.tpl``, ``kuberay.featureGates``)."""
 _SRC_RAY_TORCH_TPU = "https://github.com/ray-project/ray/blob/releases/2.60.0/python/ray/train/torch/config.py"
 _SRC_WEBHOOK_INDEXING = "https://github.com/ai-on-gke/kuberay-tpu-webhook/commit/f82f9b4"
-_GO_BOOLS = {"1": True, "t": True, "true": True, "0": False, "f": False, "false": False}
-"""What Go's ``strconv.ParseBool`` takes (case-insensitively here, as it takes t/T/TRUE/true/True)."""
-
-
-def _gate_flag(args: list[str]) -> str | None:
-    """The value of the last ``--feature-gates`` among ``args`` (Go's flag package: ``-flag=v``, ``--flag=v``,
-    ``-flag v``; a flag given twice keeps the last), or None."""
-    value, i = None, 0
-    while i < len(args):
-        flag, eq, rest = args[i].lstrip("-").partition("=")
-        if args[i].startswith("-") and flag == FEATURE_GATES_FLAG:
-            if not eq:  # the next argument is its value, whatever it looks like
-                i += 1
-                rest = args[i] if i < len(args) else ""
-            value = rest
-        i += 1
-    return value
-
-
-def operator_indexing(cfg: StackConfig, objs: ClusterObjects) -> tuple[bool | None, str]:
-    """Whether the KubeRay operator runs :data:`~tpuray.components.catalog.pins.MULTI_HOST_INDEXING` (None:
-    unknown, or no operator), and how that was read."""
-    dep = find_deployment(objs, KUBERAY_OPERATOR_NAME, cfg.ray.job_api_namespace)
-    if dep is None:
-        return None, "no kuberay-operator Deployment"
-    path = container_named(dep, KUBERAY_OPERATOR_NAME)
-    at = f"{meta(dep).get('namespace', '?')}/{name(dep)}"
-    if path is None:
-        return None, f"{at} has no container {KUBERAY_OPERATOR_NAME} (containers: {', '.join(container_names(dep))})"
-    flag = _gate_flag([*strings_at(dep, *path, "command"), *strings_at(dep, *path, "args")])
-    gates: dict[str, str] = {}
-    for pair in (flag or "").split(","):
-        key, _, value = pair.partition("=")
-        if key.strip():
-            gates[key.strip()] = value.strip()  # a gate named twice: the last wins (featuregate Set)
-    _, tag = image_tag(dep, path)
-    running = labels(dep).get("app.kubernetes.io/version") or tag
-    if MULTI_HOST_INDEXING in gates:
-        on = _GO_BOOLS.get(gates[MULTI_HOST_INDEXING].lower())
-        said = f"--{FEATURE_GATES_FLAG} sets {MULTI_HOST_INDEXING}={gates[MULTI_HOST_INDEXING]}"
-        bad = "" if on is not None else " (not a boolean: the operator exits)"
-        return on, f"KubeRay {running or 'of an unknown version'} ({at}): {said}{bad}"
-    default = multi_host_indexing_default(running) if running else None
-    if default is None:
-        return None, (
-            f"KubeRay {at} runs {running or 'an unknown version'}, with no --{FEATURE_GATES_FLAG} naming "
-            f"{MULTI_HOST_INDEXING}, whose default there is not known"
-        )
-    return default, (
-        f"KubeRay {running} ({at}) has {MULTI_HOST_INDEXING} {'on' if default else 'off'}: its default, no "
-        f"--{FEATURE_GATES_FLAG} names it"
-    )
 
 
 def check_tpu_webhook_version(cfg: StackConfig, objs: ClusterObjects) -> CheckResult | None:
@@ -161,7 +103,7 @@ def check_tpu_webhook_version(cfg: StackConfig, objs: ClusterObjects) -> CheckRe
         return CheckResult("tpu-webhook-version", "warn", f"{fact}; {runs} (unknown)", TPU_WEBHOOK_SOURCE, fix)
     if have < need:
         return CheckResult("tpu-webhook-version", "fail", f"{fact}; {runs}", TPU_WEBHOOK_SOURCE, fix)
-    indexing, how = operator_indexing(cfg, objs)
+    indexing, how = operator_gate(cfg, objs, MULTI_HOST_INDEXING)
     floor = Version(WEBHOOK_INDEXING_RELEASE)
     if have >= floor or indexing is False:
         said = how if indexing is False else f"it reads KubeRay's indexing labels (>= {floor})"

@@ -23,9 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
 from tpuray.components.catalog.names import POOL_LABEL, TPU_RESOURCE
+from tpuray.components.catalog.pins import INCREMENTAL_UPGRADE, feature_gate_default
 from tpuray.components.catalog.wire import as_int, get_path
 from tpuray.components.config.capacity import capacity_of_node_pool
 from tpuray.components.review.policy_rules import slice_of, tpu_pool
@@ -45,11 +44,7 @@ __all__ = [
     "served_groups",
 ]
 
-INCREMENTAL_GATE = "RayServiceIncrementalUpgrade"
-"""KubeRay's feature gate of ``NewClusterWithIncrementalUpgrade`` (``ray-operator/pkg/features/features.go``)."""
-_GATE_ON_BY_DEFAULT_FROM = Version("1.7.0")
-"""The first KubeRay operator chart whose values turn the gate on (v1.7.0 ``helm-chart/kuberay-operator/values.yaml``
-``featureGates``: enabled; the gate is beta and on by default from v1.7, alpha and off in v1.5 and v1.6)."""
+INCREMENTAL_GATE = INCREMENTAL_UPGRADE
 KUBERAY_RELEASE = "kubernetes:helm.sh/v3:Release"
 _KUBERAY_CHART = "kuberay-operator"
 
@@ -206,11 +201,7 @@ def incremental_gate_on(resources: Sequence[Resource]) -> bool | None:
     for gate in gates if isinstance(gates, list) else []:
         if isinstance(gate, Mapping) and gate.get("name") == INCREMENTAL_GATE and isinstance(gate.get("enabled"), bool):
             return bool(gate["enabled"])
-    try:
-        version = Version(str(props.get("version")))
-    except InvalidVersion:
-        return None
-    return True if version >= _GATE_ON_BY_DEFAULT_FROM else None
+    return feature_gate_default(INCREMENTAL_GATE, str(props.get("version")))
 
 
 def check_upgrade_capacity(resources: Sequence[Resource], ctx: RuleContext) -> list[tuple[str, str]]:

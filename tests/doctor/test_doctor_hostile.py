@@ -316,13 +316,14 @@ GATE_ARGS = st.lists(
 def test_any_operator_args_are_read_as_go_reads_them(args: list[str], tmp_path: Path) -> None:
     """The gate the doctor reads from the operator's args is the one Go's flag package and KubeRay's featuregate
     would set: the last --feature-gates, and in it the last RayMultiHostIndexing; without one, v1.7.0's default."""
-    from tpuray.components.doctor.torch_tpu_checks import operator_indexing
+    from tpuray.components.catalog.pins import MULTI_HOST_INDEXING
+    from tpuray.components.doctor.operator_gates import operator_gate
 
     objects = _objects(tmp_path)
     deployments = json.loads(json.dumps(objects.deployments))
     operator = next(d for d in deployments if d["metadata"]["name"] == "kuberay-operator")
     operator["spec"]["template"]["spec"]["containers"][0]["args"] = args
-    on, how = operator_indexing(_cfg(tmp_path), replace(objects, deployments=tuple(deployments)))
+    on, how = operator_gate(_cfg(tmp_path), replace(objects, deployments=tuple(deployments)), MULTI_HOST_INDEXING)
     flag, rest = None, list(args)
     while rest:  # the reference reading, written out: a bare flag takes the next argument as its value
         arg = rest.pop(0)

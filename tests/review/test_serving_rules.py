@@ -139,10 +139,16 @@ def test_incremental_with_the_gate_off_fails(declared: list[Resource]) -> None:
 def test_the_gate_of_an_unknown_operator_is_unknown(declared: list[Resource]) -> None:
     assert incremental_gate_on([r for r in declared if r.type != KUBERAY_RELEASE]) is None
 
-    def old(props: dict[str, Any]) -> None:
-        props["version"] = "1.6.0"
+    def release(version: str) -> Callable[[dict[str, Any]], None]:
+        def set_version(props: dict[str, Any]) -> None:
+            props["version"] = version
 
-    assert incremental_gate_on(changed(declared, KUBERAY_RELEASE, old)) is None
+        return set_version
+
+    # off by default in 1.5 and 1.6 (Alpha), on from 1.7 (Beta): catalog/pins.INCREMENTAL_UPGRADE_DEFAULTS
+    assert incremental_gate_on(changed(declared, KUBERAY_RELEASE, release("1.6.0"))) is False
+    assert incremental_gate_on(changed(declared, KUBERAY_RELEASE, release("1.7.0"))) is True
+    assert incremental_gate_on(changed(declared, KUBERAY_RELEASE, release("1.9.0"))) is None  # not read here
 
 
 def test_incremental_steps_are_whole_slices_and_fit_the_pool() -> None:
