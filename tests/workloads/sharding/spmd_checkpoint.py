@@ -1,0 +1,71 @@
+"""Run in a subprocess with ``PJRT_DEVICE=CPU`` and ``CPU_NUM_DEVICES=4``: train a small GPT two AdamW steps sharded
+``fsdp=4``, save it with :func:`~tpuray.workloads.sharding.checkpoint.save_sharded`, then restore it into a fresh
+model (another seed) sharded ``fsdp=2 x tensor=2`` with ``load_sharded``. Prints one JSON line: the largest
+difference of the restored parameters and AdamW moments from the saved ones, the restored step, and the bytes each
+device holds of the restored parameters and moments."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from tpuray.workloads.gpt.metrics import ModelShape
+from tpuray.workloads.gpt.model import GPT, next_token_loss
+
+SHAPE = ModelShape(vocab_size=32, layers=1, d_model=16, heads=4, seq_len=8)
+
+
+def main(where: str) -> None:
+    import torch_xla
+    import torch_xla.runtime as xr
+
+    from tpuray.workloads.sharding.checkpoint import load_sharded, save_sharded
+    from tpuray.workloads.sharding.mesh import mesh_plan
+    from tpuray.workloads.sharding.spmd import local_bytes, shard_gpt, spmd_mesh
+
+    xr.use_spmd()
+    devices = xr.global_runtime_device_count()
+
+    def sharded(seed: int, fsdp: int, tensor: int) -> tuple[GPT, torch.optim.Optimizer]:
+        torch.manual_seed(seed)
+        model = GPT(SHAPE).to(torch_xla.device())
+        shard_gpt(model, spmd_mesh(mesh_plan(devices, 1, fsdp, tensor)), fsdp, tensor)
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    def moments(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
+        return [s[k] for s in opt.state.values() for k in ("exp_avg", "exp_avg_sq")]
+
+    model, opt = sharded(0, 4, 1)
+    for step in range(2):
+        g = torch.Generator().manual_seed(step)
+        tokens = torch.randint(0, SHAPE.vocab_size, (8, SHAPE.seq_len + 1), generator=g)
+        next_token_loss(model, tokens.to(torch_xla.device())).backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        opt.zero_grad()
+    save_sharded(where, model, opt, step=2)
+    saved = [t.detach().cpu() for t in [*model.parameters(), *moments(opt)]]
+
+    restored, ropt = sharded(1, 2, 2)
+    step = load_sharded(where, restored, ropt)
+    got = [t.detach().cpu() for t in [*restored.parameters(), *moments(ropt)]]
+    params = local_bytes(list(restored.parameters()))
+    print(
+        json.dumps(
+            {
+                "step": step,
+                "tensors": len(got),
+                "max_diff": max((a - b).abs().max().item() for a, b in zip(saved, got, strict=True)),
+                "param_bytes_per_device": sorted(set(params.values())),
+                "moment_bytes_per_device": sorted(set(local_bytes(moments(ropt)).values())),
+                "grads": sum(p.grad is not None for p in restored.parameters()),
+                "adam_steps": sorted({float(s["step"]) for s in ropt.state.values()}),
+            }
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
