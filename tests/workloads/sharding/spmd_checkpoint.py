@@ -1,8 +1,9 @@
 """Run in a subprocess with ``PJRT_DEVICE=CPU`` and ``CPU_NUM_DEVICES=4``: train a small GPT two AdamW steps sharded
-``fsdp=4``, save it with :func:`~tpuray.workloads.sharding.checkpoint.save_sharded`, then restore it into a fresh
-model (another seed) sharded ``fsdp=2 x tensor=2`` with ``load_sharded``. Prints one JSON line: the largest
-difference of the restored parameters and AdamW moments from the saved ones, the restored step, and the bytes each
-device holds of the restored parameters and moments."""
+``fsdp=2 x tensor=2`` (its embeddings, biases and LayerNorms split on one axis, replicated on the other), save it
+with :func:`~tpuray.workloads.sharding.checkpoint.save_sharded`, then restore it into a fresh model (another seed)
+sharded ``fsdp=4`` with ``load_sharded``. Prints one JSON line: the largest difference of the restored parameters
+and AdamW moments from the saved ones, the restored step, the bytes each device holds of the restored parameters
+and moments, and how many of the model's tensors torch_xla's own ``SPMDSavePlanner`` writes."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def main(where: str) -> None:
     def moments(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
         return [s[k] for s in opt.state.values() for k in ("exp_avg", "exp_avg_sq")]
 
-    model, opt = sharded(0, 4, 1)
+    model, opt = sharded(0, 2, 2)
     for step in range(2):
         g = torch.Generator().manual_seed(step)
         tokens = torch.randint(0, SHAPE.vocab_size, (8, SHAPE.seq_len + 1), generator=g)
@@ -47,7 +48,14 @@ def main(where: str) -> None:
     save_sharded(where, model, opt, step=2)
     saved = [t.detach().cpu() for t in [*model.parameters(), *moments(opt)]]
 
-    restored, ropt = sharded(1, 2, 2)
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    from torch.distributed.checkpoint.state_dict_saver import save
+    from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
+
+    upstream = SPMDSavePlanner()  # type: ignore[no-untyped-call]
+    plain = save({"model": model.state_dict()}, storage_writer=FileSystemWriter(where + "-plain"), planner=upstream)
+
+    restored, ropt = sharded(1, 4, 1)
     step = load_sharded(where, restored, ropt)
     got = [t.detach().cpu() for t in [*restored.parameters(), *moments(ropt)]]
     params = local_bytes(list(restored.parameters()))
@@ -60,6 +68,7 @@ def main(where: str) -> None:
                 "param_bytes_per_device": sorted(set(params.values())),
                 "moment_bytes_per_device": sorted(set(local_bytes(moments(ropt)).values())),
                 "grads": sum(p.grad is not None for p in restored.parameters()),
+                "plain_planner_tensors": len(plain.state_dict_metadata),
                 "adam_steps": sorted({float(s["step"]) for s in ropt.state.values()}),
             }
         ),

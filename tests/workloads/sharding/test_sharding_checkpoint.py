@@ -22,7 +22,7 @@ DIMS = GptDims(vocab_size=32, seq_len=8, d_model=16, layers=1)  # the script's G
 
 
 @pytest.mark.slow
-def test_a_checkpoint_saved_fsdp_4_restores_exactly_into_another_mesh_and_stays_sharded(tmp_path: Path) -> None:
+def test_a_checkpoint_saved_fsdp_2_x_tensor_2_restores_exactly_into_fsdp_4_and_stays_sharded(tmp_path: Path) -> None:
     env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4", "OMP_NUM_THREADS": "1"}
     env.pop("TPU_VISIBLE_CHIPS", None)
     where = tmp_path / "ckpt"
@@ -36,10 +36,13 @@ def test_a_checkpoint_saved_fsdp_4_restores_exactly_into_another_mesh_and_stays_
     assert r["max_diff"] == 0.0, r  # the other seed's model and the primed optimizer were overwritten
     assert r["adam_steps"] == [2.0]  # AdamW's step count too, not the priming step's
     assert r["grads"] == 0  # the priming's zeroed gradients were dropped (they would stay whole on every device)
-    # restored into fsdp=2 x tensor=2: each device holds its share of that mesh, not of the saving one's
-    share = training_state_bytes_per_device(DIMS, 2, 2)
+    # restored into fsdp=4: each device holds its share of that mesh, not of the saving one's
+    share = training_state_bytes_per_device(DIMS, 4, 1)
     assert r["param_bytes_per_device"] == [share // 4], r
     assert r["moment_bytes_per_device"] == [share // 2], r
+    # why save_sharded has its own planner: torch_xla 2.9's drops every tensor replicated on part of the mesh
+    # (12 of the 16: only the 4 weight matrices are split on both axes); when this fails, upstream has fixed it
+    assert r["plain_planner_tensors"] == 4, r
     assert sorted(p.name for p in where.iterdir()) == [".metadata", "__0_0.distcp", STEP_FILE]
 
 
