@@ -182,3 +182,35 @@ def test_a_sharded_spmd_run_survives_a_sigkill_and_resumes_sharded_from_its_chec
         time.sleep(0.5)
     assert _chips_and_cpus() == before
     assert [pg for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED"] == []
+
+
+def test_the_built_in_gpt_job_trains_sharded_and_reports_the_mesh_and_bytes_per_device(
+    emulated_slices: None, tmp_path: Path
+) -> None:
+    """The entrypoint's sharded path (``workload.parallelism`` 2 x 2 on the v5e 2x2 slice): its trainer, its
+    train function and its summary, on the shared cluster."""
+    from ray.train import FailureConfig, RunConfig
+
+    from tpuray.workloads.gpt.cli import _summary
+    from tpuray.workloads.gpt.loop import GptJob
+    from tpuray.workloads.gpt.metrics import ModelShape
+    from tpuray.workloads.gpt.sharded import sharded_trainer
+    from tpuray.workloads.signals.goodput import JOB_END, JOB_START, record_job_event
+
+    shape = ModelShape(vocab_size=64, layers=1, d_model=16, heads=4, seq_len=8)
+    run_dir = tmp_path / "gpt"
+    job = GptJob(shape, 8, 2, 1e-2, 4, str(SINGLE), bf16=False, log_every=4, cpu_threads=1, run_dir=str(run_dir))
+    rc = RunConfig(name="gpt", storage_path=str(tmp_path), failure_config=FailureConfig(max_failures=0))
+    record_job_event(run_dir, JOB_START)  # as the CLI does around the fit
+    result = sharded_trainer(job, FSDP, TENSOR, rc, pjrt_device="CPU").fit()
+    record_job_event(run_dir, JOB_END)
+    summary = _summary(result, job, SINGLE, 1, "xla", True, 1.0)
+    assert summary["mesh"] == {"data": 1, "fsdp": FSDP, "tensor": TENSOR}
+    share = training_state_bytes_per_device(GptDims(vocab_size=64, seq_len=8, d_model=16, layers=1), FSDP, TENSOR)
+    assert summary["bytes_per_device"] == {"parameters": share // 4, "optimizer": share // 2}
+    losses = summary["losses"]
+    assert isinstance(losses, list) and len(losses) == 8 and summary["final_step"] == 8
+    assert losses[-1] < losses[0]  # it learns the synthetic progressions
+    goodput = summary["goodput"]
+    assert isinstance(goodput, dict) and goodput["productive_s"] > 0  # the steps were recorded
+    assert summary["checkpoint"] is not None and Path(str(summary["checkpoint"]), "history.json").exists()
