@@ -16,7 +16,8 @@ __all__ = ["train_entrypoint"]
 
 
 def train_entrypoint(workload: WorkloadConfig, pool: SlicePoolConfig, run_name: str, checkpoint_dir: str | None) -> str:
-    """``python -m tpuray.workloads.train`` on ``pool``'s slice shape, data-parallel over its slices."""
+    """``python -m tpuray.workloads.train`` on ``pool``'s slice shape: data parallel over its slices, or sharded as
+    ``workload.parallelism`` asks (the trainer runs that on one host and refuses what it cannot run)."""
     args = [
         "python",
         "-m",
@@ -26,8 +27,8 @@ def train_entrypoint(workload: WorkloadConfig, pool: SlicePoolConfig, run_name: 
         "--num-slices",
         str(pool.slices),
     ]
-    # data parallel (the default, and all this entrypoint runs) is left out, so a stack that says nothing of
-    # parallelism keeps the entrypoint, and its live RayJob, byte for byte
+    # data parallel (the default) is left out, so a stack that says nothing of parallelism keeps the entrypoint,
+    # and its live RayJob, byte for byte
     unsharded = workload.parallelism == type(workload.parallelism)()
     dumped = workload.model_dump_json(by_alias=True, exclude_none=True, exclude={"parallelism"} if unsharded else None)
     args += ["--workload", dumped]

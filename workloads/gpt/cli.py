@@ -46,6 +46,7 @@ from tpuray.workloads.api.runtime import RuntimeMismatch
 from tpuray.workloads.gpt.data import DatasetError, TokenFile, open_dataset
 from tpuray.workloads.gpt.loop import CheckpointError, GptJob, train_gpt
 from tpuray.workloads.gpt.metrics import ModelShape
+from tpuray.workloads.gpt.sharded import check_sharded, sharded_trainer
 from tpuray.workloads.launch import EMULATION_REFUSED, connect, trainer
 from tpuray.workloads.placement.seats import (
     PlacementError,
@@ -257,7 +258,8 @@ def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Sett
     else:
         base = (stack.workload if stack else WorkloadConfig()).model_dump(by_alias=True)
     workload = _validated(WorkloadConfig, base, args, WORKLOAD_FLAGS, "workload")
-    require_data_parallel(workload, "the built-in entrypoint")  # it trains data parallel: never unsharded quietly
+    if workload.backend != "xla":  # sharded, it runs SPMD only: never unsharded quietly
+        require_data_parallel(workload, f"the built-in entrypoint on backend {workload.backend}")
     return Settings(workload, _validated(RunSettings, {}, args, RUN_FLAGS, "run"))
 
 
@@ -394,6 +396,9 @@ def _summary(
         "checkpoint": result.checkpoint.path if result.checkpoint else None,
         "goodput": goodput,
         "compile_cache": m.get("compile_cache"),
+        # sharded runs: the (data, fsdp, tensor) mesh and what one device holds, measured from its local shards
+        "mesh": m.get("mesh"),
+        "bytes_per_device": m.get("bytes_per_device"),
     }
 
 
@@ -438,6 +443,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             else max(args.num_slices or 1, -(-(args.chips or 0) // tpu_slice.chips))
         )
         slices_for_job(tpu_slice, args.chips, args.num_slices, emulate)
+    fsdp, tensor = w.parallelism.fsdp, w.parallelism.tensor
+    if tpu_slice is not None:  # before any cluster work where the slice is known
+        check_sharded(w.backend, tpu_slice, args.num_slices or 1, fsdp, tensor)
     with connect(w.backend, tpu_slice, emulate=emulate, address=args.address):
         if run_dir is not None:
             record_job_event(run_dir, JOB_START, t=wall0)
@@ -449,9 +457,13 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             data.check_fits(num_slices * tpu_slice.chips, job.model.seq_len)
         run_config = _run_config(s.run, storage)
         cache = _local_cache(args, storage)
-        job_trainer = trainer(
-            train_gpt, {"job": job}, tpu_slice, num_slices, run_config, backend=w.backend, compile_cache_dir=cache
-        )
+        check_sharded(w.backend, tpu_slice, num_slices, fsdp, tensor)
+        if fsdp * tensor > 1:  # PyTorch/XLA SPMD: one worker driving the host's chips
+            job_trainer = sharded_trainer(job, fsdp, tensor, run_config, pjrt_device="CPU" if args.local else None)
+        else:
+            job_trainer = trainer(
+                train_gpt, {"job": job}, tpu_slice, num_slices, run_config, backend=w.backend, compile_cache_dir=cache
+            )
         result = job_trainer.fit()
         if run_dir is not None:
             record_job_event(run_dir, JOB_END)

@@ -2,11 +2,13 @@
 
 Exports the pure mesh (:class:`MeshPlan`, :func:`mesh_plan`, :func:`rank_layout`: ``data``, ``fsdp``,
 ``tensor``, the slices on the outer data axis); PyTorch/XLA SPMD on one host (:func:`spmd_mesh`,
-:func:`shard_gpt`, :func:`fsdp_v2`, :data:`TENSOR_PARALLEL_SPECS`, :func:`shard_by_patterns`,
+:func:`shard_gpt`, :func:`fsdp_v2`, :func:`spmd_devices`, :data:`TENSOR_PARALLEL_SPECS`, :func:`shard_by_patterns`,
 :func:`local_bytes`, :func:`spmd_scaling_config`, :func:`check_spmd_slice`); and the refusal of Ray's
 ``prepare_model(parallel_strategy="fsdp")`` (:func:`check_parallel_strategy`). TorchTPU's FSDP2 and tensor
-parallelism are in :mod:`tpuray.workloads.sharding.fsdp2` (it imports ``torch.distributed``). torch_xla is
-imported only when an SPMD function runs.
+parallelism are in :mod:`tpuray.workloads.sharding.fsdp2` (it imports ``torch.distributed``); SPMD's sharded
+checkpoints in :mod:`tpuray.workloads.sharding.checkpoint`, and its Ray Train backend, one worker per host
+(:class:`~tpuray.workloads.sharding.backend.SpmdConfig`, which imports Ray Train), in
+:mod:`tpuray.workloads.sharding.backend`. torch_xla is imported only when an SPMD function runs.
 """
 
 from tpuray.workloads.sharding.mesh import MeshError, MeshPlan, mesh_plan, rank_layout
@@ -19,6 +21,7 @@ from tpuray.workloads.sharding.spmd import (
     local_bytes,
     shard_by_patterns,
     shard_gpt,
+    spmd_devices,
     spmd_mesh,
     spmd_scaling_config,
 )
@@ -36,6 +39,7 @@ __all__ = [
     "rank_layout",
     "shard_by_patterns",
     "shard_gpt",
+    "spmd_devices",
     "spmd_mesh",
     "spmd_scaling_config",
 ]

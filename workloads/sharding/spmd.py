@@ -33,6 +33,7 @@ __all__ = [
     "partition_spec",
     "shard_by_patterns",
     "shard_gpt",
+    "spmd_devices",
     "spmd_mesh",
     "spmd_scaling_config",
 ]
@@ -80,6 +81,28 @@ def spmd_scaling_config(
         resources_per_worker={"TPU": s.chips_per_host},
         **kwargs,
     )
+
+
+def spmd_devices(chips: int | None = None) -> int:
+    """Give this SPMD worker one XLA device per chip of its host, before torch_xla initialises; returns the count.
+
+    On a TPU the runtime finds the host's chips itself. On an emulated host (``PJRT_DEVICE=CPU``) PJRT's CPU client
+    makes ``CPU_NUM_DEVICES`` virtual devices, read once when the client is created at the first device use
+    (torch_xla 2.9 ``core/xla_env_vars.py``, ``csrc/runtime/pjrt_registry.cc``), so it is set here to ``chips``:
+    by default the chips Ray gave this worker (:func:`spmd_scaling_config` asks for all of a host's). Call it
+    first in the train function."""
+    if chips is None:
+        import ray
+
+        chips = len(ray.get_runtime_context().get_accelerator_ids().get("TPU", []))
+    if chips < 1:
+        raise SpmdError("this worker holds no TPU chips: build its ScalingConfig with spmd_scaling_config")
+    if os.environ.get("PJRT_DEVICE") == "CPU":
+        already = os.environ.get("CPU_NUM_DEVICES")
+        if already is not None and already != str(chips):
+            raise SpmdError(f"CPU_NUM_DEVICES={already} is set, but this worker holds {chips} chips")
+        os.environ["CPU_NUM_DEVICES"] = str(chips)
+    return chips
 
 
 def spmd_mesh(plan: MeshPlan) -> Any:
