@@ -79,12 +79,29 @@ def trainer(
     *,
     backend: RuntimeBackend = "xla",
     compile_cache_dir: str | None = None,
+    spmd: bool = False,
+    pjrt_device: str | None = None,
 ) -> Any:
     """A ``TorchTrainer`` running ``train_fn(config)`` on ``num_slices`` whole ``tpu_slice`` slices under
     ``backend``, with ``run_config``. ``compile_cache_dir``: PyTorch/XLA's persistent cache root (TorchTPU's is the
-    stack's, set by the env callback)."""
+    stack's, set by the env callback). ``spmd``: PyTorch/XLA's other process model, one worker per host driving
+    all its chips (:class:`~tpuray.workloads.sharding.SpmdConfig`; ``pjrt_device="CPU"`` on the emulated slice),
+    refused where only TPUs can run it."""
     from ray.train.torch import TorchTrainer
 
+    if spmd:
+        from tpuray.workloads.sharding import spmd_scaling_config
+        from tpuray.workloads.sharding.backend import SpmdConfig
+
+        if backend != "xla":
+            raise ValueError(f"backend {backend}: SPMD is PyTorch/XLA's (backend xla); TorchTPU shards with FSDP2")
+        return TorchTrainer(
+            train_fn,
+            train_loop_config=dict(config),
+            scaling_config=spmd_scaling_config(tpu_slice, num_slices=num_slices, pjrt_device=pjrt_device),
+            torch_config=SpmdConfig(),
+            run_config=run_config,
+        )
     scaling = tpu_scaling_config(tpu_slice, num_slices=num_slices, backend=backend)
     if backend == "xla":
         from tpuray.workloads.xla import XlaChipConfig

@@ -46,7 +46,7 @@ from tpuray.workloads.api.runtime import RuntimeMismatch
 from tpuray.workloads.gpt.data import DatasetError, TokenFile, open_dataset
 from tpuray.workloads.gpt.loop import CheckpointError, GptJob, train_gpt
 from tpuray.workloads.gpt.metrics import ModelShape
-from tpuray.workloads.gpt.sharded import check_sharded, sharded_trainer
+from tpuray.workloads.gpt.sharded import check_sharded, train_gpt_sharded
 from tpuray.workloads.launch import EMULATION_REFUSED, connect, trainer
 from tpuray.workloads.placement.seats import (
     PlacementError,
@@ -459,7 +459,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         cache = _local_cache(args, storage)
         check_sharded(w.backend, tpu_slice, num_slices, fsdp, tensor)
         if fsdp * tensor > 1:  # PyTorch/XLA SPMD: one worker driving the host's chips
-            job_trainer = sharded_trainer(job, fsdp, tensor, run_config, pjrt_device="CPU" if args.local else None)
+            config = {"job": job, "fsdp": fsdp, "tensor": tensor}
+            pjrt = "CPU" if args.local else None
+            job_trainer = trainer(train_gpt_sharded, config, tpu_slice, 1, run_config, spmd=True, pjrt_device=pjrt)
         else:
             job_trainer = trainer(
                 train_gpt, {"job": job}, tpu_slice, num_slices, run_config, backend=w.backend, compile_cache_dir=cache

@@ -24,7 +24,7 @@ from tpuray.workloads.gpt.loop import CheckpointError, GptJob
 from tpuray.workloads.gpt.metrics import throughput
 from tpuray.workloads.signals.goodput import GoodputRecorder
 
-__all__ = ["HISTORY_FILE", "check_sharded", "sharded_trainer", "train_gpt_sharded"]
+__all__ = ["HISTORY_FILE", "check_sharded", "train_gpt_sharded"]
 
 HISTORY_FILE = "history.json"
 """Beside the shards: the model's fingerprint, the losses so far and the steps the run resumed from."""
@@ -57,22 +57,6 @@ def check_sharded(backend: str, tpu_slice: TpuSlice, num_slices: int, fsdp: int,
                 )
             ]
         )
-
-
-def sharded_trainer(job: GptJob, fsdp: int, tensor: int, run_config: Any, pjrt_device: str | None = None) -> Any:
-    """A ``TorchTrainer`` for :func:`train_gpt_sharded` on one host of ``job``'s slice."""
-    from ray.train.torch import TorchTrainer
-
-    from tpuray.workloads.sharding import spmd_scaling_config
-    from tpuray.workloads.sharding.backend import SpmdConfig
-
-    return TorchTrainer(
-        train_gpt_sharded,
-        train_loop_config={"job": job, "fsdp": fsdp, "tensor": tensor},
-        scaling_config=spmd_scaling_config(job.slice_spec, pjrt_device=pjrt_device),
-        torch_config=SpmdConfig(),
-        run_config=run_config,
-    )
 
 
 def _history(where: str, fingerprint: str) -> dict[str, Any]:

@@ -194,7 +194,8 @@ def test_the_built_in_gpt_job_trains_sharded_and_reports_the_mesh_and_bytes_per_
     from tpuray.workloads.gpt.cli import _summary
     from tpuray.workloads.gpt.loop import GptJob
     from tpuray.workloads.gpt.metrics import ModelShape
-    from tpuray.workloads.gpt.sharded import sharded_trainer
+    from tpuray.workloads.gpt.sharded import train_gpt_sharded
+    from tpuray.workloads.launch import trainer
     from tpuray.workloads.signals.goodput import JOB_END, JOB_START, record_job_event
 
     shape = ModelShape(vocab_size=64, layers=1, d_model=16, heads=4, seq_len=8)
@@ -202,7 +203,8 @@ def test_the_built_in_gpt_job_trains_sharded_and_reports_the_mesh_and_bytes_per_
     job = GptJob(shape, 8, 2, 1e-2, 4, str(SINGLE), bf16=False, log_every=4, cpu_threads=1, run_dir=str(run_dir))
     rc = RunConfig(name="gpt", storage_path=str(tmp_path), failure_config=FailureConfig(max_failures=0))
     record_job_event(run_dir, JOB_START)  # as the CLI does around the fit
-    result = sharded_trainer(job, FSDP, TENSOR, rc, pjrt_device="CPU").fit()
+    config = {"job": job, "fsdp": FSDP, "tensor": TENSOR}
+    result = trainer(train_gpt_sharded, config, SINGLE, 1, rc, spmd=True, pjrt_device="CPU").fit()
     record_job_event(run_dir, JOB_END)
     summary = _summary(result, job, SINGLE, 1, "xla", True, 1.0)
     assert summary["mesh"] == {"data": 1, "fsdp": FSDP, "tensor": TENSOR}
