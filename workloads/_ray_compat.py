@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tpuray.components.catalog.names import RAY_TRAIN_CALLBACKS_ENV
@@ -37,6 +38,7 @@ __all__ = [
     "quiet_train_report_log",
     "raylet_pid",
     "ready_train_autoscaling_coordinator",
+    "released_on_failure",
     "require_hooks",
     "set_torch_distributed_env_vars",
     "torch_device_manager_base",
@@ -245,6 +247,20 @@ def check_trainer_configs(check: Callable[[Any, Any], None]) -> None:
 
 # ---- Ray Train's torch backend and its report log (ray/train/torch/config.py;
 #      ray/train/v2/_internal/execution/context.py) ---------------------------------------------------------
+
+
+@contextmanager
+def released_on_failure(worker_group: Any) -> Iterator[None]:
+    """Shut ``worker_group`` down if a backend's start fails: Ray 2.60 marks the group started before it runs the
+    backend's ``on_start`` (``ray/train/v2/_internal/execution/worker_group/worker_group.py``), and would keep its
+    slice placement group reserved."""
+    try:
+        yield
+    except BaseException:
+        shutdown = getattr(worker_group, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        raise
 
 
 def quiet_train_report_log() -> None:

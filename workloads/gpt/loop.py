@@ -24,7 +24,7 @@ from tpuray.workloads.signals.drain import CheckpointSignal
 from tpuray.workloads.signals.goodput import GoodputRecorder
 from tpuray.workloads.signals.training_metrics import report_step_metrics, xla_compiles
 
-__all__ = ["CheckpointError", "GptJob", "train_gpt"]
+__all__ = ["CheckpointError", "GptJob", "check_fingerprint", "train_gpt"]
 
 STATE_FILE = "state.pt"
 
@@ -91,12 +91,17 @@ def _read_state(path: str, fingerprint: str) -> dict[str, Any]:
             raise ValueError("it lacks the step/model/optimizer entries")
     except Exception as e:  # torch raises a zoo of types for a damaged file
         raise OSError(f"checkpoint {str(file)!r} is unreadable ({type(e).__name__}: {e})") from None
-    if state.get("fingerprint") != fingerprint:
-        raise CheckpointError(
-            f"checkpoint {str(file)!r} belongs to another model (fingerprint {state.get('fingerprint')!r}, this "
-            f"job {fingerprint!r}); give this run another name (--run-name) or storage path"
-        )
+    check_fingerprint(str(file), state.get("fingerprint"), fingerprint)
     return state
+
+
+def check_fingerprint(where: str, found: object, fingerprint: str) -> None:
+    """Refuse a checkpoint at ``where`` whose model ``found`` is not this job's ``fingerprint``."""
+    if found != fingerprint:
+        raise CheckpointError(
+            f"checkpoint {where!r} belongs to another model (fingerprint {found!r}, this job {fingerprint!r}); give "
+            "this run another name (--run-name) or storage path"
+        )
 
 
 def _resume(job: GptJob) -> tuple[dict[str, Any] | None, list[str]]:

@@ -20,7 +20,7 @@ from typing import Any
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import ConfigError
 from tpuray.workloads import _ray_compat
-from tpuray.workloads.gpt.loop import CheckpointError, GptJob
+from tpuray.workloads.gpt.loop import CheckpointError, GptJob, check_fingerprint
 from tpuray.workloads.gpt.metrics import throughput
 from tpuray.workloads.signals.goodput import GoodputRecorder
 
@@ -65,11 +65,7 @@ def _history(where: str, fingerprint: str) -> dict[str, Any]:
         history: dict[str, Any] = json.loads(file.read_text())
     except (OSError, ValueError) as e:
         raise CheckpointError(f"checkpoint {where!r} has no readable {HISTORY_FILE} ({e})") from None
-    if history.get("fingerprint") != fingerprint:
-        raise CheckpointError(
-            f"checkpoint {where!r} belongs to another model (fingerprint {history.get('fingerprint')!r}, this "
-            f"job {fingerprint!r}); give this run another name (--run-name) or storage path"
-        )
+    check_fingerprint(where, history.get("fingerprint"), fingerprint)
     return history
 
 

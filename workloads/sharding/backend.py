@@ -26,6 +26,7 @@ from typing import Any
 from ray.train.backend import Backend
 from ray.train.torch import TorchConfig
 
+from tpuray.workloads import _ray_compat
 from tpuray.workloads.sharding.spmd import spmd_devices
 
 __all__ = ["SpmdConfig"]
@@ -65,16 +66,11 @@ class _SpmdBackend(Backend):
     def on_start(self, worker_group: Any, backend_config: Any) -> None:
         import ray
 
-        try:
+        with _ray_compat.released_on_failure(worker_group):
             n = len(worker_group)
             master = worker_group.execute_single(0, _free_port)
             timeout = backend_config.timeout_s
             ray.get([worker_group.execute_single_async(i, _join, master, i, n, timeout) for i in range(n)])
-        except BaseException:
-            shutdown = getattr(worker_group, "shutdown", None)
-            if shutdown is not None:
-                shutdown()  # releases the slice placement group; Ray 2.60 would keep it reserved
-            raise
 
     def on_shutdown(self, worker_group: Any, backend_config: Any) -> None:
         worker_group.execute(_leave)

@@ -172,13 +172,8 @@ def _leave() -> None:
 
 class _XlaChipBackend(Backend):
     def on_start(self, worker_group: Any, backend_config: Any) -> None:
-        try:
+        with _ray_compat.released_on_failure(worker_group):
             self._start(worker_group, backend_config)
-        except BaseException:
-            shutdown = getattr(worker_group, "shutdown", None)
-            if shutdown is not None:
-                shutdown()  # releases the slice placement group; Ray 2.60 would keep it reserved
-            raise
 
     def _start(self, worker_group: Any, cfg: XlaChipConfig) -> None:
         import ray
