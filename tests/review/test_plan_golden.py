@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.plans import GOLDEN, ROOT, STACKS
+from tpuray.components import cli
 from tpuray.components.review.plan import Plan, render_stack, write_plan
 from tpuray.components.review.plan_dir import MARKER
 
@@ -99,25 +100,42 @@ def test_cli_plan_in_a_fresh_process_gives_the_golden_bytes(tmp_path: Path) -> N
     assert (tmp_path / "plan.json").read_bytes() == (GOLDEN / "dev" / "plan.json").read_bytes()
 
 
-def test_cli_plan_bad_stack_file_prints_the_model_errors(tmp_path: Path) -> None:
+def _tpuray_here(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
+) -> tuple[int, str, str]:
+    """The CLI in this process, from the repository root (a fresh Python importing Pulumi costs seconds; the
+    fresh-process run is test_cli_plan_in_a_fresh_process_gives_the_golden_bytes): exit code, stdout, stderr."""
+    monkeypatch.chdir(ROOT)
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_plan_bad_stack_file_prints_the_model_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     bad = tmp_path / "Pulumi.bad.yaml"
     text = (ROOT / "Pulumi.dev.yaml").read_text().replace("topology: 2x2", "topology: 3x3")
     bad.write_text(text.replace("region: us-west4", "region: Nowhere"))
-    done = _tpuray("plan", "--stack", "bad", "--stack-file", str(bad), "--out", str(tmp_path / "out"))
-    assert done.returncode == 1
-    assert "slicePools[0].topology" in done.stderr and "region" in done.stderr
+    args = ("plan", "--stack", "bad", "--stack-file", str(bad), "--out", str(tmp_path / "out"))
+    code, _, err = _tpuray_here(capsys, monkeypatch, *args)
+    assert code == 1
+    assert "slicePools[0].topology" in err and "region" in err
     assert not (tmp_path / "out").exists()
 
 
-def test_cli_plan_fails_on_a_policy_violation(tmp_path: Path) -> None:
+def test_cli_plan_fails_on_a_policy_violation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Production needs deletion protection: a prod stack file that turns it off renders but fails."""
     bad = tmp_path / "Pulumi.prod.yaml"
     bad.write_text(
         (ROOT / "Pulumi.prod.yaml").read_text().replace("deletionProtection: true", "deletionProtection: false")
     )
-    done = _tpuray("plan", "--stack", "prod", "--stack-file", str(bad), "--out", str(tmp_path / "out"))
-    assert done.returncode == 1
-    assert "gke-deletion-protection-production" in done.stderr
+    args = ("plan", "--stack", "prod", "--stack-file", str(bad), "--out", str(tmp_path / "out"))
+    code, _, err = _tpuray_here(capsys, monkeypatch, *args)
+    assert code == 1
+    assert "gke-deletion-protection-production" in err
     assert (tmp_path / "out" / "plan.json").is_file()  # written anyway, for reading
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -25,11 +27,16 @@ def _modules() -> list[str]:
     )
 
 
-def test_workloads_import_without_pulumi() -> None:
+@pytest.fixture(scope="module")
+def fresh_process() -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """One fresh interpreter with Pulumi blocked (importing torch, torch_xla and Ray costs seconds a process): it
+    imports every workload module and asserts no Pulumi module got loaded, then runs ``python -m
+    tpuray.workloads.train --help`` as ``-m`` does (:func:`runpy.run_module` as ``__main__``). Returns the process
+    and, from its stdout, the exit code and output of the ``--help`` run."""
     modules = [m for m in _modules() if m != "__init__"]
     assert {"train", "emulate", "xla.backend", "torch_tpu.callback", "gpt.loop"} <= set(modules)
     code = (
-        "import sys\n"
+        "import contextlib, io, json, runpy, sys\n"
         "class Block:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'pulumi' or name.startswith(('pulumi.', 'pulumi_')):\n"
@@ -37,8 +44,25 @@ def test_workloads_import_without_pulumi() -> None:
         "sys.meta_path.insert(0, Block())\n"
         + "".join(f"import tpuray.workloads.{m}\n" for m in modules)
         + "assert not any(k.startswith('pulumi') for k in sys.modules)\n"
+        # then `python -m tpuray.workloads.train --help`, as -m runs it (runpy warns that the module is imported)
+        "out = io.StringIO()\n"
+        "sys.argv = ['train', '--help']\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    try:\n"
+        "        runpy.run_module('tpuray.workloads.train', run_name='__main__', alter_sys=True)\n"
+        "        exit_code = 0\n"
+        "    except SystemExit as e:\n"
+        "        exit_code = e.code\n"
+        "print(json.dumps({'exit': exit_code, 'stdout': out.getvalue()}), flush=True)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith('{"exit": ')]
+    help_run: dict[str, Any] = json.loads(lines[0]) if lines else {"exit": None, "stdout": ""}
+    return proc, help_run
+
+
+def test_workloads_import_without_pulumi(fresh_process: tuple[subprocess.CompletedProcess[str], Any]) -> None:
+    proc, _ = fresh_process
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -54,7 +78,9 @@ def test_the_top_level_holds_at_most_six_modules_and_every_wing_says_what_it_exp
         assert doc and len(doc.splitlines()) <= 12, f"{wing.name}/__init__.py: a short docstring saying what it holds"
 
 
-def test_the_paths_deployed_stacks_name_still_work() -> None:
+def test_the_paths_deployed_stacks_name_still_work(
+    fresh_process: tuple[subprocess.CompletedProcess[str], dict[str, Any]],
+) -> None:
     """A live RayJob runs ``python -m tpuray.workloads.train``, and every Ray pod of a TorchTPU stack names
     ``tpuray.workloads.torch_tpu.TorchTpuEnvCallback`` in ``RAY_TRAIN_CALLBACKS``: old manifests must keep running
     on new images."""
@@ -71,10 +97,8 @@ def test_the_paths_deployed_stacks_name_still_work() -> None:
     cfg = load_stack_file(REPO / "Pulumi.dev.yaml")
     entrypoint = train_entrypoint(cfg.workload, cfg.workload_pool(), "run", None)
     assert "python -m tpuray.workloads.train " in entrypoint, entrypoint
-    proc = subprocess.run(
-        [sys.executable, "-m", "tpuray.workloads.train", "--help"], capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0 and "--steps" in proc.stdout, proc.stderr[-2000:]
+    proc, help_run = fresh_process  # ``python -m tpuray.workloads.train --help``, run in the fixture's process
+    assert help_run["exit"] == 0 and "--steps" in help_run["stdout"], proc.stderr[-2000:]
 
 
 def _image_stages() -> dict[str, str]:
