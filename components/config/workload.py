@@ -173,3 +173,31 @@ def require_data_parallel(workload: WorkloadConfig, runner: str) -> None:
                 )
             ]
         )
+
+
+def require_entrypoint_sharding(backend: str, tpu_slice: TpuSlice, num_slices: int, fsdp: int, tensor: int) -> None:
+    """Raise ``ConfigError`` on a sharded job the built-in entrypoint does not run (it runs PyTorch/XLA SPMD on one
+    host), naming what it runs instead."""
+    if fsdp * tensor == 1:
+        return
+    why = None
+    if backend != "xla":
+        why = f"backend {backend}: it runs sharded on PyTorch/XLA SPMD only (backend: xla)"
+    elif tpu_slice.hosts * num_slices > 1:
+        why = (
+            f"{num_slices} x {tpu_slice} is {tpu_slice.hosts * num_slices} hosts: it runs sharded on one host "
+            "(a single-host slice, one slice)"
+        )
+    elif tpu_slice.chips % (fsdp * tensor):
+        why = f"fsdp x tensor does not divide the slice's {tpu_slice.chips} chips"
+    if why:
+        raise ConfigError(
+            [
+                (
+                    "workload.parallelism",
+                    f"fsdp={fsdp} x tensor={tensor}: the built-in entrypoint cannot train this sharded ({why}); "
+                    "shard your own train function with tpuray.workloads.sharding (docs/sharding.md), or set "
+                    "fsdp: 1 and tensor: 1",
+                )
+            ]
+        )

@@ -41,12 +41,12 @@ from tpuray.components.config import (
     validated_as,
 )
 from tpuray.components.config.value_types import RunName
-from tpuray.components.config.workload import require_data_parallel
+from tpuray.components.config.workload import require_data_parallel, require_entrypoint_sharding
 from tpuray.workloads.api.runtime import RuntimeMismatch
 from tpuray.workloads.gpt.data import DatasetError, TokenFile, open_dataset
 from tpuray.workloads.gpt.loop import CheckpointError, GptJob, train_gpt
 from tpuray.workloads.gpt.metrics import ModelShape
-from tpuray.workloads.gpt.sharded import check_sharded, train_gpt_sharded
+from tpuray.workloads.gpt.sharded import train_gpt_sharded
 from tpuray.workloads.launch import EMULATION_REFUSED, connect, trainer
 from tpuray.workloads.placement.seats import (
     PlacementError,
@@ -445,7 +445,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         slices_for_job(tpu_slice, args.chips, args.num_slices, emulate)
     fsdp, tensor = w.parallelism.fsdp, w.parallelism.tensor
     if tpu_slice is not None:  # before any cluster work where the slice is known
-        check_sharded(w.backend, tpu_slice, args.num_slices or 1, fsdp, tensor)
+        require_entrypoint_sharding(w.backend, tpu_slice, args.num_slices or 1, fsdp, tensor)
     with connect(w.backend, tpu_slice, emulate=emulate, address=args.address):
         if run_dir is not None:
             record_job_event(run_dir, JOB_START, t=wall0)
@@ -457,7 +457,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             data.check_fits(num_slices * tpu_slice.chips, job.model.seq_len)
         run_config = _run_config(s.run, storage)
         cache = _local_cache(args, storage)
-        check_sharded(w.backend, tpu_slice, num_slices, fsdp, tensor)
+        require_entrypoint_sharding(w.backend, tpu_slice, num_slices, fsdp, tensor)
         if fsdp * tensor > 1:  # PyTorch/XLA SPMD: one worker driving the host's chips
             config = {"job": job, "fsdp": fsdp, "tensor": tensor}
             pjrt = "CPU" if args.local else None

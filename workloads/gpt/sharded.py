@@ -2,8 +2,8 @@
 driving all of its chips, the GPT marked from the sharding table (docs/sharding.md).
 
 Runs on one host: multi-host SPMD needs TPUs and a multi-host checkpoint test that only a TPU can run, and
-multislice SPMD is not wired here, so the CLI refuses both before any cluster work (:func:`check_sharded`). The
-batch each step is the data-parallel job's: every chip's rows, concatenated, so the two runs see the same data.
+multislice SPMD is not wired here, so the CLI refuses both before any cluster work
+(:func:`~tpuray.components.config.workload.require_entrypoint_sharding`). The batch each step is the data-parallel job's: every chip's rows, concatenated, so the two runs see the same data.
 Checkpoints hold each device's shards (:mod:`tpuray.workloads.sharding.checkpoint`) and a small JSON of the run's
 history beside them.
 """
@@ -18,45 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.components.config import ConfigError
 from tpuray.workloads import _ray_compat
 from tpuray.workloads.gpt.loop import CheckpointError, GptJob, check_fingerprint
 from tpuray.workloads.gpt.metrics import throughput
 from tpuray.workloads.signals.goodput import GoodputRecorder
 
-__all__ = ["HISTORY_FILE", "check_sharded", "train_gpt_sharded"]
+__all__ = ["HISTORY_FILE", "train_gpt_sharded"]
 
 HISTORY_FILE = "history.json"
 """Beside the shards: the model's fingerprint, the losses so far and the steps the run resumed from."""
 
 log = logging.getLogger(__name__)
-
-
-def check_sharded(backend: str, tpu_slice: TpuSlice, num_slices: int, fsdp: int, tensor: int) -> None:
-    """Refuse a sharded job the built-in entrypoint does not run, naming what it runs instead."""
-    if fsdp * tensor == 1:
-        return
-    why = None
-    if backend != "xla":
-        why = f"backend {backend}: it runs sharded on PyTorch/XLA SPMD only (backend: xla)"
-    elif tpu_slice.hosts * num_slices > 1:
-        why = (
-            f"{num_slices} x {tpu_slice} is {tpu_slice.hosts * num_slices} hosts: it runs sharded on one host "
-            "(a single-host slice, one slice)"
-        )
-    elif tpu_slice.chips % (fsdp * tensor):
-        why = f"fsdp x tensor does not divide the slice's {tpu_slice.chips} chips"
-    if why:
-        raise ConfigError(
-            [
-                (
-                    "workload.parallelism",
-                    f"fsdp={fsdp} x tensor={tensor}: the built-in entrypoint cannot train this sharded ({why}); "
-                    "shard your own train function with tpuray.workloads.sharding (docs/sharding.md), or set "
-                    "fsdp: 1 and tensor: 1",
-                )
-            ]
-        )
 
 
 def _history(where: str, fingerprint: str) -> dict[str, Any]:

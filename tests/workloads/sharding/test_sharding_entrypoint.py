@@ -9,8 +9,8 @@ import pytest
 
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import ConfigError, WorkloadConfig
+from tpuray.components.config.workload import require_entrypoint_sharding as check_sharded
 from tpuray.workloads.gpt import cli as train
-from tpuray.workloads.gpt.sharded import check_sharded
 
 
 def test_the_entrypoint_takes_parallelism_on_xla_and_refuses_it_on_torch_tpu() -> None:
