@@ -3,7 +3,8 @@ driving all of its chips, the GPT marked from the sharding table (docs/sharding.
 
 Runs on one host: multi-host SPMD needs TPUs and a multi-host checkpoint test that only a TPU can run, and
 multislice SPMD is not wired here, so the CLI refuses both before any cluster work
-(:func:`~tpuray.components.config.workload.require_entrypoint_sharding`). The batch each step is the data-parallel job's: every chip's rows, concatenated, so the two runs see the same data.
+(:func:`~tpuray.components.config.workload.require_entrypoint_sharding`). The batch each step is the
+data-parallel job's: every chip's rows, concatenated, so the two runs see the same data.
 Checkpoints hold each device's shards (:mod:`tpuray.workloads.sharding.checkpoint`) and a small JSON of the run's
 history beside them.
 """
