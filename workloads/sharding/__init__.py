@@ -6,8 +6,9 @@ Exports the pure mesh (:class:`MeshPlan`, :func:`mesh_plan`, :func:`rank_layout`
 :func:`local_bytes`, :func:`spmd_scaling_config`, :func:`check_spmd_slice`); and the refusal of Ray's
 ``prepare_model(parallel_strategy="fsdp")`` (:func:`check_parallel_strategy`). TorchTPU's FSDP2 and tensor
 parallelism are in :mod:`tpuray.workloads.sharding.fsdp2` (it imports ``torch.distributed``); SPMD's sharded
-checkpoints in :mod:`tpuray.workloads.sharding.checkpoint`, and its Ray Train backend, one worker per host
-(:class:`~tpuray.workloads.sharding.backend.SpmdConfig`, which imports Ray Train), in
+checkpoints in :mod:`tpuray.workloads.sharding.checkpoint`; Hugging Face's ``Trainer`` with ``xla_fsdp_v2`` over
+that mesh in :mod:`tpuray.workloads.sharding.hf` (it imports transformers); and its Ray Train backend, one worker
+per host (:class:`~tpuray.workloads.sharding.backend.SpmdConfig`, which imports Ray Train), in
 :mod:`tpuray.workloads.sharding.backend`. torch_xla is imported only when an SPMD function runs.
 """
 

@@ -10,9 +10,10 @@ FSDP_ON_TPU = (
     "(Ray 2.60 ray/train/v2/torch/train_loop_utils.py raises 'FSDP is only available with GPU-enabled training' "
     "without one, and wraps nothing on one worker), which does not run on TPU chips. Shard with PyTorch/XLA SPMD "
     "instead: tpuray.workloads.sharding.spmd_mesh, then fsdp_v2(model) (torch_xla's FSDPv2; Hugging Face's "
-    "xla_fsdp_v2 reads the same global mesh), one worker per host (spmd_scaling_config); or, on TorchTPU, "
-    "torch.distributed.fsdp.fully_shard (FSDP2; tpuray.workloads.sharding.fsdp2). Keep prepare_model for DDP "
-    "(parallel_strategy='ddp') or parallel_strategy=None. See docs/sharding.md"
+    "xla_fsdp_v2 through tpuray.workloads.sharding.hf.XlaFsdpV2Trainer), one worker per host "
+    "(spmd_scaling_config); or, on TorchTPU, torch.distributed.fsdp.fully_shard (FSDP2; "
+    "tpuray.workloads.sharding.fsdp2). Keep prepare_model for DDP (parallel_strategy='ddp') or "
+    "parallel_strategy=None. See docs/sharding.md"
 )
 
 

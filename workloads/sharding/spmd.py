@@ -1,12 +1,13 @@
 """PyTorch/XLA SPMD on one host: one process drives every chip of its VM, and the compiler partitions the program
 from the shardings of the parameters (https://docs.pytorch.org/xla/master/perf/spmd_basic.html).
 
-:func:`spmd_mesh` turns SPMD on and sets the global mesh, so Hugging Face's ``xla_fsdp_v2`` (which reads
-``xs.get_global_mesh()``) and a user's own ``xs.mark_sharding`` calls work unchanged; :func:`shard_gpt` marks the
-entrypoint GPT's parameters from the one table the config's HBM estimate reads
-(:data:`~tpuray.components.catalog.gpt_sharding.GPT_PARAMETERS`); :data:`TENSOR_PARALLEL_SPECS` is that table as
-module-name patterns to partition specs for a user's own Megatron-style layers; :func:`fsdp_v2` wraps a model in
-torch_xla's FSDPv2. torch_xla is imported inside the functions, so this module imports without it.
+:func:`spmd_mesh` turns SPMD on and sets the global mesh, which a user's own ``xs.mark_sharding`` calls and
+torch_xla's FSDPv2 read (Hugging Face's ``Trainer`` replaces it with its own: train ``xla_fsdp_v2`` with
+:class:`tpuray.workloads.sharding.hf.XlaFsdpV2Trainer`); :func:`shard_gpt` marks the entrypoint GPT's parameters
+from the one table the config's HBM estimate reads (:data:`~tpuray.components.catalog.gpt_sharding.GPT_PARAMETERS`);
+:data:`TENSOR_PARALLEL_SPECS` is that table as module-name patterns to partition specs for a user's own
+Megatron-style layers; :func:`fsdp_v2` wraps a model in torch_xla's FSDPv2. torch_xla is imported inside the
+functions, so this module imports without it.
 """
 
 from __future__ import annotations
