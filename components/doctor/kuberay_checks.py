@@ -19,6 +19,7 @@ from tpuray.components.config import (
 from tpuray.components.doctor.crd_schema import crd_problems, rendered_kinds
 from tpuray.components.doctor.objects import (
     deployment_ready,
+    describe_hint,
     find_deployment,
     item_paths,
     labels,
@@ -68,13 +69,7 @@ def check_kuberay_operator(cfg: StackConfig, objs: ClusterObjects) -> CheckResul
     have = version(text)
     fact = f"the stack needs {needs}; {meta(dep).get('namespace', '?')}/{name(dep)} runs {text or 'an unknown version'}"
     if not deployment_ready(dep):
-        return CheckResult(
-            "kuberay-operator",
-            "fail",
-            f"{fact}, with no ready replica",
-            src,
-            f"see kubectl -n {meta(dep).get('namespace')} describe deployment {name(dep)}",
-        )
+        return CheckResult("kuberay-operator", "fail", f"{fact}, with no ready replica", src, describe_hint(dep))
     if have is None:
         return CheckResult("kuberay-operator", "warn", f"{fact} ({read}: unknown)", src, fix_install)
     if have < Version(floor):

@@ -166,6 +166,11 @@ def pod_running(pod: Mapping[str, Any]) -> bool:
     return text_at(pod, "status", "phase") == "Running"
 
 
+def describe_hint(dep: Mapping[str, Any]) -> str:
+    """The fix for a Deployment with no ready replica: what ``kubectl describe`` says about it."""
+    return f"see kubectl -n {meta(dep).get('namespace')} describe deployment {name(dep)}"
+
+
 def deployment_ready(dep: Mapping[str, Any]) -> bool:
     """At least one ready replica (``status.readyReplicas``, absent when there is none)."""
     ready = _at(dep, ("status", "readyReplicas"))

@@ -31,6 +31,7 @@ from tpuray.components.doctor.objects import (
     container_named,
     container_names,
     deployment_ready,
+    describe_hint,
     env_of,
     find_deployment,
     image_tag,
@@ -97,7 +98,7 @@ def check_tpu_webhook_version(cfg: StackConfig, objs: ClusterObjects) -> CheckRe
             "fail",
             f"{fact}; {runs}, with no ready replica: no pod is mutated",
             TPU_WEBHOOK_SOURCE,
-            f"see kubectl -n {meta(dep).get('namespace')} describe deployment {name(dep)}",
+            describe_hint(dep),
         )
     if have is None:
         return CheckResult("tpu-webhook-version", "warn", f"{fact}; {runs} (unknown)", TPU_WEBHOOK_SOURCE, fix)

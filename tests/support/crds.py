@@ -25,7 +25,6 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -34,19 +33,9 @@ HOW = "run `python tools/fetch_crds.py` or set TPURAY_SHARED_DIR"
 FETCH_TIMEOUT = 30.0  # seconds per file: no network fails at once; a stalled proxy must not hold the suite long
 
 
-def _load_tool() -> ModuleType:
-    """tools/fetch_crds.py, a script (tools/ is no package), imported by its path as tests/test_docs.py does."""
-    path = ROOT / "tools" / "fetch_crds.py"
-    spec = importlib.util.spec_from_file_location("tpuray_fetch_crds", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its exception classes must be the ones callers catch
-    spec.loader.exec_module(module)
-    return module
-
-
-fetch_crds = _load_tool()
+# tools/ is no package: its script imports by name once its folder is on the path (it loads pins.py by path itself)
+sys.path.insert(0, str(ROOT / "tools"))
+fetch_crds = importlib.import_module("fetch_crds")
 
 
 def shared_dir() -> Path:
