@@ -30,6 +30,7 @@ import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from tpuray.components.catalog.names import (
@@ -75,21 +76,26 @@ def _enable_cache(rank: int, tpu_slice: TpuSlice, num_slices: int) -> str | None
     return use.directory if use is not None else None
 
 
-def slice_envs(seats: Sequence[Seat]) -> list[dict[str, str]]:
-    """The TorchTPU env of every worker, indexed like ``seats`` (which come in world-rank order): each slice's
-    workers share one env, the address list in the order of their ranks.
+@dataclass(frozen=True)
+class _RankPlan:
+    """What one worker gets: its slice's TorchTPU env, the slice's shape, and its device on its host."""
 
-    Raises :class:`PlacementError` when a slice's workers are not one per device of a whole slice.
-    """
+    env: dict[str, str]
+    tpu_slice: TpuSlice
+    device: int
+    """Its place among its host's ranks, in rank order: Ray's ``LOCAL_RANK`` where each host has its own IP (a GKE
+    pod), which Ray groups ranks by; device 0 is the host's first rank."""
+
+
+def _plan(seats: Sequence[Seat]) -> list[_RankPlan]:
+    """Each worker's plan, indexed like ``seats`` (world-rank order); each slice's shape read once."""
     by_slice: dict[str, list[int]] = {}
     for i, s in enumerate(seats):
         by_slice.setdefault(s.slice_name, []).append(i)
-    out: list[dict[str, str]] = [{} for _ in seats]
+    out: list[_RankPlan | None] = [None] * len(seats)
     for name, members in by_slice.items():
         group = [seats[i] for i in members]
         tpu_slice = _slice_shape(group)
-        # a rank's device is its place among the slice's ranks on its host, in rank order: Ray's LOCAL_RANK where
-        # each host has its own IP (a GKE pod), which Ray groups ranks by
         on_host: Counter[int] = Counter()
         devices: list[int] = []
         for s in group:
@@ -101,9 +107,18 @@ def slice_envs(seats: Sequence[Seat]) -> list[dict[str, str]]:
             )
         except ValueError as e:
             raise PlacementError(f"slice {name}: {e}; {_one_per_device(group)}") from None
-        for i in members:
-            out[i] = env
-    return out
+        for i, d in zip(members, devices, strict=True):
+            out[i] = _RankPlan(env, tpu_slice, d)
+    return [r for r in out if r is not None]
+
+
+def slice_envs(seats: Sequence[Seat]) -> list[dict[str, str]]:
+    """The TorchTPU env of every worker, indexed like ``seats`` (which come in world-rank order): each slice's
+    workers share one env, the address list in the order of their ranks.
+
+    Raises :class:`PlacementError` when a slice's workers are not one per device of a whole slice.
+    """
+    return [r.env for r in _plan(seats)]
 
 
 def _slice_shape(group: Sequence[Seat]) -> TpuSlice:
@@ -160,26 +175,12 @@ class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ig
         self._group = worker_group
         n = len(worker_group)
         seats: list[Seat] = ray.get([worker_group.execute_single_async(i, probe, i, "torch_tpu") for i in range(n)])
-        envs = slice_envs(seats)
-        first = {
-            (s.slice_name, s.worker_id): min(
-                r.actor_index for r in seats if (r.slice_name, r.worker_id) == (s.slice_name, s.worker_id)
-            )
-            for s in seats
-        }
+        plans = _plan(seats)
+        ray.get([worker_group.execute_single_async(i, _apply, r.env, r.device == 0) for i, r in enumerate(plans)])
+        slices = len({s.slice_name for s in seats})
         ray.get(
             [
-                worker_group.execute_single_async(i, _apply, env, first[(s.slice_name, s.worker_id)] == s.actor_index)
-                for i, (s, env) in enumerate(zip(seats, envs, strict=True))
-            ]
-        )
-        by_slice: dict[str, list[Seat]] = {}
-        for s in seats:
-            by_slice.setdefault(s.slice_name, []).append(s)
-        shapes = {name: _slice_shape(group) for name, group in by_slice.items()}
-        ray.get(
-            [
-                worker_group.execute_single_async(i, _enable_cache, s.actor_index, shapes[s.slice_name], len(shapes))
-                for i, s in enumerate(seats)
+                worker_group.execute_single_async(i, _enable_cache, s.actor_index, r.tpu_slice, slices)
+                for i, (s, r) in enumerate(zip(seats, plans, strict=True))
             ]
         )

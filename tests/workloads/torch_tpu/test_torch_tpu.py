@@ -121,6 +121,7 @@ class _FakeGroup:
     def __init__(self, seats: list[Seat]) -> None:
         self.seats = seats
         self.applied: dict[int, dict[str, str]] = {}
+        self.watchers: dict[int, bool] = {}
         self.cache_calls: dict[int, tuple[Any, ...]] = {}
         self.shut = False
 
@@ -138,6 +139,7 @@ class _FakeGroup:
             self.cache_calls[i] = args
             return None
         self.applied[i] = args[0]
+        self.watchers[i] = args[1]
         return args[0]
 
     def shutdown(self) -> None:
@@ -156,6 +158,14 @@ def test_callback_sets_the_env_before_the_backend_and_keeps_what_is_set(monkeypa
     assert {e["TORCH_TPU_SLICEBUILDER_ADDRESSES"] for e in applied.values()} == {
         slice_envs(seats)[0]["TORCH_TPU_SLICEBUILDER_ADDRESSES"]
     }
+    # one drain watcher per host: its lowest rank
+    hosts = {(s.slice_name, s.worker_id) for s in seats}
+    watchers = [s for s in seats if group.watchers[s.actor_index]]
+    assert sorted((s.slice_name, s.worker_id) for s in watchers) == sorted(hosts)
+    for w in watchers:
+        assert w.actor_index == min(
+            s.actor_index for s in seats if (s.slice_name, s.worker_id) == (w.slice_name, w.worker_id)
+        )
 
 
 def test_callback_points_each_worker_at_the_compile_cache_before_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
