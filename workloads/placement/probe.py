@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 from tpuray.components.catalog.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL
 from tpuray.components.catalog.runtimes import RuntimeBackend
@@ -11,7 +12,7 @@ from tpuray.workloads.api.runtime import require_runtime
 from tpuray.workloads.placement.seats import PlacementError, Seat
 from tpuray.workloads.placement.worker_env import hostnames_from_env
 
-__all__ = ["probe"]
+__all__ = ["free_port", "probe"]
 
 
 def probe(index: int, runtime: RuntimeBackend) -> Seat:
@@ -36,3 +37,13 @@ def probe(index: int, runtime: RuntimeBackend) -> Seat:
         hostnames=tuple(hostnames_from_env(os.environ)),
         labels=labels,
     )
+
+
+def free_port() -> tuple[str, int]:
+    """Run on a worker: its node's IP and a TCP port free there, for a process group's rendezvous (the backends
+    ask the first worker for it)."""
+    import ray
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return str(ray.util.get_node_ip_address()), int(s.getsockname()[1])  # type: ignore[no-untyped-call]

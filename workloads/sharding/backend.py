@@ -18,7 +18,6 @@ If that fails the backend shuts the worker group down before raising, so the sli
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -27,17 +26,10 @@ from ray.train.backend import Backend
 from ray.train.torch import TorchConfig
 
 from tpuray.workloads import _ray_compat
+from tpuray.workloads.placement.probe import free_port
 from tpuray.workloads.sharding.spmd import spmd_devices
 
 __all__ = ["SpmdConfig"]
-
-
-def _free_port() -> tuple[str, int]:
-    import ray
-
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return str(ray.util.get_node_ip_address()), int(s.getsockname()[1])  # type: ignore[no-untyped-call]
 
 
 def _join(master: tuple[str, int], rank: int, world_size: int, timeout_s: float) -> None:
@@ -68,7 +60,7 @@ class _SpmdBackend(Backend):
 
         with _ray_compat.released_on_failure(worker_group):
             n = len(worker_group)
-            master = worker_group.execute_single(0, _free_port)
+            master = worker_group.execute_single(0, free_port)
             timeout = backend_config.timeout_s
             ray.get([worker_group.execute_single_async(i, _join, master, i, n, timeout) for i in range(n)])
 

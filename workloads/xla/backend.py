@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -37,7 +36,7 @@ from tpuray.workloads import _ray_compat
 from tpuray.workloads.api import compile_cache
 from tpuray.workloads.api.scaling import USE_GPU_WITH_XLA
 from tpuray.workloads.api.worker import ChipInfo, Collective, bind, chip
-from tpuray.workloads.placement.probe import probe
+from tpuray.workloads.placement.probe import free_port, probe
 from tpuray.workloads.placement.seats import ChipAssignment, PlacementError, Seat, assign_chips, slice_of
 from tpuray.workloads.placement.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS
 from tpuray.workloads.xla import frameworks, portable
@@ -84,14 +83,6 @@ def check_scaling_config(backend_config: Any, scaling: Any) -> None:
 
 
 # ---- run on each worker (module-level so Ray pickles them by reference) -----------------------------------
-
-
-def _free_port() -> tuple[str, int]:
-    import ray
-
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return str(ray.util.get_node_ip_address()), int(s.getsockname()[1])  # type: ignore[no-untyped-call]
 
 
 def apply_assignment(assignment: ChipAssignment) -> dict[str, str]:
@@ -197,7 +188,7 @@ class _XlaChipBackend(Backend):
             tpu_slice, len(names), seats, base_port=cfg.base_port, megascale_port=cfg.megascale_port
         )
         ray.get([worker_group.execute_single_async(a.actor_index, apply_assignment, a) for a in assignments])
-        master = worker_group.execute_single(assignments[0].actor_index, _free_port)
+        master = worker_group.execute_single(assignments[0].actor_index, free_port)
         ray.get(
             [
                 worker_group.execute_single_async(
