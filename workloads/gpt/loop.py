@@ -182,7 +182,8 @@ def train_gpt(config: dict[str, Any]) -> None:
         state, notes = _resume(job)
         if state is not None:
             model.load_state_dict(state["model"])
-    model = model.to(c.device)
+    device = c.device  # once: the runtime's device is looked up, not stored
+    model = model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=job.learning_rate, weight_decay=0.01)
     start, history, resumes, drains = 0, [], [], []
     if state is not None:
@@ -212,7 +213,7 @@ def train_gpt(config: dict[str, Any]) -> None:
                 batch = data.batch(step, c.rank, c.world_size, job.batch_size_per_chip, job.model.seq_len)
                 tokens = torch.from_numpy(batch)
             with autocast:
-                loss = model.loss(tokens.to(c.device))
+                loss = model.loss(tokens.to(device))
             loss.backward()  # type: ignore[no-untyped-call]
             c.optimizer_step(opt)
             opt.zero_grad(set_to_none=True)
