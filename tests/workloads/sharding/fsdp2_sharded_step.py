@@ -84,7 +84,7 @@ def _step(world: int, plans: list[str]) -> None:
         result["bytes_per_rank"] = sorted(set(every))  # type: ignore[type-var]
         result["state_tensors"] = len(state)
         if dist.get_rank() == 0:
-            print(json.dumps(result), flush=True)
+            _emit(result)
 
 
 def _save(world: int, where: Path) -> None:
@@ -113,7 +113,17 @@ def _load(world: int, where: Path) -> None:
     diff = max((_full(p).detach() - expected[n]).abs().max().item() for n, p in model.named_parameters())
     local = sorted({type(p).__name__ for p in model.parameters()})
     if dist.get_rank() == 0:
-        print(json.dumps({"world": world, "max_diff": diff, "parameter_types": local}), flush=True)
+        _emit({"world": world, "max_diff": diff, "parameter_types": local})
+
+
+RESULTS_ENV = "FSDP2_STEP_RESULTS"
+"""The file rank 0 appends its JSON lines to: the ranks share stdout, where gloo's own lines from the other ranks
+can land inside a result line."""
+
+
+def _emit(result: dict[str, object]) -> None:
+    with open(os.environ[RESULTS_ENV], "a") as f:
+        f.write(json.dumps(result) + "\n")
 
 
 def _rank(rank: int, world: int, port: int, mode: str, args: list[str]) -> None:

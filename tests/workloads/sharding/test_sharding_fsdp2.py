@@ -5,8 +5,10 @@ torch.distributed.checkpoint saved on 8 ranks restores on 4 and into plain torch
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,11 +24,14 @@ pytestmark = pytest.mark.slow
 
 
 def _run(*argv: str) -> list[dict[str, object]]:
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, check=False, timeout=1800
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    with tempfile.TemporaryDirectory() as tmp:
+        results = Path(tmp) / "results.jsonl"
+        env = {**os.environ, "FSDP2_STEP_RESULTS": str(results)}  # the script's RESULTS_ENV
+        out = subprocess.run(
+            [sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, check=False, timeout=1800, env=env
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
 
 
 @pytest.mark.parametrize(("world", "plans"), [(4, ("4,1", "1,4")), (8, ("8,1", "2,1"))])
