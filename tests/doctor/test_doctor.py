@@ -10,17 +10,10 @@ from typing import Any, get_args
 
 import pytest
 
-from tests.support.doctor_snapshots import FIXTURES, STACK, write_snapshot, write_stack
+from tests.support.doctor_snapshots import FIXTURES, STACK, write_snapshot
 from tests.support.fake_kube_api import PATHS, serve, write_kubeconfig
 from tpuray.components import cli
-from tpuray.components.catalog.names import (
-    IMAGE_BACKEND_LABEL,
-    IMAGE_LIBTPU_VERSION_LABEL,
-    IMAGE_RAY_VERSION_LABEL,
-    IMAGE_TORCH_TPU_VERSION_LABEL,
-    IMAGE_TORCH_VERSION_LABEL,
-    IMAGE_TORCH_XLA_VERSION_LABEL,
-)
+from tpuray.components.catalog import names
 from tpuray.components.config import WorkloadConfig, parse_stack_config
 from tpuray.components.doctor.kuberay_checks import check_tpu_webhook
 from tpuray.components.doctor.reader import LIST_FILES, SNAPSHOT_FILES, VERSION_FILE, ClusterObjects
@@ -37,14 +30,6 @@ def doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, st
 
 def failing(out: str) -> set[str]:
     return {c["id"] for c in json.loads(out)["checks"] if c["status"] == "fail"}
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    write_stack(root)
-    return root
 
 
 @pytest.mark.parametrize("name", list(FIXTURES))
@@ -169,9 +154,9 @@ def test_image_inspect_output_is_read_for_the_worker_versions(
     snapshot = write_snapshot(tmp_path / "s", "healthy")
     base = ["--stack", STACK, "--root", str(project), "--snapshot", str(snapshot), "--json"]
     labels = {
-        IMAGE_RAY_VERSION_LABEL: "2.51.0",
-        IMAGE_TORCH_VERSION_LABEL: "2.9.0",
-        IMAGE_TORCH_XLA_VERSION_LABEL: "2.9.0",
+        names.IMAGE_RAY_VERSION_LABEL: "2.51.0",
+        names.IMAGE_TORCH_VERSION_LABEL: "2.9.0",
+        names.IMAGE_TORCH_XLA_VERSION_LABEL: "2.9.0",
     }
     code, out, _ = doctor(capsys, *base, "--image-inspect", str(_docker_inspect(tmp_path / "i.json", labels)))
     assert (code, failing(out)) == (1, {"worker-ray-version"})  # below the token-auth floor
@@ -216,13 +201,13 @@ def _dockerfile_labels() -> dict[str, dict[str, str]]:
 def test_each_worker_image_target_stamps_its_backend_and_the_versions_the_doctor_reads() -> None:
     labels = _dockerfile_labels()
     images = {stage: keys for stage, keys in labels.items() if keys}
-    shared = {IMAGE_BACKEND_LABEL, IMAGE_RAY_VERSION_LABEL, IMAGE_TORCH_VERSION_LABEL}
+    shared = {names.IMAGE_BACKEND_LABEL, names.IMAGE_RAY_VERSION_LABEL, names.IMAGE_TORCH_VERSION_LABEL}
     assert {stage: set(keys) for stage, keys in images.items()} == {
-        "worker-torch-tpu": shared | {IMAGE_TORCH_TPU_VERSION_LABEL, IMAGE_LIBTPU_VERSION_LABEL},
-        "worker-xla": shared | {IMAGE_TORCH_XLA_VERSION_LABEL},
+        "worker-torch-tpu": shared | {names.IMAGE_TORCH_TPU_VERSION_LABEL, names.IMAGE_LIBTPU_VERSION_LABEL},
+        "worker-xla": shared | {names.IMAGE_TORCH_XLA_VERSION_LABEL},
     }
     # one image per backend the workload config names; the default target (the last stage) stays the XLA one
-    backends = {keys[IMAGE_BACKEND_LABEL]: stage for stage, keys in images.items()}
+    backends = {keys[names.IMAGE_BACKEND_LABEL]: stage for stage, keys in images.items()}
     assert backends == {"torch_tpu": "worker-torch-tpu", "xla": "worker-xla"}
     assert set(backends) == set(get_args(WorkloadConfig.model_fields["backend"].annotation))
     assert list(labels)[-1] == "worker-xla"

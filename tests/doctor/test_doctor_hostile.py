@@ -32,14 +32,6 @@ def doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, st
     return code, out, err
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    write_stack(root)
-    return root
-
-
 # ---- the rendered objects against the served schema, at every path ---------------------------------------------
 def _without_rayjob_cluster_auth(snapshot: Path) -> None:
     """The RayJob CRD of a KubeRay older than 1.6: no spec.rayClusterSpec.authOptions (the RayCluster CRD current)."""

@@ -117,23 +117,16 @@ def test_an_xla_single_host_stack_has_neither_check() -> None:
 
 
 def _image(**labels: str) -> Any:
-    from tpuray.components.catalog.names import (
-        IMAGE_BACKEND_LABEL,
-        IMAGE_LIBTPU_VERSION_LABEL,
-        IMAGE_RAY_VERSION_LABEL,
-        IMAGE_TORCH_TPU_VERSION_LABEL,
-        IMAGE_TORCH_VERSION_LABEL,
-        IMAGE_TORCH_XLA_VERSION_LABEL,
-    )
+    from tpuray.components.catalog import names
     from tpuray.components.doctor.image_checks import ImageVersions
 
     keys = {
-        "ray": IMAGE_RAY_VERSION_LABEL,
-        "torch": IMAGE_TORCH_VERSION_LABEL,
-        "torch_xla": IMAGE_TORCH_XLA_VERSION_LABEL,
-        "torch_tpu": IMAGE_TORCH_TPU_VERSION_LABEL,
-        "libtpu": IMAGE_LIBTPU_VERSION_LABEL,
-        "backend": IMAGE_BACKEND_LABEL,
+        "ray": names.IMAGE_RAY_VERSION_LABEL,
+        "torch": names.IMAGE_TORCH_VERSION_LABEL,
+        "torch_xla": names.IMAGE_TORCH_XLA_VERSION_LABEL,
+        "torch_tpu": names.IMAGE_TORCH_TPU_VERSION_LABEL,
+        "libtpu": names.IMAGE_LIBTPU_VERSION_LABEL,
+        "backend": names.IMAGE_BACKEND_LABEL,
     }
     return ImageVersions.from_labels({keys[k]: v for k, v in labels.items()}, "image")
 

@@ -17,18 +17,9 @@ from pulumi_policy import EnforcementLevel, PolicyResource, StackValidationArgs
 from tests.review.test_policy_rules import BY_NAME, violations
 from tpuray.components.planning.kuberay import ray_cluster_manifest
 from tpuray.components.planning.stack_plan import plan_stack
+from tpuray.components.review import resource_types as kinds
 from tpuray.components.review.plan import Plan, render_stack
 from tpuray.components.review.policy_pack import STACK_POLICIES
-from tpuray.components.review.resource_types import (
-    BUCKET,
-    CLUSTER,
-    NAMESPACE,
-    NETWORK_POLICY,
-    NODE_POOL,
-    POD_MONITORING,
-    RAY_CLUSTER,
-    RAY_JOB,
-)
 from tpuray.components.review.rules import RULES, STACK_RULES
 from tpuray.components.review.security_rules import PROJECT_IAM_TYPES
 
@@ -88,7 +79,7 @@ def test_both_stacks_pass_the_stack_policies(plans: dict[str, Plan], stack: str)
 
 def test_control_plane_rule(resource_of: Pick) -> None:
     policy = BY_NAME["gke-control-plane-not-public"]
-    prod = resource_of("prod", CLUSTER, None)
+    prod = resource_of("prod", kinds.CLUSTER, None)
     assert violations(policy, prod) == []
     prod["inputs"]["masterAuthorizedNetworksConfig"]["cidrBlocks"] = [{"cidrBlock": "0.0.0.0/0"}]
     assert any("every address" in m for m in violations(policy, prod))
@@ -96,14 +87,14 @@ def test_control_plane_rule(resource_of: Pick) -> None:
     assert any("no authorized networks" in m for m in violations(policy, prod))
     prod["inputs"]["privateClusterConfig"]["enablePrivateEndpoint"] = True  # a private endpoint needs no list
     assert violations(policy, prod) == []
-    dev = resource_of("dev", CLUSTER, None)
+    dev = resource_of("dev", kinds.CLUSTER, None)
     del dev["inputs"]["masterAuthorizedNetworksConfig"]
     assert violations(policy, dev) == []  # only production needs the list
 
 
 def test_legacy_auth_rule(resource_of: Pick) -> None:
     policy = BY_NAME["gke-legacy-auth-off"]
-    cluster = resource_of("prod", CLUSTER, None)
+    cluster = resource_of("prod", kinds.CLUSTER, None)
     assert violations(policy, cluster) == []
     del cluster["inputs"]["enableLegacyAbac"]  # left to the default is not "explicitly off"
     cluster["inputs"]["masterAuth"]["clientCertificateConfig"]["issueClientCertificate"] = True
@@ -114,11 +105,11 @@ def test_legacy_auth_rule(resource_of: Pick) -> None:
 def test_shielded_nodes_rule(resource_of: Pick) -> None:
     policy = BY_NAME["gke-shielded-nodes"]
     for stack, name in (("prod", "v5p-train-0"), ("prod", "v6e-flex-0"), ("dev", "v5e-dev"), ("prod", "system")):
-        pool = resource_of(stack, NODE_POOL, name)
+        pool = resource_of(stack, kinds.NODE_POOL, name)
         assert violations(policy, pool) == []
         pool["inputs"]["nodeConfig"]["shieldedInstanceConfig"]["enableSecureBoot"] = False
         assert any("enableSecureBoot" in m for m in violations(policy, pool))
-    cluster = resource_of("prod", CLUSTER, None)
+    cluster = resource_of("prod", kinds.CLUSTER, None)
     assert violations(policy, cluster) == []
     cluster["inputs"]["enableShieldedNodes"] = False
     assert any("enableShieldedNodes" in m for m in violations(policy, cluster))
@@ -137,7 +128,7 @@ def test_project_wide_grants_rule(resource_of: Pick) -> None:
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_token_auth_rule(resource_of: Pick, plans: dict[str, Plan], stack: str) -> None:
     policy = BY_NAME["ray-token-auth"]
-    ray = resource_of(stack, RAY_CLUSTER, None)
+    ray = resource_of(stack, kinds.RAY_CLUSTER, None)
     assert ray["inputs"]["spec"]["authOptions"]["mode"] == "token"  # KubeRay injects the variables then
     assert violations(policy, ray) == []
     del ray["inputs"]["spec"]["authOptions"]
@@ -162,7 +153,7 @@ def test_token_auth_rule(resource_of: Pick, plans: dict[str, Plan], stack: str) 
 
 def test_pod_security_rule(resource_of: Pick) -> None:
     policy = BY_NAME["ray-pod-security-restricted"]
-    ray = resource_of("prod", RAY_CLUSTER, None)
+    ray = resource_of("prod", kinds.RAY_CLUSTER, None)
     assert violations(policy, ray) == []
     worker = ray["inputs"]["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     worker["containers"][0]["securityContext"]["privileged"] = True
@@ -170,12 +161,12 @@ def test_pod_security_rule(resource_of: Pick) -> None:
     found = violations(policy, ray)
     assert any("privileged is true" in m for m in found) and any("SYS_ADMIN" in m for m in found)
     assert any("drop does not hold ALL" in m for m in found)
-    ray = resource_of("prod", RAY_CLUSTER, None)
+    ray = resource_of("prod", kinds.RAY_CLUSTER, None)
     del ray["inputs"]["spec"]["autoscalerOptions"]["securityContext"]  # prod's v6e pool autoscales
     assert any("autoscalerOptions" in m for m in violations(policy, ray))
     ray["inputs"]["spec"]["headGroupSpec"]["template"]["spec"]["hostNetwork"] = True
     assert any("hostNetwork" in m for m in violations(policy, ray))
-    job = resource_of("prod", RAY_JOB, None)
+    job = resource_of("prod", kinds.RAY_JOB, None)
     assert violations(policy, job) == []
     job["inputs"]["spec"]["submitterPodTemplate"]["spec"]["containers"][0]["securityContext"]["runAsNonRoot"] = False
     assert any("submitterPodTemplate" in m and "runAsNonRoot" in m for m in violations(policy, job))
@@ -185,7 +176,7 @@ def test_pod_security_rule(resource_of: Pick) -> None:
 
 def test_system_namespace_rule(resource_of: Pick) -> None:
     policy = BY_NAME["ray-namespace-not-system"]
-    ns, ray = resource_of("dev", NAMESPACE, None), resource_of("dev", RAY_CLUSTER, None)
+    ns, ray = resource_of("dev", kinds.NAMESPACE, None), resource_of("dev", kinds.RAY_CLUSTER, None)
     assert violations(policy, ns) == [] and violations(policy, ray) == []
     ns["inputs"]["metadata"]["name"] = "kube-system"
     ray["inputs"]["metadata"]["namespace"] = "default"
@@ -194,7 +185,7 @@ def test_system_namespace_rule(resource_of: Pick) -> None:
 
 def test_namespace_pod_security_rule(resource_of: Pick) -> None:
     policy = BY_NAME["k8s-namespace-pod-security"]
-    ns = resource_of("prod", NAMESPACE, None)
+    ns = resource_of("prod", kinds.NAMESPACE, None)
     assert violations(policy, ns) == []
     ns["inputs"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = "privileged"
     assert any("'privileged'" in m for m in violations(policy, ns))
@@ -209,13 +200,13 @@ def test_network_policy_rule(resource_of: Pick) -> None:
         "ray-platform-egress",
         "default-deny-all",
     ):
-        assert violations(policy, resource_of("prod", NETWORK_POLICY, f"ray-netpol-{name}")) == [], name
-    head = resource_of("prod", NETWORK_POLICY, "ray-netpol-tpuray-prod-ray-head-job-api")
+        assert violations(policy, resource_of("prod", kinds.NETWORK_POLICY, f"ray-netpol-{name}")) == [], name
+    head = resource_of("prod", kinds.NETWORK_POLICY, "ray-netpol-tpuray-prod-ray-head-job-api")
     head["inputs"]["spec"]["ingress"][0].pop("from")
     assert any("every source" in m for m in violations(policy, head))
     head["inputs"]["spec"]["ingress"][0]["from"] = [{"ipBlock": {"cidr": "0.0.0.0/0"}}]
     assert any("0.0.0.0/0" in m for m in violations(policy, head))
-    egress = resource_of("prod", NETWORK_POLICY, "ray-netpol-ray-platform-egress")
+    egress = resource_of("prod", kinds.NETWORK_POLICY, "ray-netpol-ray-platform-egress")
     egress["inputs"]["spec"]["egress"][-1].pop("ports")
     assert any("every port" in m for m in violations(policy, egress))
 
@@ -247,14 +238,14 @@ def test_tpu_metrics_egress_stack_rule(plans: dict[str, Plan], stack: str) -> No
     assert [
         c["enabled"]
         for r in resources
-        if r["type"] == CLUSTER
+        if r["type"] == kinds.CLUSTER
         for c in r["inputs"]["addonsConfig"]["rayOperatorConfigs"]
     ] == [False]
-    off = [r for r in blocked if r["type"] != POD_MONITORING]
+    off = [r for r in blocked if r["type"] != kinds.POD_MONITORING]
     assert len(off) < len(blocked) and stack_violations(rule, off) == []
     addon = copy.deepcopy(off)
     for r in addon:
-        if r["type"] == CLUSTER:
+        if r["type"] == kinds.CLUSTER:
             r["inputs"]["addonsConfig"]["rayOperatorConfigs"] = [
                 {"enabled": True, "rayClusterMonitoringConfig": {"enabled": True}}
             ]
@@ -263,7 +254,7 @@ def test_tpu_metrics_egress_stack_rule(plans: dict[str, Plan], stack: str) -> No
 
 def test_bucket_rule(resource_of: Pick) -> None:
     policy = BY_NAME["gcs-bucket-recoverable"]
-    bucket = resource_of("prod", BUCKET, None)
+    bucket = resource_of("prod", kinds.BUCKET, None)
     assert violations(policy, bucket) == []
     bucket["inputs"]["softDeletePolicy"]["retentionDurationSeconds"] = 0
     assert violations(policy, bucket)
@@ -273,12 +264,12 @@ def test_bucket_rule(resource_of: Pick) -> None:
 
 def test_mutable_tags_warn_in_production_only(resource_of: Pick) -> None:
     policy = BY_NAME["images-pinned-by-digest-production"]
-    ray = resource_of("prod", RAY_CLUSTER, None)
+    ray = resource_of("prod", kinds.RAY_CLUSTER, None)
     assert violations(policy, ray) == []
     worker = ray["inputs"]["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     worker["image"] = "us-docker.pkg.dev/tpuray-prod-project/tpuray/worker:0.1.0"
     assert any("mutable tag" in m for m in violations(policy, ray))
-    dev = resource_of("dev", RAY_CLUSTER, None)
+    dev = resource_of("dev", kinds.RAY_CLUSTER, None)
     assert ":" in dev["inputs"]["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
     assert violations(policy, dev) == []
 

@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tpuray.workloads import XlaChipConfig, tpu_scaling_config
+from tests.support.framework_runs import WORKERS, fit_on_v5e_2x2
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("lightning")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-WORKERS = 4  # the v5e 2x2 slice's chips
 EPOCHS, MORE_EPOCHS = 2, 1
 ROWS, BATCH = 64, 4  # per chip: 16 rows, 4 steps an epoch
 
@@ -140,21 +138,7 @@ def lightning_train(config: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def runs(emulated_slices: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from ray.train import RunConfig
-    from ray.train.torch import TorchTrainer
-
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this test module
-    tmp = tmp_path_factory.mktemp("lightning")
-    result = TorchTrainer(
-        lightning_train,
-        train_loop_config={"out": str(tmp)},
-        # the only lines a GPU script changes
-        scaling_config=tpu_scaling_config("v5e:2x2"),
-        torch_config=XlaChipConfig(),
-        run_config=RunConfig(storage_path=str(tmp / "storage"), name="lightning"),
-    ).fit()
-    ranks = {t: [json.loads((tmp / f"{t}-{r}.json").read_text()) for r in range(WORKERS)] for t in ("first", "resume")}
-    return {"result": result, "ranks": ranks}
+    return fit_on_v5e_2x2(lightning_train, "lightning", tmp_path_factory.mktemp("lightning"))
 
 
 STEPS_PER_EPOCH = ROWS // WORKERS // BATCH

@@ -18,20 +18,18 @@ Transformers would add tens of CPU seconds and nothing Transformers does.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tpuray.workloads import XlaChipConfig, tpu_scaling_config
+from tests.support.framework_runs import WORKERS, fit_on_v5e_2x2
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("transformers")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-WORKERS = 4  # the v5e 2x2 slice's chips
 STEPS, MORE_STEPS, SAVE_EVERY = 6, 2, 3
 BATCH, ROWS, SEQ = 2, 64, 16
 
@@ -111,21 +109,7 @@ def hf_train(config: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def runs(emulated_slices: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from ray.train import RunConfig
-    from ray.train.torch import TorchTrainer
-
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import this test module
-    tmp = tmp_path_factory.mktemp("transformers")
-    result = TorchTrainer(
-        hf_train,
-        train_loop_config={"out": str(tmp)},
-        # the only lines a GPU script changes
-        scaling_config=tpu_scaling_config("v5e:2x2"),
-        torch_config=XlaChipConfig(),
-        run_config=RunConfig(storage_path=str(tmp / "storage"), name="hf"),
-    ).fit()
-    ranks = {t: [json.loads((tmp / f"{t}-{r}.json").read_text()) for r in range(WORKERS)] for t in ("first", "resume")}
-    return {"result": result, "ranks": ranks}
+    return fit_on_v5e_2x2(hf_train, "hf", tmp_path_factory.mktemp("transformers"))
 
 
 def test_the_trainer_trains_on_each_chips_xla_device_over_all_four_chips(runs: dict[str, Any]) -> None:
