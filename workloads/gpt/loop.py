@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from tpuray.workloads import Runtime, _ray_compat, runtime
-from tpuray.workloads.gpt.metrics import ModelShape, throughput
+from tpuray.workloads.gpt.metrics import ModelShape, speed_metrics
 from tpuray.workloads.signals.drain import CheckpointSignal
 from tpuray.workloads.signals.goodput import GoodputRecorder
 from tpuray.workloads.signals.training_metrics import report_step_metrics, xla_compiles
 
-__all__ = ["CheckpointError", "GptJob", "check_fingerprint", "train_gpt"]
+__all__ = ["CheckpointError", "GptJob", "check_fingerprint", "train_gpt", "xla_on_tpu"]
 
 STATE_FILE = "state.pt"
 
@@ -172,7 +172,7 @@ def train_gpt(config: dict[str, Any]) -> None:
         _torch_tpu_cache(job, c.rank, c.world_size)  # PyTorch/XLA's is set by XlaChipConfig before this runs
     rec = GoodputRecorder(job.run_dir, enabled=c.rank == 0, started=wall_start)
     rec.tpu_ready()
-    real_chips = c.name == "torch_tpu" or _xla_on_tpu()  # MFU means something only there
+    real_chips = c.name == "torch_tpu" or xla_on_tpu()  # MFU means something only there
     if job.cpu_threads:
         torch.set_num_threads(job.cpu_threads)
     data = open_dataset(job.dataset, job.model.vocab_size, job.seed)
@@ -243,11 +243,8 @@ def train_gpt(config: dict[str, Any]) -> None:
         pending, chunk_t, pending_start = [], time.perf_counter(), done
         metrics: dict[str, Any] = {"step": done, "loss": history[-1], "first_step_s": first_step_s}
         if step_times:
-            metrics["step_time_s"] = sorted(step_times)[len(step_times) // 2]
-            t = throughput(job.model, _slice(job), c.world_size, job.batch_size_per_chip, float(metrics["step_time_s"]))
-            metrics["tokens_per_s"] = t.tokens_per_s
-            if real_chips:
-                metrics["mfu"] = t.mfu
+            median = sorted(step_times)[len(step_times) // 2]
+            metrics |= speed_metrics(job.model, _slice(job), c.world_size, job.batch_size_per_chip, median, real_chips)
         if c.rank == 0:
             log.info(_progress(done, job.steps, history[-1], metrics))
             gp = rec.goodput()
@@ -310,7 +307,8 @@ def _slice(job: GptJob) -> Any:
     return TpuSlice.parse(job.slice_spec)
 
 
-def _xla_on_tpu() -> bool:
+def xla_on_tpu() -> bool:
+    """Whether PyTorch/XLA runs on TPUs here, not on the emulated slice's host CPU."""
     import torch_xla.runtime as xr
 
     return bool(xr.device_type() == "TPU")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from tpuray.components.catalog.gpt_sharding import GptDims, gpt_parameters
 from tpuray.components.catalog.topology import TpuSlice
 
-__all__ = ["ModelShape", "Throughput", "mfu", "throughput"]
+__all__ = ["ModelShape", "Throughput", "mfu", "speed_metrics", "throughput"]
 
 
 @dataclass(frozen=True)
@@ -79,3 +79,13 @@ def throughput(
 def mfu(flops_per_s: float, tpu_slice: TpuSlice, chips: int) -> float:
     """Achieved FLOP/s over the peak dense bf16 FLOP/s of ``chips`` chips (the catalog's per-chip peak)."""
     return flops_per_s / (chips * tpu_slice.spec.peak_bf16_tflops_per_chip * 1e12)
+
+
+def speed_metrics(
+    shape: ModelShape, tpu_slice: TpuSlice, chips: int, batch_per_chip: int, step_time_s: float, real_chips: bool
+) -> dict[str, float]:
+    """What a GPT job reports of its speed (``step_time_s``, ``tokens_per_s`` over all chips) and, on real chips
+    only, ``mfu``: XLA on a host CPU measured against a TPU's peak would be a number that means nothing."""
+    t = throughput(shape, tpu_slice, chips, batch_per_chip, step_time_s)
+    out = {"step_time_s": step_time_s, "tokens_per_s": t.tokens_per_s}
+    return out | {"mfu": t.mfu} if real_chips else out

@@ -20,8 +20,8 @@ from typing import Any
 
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads import _ray_compat
-from tpuray.workloads.gpt.loop import CheckpointError, GptJob, check_fingerprint
-from tpuray.workloads.gpt.metrics import throughput
+from tpuray.workloads.gpt.loop import CheckpointError, GptJob, check_fingerprint, xla_on_tpu
+from tpuray.workloads.gpt.metrics import speed_metrics
 from tpuray.workloads.signals.goodput import GoodputRecorder
 
 __all__ = ["HISTORY_FILE", "train_gpt_sharded"]
@@ -112,11 +112,8 @@ def train_gpt_sharded(config: dict[str, Any]) -> None:
             continue
         metrics: dict[str, Any] = {"step": done, "loss": losses[-1], "first_step_s": first_step_s}
         if n_steps:
-            metrics["step_time_s"] = t_steps / n_steps
             s = TpuSlice.parse(job.slice_spec)
-            metrics["tokens_per_s"] = throughput(
-                job.model, s, chips, job.batch_size_per_chip, metrics["step_time_s"]
-            ).tokens_per_s
+            metrics |= speed_metrics(job.model, s, chips, job.batch_size_per_chip, t_steps / n_steps, xla_on_tpu())
         if done == job.steps:
             xm.wait_device_ops()
             params = local_bytes(list(model.parameters()))

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpuray.components.catalog.topology import GENERATIONS, TpuSlice, generation
-from tpuray.workloads.gpt.metrics import ModelShape, mfu, throughput
+from tpuray.workloads.gpt.metrics import ModelShape, mfu, speed_metrics, throughput
 from tpuray.workloads.gpt.model import GPT
 
 shapes = st.builds(
@@ -67,3 +67,14 @@ def test_throughput_rejects_nonsense() -> None:
     s = TpuSlice.parse("v5e", "2x2")
     with pytest.raises(ValueError):
         throughput(ModelShape(8, 1, 8, 1, 4), s, 4, 1, 0.0)
+
+
+def test_a_job_reports_mfu_only_from_real_chips() -> None:
+    """Both GPT loops (data-parallel and SPMD) report their speed through speed_metrics: MFU against a v5p's peak
+    only where the chips are real, never from an emulated chip's host CPU."""
+    s, shape = TpuSlice.parse("v5p", "2x2x1"), ModelShape(256, 2, 64, 4, 64)
+    speed = {"step_time_s": 0.5, "tokens_per_s": 4 * 8 * 64 / 0.5}
+    real = speed_metrics(shape, s, 4, 8, 0.5, real_chips=True)
+    assert real == speed | {"mfu": throughput(shape, s, 4, 8, 0.5).mfu}
+    assert 0 < real["mfu"] < 1
+    assert speed_metrics(shape, s, 4, 8, 0.5, real_chips=False) == speed
