@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from tpuray.components.kueue import KubernetesObject
 from tpuray.components.planning.component_args import RayClusterPlan
 from tpuray.components.planning.kuberay import (
     RayJobParams,
@@ -159,9 +160,26 @@ class RayTpuService(pulumi.ComponentResource):
         self.manifest = ray_service_manifest(args.plan)
         super().__init__("tpuray:index:RayTpuService", name, None, opts)
         self.name, self.namespace = args.plan.name, args.plan.namespace
+        after = [*(args.depends_on or []), *args.platform.prerequisites]
+        # its pods' own network identity and scrape (planning/serving.py): declared before the pods exist
+        own: list[pulumi.Resource] = [
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-netpol-{pol['metadata']['name']}",
+                metadata=cast(Any, pol["metadata"]),
+                spec=cast(Any, pol["spec"]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after),
+            )
+            for pol in args.plan.network_policies
+        ]
+        own += [
+            KubernetesObject(
+                f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}",
+                obj,
+                pulumi.ResourceOptions(parent=self, depends_on=after),
+            )
+            for obj in args.plan.monitoring
+        ]
         self.ray_service = declare_manifest(
-            f"{name}-rayservice",
-            self.manifest,
-            pulumi.ResourceOptions(parent=self, depends_on=[*(args.depends_on or []), *args.platform.prerequisites]),
+            f"{name}-rayservice", self.manifest, pulumi.ResourceOptions(parent=self, depends_on=[*after, *own])
         )
         self.register_outputs({"name": self.name, "namespace": self.namespace})

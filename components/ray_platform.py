@@ -32,10 +32,9 @@ from tpuray.components.catalog.names import (
 )
 from tpuray.components.catalog.pins import helm_feature_gates
 from tpuray.components.catalog.resource_names import service_account_id
-from tpuray.components.catalog.runtimes import union_ports
 from tpuray.components.kueue import KubernetesObject
 from tpuray.components.planning.component_args import RayClusterPlan
-from tpuray.components.planning.network_policy import NetworkPolicyParams, network_policies
+from tpuray.components.planning.network_policy import network_policies
 from tpuray.components.planning.pod_security import pod_security_labels
 from tpuray.components.planning.startup import profile_claims
 
@@ -124,17 +123,7 @@ class RayPlatform(pulumi.ComponentResource):
             metadata=k8s.meta.v1.ObjectMetaArgs(name=p.namespace, labels={**p.labels, **pod_security_labels()}),
             opts=child(depends_on=after),
         )
-        policies = network_policies(
-            NetworkPolicyParams(
-                namespace=p.namespace,
-                cluster=p.name,
-                runtime_ranges=tuple(union_ports((g.tpu_slice for g in p.groups), p.backend)),
-                operator_namespace=plan.operator_namespace,
-                labels=p.labels,
-                node_cidr=plan.node_cidr,
-            )
-        )
-        for pol in policies:
+        for pol in network_policies(plan.network):
             k8s.networking.v1.NetworkPolicy(
                 f"{name}-netpol-{pol['metadata']['name']}",
                 metadata=cast(Any, pol["metadata"]),

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuray.components.catalog.images import ArtifactRepository
+from tpuray.components.catalog.runtimes import union_ports
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config.gke_cluster_types import AuthorizedNetwork, MaintenanceExclusion, MaintenanceWindow
 from tpuray.components.planning.dashboard import AlertPlan, DashboardPlan
 from tpuray.components.planning.kuberay import RayClusterParams
 from tpuray.components.planning.kueue import KueueSpec
+from tpuray.components.planning.network_policy import NetworkPolicyParams
 from tpuray.components.planning.node_pools import NodePoolSpec
 
 __all__ = [
@@ -160,6 +162,19 @@ class RayClusterPlan:
     still needs the namespace, identity and bucket declared here."""
     tpu_webhook: bool = False
     """The stack installs the KubeRay TPU webhook (``TpuWebhook``) before the Ray pods."""
+
+    @property
+    def network(self) -> NetworkPolicyParams:
+        """The NetworkPolicy parameters of the cluster's pods: its TPU groups' runtime ports under its backend."""
+        p = self.params
+        return NetworkPolicyParams(
+            namespace=p.namespace,
+            cluster=p.name,
+            runtime_ranges=tuple(union_ports((g.tpu_slice for g in p.groups), p.backend)),
+            operator_namespace=self.operator_namespace,
+            labels=p.labels,
+            node_cidr=self.node_cidr,
+        )
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ __all__ = [
     "GMP_COLLECTOR",
     "KUEUE_METRICS_READER_ROLE",
     "kueue_monitoring",
-    "ray_training_monitoring",
+    "ray_pod_monitoring",
 ]
 
 GMP_API_VERSION = "monitoring.googleapis.com/v1"
@@ -48,13 +48,16 @@ def _meta(name: str, namespace: str | None, labels: Mapping[str, str]) -> dict[s
     return meta
 
 
-def ray_training_monitoring(cluster: str, namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
-    """The PodMonitoring of a Ray cluster's pods: every Ray series, the training job's gauges among them."""
+def ray_pod_monitoring(
+    cluster: str, namespace: str, labels: Mapping[str, str], role: str = "training"
+) -> dict[str, Any]:
+    """The PodMonitoring ``<cluster>-<role>-metrics`` of the pods labelled ``cluster``: every Ray series, the training
+    job's gauges or Ray Serve's among them."""
     endpoint: dict[str, Any] = {"port": RAY_METRICS_PORT, "interval": SCRAPE_INTERVAL}
     return {
         "apiVersion": GMP_API_VERSION,
         "kind": "PodMonitoring",
-        "metadata": _meta(f"{cluster}-training-metrics", namespace, labels),
+        "metadata": _meta(f"{cluster}-{role}-metrics", namespace, labels),
         "spec": {"selector": {"matchLabels": {RAY_CLUSTER_POD_LABEL: cluster}}, "endpoints": [endpoint]},
     }
 

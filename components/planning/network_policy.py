@@ -18,6 +18,9 @@ Deny by default (ingress and egress), then allow exactly:
   the node's own address (a host-network DaemonSet), which no pod selector matches: the rule names the nodes'
   subnet range.
 
+A RayService's pods carry its own name as that label: :func:`ray_service_policies` gives them the same allowances
+among themselves (no RayJob submitter calls their head), so they and the RayCluster's pods are not each other's peers.
+
 What the collectors need needs nothing else here: Managed Service for Prometheus collectors are pods of the
 ``gmp-system`` DaemonSet ``collector`` on the pod network (GoogleCloudPlatform/prometheus-engine
 ``charts/operator/templates/collector.yaml`` sets no ``hostNetwork``), so the ingress rule above admits them by
@@ -74,6 +77,7 @@ __all__ = [
     "allowed_ingress_ports",
     "network_policies",
     "ray_peer_ports",
+    "ray_service_policies",
 ]
 
 API_VERSION = "networking.k8s.io/v1"
@@ -137,40 +141,58 @@ def _ray_pods(p: NetworkPolicyParams, **extra: str) -> dict[str, Any]:
 
 
 def network_policies(p: NetworkPolicyParams) -> list[dict[str, Any]]:
-    """The namespace's policies: default deny, then the allowances above."""
-    dashboard = [{"protocol": "TCP", "port": RAY_DASHBOARD_PORT}]
-    peers = ray_peer_ports(p.runtime_ranges)
-    head_clients: list[dict[str, Any]] = [{"podSelector": {"matchLabels": dict(SUBMITTER_ROLE_LABEL)}}]
-    if p.operator_namespace:
-        head_clients.append(
-            {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: p.operator_namespace}}, "podSelector": {}}
-        )
-    dns_to = [
-        {
-            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "kube-system"}},
-            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
-        },
-        {"ipBlock": {"cidr": NODE_LOCAL_DNS}},
-    ]
+    """The namespace's policies: default deny, then the allowances above for the RayCluster ``p.cluster`` and its
+    RayJob submitters."""
+    head = _ray_pods(p, **{RAY_NODE_TYPE_LABEL: "head"})
+    submitters: dict[str, Any] = {"podSelector": {"matchLabels": dict(SUBMITTER_ROLE_LABEL)}}
     return [
         _policy(p, DEFAULT_DENY, {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        *_ray_pod_policies(p, head_clients=[submitters]),
+        _policy(
+            p,
+            f"{p.cluster}-ray-job-submitter",
+            {
+                "podSelector": submitters["podSelector"],
+                "policyTypes": ["Egress"],
+                "egress": [{"to": [{"podSelector": head}], "ports": _DASHBOARD}],
+            },
+        ),
+        *_device_plugin_policy(p),
+        _platform_egress(p),
+    ]
+
+
+def ray_service_policies(p: NetworkPolicyParams) -> list[dict[str, Any]]:
+    """A RayService's own allowances, for pods labelled ``p.cluster`` (its name): Ray's and its runtime's ports among
+    its own pods only, Managed Prometheus's scrape, the operator's calls to its head's dashboard (KubeRay's RayService
+    controller reads Serve's status there: ``rayservice_controller.go``, ``FetchHeadServiceURL(..., DashboardPortName)``
+    at v1.7.0) and the device plugin's port. Its pods are no Ray peers of the training cluster's, nor it of theirs; the
+    namespace's default deny and egress (:func:`network_policies`) cover them as every pod."""
+    return [*_ray_pod_policies(p, head_clients=[]), *_device_plugin_policy(p)]
+
+
+_DASHBOARD = [{"protocol": "TCP", "port": RAY_DASHBOARD_PORT}]
+
+
+def _ray_pod_policies(p: NetworkPolicyParams, head_clients: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Managed Prometheus's scrape, Ray's peers and who may call the head's dashboard: ``head_clients`` and the
+    operator's namespace. No head policy without a client: an ingress rule with no ``from`` admits every source."""
+    peers = ray_peer_ports(p.runtime_ranges)
+    clients = list(head_clients)
+    if p.operator_namespace:
+        clients.append(
+            {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: p.operator_namespace}}, "podSelector": {}}
+        )
+    gmp = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: GMP_NAMESPACE}}, "podSelector": {}}
+    metrics_port = [{"protocol": "TCP", "port": RAY_METRICS_PORT}]
+    return [
         _policy(
             p,
             f"{p.cluster}-ray-metrics",
             {
                 "podSelector": _ray_pods(p),
                 "policyTypes": ["Ingress"],
-                "ingress": [
-                    {
-                        "from": [
-                            {
-                                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: GMP_NAMESPACE}},
-                                "podSelector": {},
-                            }
-                        ],
-                        "ports": [{"protocol": "TCP", "port": RAY_METRICS_PORT}],
-                    }
-                ],
+                "ingress": [{"from": [gmp], "ports": metrics_port}],
             },
         ),
         _policy(
@@ -183,66 +205,60 @@ def network_policies(p: NetworkPolicyParams) -> list[dict[str, Any]]:
                 "egress": [{"to": [{"podSelector": _ray_pods(p)}], "ports": peers}],
             },
         ),
-        _policy(
-            p,
-            f"{p.cluster}-ray-head-job-api",
-            {
-                "podSelector": _ray_pods(p, **{RAY_NODE_TYPE_LABEL: "head"}),
-                "policyTypes": ["Ingress"],
-                "ingress": [{"from": head_clients, "ports": dashboard}],
-            },
-        ),
-        _policy(
-            p,
-            f"{p.cluster}-ray-job-submitter",
-            {
-                "podSelector": {"matchLabels": dict(SUBMITTER_ROLE_LABEL)},
-                "policyTypes": ["Egress"],
-                "egress": [
-                    {"to": [{"podSelector": _ray_pods(p, **{RAY_NODE_TYPE_LABEL: "head"})}], "ports": dashboard}
-                ],
-            },
-        ),
         *(
             [
                 _policy(
                     p,
-                    f"{p.cluster}-ray-tpu-device-plugin",
+                    f"{p.cluster}-ray-head-job-api",
                     {
-                        "podSelector": _ray_pods(p),
-                        "policyTypes": ["Egress"],
-                        "egress": [
-                            {
-                                "to": [{"ipBlock": {"cidr": p.node_cidr}}],
-                                "ports": [{"protocol": "TCP", "port": TPU_DEVICE_PLUGIN_METRICS_PORT}],
-                            }
-                        ],
+                        "podSelector": _ray_pods(p, **{RAY_NODE_TYPE_LABEL: "head"}),
+                        "policyTypes": ["Ingress"],
+                        "ingress": [{"from": clients, "ports": _DASHBOARD}],
                     },
                 )
             ]
-            if p.node_cidr and p.runtime_ranges
+            if clients
             else []
         ),
-        _policy(
-            p,
-            "ray-platform-egress",
-            {
-                "podSelector": {},
-                "policyTypes": ["Egress"],
-                "egress": [
-                    {"to": dns_to, "ports": [{"protocol": proto, "port": DNS_PORT} for proto in ("UDP", "TCP")]},
-                    *(
-                        {"to": [{"ipBlock": {"cidr": cidr}}], "ports": [{"protocol": "TCP", "port": port}]}
-                        for cidr, port in METADATA_SERVER
-                    ),
-                    {
-                        "to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}],
-                        "ports": [{"protocol": "TCP", "port": HTTPS_PORT}],
-                    },
-                ],
-            },
-        ),
     ]
+
+
+def _device_plugin_policy(p: NetworkPolicyParams) -> list[dict[str, Any]]:
+    if not (p.node_cidr and p.runtime_ranges):
+        return []
+    to_plugin = {
+        "to": [{"ipBlock": {"cidr": p.node_cidr}}],
+        "ports": [{"protocol": "TCP", "port": TPU_DEVICE_PLUGIN_METRICS_PORT}],
+    }
+    spec = {"podSelector": _ray_pods(p), "policyTypes": ["Egress"], "egress": [to_plugin]}
+    return [_policy(p, f"{p.cluster}-ray-tpu-device-plugin", spec)]
+
+
+def _platform_egress(p: NetworkPolicyParams) -> dict[str, Any]:
+    """Out of every pod of the namespace: DNS, the metadata server and HTTPS."""
+    dns_to = [
+        {
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        },
+        {"ipBlock": {"cidr": NODE_LOCAL_DNS}},
+    ]
+    return _policy(
+        p,
+        "ray-platform-egress",
+        {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {"to": dns_to, "ports": [{"protocol": proto, "port": DNS_PORT} for proto in ("UDP", "TCP")]},
+                *(
+                    {"to": [{"ipBlock": {"cidr": cidr}}], "ports": [{"protocol": "TCP", "port": port}]}
+                    for cidr, port in METADATA_SERVER
+                ),
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": HTTPS_PORT}]},
+            ],
+        },
+    )
 
 
 def allowed_ingress_ports(policies: Sequence[Mapping[str, Any]], pod_labels: Mapping[str, str]) -> set[int]:

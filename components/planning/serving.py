@@ -6,11 +6,14 @@ worker group: the serving pool's :class:`~tpuray.components.planning.kuberay.Tpu
 :class:`~tpuray.components.planning.pool_plan.PoolPlan`, sized in whole slices, so its node selector, tolerations,
 ``numOfHosts``, ``google.com/tpu``, Ray labels and the TPU webhook's pod label are those of training on that pool.
 
-Its pods carry the stack's Ray pod label (``tpuray.io/ray-cluster: <cluster.name>``), so the namespace's
-NetworkPolicies (Ray's ports between Ray pods, Managed Prometheus's scrape of Ray's metrics port, DNS, the metadata
-server, HTTPS out) cover them as they cover the RayCluster's. Serve's HTTP port (8000) gets no ingress rule: the
-least is none, since no client of the stack's is known (``kubectl port-forward`` reaches it, and a Gateway's
-proxies need a rule naming their subnet, which tpuray does not know).
+Its pods are a network identity of their own: they carry the RayService's name as tpuray's Ray pod label
+(``tpuray.io/ray-cluster: <service>``), and its own NetworkPolicies
+(:func:`~tpuray.components.planning.network_policy.ray_service_policies`: Ray's and the serving pool's runtime ports
+among its own pods, Managed Prometheus's scrape, the operator's calls to its head's dashboard) and PodMonitoring
+select that label. So a serving pod is no Ray peer of a training pod: neither reaches the other's GCS, object store or
+workers. The namespace's default deny and egress (DNS, the metadata server, HTTPS out) cover them as every pod. Serve's
+HTTP port (8000) gets no ingress rule: the least is none, since no client of the stack's is known (``kubectl
+port-forward`` reaches it, and a Gateway's proxies need a rule naming their subnet, which tpuray does not know).
 
 The upgrade strategy is KubeRay v1.7's ``spec.upgradeStrategy``
 (``ray-operator/apis/ray/v1/rayservice_types.go`` at v1.7.0): ``NewClusterWithIncrementalUpgrade`` takes its step as
@@ -25,9 +28,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tpuray.components.catalog.names import RAY_SERVE_HTTP_PORT
+from tpuray.components.catalog.runtimes import union_ports
 from tpuray.components.config.serving import INCREMENTAL, MAX_RAY_SERVICE_NAME, ServingConfig, UpgradeType
+from tpuray.components.planning.gmp import ray_pod_monitoring
 from tpuray.components.planning.kuberay import API_VERSION, RayClusterParams, TpuWorkerGroup, ray_cluster_spec
 from tpuray.components.planning.kuberay_checks import check_ray_cluster_spec, raise_problems
+from tpuray.components.planning.network_policy import NetworkPolicyParams, ray_service_policies
 from tpuray.components.planning.pool_plan import PoolPlan
 
 __all__ = [
@@ -58,6 +64,10 @@ class ServingPlan:
     gateway_class_name: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     """The RayService's labels: the stack's, and Kueue's queue and priority class where the stack has Kueue."""
+    network_policies: tuple[dict[str, Any], ...] = ()
+    """Its pods' own NetworkPolicies (the module docstring)."""
+    monitoring: tuple[dict[str, Any], ...] = ()
+    """The PodMonitoring of its pods: Ray's and Serve's series on Ray's metrics port."""
 
     @property
     def group(self) -> TpuWorkerGroup:
@@ -75,19 +85,24 @@ def serving_plan(
     pools: Sequence[PoolPlan],
     cluster: RayClusterParams,
     labels: Mapping[str, str],
+    network: NetworkPolicyParams,
     stack_cluster: str,
 ) -> ServingPlan | None:
-    """The RayService of ``serving`` on the stack's RayCluster parameters ``cluster`` (whose ``name`` is the pod
-    label the namespace's NetworkPolicies select); None without a serving section. ``labels`` are the stack's Kubernetes
-    labels with Kueue's where the stack has Kueue; ``stack_cluster`` is ``cluster.name``, which names it."""
+    """The RayService of ``serving`` on the stack's RayCluster parameters ``cluster``; None without a serving
+    section. ``labels`` are the stack's Kubernetes labels with Kueue's where the stack has Kueue; ``network`` is the
+    training cluster's NetworkPolicy parameters (the namespace's, the operator's, the nodes' range);
+    ``stack_cluster`` is ``cluster.name``, which names it."""
     if serving is None:
         return None
     [pool] = [p for p in pools if p.name == serving.slice_pool]
     incremental = serving.upgrade.strategy == INCREMENTAL
+    name = serving.service_name(stack_cluster)
+    own = replace(network, cluster=name, runtime_ranges=tuple(union_ports([pool.tpu_slice], cluster.backend)))
     return ServingPlan(
-        name=serving.service_name(stack_cluster),
+        name=name,
         namespace=cluster.namespace,
-        cluster=replace(cluster, groups=(serving_group(pool, serving),)),
+        # the service's name as its pods' label: the network identity its own policies select
+        cluster=replace(cluster, name=name, groups=(serving_group(pool, serving),)),
         application=serving.name,
         import_path=serving.import_path,
         pool=pool.name,
@@ -96,6 +111,8 @@ def serving_plan(
         interval_seconds=serving.upgrade.interval_seconds if incremental else None,
         gateway_class_name=serving.upgrade.gateway_class_name if incremental else None,
         labels=dict(labels),
+        network_policies=tuple(ray_service_policies(own)),
+        monitoring=(ray_pod_monitoring(name, cluster.namespace, cluster.labels, role="serving"),),
     )
 
 

@@ -38,7 +38,7 @@ from tpuray.components.planning.component_args import (
 )
 from tpuray.components.planning.dashboard import dashboard_plan, idle_alert_plan
 from tpuray.components.planning.entrypoint import train_entrypoint
-from tpuray.components.planning.gmp import kueue_monitoring, ray_training_monitoring
+from tpuray.components.planning.gmp import kueue_monitoring, ray_pod_monitoring
 from tpuray.components.planning.kuberay import (
     RayClusterParams,
     RayJobParams,
@@ -120,6 +120,7 @@ def plan_stack(config: StackConfig, stack_name: str) -> StackPlan:
     # for that cluster (its pods carry its name), and no long-lived RayCluster is.
     ephemeral = config.ray.job_mode == "ephemeral" and job.cluster is not None
     cluster = job.cluster if ephemeral and job.cluster else _ray_cluster(config, pools, k8s_labels)
+    ray = _ray(config, cluster, declare_cluster=not ephemeral, labels=labels)
     return StackPlan(
         stack=stack_name,
         project=config.project,
@@ -129,7 +130,7 @@ def plan_stack(config: StackConfig, stack_name: str) -> StackPlan:
         k8s_labels=k8s_labels,
         gke=_gke(config, labels),
         pools=pools,
-        ray=_ray(config, cluster, declare_cluster=not ephemeral, labels=labels),
+        ray=ray,
         ephemeral=ephemeral,
         job=job,
         kueue=_kueue(config, pools, k8s_labels) if config.kueue.enabled else None,
@@ -145,12 +146,12 @@ def plan_stack(config: StackConfig, stack_name: str) -> StackPlan:
             else None
         ),
         cost=config.cost,
-        # its pods carry the label of the cluster the NetworkPolicies are declared for (an ephemeral job's)
         serving=serving_plan(
             config.serving,
             pools,
-            replace(_ray_cluster(config, pools, k8s_labels), name=cluster.name),
+            _ray_cluster(config, pools, k8s_labels),
             _queued(config, k8s_labels),
+            ray.network,
             config.cluster.name,
         ),
     )
@@ -200,7 +201,7 @@ def _ray(
         resource_labels=dict(labels),
         operator_namespace=cfg.ray.job_api_namespace,
         node_cidr=cfg.network.subnet_cidr,
-        monitoring=(ray_training_monitoring(params.name, params.namespace, params.labels),),
+        monitoring=(ray_pod_monitoring(params.name, params.namespace, params.labels),),
         declare_cluster=declare_cluster,
         tpu_webhook=_tpu_webhook(cfg) is not None,
         compile_cache_bucket=_own_cache_bucket(cfg),

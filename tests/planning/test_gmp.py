@@ -18,7 +18,7 @@ from tpuray.components.planning.gmp import (
     GMP_API_VERSION,
     KUEUE_METRICS_READER_ROLE,
     kueue_monitoring,
-    ray_training_monitoring,
+    ray_pod_monitoring,
 )
 
 GOLDEN = Path(__file__).resolve().parents[1] / "review" / "golden"
@@ -42,7 +42,7 @@ def test_the_production_plans_hold_valid_monitoring_objects(stack: str, kueue: b
 
 
 def test_schema_and_cel_checks_catch_bad_objects() -> None:
-    good = ray_training_monitoring("c", "ray", {})
+    good = ray_pod_monitoring("c", "ray", {})
     bad = copy.deepcopy(good)
     bad["spec"]["endpoints"][0]["scheme"] = "ftp"
     bad["spec"]["endpoints"][0]["bogus"] = 1
@@ -62,7 +62,7 @@ def _kept(obj: dict[str, Any], name: str) -> bool:
 
 def test_training_and_ray_series_are_all_kept() -> None:
     """No add-on collects Ray's series (the stacks declare it off), so the PodMonitoring drops none of them."""
-    monitoring = ray_training_monitoring("c", "ray", {})
+    monitoring = ray_pod_monitoring("c", "ray", {})
     for name in (*mn.TRAIN_METRICS, *mn.RAY_TPU_METRICS, "node_cpu_utilization"):
         assert _kept(monitoring, mn.ray_exported(name))
 

@@ -16,6 +16,7 @@ from tests.support.kuberay_schema import crd_dir, served_validator, tpu_chip_mis
 from tpuray.components.catalog.names import KUEUE_QUEUE_NAME_LABEL, RAY_CLUSTER_POD_LABEL, WEBHOOK_POD_LABEL
 from tpuray.components.config import StackConfig, parse_stack_config
 from tpuray.components.planning.kuberay import ray_cluster_manifest
+from tpuray.components.planning.network_policy import allowed_ingress_ports, network_policies
 from tpuray.components.planning.serving import ray_service_manifest
 from tpuray.components.planning.stack_plan import StackPlan, plan_stack
 
@@ -69,20 +70,60 @@ def test_the_serving_group_is_the_training_group_of_its_pool_but_for_its_slices(
     [served] = service(plan_stack(config(), "dev"))["spec"]["rayClusterConfig"]["workerGroupSpecs"]
     counts = ("replicas", "minReplicas", "maxReplicas")
     assert {k: served[k] for k in counts} == {"replicas": 2, "minReplicas": 1, "maxReplicas": 4}
+    # the one difference but the counts: the Ray pod label, the network identity of the service's own
+    assert served["template"]["metadata"]["labels"].pop(RAY_CLUSTER_POD_LABEL) == "tpuray-dev-chat"
+    assert trained["template"]["metadata"]["labels"].pop(RAY_CLUSTER_POD_LABEL) == "tpuray-dev"
     assert {k: v for k, v in served.items() if k not in counts} == {k: v for k, v in trained.items() if k not in counts}
     assert served["numOfHosts"] == 4  # a v5e 4x4 slice: four hosts of four chips
-    pod = served["template"]
-    assert pod["metadata"]["labels"].items() >= WEBHOOK_POD_LABEL.items()
-    # the namespace's NetworkPolicies and the PodMonitoring select Ray pods by this label: serving pods are covered
-    assert pod["metadata"]["labels"][RAY_CLUSTER_POD_LABEL] == "tpuray-dev"
-    [monitoring] = plan_stack(config(), "dev").ray.monitoring
-    assert monitoring["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert served["template"]["metadata"]["labels"].items() >= WEBHOOK_POD_LABEL.items()
+
+
+def _selects(obj: dict[str, Any], labels: dict[str, str]) -> bool:
+    return bool(obj["spec"]["podSelector"]["matchLabels"].items() <= labels.items())
+
+
+def test_serving_pods_are_a_network_identity_of_their_own() -> None:
+    """Their own PodMonitoring and NetworkPolicies select them; training's do not, and neither lets a serving pod and
+    a training pod reach each other's Ray ports."""
+    plan = plan_stack(config(), "dev")
+    assert plan.serving is not None
+    [served] = service(plan)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    serving_pod = served["template"]["metadata"]["labels"]
+    [trained] = ray_cluster_manifest(plan.ray.params)["spec"]["workerGroupSpecs"]
+    training_pod = trained["template"]["metadata"]["labels"]
+    [own_scrape] = plan.serving.monitoring
+    assert own_scrape["metadata"]["name"] == "tpuray-dev-chat-serving-metrics"
+    assert own_scrape["spec"]["selector"]["matchLabels"].items() <= serving_pod.items()
+    [training_scrape] = plan.ray.monitoring
+    assert not training_scrape["spec"]["selector"]["matchLabels"].items() <= serving_pod.items()
+
+    own = {pol["metadata"]["name"]: pol for pol in plan.serving.network_policies}
+    assert set(own) == {
+        f"tpuray-dev-chat-ray-{kind}" for kind in ("metrics", "peers", "head-job-api", "tpu-device-plugin")
+    }
+    # KubeRay adds ray.io/node-type to the pods it makes: the head's policy selects the service's head among them
+    assert {pol["spec"]["podSelector"]["matchLabels"][RAY_CLUSTER_POD_LABEL] for pol in own.values()} == {
+        "tpuray-dev-chat"
+    }
+    assert not any(_selects(pol, training_pod) for pol in own.values())
+    training = network_policies(plan.ray.network)
+    peers = next(pol for pol in training if pol["metadata"]["name"].endswith("-ray-peers"))
+    assert not _selects(peers, serving_pod)
+    [peer] = own["tpuray-dev-chat-ray-peers"]["spec"]["ingress"][0]["from"]
+    assert peer["podSelector"]["matchLabels"] == {RAY_CLUSTER_POD_LABEL: "tpuray-dev-chat"}
+    # the serving pool's runtime ports (a v5e 4x4 host's four chips) among its own pods
+    assert allowed_ingress_ports(plan.serving.network_policies, serving_pod) >= {8471, 8476, 8477, 8478, 8479}
+    # only the operator's namespace calls its head's dashboard: no RayJob submitter runs against a RayService
+    [operator] = own["tpuray-dev-chat-ray-head-job-api"]["spec"]["ingress"][0]["from"]
+    assert operator["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "kuberay-system"}
 
 
 def test_head_token_and_autoscaling_are_the_stacks() -> None:
     plan = plan_stack(config(), "dev")
     spec = service(plan)["spec"]["rayClusterConfig"]
     shared = ray_cluster_manifest(plan.ray.params)["spec"]
+    for head in (spec["headGroupSpec"], shared["headGroupSpec"]):
+        del head["template"]["metadata"]["labels"][RAY_CLUSTER_POD_LABEL]  # the network identity: its own
     assert spec["headGroupSpec"] == shared["headGroupSpec"]
     assert spec["authOptions"] == shared["authOptions"] == {"mode": "token", "secretName": "tpuray-dev-ray-auth"}
     assert spec["enableInTreeAutoscaling"] is True  # minSlices < maxSlices
@@ -134,8 +175,18 @@ def test_the_program_declares_the_rayservice_as_a_child_of_its_component() -> No
     run = er.run(er.ROOT / "infra" / "__main__.py", stack="dev", config=_program_config(serving=True))[0]
     [component] = [r for r in run.resources if r["type"] == "tpuray:index:RayTpuService"]
     assert component["name"] == "serve"
-    [svc] = er.children_of(run, "RayTpuService")
-    assert svc["type"] == "kubernetes:ray.io/v1:RayService" and svc["name"] == "serve-rayservice"
+    children = er.children_of(run, "RayTpuService")
+    [svc] = [c for c in children if c["type"] == "kubernetes:ray.io/v1:RayService"]
+    assert svc["name"] == "serve-rayservice"
+    # its own NetworkPolicies and PodMonitoring, which the RayService waits for
+    policies = [c["name"] for c in children if c["type"] == "kubernetes:networking.k8s.io/v1:NetworkPolicy"]
+    assert sorted(policies) == sorted(
+        f"serve-netpol-tpuray-dev-chat-ray-{k}" for k in ("metrics", "peers", "head-job-api", "tpu-device-plugin")
+    )
+    assert [c["type"] for c in children if c not in [svc] and c["name"] not in policies] == [
+        "kubernetes:monitoring.googleapis.com/v1:PodMonitoring"
+    ]
+    assert {u for u in er.depends_on(svc) if "NetworkPolicy" in u} != set()
     # it waits for the Ray token, namespace and operator, and for the node pools, as the RayCluster does
     waits = er.depends_on(svc)
     assert any("ray-ray-auth" in u for u in waits) and any("NodePool" in u for u in waits)
