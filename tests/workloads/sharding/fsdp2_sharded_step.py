@@ -1,7 +1,8 @@
 """TorchTPU's one process per device, on CPU: N processes over gloo run FSDP2 or tensor-parallel steps of a small
-GPT (tpuray.workloads.sharding.fsdp2) and compare them with the unsharded step; or save a sharded checkpoint, or
-load one with another partition. ``python fsdp2_sharded_step.py step N fsdp,tensor ...``, ``save N DIR`` or
-``load N DIR``; rank 0 prints one JSON line per plan."""
+GPT (tpuray.workloads.sharding.fsdp2) and compare them with the unsharded step, save a sharded checkpoint, or load
+one with another partition, in the order given: ``python fsdp2_sharded_step.py N OP ...``, each OP
+``step:FSDP,TENSOR``, ``save:DIR`` or ``load:DIR`` (one set of processes for all: each costs seconds to start).
+Rank 0 appends one JSON line per OP to the file ``$FSDP2_STEP_RESULTS`` names."""
 
 from __future__ import annotations
 
@@ -59,32 +60,31 @@ def _sharded(world: int, fsdp: int, tensor: int) -> tuple[GPT, torch.Tensor]:
     return model, _tokens()[index * rows : (index + 1) * rows]
 
 
-def _step(world: int, plans: list[str]) -> None:
+def _step(world: int, plan: str) -> None:
     from tpuray.workloads.sharding.fsdp2 import rank_bytes
 
     reference = _reference()
-    for text in plans:
-        fsdp, tensor = (int(x) for x in text.split(","))
-        result: dict[str, object] = {"fsdp": fsdp, "tensor": tensor, "world": world}
-        model, tokens = _sharded(world, fsdp, tensor)
-        opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        next_token_loss(model, tokens).backward()  # type: ignore[no-untyped-call]
-        opt.step()
-        params = dict(model.named_parameters())
-        result["max_diff"] = max((_full(params[n]).detach() - reference[n]).abs().max().item() for n in reference)
-        model, tokens = _sharded(world, fsdp, tensor)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        next_token_loss(model, tokens).backward()  # type: ignore[no-untyped-call]
-        opt.step()
-        state = [t for s in opt.state.values() for k, t in s.items() if k in ("exp_avg", "exp_avg_sq")]
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
-        mine = rank_bytes([*model.parameters(), *grads, *state])
-        every: list[object] = [None] * world
-        dist.all_gather_object(every, mine)
-        result["bytes_per_rank"] = sorted(set(every))  # type: ignore[type-var]
-        result["state_tensors"] = len(state)
-        if dist.get_rank() == 0:
-            _emit(result)
+    fsdp, tensor = (int(x) for x in plan.split(","))
+    result: dict[str, object] = {"fsdp": fsdp, "tensor": tensor, "world": world}
+    model, tokens = _sharded(world, fsdp, tensor)
+    opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    next_token_loss(model, tokens).backward()  # type: ignore[no-untyped-call]
+    opt.step()
+    params = dict(model.named_parameters())
+    result["max_diff"] = max((_full(params[n]).detach() - reference[n]).abs().max().item() for n in reference)
+    model, tokens = _sharded(world, fsdp, tensor)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    next_token_loss(model, tokens).backward()  # type: ignore[no-untyped-call]
+    opt.step()
+    state = [t for s in opt.state.values() for k, t in s.items() if k in ("exp_avg", "exp_avg_sq")]
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    mine = rank_bytes([*model.parameters(), *grads, *state])
+    every: list[object] = [None] * world
+    dist.all_gather_object(every, mine)
+    result["bytes_per_rank"] = sorted(set(every))  # type: ignore[type-var]
+    result["state_tensors"] = len(state)
+    if dist.get_rank() == 0:
+        _emit(result)
 
 
 def _save(world: int, where: Path) -> None:
@@ -126,27 +126,31 @@ def _emit(result: dict[str, object]) -> None:
         f.write(json.dumps(result) + "\n")
 
 
-def _rank(rank: int, world: int, port: int, mode: str, args: list[str]) -> None:
+def _rank(rank: int, world: int, port: int, ops: list[str]) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        if mode == "step":
-            _step(world, args)
-        elif mode == "save":
-            _save(world, Path(args[0]))
-        else:
-            _load(world, Path(args[0]))
+        for op in ops:
+            kind, _, arg = op.partition(":")
+            if kind == "step":
+                _step(world, arg)
+            elif kind == "save":
+                _save(world, Path(arg))
+            elif kind == "load":
+                _load(world, Path(arg))
+            else:
+                raise SystemExit(f"unknown op {op!r}: step:FSDP,TENSOR, save:DIR or load:DIR")
     finally:
         dist.destroy_process_group()
 
 
 def main(argv: list[str]) -> None:
-    mode, world = argv[0], int(argv[1])
+    world = int(argv[0])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    spawn(_rank, args=(world, port, mode, argv[2:]), nprocs=world, join=True)  # type: ignore[no-untyped-call]
+    spawn(_rank, args=(world, port, argv[1:]), nprocs=world, join=True)  # type: ignore[no-untyped-call]
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -34,10 +35,31 @@ def _run(*argv: str) -> list[dict[str, object]]:
         return [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
 
 
-@pytest.mark.parametrize(("world", "plans"), [(4, ("4,1", "1,4")), (8, ("8,1", "2,1"))])
-def test_fsdp2_and_tensor_parallel_steps_are_the_unsharded_step(world: int, plans: tuple[str, ...]) -> None:
-    results = _run("step", str(world), *plans)
-    assert [f"{r['fsdp']},{r['tensor']}" for r in results] == list(plans)
+PLANS = {8: ("8,1", "2,1"), 4: ("4,1", "1,4")}
+"""Per world: FSDP over all ranks, and a plan with a data axis (8) or tensor parallelism over all (4). No 2-D plan:
+the FSDP2 path refuses one (:func:`tpuray.workloads.sharding.fsdp2.shard_gpt` says why)."""
+
+
+class Runs(NamedTuple):
+    results: dict[int, list[dict[str, object]]]
+    """Per world, rank 0's JSON line per op."""
+    checkpoint: Path
+    """Where the 8 ranks saved and the 4 loaded."""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    """8 processes: each plan's step, then a checkpoint of FSDP over all 8; then 4: each plan's step, then that
+    checkpoint loaded as FSDP over 4. One set of processes per world: each process costs seconds to start."""
+    where = tmp_path_factory.mktemp("fsdp2")
+    eight = _run("8", *(f"step:{p}" for p in PLANS[8]), f"save:{where}")
+    return Runs({8: eight, 4: _run("4", *(f"step:{p}" for p in PLANS[4]), f"load:{where}")}, where)
+
+
+@pytest.mark.parametrize("world", sorted(PLANS))
+def test_fsdp2_and_tensor_parallel_steps_are_the_unsharded_step(runs: Runs, world: int) -> None:
+    results = [r for r in runs.results[world] if "fsdp" in r]
+    assert [f"{r['fsdp']},{r['tensor']}" for r in results] == list(PLANS[world])
     for r in results:
         assert isinstance(r["max_diff"], float) and r["max_diff"] <= 1e-6, r
         assert r["state_tensors"] == 2 * 16
@@ -45,13 +67,15 @@ def test_fsdp2_and_tensor_parallel_steps_are_the_unsharded_step(world: int, plan
         assert r["bytes_per_rank"] == [training_state_bytes_per_device(DIMS, fsdp, tensor)], r
 
 
-def test_a_checkpoint_saved_on_8_ranks_restores_on_4_and_in_plain_torch(tmp_path: Path) -> None:
+def test_a_checkpoint_saved_on_8_ranks_restores_on_4_and_in_plain_torch(
+    runs: Runs,
+) -> None:
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    _run("save", "8", str(tmp_path))
-    (loaded,) = _run("load", "4", str(tmp_path))
+    [loaded] = [r for r in runs.results[4] if "fsdp" not in r]
     assert loaded["max_diff"] == 0.0 and loaded["parameter_types"] == ["DTensor"], loaded
-    dcp_to_torch_save(tmp_path / "dcp", tmp_path / "plain.pt")
-    plain, expected = torch.load(tmp_path / "plain.pt"), torch.load(tmp_path / "expected.pt")
+    where = runs.checkpoint
+    dcp_to_torch_save(where / "dcp", where / "plain.pt")
+    plain, expected = torch.load(where / "plain.pt"), torch.load(where / "expected.pt")
     assert plain.keys() == expected.keys()
     assert all(torch.equal(plain[k], expected[k]) for k in expected)
