@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import partial
 
 from tpuray.components.config import StackConfig
+from tpuray.components.doctor.gateway_checks import check_serving_gateway_api, check_serving_gateway_class
 from tpuray.components.doctor.gke_checks import check_gke_version
 from tpuray.components.doctor.image_checks import ImageVersions, check_worker_image
 from tpuray.components.doctor.kuberay_checks import (
@@ -67,5 +68,7 @@ def run_checks(cfg: StackConfig, objs: ClusterObjects, image: ImageVersions | No
         *runtime_checks(cfg, objs),
         ("serving-upgrade-gate", partial(check_serving_upgrade_gate, cfg, objs)),
         ("serving-pools-apart", partial(check_serving_pools_apart, cfg, objs)),
+        ("serving-gateway-api", partial(check_serving_gateway_api, cfg, objs)),
+        ("serving-gateway-class", partial(check_serving_gateway_class, cfg, objs)),
     ]
     return [r for check_id, run in checks for r in _guarded(check_id, run)]

@@ -14,7 +14,11 @@ file                              command
 ``mutatingwebhookconfigurations.json``  ``kubectl get mutatingwebhookconfigurations -o json``
 ``customresourcedefinitions.json``      ``kubectl get customresourcedefinitions -o json``
 ``version.json``                  ``kubectl version -o json`` (its ``serverVersion``), or the API's ``/version``
+``gatewayclasses.json``           ``kubectl get gatewayclasses -o json``: optional (an older snapshot lacks it)
 ================================  ==========================================================================
+
+An optional file that is absent is "not read" (None in :class:`ClusterObjects`): the checks that need it say
+unknown, never pass. Live, GatewayClasses are listed only where their CRD is installed; without it there are none.
 """
 
 from __future__ import annotations
@@ -27,8 +31,13 @@ from typing import Any, Protocol
 from tpuray.components.catalog.data_file import MAX_DEPTH, DataFileError, loads_json, read_json_file
 
 __all__ = [
+    "GATEWAY_API_GROUP",
+    "GATEWAY_API_VERSION",
+    "GATEWAY_CLASS_CRD",
     "LIST_FILES",
     "LIST_KINDS",
+    "OPTIONAL_LIST_FILES",
+    "OPTIONAL_SNAPSHOT_FILES",
     "SNAPSHOT_FILES",
     "VERSION_FILE",
     "ClusterObjects",
@@ -48,16 +57,28 @@ LIST_FILES: Mapping[str, str] = {
     "crds": "customresourcedefinitions.json",
 }
 """Field of :class:`ClusterObjects` -> its file in a snapshot directory."""
+OPTIONAL_LIST_FILES: Mapping[str, str] = {"gateway_classes": "gatewayclasses.json"}
+"""Field -> its file, for the lists a snapshot may lack: the field is then None (not read)."""
 LIST_KINDS: Mapping[str, str] = {
     "nodes": "Node",
     "pods": "Pod",
     "deployments": "Deployment",
     "webhooks": "MutatingWebhookConfiguration",
     "crds": "CustomResourceDefinition",
+    "gateway_classes": "GatewayClass",
 }
 """Field of :class:`ClusterObjects` -> the kind of its items (a pod list saved as nodes.json is refused)."""
 VERSION_FILE = "version.json"
 SNAPSHOT_FILES = (*LIST_FILES.values(), VERSION_FILE)
+"""The files every snapshot holds."""
+OPTIONAL_SNAPSHOT_FILES = tuple(OPTIONAL_LIST_FILES.values())
+
+GATEWAY_API_GROUP = "gateway.networking.k8s.io"
+GATEWAY_API_VERSION = "v1"
+"""The Gateway API version KubeRay v1.7.0 uses: its RayService controller builds the Gateway and HTTPRoute of an
+incremental upgrade with ``sigs.k8s.io/gateway-api/apis/v1`` (``ray-operator/controllers/ray/rayservice_controller.go``;
+gateway-api v1.4.1 in ``ray-operator/go.mod``); GatewayClass is v1 in the same API (https://gateway-api.sigs.k8s.io/)."""
+GATEWAY_CLASS_CRD = f"gatewayclasses.{GATEWAY_API_GROUP}"
 
 MAX_OBJECT_DEPTH = 2 * MAX_DEPTH
 """Nesting the doctor accepts in a list of API objects: a cluster's CRDs are not tpuray's, and their schemas (and the
@@ -83,6 +104,9 @@ class ClusterObjects:
     """``gitVersion`` of the API server, e.g. ``v1.34.1-gke.1829001``."""
     source: str
     """Where the objects came from: the snapshot directory, or the context and server."""
+    gateway_classes: tuple[dict[str, Any], ...] | None = None
+    """Gateway API GatewayClasses; None where they were not read (a snapshot without ``gatewayclasses.json``), empty
+    where the cluster has none (live: no GatewayClass CRD, or it does not serve v1)."""
 
 
 class ClusterReader(Protocol):
@@ -149,9 +173,13 @@ class SnapshotReader:
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
 
+    def _present(self, name: str) -> bool:
+        path = self.directory / name
+        return path.exists() or path.is_symlink()  # a dangling link is there: reading it names the problem
+
     def _load(self, name: str) -> Any:
         path = self.directory / name
-        if not path.exists() and not path.is_symlink():
+        if not self._present(name):
             raise ReadError(f"{path}: missing; a snapshot holds {', '.join(SNAPSHOT_FILES)}")
         try:
             return read_json_file(path, what="snapshot file", max_depth=MAX_OBJECT_DEPTH)
@@ -165,8 +193,16 @@ class SnapshotReader:
             field: parse_list(self._load(name), str(self.directory / name), LIST_KINDS[field])
             for field, name in LIST_FILES.items()
         }
+        classes = OPTIONAL_LIST_FILES["gateway_classes"]
+        gateway_classes = (
+            parse_list(self._load(classes), str(self.directory / classes), LIST_KINDS["gateway_classes"])
+            if self._present(classes)
+            else None  # not read: the checks that need it say unknown
+        )
         version = parse_version(self._load(VERSION_FILE), str(self.directory / VERSION_FILE))
-        return ClusterObjects(**lists, server_version=version, source=str(self.directory))
+        return ClusterObjects(
+            **lists, server_version=version, source=str(self.directory), gateway_classes=gateway_classes
+        )
 
 
 class LiveReader:
@@ -214,21 +250,33 @@ class LiveReader:
                 field: parse_list(self._get(call, where), f"{where}: {field}", LIST_KINDS[field])
                 for field, call in calls.items()
             }
+            gateway_classes: tuple[dict[str, Any], ...] = ()
+            # Only where the CRD is installed: without it the path 404s, and there can be no GatewayClass.
+            if any(c["metadata"].get("name") == GATEWAY_CLASS_CRD for c in lists["crds"]):
+                custom = client.CustomObjectsApi(api)
+                args = (GATEWAY_API_GROUP, GATEWAY_API_VERSION, "gatewayclasses")
+                # a 404 still: the CRD does not serve v1, so there is no v1 GatewayClass to find
+                doc = self._get(custom.list_cluster_custom_object, where, *args, absent={"items": []})
+                gateway_classes = parse_list(doc, f"{where}: gateway_classes", LIST_KINDS["gateway_classes"])
             version = parse_version(self._get(client.VersionApi(api).get_code, where), f"{where}: /version")
         finally:
             api.close()  # type: ignore[no-untyped-call]
-        return ClusterObjects(**lists, server_version=version, source=where)
+        return ClusterObjects(**lists, server_version=version, source=where, gateway_classes=gateway_classes)
 
-    def _get(self, call: Callable[..., Any], where: str) -> Any:
-        """One list call's raw JSON (``_preload_content=False``: the checks read the API's own field names)."""
+    def _get(self, call: Callable[..., Any], where: str, *args: str, absent: Any = None) -> Any:
+        """One list call's raw JSON (``_preload_content=False``: the checks read the API's own field names); with
+        ``absent``, a 404 answers that instead of failing the read."""
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
+        said = f"{call.__name__}({', '.join(args)})" if args else call.__name__
         try:
-            response = call(_preload_content=False, _request_timeout=self.timeout)
-            return loads_json(response.data, what=f"{where}: {call.__name__}", max_depth=MAX_OBJECT_DEPTH)
+            response = call(*args, _preload_content=False, _request_timeout=self.timeout)
+            return loads_json(response.data, what=f"{where}: {said}", max_depth=MAX_OBJECT_DEPTH)
         except ApiException as e:
-            raise ReadError(f"{where}: {call.__name__}: the API server answered {e.status} {e.reason}") from None
+            if e.status == 404 and absent is not None:
+                return absent
+            raise ReadError(f"{where}: {said}: the API server answered {e.status} {e.reason}") from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
             reason = getattr(e, "reason", None) or e
             raise ReadError(f"{where}: cannot reach the API server ({' '.join(str(reason).split())[:200]})") from None

@@ -1,6 +1,7 @@
 """What a stack's Ray Serve application (``tpuray:serving``) needs on a live cluster, beyond its RayService CRD (which
 the ``kuberay-crds`` check validates with every rendered kind): the KubeRay gate its upgrade type needs, and serving
-pods on node pools of their own, never on training's. Pure functions of the objects read, like :mod:`.checks`."""
+pods on node pools of their own, never on training's (the Gateway API of the incremental upgrade:
+:mod:`.gateway_checks`). Pure functions of the objects read, like :mod:`.checks`."""
 
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ __all__ = [
     "SRC_CRD_PRUNING",
     "SRC_DEVICE_PLUGIN",
     "SRC_DPV2",
+    "SRC_GATEWAY_CLASS",
+    "SRC_GKE_GATEWAYS",
     "SRC_GKE_TPU",
     "SRC_KUBERAY_AUTH",
     "SRC_KUBERAY_HELM",
@@ -35,3 +37,5 @@ SRC_TORCH_XLA = "https://github.com/pytorch/xla#available-docker-images-and-whee
 SRC_TORCH_TPU = "https://pypi.org/project/torch-tpu/0.2.0/"
 SRC_API_OBJECTS = "https://kubernetes.io/docs/reference/kubernetes-api/"
 SRC_RAYSERVICE_UPGRADE = "https://docs.ray.io/en/latest/serve/production-guide/kubernetes.html"
+SRC_GKE_GATEWAYS = "https://cloud.google.com/kubernetes-engine/docs/how-to/deploying-gateways"
+SRC_GATEWAY_CLASS = "https://gateway-api.sigs.k8s.io/api-types/gatewayclass/"

@@ -16,7 +16,14 @@ from tpuray.components import cli
 from tpuray.components.catalog import names
 from tpuray.components.config import WorkloadConfig, parse_stack_config
 from tpuray.components.doctor.kuberay_checks import check_tpu_webhook
-from tpuray.components.doctor.reader import LIST_FILES, SNAPSHOT_FILES, VERSION_FILE, ClusterObjects
+from tpuray.components.doctor.reader import (
+    LIST_FILES,
+    OPTIONAL_LIST_FILES,
+    OPTIONAL_SNAPSHOT_FILES,
+    SNAPSHOT_FILES,
+    VERSION_FILE,
+    ClusterObjects,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,6 +88,12 @@ def test_text_report_names_each_failure_with_fix_and_source(
         (LIST_FILES["crds"], '{"kind": "List"}', "expected a Kubernetes list"),
         (LIST_FILES["webhooks"], '{"items": [42]}', "items[0] is not a Kubernetes object"),
         (VERSION_FILE, '{"clientVersion": {"gitVersion": "v1.34.0"}}', "no serverVersion.gitVersion"),
+        # optional, but read when it is there: a wrong list is refused as any other
+        (
+            OPTIONAL_LIST_FILES["gateway_classes"],
+            '{"kind": "NodeList", "items": []}',
+            "expected a list of GatewayClass",
+        ),
     ],
 )
 def test_a_malformed_snapshot_is_one_line_naming_the_file(
@@ -215,7 +228,7 @@ def test_each_worker_image_target_stamps_its_backend_and_the_versions_the_doctor
 
 def test_snapshot_files_are_documented() -> None:
     guide = (ROOT / "docs" / "doctor.md").read_text()
-    assert all(f"`{name}`" in guide for name in SNAPSHOT_FILES)
+    assert all(f"`{name}`" in guide for name in (*SNAPSHOT_FILES, *OPTIONAL_SNAPSHOT_FILES))
 
 
 def test_the_tpu_webhook_is_needed_only_by_multi_host_slices() -> None:

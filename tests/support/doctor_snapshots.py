@@ -26,7 +26,7 @@ from tpuray.components.catalog.names import (
     TPU_RESOURCE,
 )
 from tpuray.components.config import StackConfig, load_stack_file
-from tpuray.components.doctor.reader import LIST_FILES, VERSION_FILE
+from tpuray.components.doctor.reader import GATEWAY_API_GROUP, LIST_FILES, OPTIONAL_LIST_FILES, VERSION_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,6 +92,47 @@ def _read_crds(folder: str) -> list[dict[str, Any]]:
 
 # ---- the healthy cluster --------------------------------------------------------------------------------------
 READY = {"conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}
+
+
+def gateway_api_crd(
+    kind: str, plural: str, scope: str = "Namespaced", served: tuple[str, ...] = ("v1",)
+) -> dict[str, Any]:
+    """A Gateway API CRD as the doctor reads it (its name, kind and served versions; a schema that keeps all)."""
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    versions = [{"name": v, "served": True, "storage": i == 0, "schema": schema} for i, v in enumerate(served)]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GATEWAY_API_GROUP}"},
+        "spec": {
+            "group": GATEWAY_API_GROUP,
+            "names": {"kind": kind, "plural": plural, "listKind": f"{kind}List", "singular": kind.lower()},
+            "scope": scope,
+            "versions": versions,
+        },
+    }
+
+
+GKE_GATEWAY_CLASSES = (
+    "gke-l7-global-external-managed",
+    "gke-l7-gxlb",
+    "gke-l7-regional-external-managed",
+    "gke-l7-rilb",
+)
+"""Single-cluster GatewayClasses GKE installs with its Gateway API
+(https://cloud.google.com/kubernetes-engine/docs/concepts/gateway-api)."""
+
+
+def gateway_class(name: str, accepted: str | None = "True", reason: str = "Accepted") -> dict[str, Any]:
+    """A GatewayClass of GKE's controller; ``accepted`` its Accepted condition's status (None: no condition)."""
+    conditions = [] if accepted is None else [{"type": "Accepted", "status": accepted, "reason": reason}]
+    return {
+        "apiVersion": f"{GATEWAY_API_GROUP}/v1",
+        "kind": "GatewayClass",
+        "metadata": {"name": name},
+        "spec": {"controllerName": "networking.gke.io/gateway"},
+        "status": {"conditions": conditions},
+    }
 
 
 def _node(name: str, pool: str, accelerator: str, topology: str, chips: int) -> dict[str, Any]:
@@ -183,6 +224,12 @@ def healthy() -> dict[str, Any]:
         ],
     }
     crds = _crds("kuberay-crds") + _crds("kueue-crds")
+    # GKE's Gateway API (the standard channel serves v1 and v1beta1): a serving stack's incremental upgrade uses it
+    crds += [
+        gateway_api_crd("GatewayClass", "gatewayclasses", "Cluster", ("v1", "v1beta1")),
+        gateway_api_crd("Gateway", "gateways", served=("v1", "v1beta1")),
+        gateway_api_crd("HTTPRoute", "httproutes", served=("v1", "v1beta1")),
+    ]
 
     def as_list(items: list[dict[str, Any]]) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
@@ -193,6 +240,7 @@ def healthy() -> dict[str, Any]:
         LIST_FILES["deployments"]: as_list(deployments),
         LIST_FILES["webhooks"]: as_list([webhook]),
         LIST_FILES["crds"]: as_list(crds),
+        OPTIONAL_LIST_FILES["gateway_classes"]: as_list([gateway_class(n) for n in GKE_GATEWAY_CLASSES]),
         VERSION_FILE: {
             "clientVersion": {"gitVersion": "v1.34.2"},
             "serverVersion": {"major": "1", "minor": "34", "gitVersion": "v1.34.1-gke.1829001"},

@@ -1,7 +1,8 @@
 """A fake Kubernetes API server on loopback for ``tpuray doctor`` tests.
 
-It serves a snapshot directory's files on the paths the Kubernetes Python client asks for a GET, answers every
-other GET with a 404 Status, and records every request (a write gets a 405 and stays in ``writes``), so a test
+It serves a snapshot directory's files on the paths the Kubernetes Python client asks for a GET (an optional file
+the snapshot lacks, such as ``gatewayclasses.json``, as the API server answers a resource it does not serve), answers
+every other GET with a 404 Status, and records every request (a write gets a 405 and stays in ``writes``), so a test
 can assert the doctor only read. Bound to 127.0.0.1 only.
 """
 
@@ -17,7 +18,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from tpuray.components.doctor.reader import LIST_FILES, VERSION_FILE
+from tpuray.components.doctor.reader import (
+    GATEWAY_API_GROUP,
+    GATEWAY_API_VERSION,
+    LIST_FILES,
+    OPTIONAL_LIST_FILES,
+    VERSION_FILE,
+)
+
+GATEWAY_CLASSES_PATH = f"/apis/{GATEWAY_API_GROUP}/{GATEWAY_API_VERSION}/gatewayclasses"
 
 PATHS = {
     "/api/v1/nodes": LIST_FILES["nodes"],
@@ -26,6 +35,7 @@ PATHS = {
     "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations": LIST_FILES["webhooks"],
     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions": LIST_FILES["crds"],
     "/version": VERSION_FILE,
+    GATEWAY_CLASSES_PATH: OPTIONAL_LIST_FILES["gateway_classes"],
 }
 """API path -> the snapshot file that answers it."""
 
@@ -43,7 +53,7 @@ class FakeApi:
 
     def body(self, path: str) -> tuple[int, Any]:
         name = PATHS.get(path)
-        if name is None:
+        if name is None or not (self.snapshot / name).exists():
             return 404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
         doc = json.loads((self.snapshot / name).read_text())
         if name == VERSION_FILE and "serverVersion" in doc:
