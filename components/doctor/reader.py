@@ -250,22 +250,27 @@ class LiveReader:
                 field: parse_list(self._get(call, where), f"{where}: {field}", LIST_KINDS[field])
                 for field, call in calls.items()
             }
-            gateway_classes: tuple[dict[str, Any], ...] = ()
+            gateway_classes: tuple[dict[str, Any], ...] | None = ()
             # Only where the CRD is installed: without it the path 404s, and there can be no GatewayClass.
             if any(c["metadata"].get("name") == GATEWAY_CLASS_CRD for c in lists["crds"]):
                 custom = client.CustomObjectsApi(api)
                 args = (GATEWAY_API_GROUP, GATEWAY_API_VERSION, "gatewayclasses")
-                # a 404 still: the CRD does not serve v1, so there is no v1 GatewayClass to find
-                doc = self._get(custom.list_cluster_custom_object, where, *args, absent={"items": []})
-                gateway_classes = parse_list(doc, f"{where}: gateway_classes", LIST_KINDS["gateway_classes"])
+                # a 404 still: the CRD does not serve v1, so there is no v1 GatewayClass to find; a 403: this
+                # identity may not list them, which only a serving stack's check needs: not read (it says unknown)
+                doc = self._get(
+                    custom.list_cluster_custom_object, where, *args, answers={404: {"items": []}, 403: None}
+                )
+                gateway_classes = (
+                    None if doc is None else parse_list(doc, f"{where}: gateway_classes", LIST_KINDS["gateway_classes"])
+                )
             version = parse_version(self._get(client.VersionApi(api).get_code, where), f"{where}: /version")
         finally:
             api.close()  # type: ignore[no-untyped-call]
         return ClusterObjects(**lists, server_version=version, source=where, gateway_classes=gateway_classes)
 
-    def _get(self, call: Callable[..., Any], where: str, *args: str, absent: Any = None) -> Any:
-        """One list call's raw JSON (``_preload_content=False``: the checks read the API's own field names); with
-        ``absent``, a 404 answers that instead of failing the read."""
+    def _get(self, call: Callable[..., Any], where: str, *args: str, answers: Mapping[int, Any] | None = None) -> Any:
+        """One list call's raw JSON (``_preload_content=False``: the checks read the API's own field names); an HTTP
+        status in ``answers`` answers its value instead of failing the read."""
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
@@ -274,8 +279,8 @@ class LiveReader:
             response = call(*args, _preload_content=False, _request_timeout=self.timeout)
             return loads_json(response.data, what=f"{where}: {said}", max_depth=MAX_OBJECT_DEPTH)
         except ApiException as e:
-            if e.status == 404 and absent is not None:
-                return absent
+            if answers is not None and e.status in answers:
+                return answers[e.status]
             raise ReadError(f"{where}: {said}: the API server answered {e.status} {e.reason}") from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
             reason = getattr(e, "reason", None) or e

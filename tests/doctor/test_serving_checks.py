@@ -255,6 +255,17 @@ def _without_gateway_class_crd(snapshot: Path) -> None:
     f.write_text(json.dumps(doc))
 
 
+def test_a_live_reader_not_let_list_gateway_classes_reads_the_rest_and_says_unknown(tmp_path: Path) -> None:
+    """RBAC may forbid listing GatewayClasses: only a serving stack's check needs them, so the read goes on and that
+    check warns that it could not tell."""
+    snapshot = write_snapshot(tmp_path / "s", "healthy")
+    with serve(snapshot, forbidden={GATEWAY_CLASSES_PATH}) as api:
+        objs = LiveReader(str(write_kubeconfig(tmp_path / "kubeconfig", api.server)), "fake").read()
+    assert GATEWAY_CLASSES_PATH in api.gets and objs.gateway_classes is None and objs.nodes
+    results = {r.id: r.status for r in run_checks(_cfg(INCREMENTAL), objs)}
+    assert results["serving-gateway-class"] == "warn"
+
+
 @pytest.mark.parametrize(
     ("edit", "listed", "classes"),
     [

@@ -46,12 +46,16 @@ class FakeApi:
     port: int = 0
     gets: list[str] = field(default_factory=list)
     writes: list[tuple[str, str]] = field(default_factory=list)
+    forbidden: set[str] = field(default_factory=set)
+    """Paths answered 403, as to an identity RBAC does not let list them."""
 
     @property
     def server(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def body(self, path: str) -> tuple[int, Any]:
+        if path in self.forbidden:
+            return 403, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403}
         name = PATHS.get(path)
         if name is None or not (self.snapshot / name).exists():
             return 404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
@@ -89,8 +93,8 @@ def _handler(api: FakeApi) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def serve(snapshot: Path) -> Iterator[FakeApi]:
-    api = FakeApi(snapshot)
+def serve(snapshot: Path, forbidden: set[str] | None = None) -> Iterator[FakeApi]:
+    api = FakeApi(snapshot, forbidden=set(forbidden or ()))
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
     api.port = httpd.server_address[1]
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
