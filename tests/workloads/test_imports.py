@@ -30,6 +30,7 @@ def _modules() -> list[str]:
 @pytest.fixture(scope="module")
 def fresh_process() -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """One fresh interpreter with Pulumi blocked (importing torch, torch_xla and Ray costs seconds a process): it
+    imports the sharding wing first and records any torch_xla module that brought in (the TorchTPU image has none),
     imports every workload module and asserts no Pulumi module got loaded, then runs ``python -m
     tpuray.workloads.train --help`` as ``-m`` does (:func:`runpy.run_module` as ``__main__``). Returns the process
     and, from its stdout, the exit code and output of the ``--help`` run."""
@@ -42,6 +43,8 @@ def fresh_process() -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
         "        if name == 'pulumi' or name.startswith(('pulumi.', 'pulumi_')):\n"
         "            raise ImportError('pulumi is blocked')\n"
         "sys.meta_path.insert(0, Block())\n"
+        "import tpuray.workloads.sharding, tpuray.workloads.sharding.fsdp2\n"
+        "xla_for_sharding = sorted(k for k in sys.modules if k.startswith('torch_xla'))\n"
         + "".join(f"import tpuray.workloads.{m}\n" for m in modules)
         + "assert not any(k.startswith('pulumi') for k in sys.modules)\n"
         # then `python -m tpuray.workloads.train --help`, as -m runs it (runpy warns that the module is imported)
@@ -53,7 +56,7 @@ def fresh_process() -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
         "        exit_code = 0\n"
         "    except SystemExit as e:\n"
         "        exit_code = e.code\n"
-        "print(json.dumps({'exit': exit_code, 'stdout': out.getvalue()}), flush=True)\n"
+        "print(json.dumps({'exit': exit_code, 'stdout': out.getvalue(), 'xla': xla_for_sharding}), flush=True)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     lines = [line for line in proc.stdout.splitlines() if line.startswith('{"exit": ')]
@@ -64,6 +67,15 @@ def fresh_process() -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
 def test_workloads_import_without_pulumi(fresh_process: tuple[subprocess.CompletedProcess[str], Any]) -> None:
     proc, _ = fresh_process
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_the_sharding_wing_imports_without_torch_xla(
+    fresh_process: tuple[subprocess.CompletedProcess[str], dict[str, Any]],
+) -> None:
+    """TorchTPU's FSDP2 path lives in the sharding wing beside PyTorch/XLA's SPMD: the torch_tpu image, which has no
+    torch_xla, imports it."""
+    proc, run = fresh_process
+    assert run.get("xla") == [], proc.stderr[-2000:]
 
 
 def test_the_top_level_holds_at_most_six_modules_and_every_wing_says_what_it_exports() -> None:
