@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 import torch
 from torch import nn
+from torch.distributed import ProcessGroup
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -53,35 +54,50 @@ def _tensor_parallel(model: nn.Module, mesh: DeviceMesh) -> None:
 
 
 def shard_gpt(model: nn.Module, mesh: DeviceMesh, fsdp: int, tensor: int) -> nn.Module:
-    """Shard tpuray's GPT over ``mesh``: tensor parallel over its ``tensor`` axis, or FSDP2 over ``fsdp`` (with
-    ``data`` beside it, HSDP: shards inside a group, replicas across groups, as across slices). Both at once is
-    refused: FSDP2 would split the column-parallel biases a second time, which the table (and so the config's
-    estimate) leaves to ``tensor`` alone; SPMD runs that plan (:mod:`tpuray.workloads.sharding.spmd`)."""
-    if fsdp > 1 and tensor > 1:
-        raise ValueError(
-            f"workload.parallelism: fsdp={fsdp} with tensor={tensor} is not run by this FSDP2 path; use one of "
-            "them here, or PyTorch/XLA SPMD for both"
-        )
+    """Shard tpuray's GPT over ``mesh``: tensor parallel over its ``tensor`` axis, then FSDP2 over ``fsdp`` (with
+    ``data`` beside it, HSDP: shards inside a group, replicas across groups, as across slices), each parameter along
+    the dimensions the table names. Both at once is FSDP2's 2-D composition over DTensor
+    (https://pytorch.org/tutorials/intermediate/TP_tutorial.html): a parameter the table leaves to ``tensor`` alone (a
+    column-parallel bias, which both axes would split along one dimension) is left out of FSDP2 (``ignored_params``),
+    and its gradient is averaged over the ``fsdp`` ranks by a hook, as FSDP2's reduce-scatter does for the rest."""
     data = mesh["data"].size()
     if tensor > 1:
         if data > 1:
             raise ValueError(
                 f"tensor={tensor} with a data axis of {data}: this path averages gradients across replicas only "
-                "through FSDP2; set fsdp so that fsdp x tensor fills the mesh, or use SPMD"
+                "through FSDP2 over fsdp; set fsdp so that fsdp x tensor fills the mesh, or use SPMD"
             )
         _tensor_parallel(model, mesh["tensor"])
-        return model
+        if fsdp == 1:
+            return model
     names = {id(p): n for n, p in model.named_parameters()}
+    placements = {id(p): parameter_rule(names[id(p)]).placement(fsdp, tensor) for p in model.parameters()}
+    ignored = {p for p in model.parameters() if placements[id(p)].fsdp is None and placements[id(p)].tensor is not None}
 
     def placement(p: nn.Parameter) -> Shard:
-        place = parameter_rule(names[id(p)]).placement(fsdp, tensor)
+        place = placements[id(p)]
         return Shard(place.fsdp if place.fsdp is not None else 0)
 
     fsdp_mesh = mesh["data", "fsdp"] if data > 1 else mesh["fsdp"]
     for block in getattr(model, "blocks", []):
-        fully_shard(block, mesh=fsdp_mesh, shard_placement_fn=placement)
-    fully_shard(model, mesh=fsdp_mesh, shard_placement_fn=placement)
+        fully_shard(block, mesh=fsdp_mesh, shard_placement_fn=placement, ignored_params=ignored)
+    fully_shard(model, mesh=fsdp_mesh, shard_placement_fn=placement, ignored_params=ignored)
+    group = mesh["fsdp"].get_group()
+    for p in ignored:
+        p.register_post_accumulate_grad_hook(lambda q: _average_over(q, group, fsdp))  # type: ignore[no-untyped-call]
     return model
+
+
+def _average_over(p: torch.Tensor, group: ProcessGroup, size: int) -> None:
+    """The mean of ``p``'s gradient over ``group`` (the ``fsdp`` ranks, each with rows of its own), in place."""
+    import torch.distributed as dist
+
+    grad = p.grad
+    if grad is None:
+        return
+    local = grad.to_local() if isinstance(grad, DTensor) else grad
+    dist.all_reduce(local, group=group)
+    local.div_(size)
 
 
 def rank_bytes(tensors: Iterable[torch.Tensor]) -> int:

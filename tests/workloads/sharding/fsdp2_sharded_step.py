@@ -1,4 +1,4 @@
-"""TorchTPU's one process per device, on CPU: N processes over gloo run FSDP2 or tensor-parallel steps of a small
+"""TorchTPU's one process per device, on CPU: N processes over gloo run FSDP2, tensor-parallel or 2-D steps of a small
 GPT (tpuray.workloads.sharding.fsdp2) and compare them with the unsharded step, save a sharded checkpoint, or load
 one with another partition, in the order given: ``python fsdp2_sharded_step.py N OP ...``, each OP
 ``step:FSDP,TENSOR``, ``save:DIR`` or ``load:DIR`` (one set of processes for all: each costs seconds to start).

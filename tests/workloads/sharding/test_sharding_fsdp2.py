@@ -1,5 +1,5 @@
 """TorchTPU's sharding on CPU: one process per emulated device over gloo (fsdp2_sharded_step.py beside this):
-FSDP2 and tensor-parallel steps are the unsharded step, each rank holds the config's per-device share, and a
+FSDP2, tensor-parallel and 2-D steps are the unsharded step, each rank holds the config's per-device share, and a
 torch.distributed.checkpoint saved on 8 ranks restores on 4 and into plain torch."""
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def _run(*argv: str) -> list[dict[str, object]]:
         return [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
 
 
-PLANS = {8: ("8,1", "2,1"), 4: ("4,1", "1,4")}
-"""Per world: FSDP over all ranks, and a plan with a data axis (8) or tensor parallelism over all (4). No 2-D plan:
-the FSDP2 path refuses one (:func:`tpuray.workloads.sharding.fsdp2.shard_gpt` says why)."""
+PLANS = {8: ("8,1", "2,1", "4,2"), 4: ("4,1", "1,4", "2,2")}
+"""Per world: FSDP over all ranks, a plan with a data axis (8) or tensor parallelism over all (4), and a 2-D plan
+(FSDP2 over DTensor tensor parallelism)."""
 
 
 class Runs(NamedTuple):
@@ -57,7 +57,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
 
 
 @pytest.mark.parametrize("world", sorted(PLANS))
-def test_fsdp2_and_tensor_parallel_steps_are_the_unsharded_step(runs: Runs, world: int) -> None:
+def test_fsdp2_tensor_parallel_and_2d_steps_are_the_unsharded_step(runs: Runs, world: int) -> None:
     results = [r for r in runs.results[world] if "fsdp" in r]
     assert [f"{r['fsdp']},{r['tensor']}" for r in results] == list(PLANS[world])
     for r in results:
