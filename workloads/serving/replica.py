@@ -1,0 +1,221 @@
+"""A Ray Serve deployment whose every replica owns one whole TPU slice.
+
+The replica reserves its slice itself, in its constructor, through Ray's own slice reservation
+(``ray.util.tpu.slice_placement_group``, Ray 2.60; the bundles: :func:`tpuray.workloads.serving.plan.slice_request`),
+starts one :class:`~tpuray.workloads.serving.worker.ChipWorker` per chip on it, and checks from the workers
+themselves that they hold every chip of one slice (:func:`~tpuray.workloads.serving.plan.plan_chips`). Each request's
+rows are split over the chips and the answers joined in rank order.
+
+Why not Serve's own ``placement_group_bundles``: its ``placement_group_bundle_label_selector`` is one list for the
+whole deployment (``ray/serve/api.py``), and a multi-host slice is pinned by its own ``ray.io/tpu-slice-name``,
+which differs from replica to replica and is known only once Ray has reserved the slice's head
+(``ray/util/tpu.py``, ``SlicePlacementGroup._reserve_slice``). So those bundles could land on the hosts of two slices.
+
+The slice is released with the replica: its placement group fate-shares with its creator (Ray's placement group
+``lifetime=None``: "deleted once its creator is dead", ``ray/util/tpu.py``), and a graceful stop removes it at once
+(``__del__``, which Serve calls on shutdown: ``ray/serve/_private/replica.py``). When any worker dies (its host
+lost), the replica fails its health check and ends itself: Serve's router sends the requests that find it dead to
+another replica (``ray/serve/_private/router.py``: an ``ActorDiedError`` from the chosen replica is retried), and its
+controller starts a new replica at once (a replica that crashed is marked unhealthy immediately,
+``ray/serve/_private/deployment_state.py``), which reserves a slice of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+
+from tpuray.workloads.serving.plan import check_rows, parse_slice, plan_chips, slice_request, split_rows
+from tpuray.workloads.serving.worker import WATCH_GROUP, ChipPlace, ChipWorker, ModelFactory
+
+__all__ = ["SliceLostError", "SliceReplica", "slice_app"]
+
+logger = logging.getLogger("ray.serve")
+
+DEFAULT_READY_TIMEOUT_S = 300.0
+"""How long a new replica waits for an idle slice and its workers (seconds): a slice the cluster lacks fails the
+replica after this, and Serve starts another."""
+_PING_TIMEOUT_S = 10.0
+
+
+class SliceLostError(RuntimeError):
+    """A worker of the replica's slice is gone (its host lost): this replica ends, and Serve replaces it."""
+
+
+class SliceReplica:
+    """The deployment class (:func:`slice_app` makes it a Serve deployment): one whole slice per replica."""
+
+    def __init__(self, model: ModelFactory, topology: str, ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S) -> None:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        from ray.util.tpu import slice_placement_group
+
+        self._slice = parse_slice(topology)
+        self._model = model
+        self._config: dict[str, Any] = {}
+        self._broken: str | None = None
+        self._stopping = threading.Event()
+        self._workers: list[Any] = []
+        self._reservation: Any = None
+        try:
+            self._reservation = slice_placement_group(**slice_request(self._slice).kwargs())
+            pg = self._reservation.slice_placement_group
+            ready, _ = ray.wait([pg.ready()], timeout=ready_timeout_s)
+            if not ready:
+                raise TimeoutError(
+                    f"no idle {self._slice} slice ({self._slice.pod_type}) was free within ready_timeout_s="
+                    f"{ready_timeout_s:g} s: each replica takes one whole slice"
+                )
+            # Ray's advice once the worker group is scheduled: the head reservation only closed the race window
+            # (ray/util/tpu.py, SlicePlacementGroup.release_head_pgs)
+            self._reservation.release_head_pgs()
+            # concurrency groups are a class option only (Ray refuses them in .options())
+            actor: Any = ray.remote(concurrency_groups={WATCH_GROUP: 1})(ChipWorker)  # type: ignore[call-overload]
+            workers: list[Any] = [
+                actor.options(
+                    num_cpus=1,
+                    resources={"TPU": 1},
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
+                ).remote(i)
+                for i in range(self._slice.chips)
+            ]
+            self._workers = workers
+            seats = ray.get([w.seat.remote() for w in workers], timeout=ready_timeout_s)
+            assignments = plan_chips(self._slice, seats)
+            places: list[ChipPlace] = ray.get(
+                [workers[a.actor_index].start.remote(a) for a in assignments], timeout=ready_timeout_s
+            )
+        except BaseException:
+            self._release()
+            raise
+        self._ranked = [workers[a.actor_index] for a in assignments]  # rank order: chip i takes chunk i
+        self.places = places
+        self._watch = [w.watch.remote() for w in workers]
+        threading.Thread(target=self._watcher, name="slice-watcher", daemon=True).start()
+
+    @property
+    def slice_name(self) -> str:
+        return self.places[0].slice_name
+
+    async def reconfigure(self, config: Any) -> None:
+        """Serve's ``user_config`` (always set by :func:`slice_app`): every chip builds the model from it."""
+        if not isinstance(config, Mapping):
+            raise ValueError(f"user_config: a mapping (e.g. {{'seed': 0}}), got {type(config).__name__}")
+        await asyncio.gather(*(w.load.remote(self._model, dict(config)) for w in self._ranked))
+        self._config = dict(config)
+
+    async def __call__(self, request: Any) -> dict[str, Any]:
+        """``{"inputs": rows}`` over HTTP, or the rows themselves through a handle; returns ``outputs`` (one row
+        per input row), ``chips`` (where each chip's share was computed, as its worker reports it), ``config`` and
+        ``replica``."""
+        if hasattr(request, "json"):  # an HTTP request (starlette)
+            body = await request.json()
+            if not isinstance(body, dict) or "inputs" not in body:
+                raise ValueError('request body: a JSON object {"inputs": [[...], ...]}')
+            request = body["inputs"]
+        rows = check_rows(request)
+        if self._broken is not None:
+            raise SliceLostError(self._broken)
+        chunks = split_rows(rows, len(self._ranked))
+        try:
+            answers = await asyncio.gather(*(w.infer.remote(c) for w, c in zip(self._ranked, chunks, strict=True) if c))
+        except ray.exceptions.RayActorError as e:
+            self._fail(f"a worker of slice {self.slice_name!r} died during a request: {e}")
+            raise SliceLostError(self._broken) from None
+        from ray import serve
+
+        return {
+            "outputs": [row for out, _ in answers for row in out],
+            "chips": [where for _, where in answers],
+            "config": self._config,
+            "replica": serve.get_replica_context().replica_id.unique_id,
+        }
+
+    async def check_health(self) -> None:
+        """Serve's health check: fails when any worker of the slice is gone or does not answer."""
+        if self._broken is not None:
+            raise SliceLostError(self._broken)
+        try:
+            await asyncio.wait_for(asyncio.gather(*(w.ping.remote() for w in self._ranked)), _PING_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, TimeoutError) as e:
+            self._fail(f"a worker of slice {self.slice_name!r} did not answer its health check: {e!r}")
+            raise SliceLostError(self._broken) from None
+
+    def _watcher(self) -> None:
+        # A watch call ends only on stop() or the worker's death: the first tells of a lost chip within Ray's own
+        # notice of the actor's death, sooner than Serve's next health check.
+        while not self._stopping.is_set():
+            done, _ = ray.wait(self._watch, num_returns=1, timeout=1.0)
+            if done and not self._stopping.is_set():
+                self._fail(f"a worker of slice {self.slice_name!r} died (its host is gone?)")
+                return
+
+    def _fail(self, reason: str) -> None:
+        if self._broken is not None:
+            return
+        self._broken = reason
+        logger.error("tpuray serving: %s; this replica ends so that Serve replaces it", reason)
+        # The replica ends itself instead of waiting out Serve's health checks (3 failures in a row): until then
+        # Serve would keep sending it requests, while a dead replica's requests go to another replica.
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+    def _release(self) -> None:
+        self._stopping.set()
+        for w in self._workers:
+            ray.kill(w, no_restart=True)
+        self._workers = []
+        if self._reservation is not None:
+            self._reservation.shutdown()
+            self._reservation = None
+
+    def __del__(self) -> None:
+        self._release()
+
+
+def slice_app(
+    model: ModelFactory,
+    topology: str,
+    *,
+    num_replicas: int = 1,
+    user_config: Mapping[str, Any] | None = None,
+    ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+    **deployment_options: Any,
+) -> Any:
+    """A Serve application of ``num_replicas`` replicas, each owning one whole ``topology`` slice
+    (``GEN:TOPOLOGY``, e.g. ``"v5e:2x2"``), one worker per chip holding ``model(user_config)`` on its XLA device.
+
+    ``serve.run(slice_app(...))`` deploys it; ``serve.run`` again with another ``user_config`` rebuilds the model on
+    the same replicas and slices. ``deployment_options`` are Serve's (``name``, ``health_check_period_s``,
+    ``ray_actor_options``, ...). The replica itself needs no CPU of its own (``num_cpus`` 0 unless
+    ``ray_actor_options`` says otherwise): the slice's CPUs are its workers'. Serve's ``placement_group_*`` options are
+    refused: the replica reserves its slice itself.
+    """
+    from ray import serve
+
+    parse_slice(topology)
+    if not callable(model):
+        raise ValueError(f"model: a module-level function config -> torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(num_replicas, int) or isinstance(num_replicas, bool) or num_replicas < 1:
+        raise ValueError(f"num_replicas: a whole number >= 1 (one slice each), got {num_replicas!r}")
+    if user_config is not None and not isinstance(user_config, Mapping):
+        raise ValueError(f"user_config: a mapping (e.g. {{'seed': 0}}), got {type(user_config).__name__}")
+    if not ready_timeout_s > 0:
+        raise ValueError(f"ready_timeout_s: a number of seconds > 0, got {ready_timeout_s!r}")
+    taken = sorted(k for k in deployment_options if k.startswith("placement_group") or k == "user_config")
+    if taken:
+        raise ValueError(
+            f"{', '.join(taken)}: not options of slice_app (each replica reserves its own slice through "
+            "ray.util.tpu; pass user_config as its own argument)"
+        )
+    actor_options = {"num_cpus": 0, **dict(deployment_options.pop("ray_actor_options", None) or {})}
+    deployment = serve.deployment(
+        num_replicas=num_replicas,
+        user_config=dict(user_config or {}),  # always set, so Serve calls reconfigure (which loads the model)
+        ray_actor_options=actor_options,
+        **deployment_options,
+    )(SliceReplica)
+    return deployment.bind(model, topology, ready_timeout_s)
