@@ -84,12 +84,12 @@ def plan_chips(want: TpuSlice, seats: Sequence[Seat]) -> list[ChipAssignment]:
     """Each worker's chip and PJRT env, from where its process really runs; a :class:`PlacementError` unless the
     workers hold every chip of one ``want`` slice, one each, on one Ray slice (a replica whose workers straddle two
     slices, or sit on another shape, is refused, naming them)."""
-    got = slice_of(seats)
-    if (got.pod_type, got.topology) != (want.pod_type, want.topology):
-        raise PlacementError(f"the replica asked for a {want} slice ({want.pod_type}) but its workers are on {got}")
     names = sorted({s.slice_name for s in seats})
     if len(names) != 1:
         raise PlacementError(f"the replica's workers straddle Ray slices {names}: a replica owns one whole slice")
+    got = slice_of(seats)
+    if (got.pod_type, got.topology) != (want.pod_type, want.topology):
+        raise PlacementError(f"the replica asked for a {want} slice ({want.pod_type}) but its workers are on {got}")
     return assign_chips(want, 1, [replace(s, slice_index=0) for s in seats])
 
 
