@@ -163,14 +163,13 @@ def test_two_replicas_own_two_slices_through_a_lost_host_and_a_config_update(ser
     assert not client.failures
     assert any(a["replica"] == kept_replica for a in client.answers)
 
-    # a config-only update: the same replicas (the same worker processes) rebuild the model with the new seed
-    now = _replicas(handle)
-    pids = {rid: sorted(c["pid"] for c in a["chips"]) for rid, a in now.items()}
+    # a config-only update on the same cluster: Serve's imperative serve.run gives each run a new version, so it
+    # rolls the replicas; each new one reserves a slice again, and the answers follow the new seed
     t2 = time.monotonic()
     handle = serve.run(_app(cluster.head_node_id, seed=1), name="tiny")
     updated = _replicas(handle)
     print(f"config update: {time.monotonic() - t2:.1f} s")
-    assert {rid: sorted(c["pid"] for c in a["chips"]) for rid, a in updated.items()} == pids
+    assert len(updated) == 2, f"two replicas should answer after the update, got {sorted(updated)}"
     for a in updated.values():
         assert a["config"] == {"seed": 1}
         assert _close(a["outputs"], _reference(1)), a["outputs"]
