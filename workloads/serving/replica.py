@@ -189,7 +189,8 @@ def slice_app(
     (``GEN:TOPOLOGY``, e.g. ``"v5e:2x2"``), one worker per chip holding ``model(user_config)`` on its XLA device.
 
     ``serve.run(slice_app(...))`` deploys it; ``serve.run`` again with another ``user_config`` redeploys it on the
-    same cluster (Serve's imperative ``serve.run`` versions each run anew, so it replaces the replicas one by one). ``deployment_options`` are Serve's (``name``, ``health_check_period_s``,
+    same cluster (Serve's imperative ``serve.run`` versions each run anew, so it replaces the replicas one by one).
+    ``deployment_options`` are Serve's (``name``, ``health_check_period_s``,
     ``ray_actor_options``, ...). The replica itself needs no CPU of its own (``num_cpus`` 0 unless
     ``ray_actor_options`` says otherwise): the slice's CPUs are its workers'. Serve's ``placement_group_*`` options are
     refused: the replica reserves its slice itself.
