@@ -1,4 +1,5 @@
-"""An example serving application: two replicas, each owning one v5e 2x2 slice, each chip holding a tiny model.
+"""An example serving application: two replicas, each owning one v5e 2x2 slice, each host worker holding a tiny model
+replicated on its chips.
 
 ``app`` is Ray Serve's import path ``tpuray.workloads.serving.example:app`` (what ``tpuray:serving``'s
 ``importPath`` names); run as a module it deploys the app on the cluster ``RAY_ADDRESS`` names, sends a batch,
@@ -59,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seen: dict[str, set[str]] = {}
             for _ in range(8):
                 out = handle.remote(rows).result(timeout_s=60)
-                seen.setdefault(out["replica"], set()).update(c["slice_name"] for c in out["chips"])
+                seen.setdefault(out["replica"], set()).update(h["slice_name"] for h in out["hosts"])
             print(json.dumps({"seed": seed, "outputs": out["outputs"][:2], "slices_per_replica": _sorted(seen)}))
     finally:
         serve.shutdown()  # type: ignore[no-untyped-call]

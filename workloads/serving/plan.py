@@ -2,12 +2,12 @@
 :class:`~tpuray.components.catalog.topology.TpuSlice` and the seats its workers report, tested without a cluster.
 
 A replica owns one whole slice through Ray's own slice reservation (``ray.util.tpu.SlicePlacementGroup``, Ray
-2.60): one bundle per chip (``{"CPU": 1, "TPU": 1}``), each pinned by label to the slice's pod type and topology
-and to its host (``ray.io/tpu-worker-id``). On a multi-host slice Ray adds the slice's name to every bundle's
-selector once it has reserved the slice's head (``TPU-<pod type>-head``), so the bundles cannot straddle slices.
-On a single-host slice Ray reserves no head and adds no name (``_reserve_slice``: ``is_single_host``): there the
-bundles are ``STRICT_PACK``, one node, and the pod-type label keeps them off other shapes' hosts (a v5p host has
-four chips too).
+2.60) and runs one worker per TPU host, which drives all of its host's chips with PyTorch/XLA SPMD: one bundle per
+host (``{"CPU": 1, "TPU": chips_per_host}``), each pinned by label to the slice's pod type and topology and to its
+host (``ray.io/tpu-worker-id``). On a multi-host slice Ray adds the slice's name to every bundle's selector once it
+has reserved the slice's head (``TPU-<pod type>-head``), so the bundles cannot straddle slices. On a single-host
+slice Ray reserves no head and adds no name (``_reserve_slice``: ``is_single_host``): there the one bundle takes the
+whole host, and the pod-type label keeps it off other shapes' hosts (a v5p host has four chips too).
 """
 
 from __future__ import annotations
@@ -19,12 +19,24 @@ from typing import Any
 
 from tpuray.components.catalog.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL, RAY_WORKER_ID_LABEL
 from tpuray.components.catalog.topology import TopologyError, TpuSlice
-from tpuray.workloads.placement.seats import ChipAssignment, PlacementError, Seat, assign_chips, slice_of
+from tpuray.workloads.placement.seats import PlacementError, Seat, assign_chips, slice_of
 
-__all__ = ["SliceRequest", "check_rows", "parse_slice", "plan_chips", "slice_request", "split_rows"]
+__all__ = [
+    "SliceRequest",
+    "check_rows",
+    "chip_seats",
+    "host_bundle",
+    "parse_slice",
+    "plan_hosts",
+    "slice_request",
+    "split_rows",
+]
 
-CHIP_BUNDLE: dict[str, float] = {"CPU": 1.0, "TPU": 1.0}
-"""One chip's bundle: the per-chip worker's own resources (one worker per chip, as ``XlaChipConfig``'s)."""
+
+def host_bundle(tpu_slice: TpuSlice) -> dict[str, float]:
+    """One host's bundle: its worker's own resources, every chip of the host (as ``spmd_scaling_config`` asks
+    for a training SPMD worker) and one CPU."""
+    return {"CPU": 1.0, "TPU": float(tpu_slice.chips_per_host)}
 
 
 def parse_slice(topology: str | TpuSlice, field: str = "topology") -> TpuSlice:
@@ -64,33 +76,49 @@ class SliceRequest:
 
 
 def slice_request(tpu_slice: TpuSlice) -> SliceRequest:
-    """One bundle per chip in rank order (host-major, then chip, as ``CLOUD_TPU_TASK_ID``), each bundle's selector
-    naming the slice's pod type, topology and the bundle's host; ``STRICT_PACK`` on a single host (one node: Ray
-    pins no slice name there), Ray's default ``SPREAD`` across the hosts of a multi-host slice (the slice name and
-    the worker id pin each bundle)."""
+    """One bundle per host in worker-id order, each bundle's selector naming the slice's pod type, topology and
+    the bundle's host; ``STRICT_PACK`` on a single host (one node: Ray pins no slice name there), Ray's default
+    ``SPREAD`` across the hosts of a multi-host slice (the slice name and the worker id pin each bundle)."""
     selectors = tuple(
         {
             RAY_POD_TYPE_LABEL: tpu_slice.pod_type,
             RAY_TOPOLOGY_LABEL: tpu_slice.topology,
-            RAY_WORKER_ID_LABEL: str(chip // tpu_slice.chips_per_host),
+            RAY_WORKER_ID_LABEL: str(host),
         }
-        for chip in range(tpu_slice.chips)
+        for host in range(tpu_slice.hosts)
     )
     strategy = "SPREAD" if tpu_slice.multi_host else "STRICT_PACK"
-    return SliceRequest(tpu_slice, dict(CHIP_BUNDLE), strategy, selectors)
+    return SliceRequest(tpu_slice, host_bundle(tpu_slice), strategy, selectors)
 
 
-def plan_chips(want: TpuSlice, seats: Sequence[Seat]) -> list[ChipAssignment]:
-    """Each worker's chip and PJRT env, from where its process really runs; a :class:`PlacementError` unless the
-    workers hold every chip of one ``want`` slice, one each, on one Ray slice (a replica whose workers straddle two
-    slices, or sit on another shape, is refused, naming them)."""
+def chip_seats(host: Seat, chips: Sequence[int]) -> list[Seat]:
+    """A host worker's seat (``probe(..., whole_host=True)``) as one seat per chip it holds, so that the chip
+    checks of training (:func:`~tpuray.workloads.placement.seats.assign_chips`) apply to it unchanged."""
+    return [replace(host, chip=int(c)) for c in chips]
+
+
+def plan_hosts(want: TpuSlice, seats: Sequence[Seat]) -> list[int]:
+    """The workers' indices (``actor_index``) in host order (worker id 0, 1, ...), from where their processes
+    really run (:func:`chip_seats` of each); a :class:`PlacementError` unless they hold every chip of one ``want``
+    slice on one Ray slice, one worker per host holding all of that host's chips (a replica whose workers straddle
+    two slices, sit on another shape or share a host is refused, naming them)."""
     names = sorted({s.slice_name for s in seats})
     if len(names) != 1:
         raise PlacementError(f"the replica's workers straddle Ray slices {names}: a replica owns one whole slice")
     got = slice_of(seats)
     if (got.pod_type, got.topology) != (want.pod_type, want.topology):
         raise PlacementError(f"the replica asked for a {want} slice ({want.pod_type}) but its workers are on {got}")
-    return assign_chips(want, 1, [replace(s, slice_index=0) for s in seats])
+    assign_chips(want, 1, [replace(s, slice_index=0) for s in seats])  # every chip of the slice, once
+    hosts: dict[int, set[int]] = {}
+    for s in seats:
+        hosts.setdefault(s.worker_id, set()).add(s.actor_index)
+    shared = {h: sorted(a) for h, a in hosts.items() if len(a) != 1}
+    if shared:
+        raise PlacementError(f"one worker per host drives all of its chips; host(s) held by several: {shared}")
+    order = [next(iter(hosts[h])) for h in sorted(hosts)]
+    if len(set(order)) != len(order):
+        raise PlacementError(f"a worker reports chips on several hosts of slice {names[0]!r}: {order}")
+    return order
 
 
 def check_rows(rows: Any, field: str = "inputs") -> list[list[float]]:
@@ -115,8 +143,8 @@ def _number(v: Any) -> bool:
 
 
 def split_rows(rows: Sequence[list[float]], parts: int) -> list[list[list[float]]]:
-    """``rows`` in ``parts`` contiguous chunks in order, sizes differing by at most one (chip ``i`` takes chunk
-    ``i``; with fewer rows than chips the last chips get none)."""
+    """``rows`` in ``parts`` contiguous chunks in order, sizes differing by at most one (host ``i`` takes chunk
+    ``i``; with fewer rows than hosts the last hosts get none)."""
     if parts < 1:
         raise ValueError(f"parts: a whole number >= 1, got {parts}")
     base, extra = divmod(len(rows), parts)

@@ -2,9 +2,11 @@
 
 The replica reserves its slice itself, in its constructor, through Ray's own slice reservation
 (``ray.util.tpu.slice_placement_group``, Ray 2.60; the bundles: :func:`tpuray.workloads.serving.plan.slice_request`),
-starts one :class:`~tpuray.workloads.serving.worker.ChipWorker` per chip on it, and checks from the workers
-themselves that they hold every chip of one slice (:func:`~tpuray.workloads.serving.plan.plan_chips`). Each request's
-rows are split over the chips and the answers joined in rank order.
+starts one :class:`~tpuray.workloads.serving.worker.HostWorker` per host on it (one process driving all of its
+host's chips with PyTorch/XLA SPMD), and checks from the workers themselves that they hold every chip of one slice
+(:func:`~tpuray.workloads.serving.plan.plan_hosts`). Each request's rows are split over the hosts (one host on a
+single-host slice), each host's share sharded over its chips, and the answers joined in host order.
+
 
 Why not Serve's own ``placement_group_bundles``: its ``placement_group_bundle_label_selector`` is one list for the
 whole deployment (``ray/serve/api.py``), and a multi-host slice is pinned by its own ``ray.io/tpu-slice-name``,
@@ -30,8 +32,8 @@ from typing import Any
 
 import ray
 
-from tpuray.workloads.serving.plan import check_rows, parse_slice, plan_chips, slice_request, split_rows
-from tpuray.workloads.serving.worker import WATCH_GROUP, ChipPlace, ChipWorker, ModelFactory
+from tpuray.workloads.serving.plan import check_rows, parse_slice, plan_hosts, slice_request, split_rows
+from tpuray.workloads.serving.worker import WATCH_GROUP, HostPlace, HostWorker, ModelFactory
 
 __all__ = ["SliceLostError", "SliceReplica", "slice_app"]
 
@@ -74,25 +76,28 @@ class SliceReplica:
             # (ray/util/tpu.py, SlicePlacementGroup.release_head_pgs)
             self._reservation.release_head_pgs()
             # concurrency groups are a class option only (Ray refuses them in .options())
-            actor: Any = ray.remote(concurrency_groups={WATCH_GROUP: 1})(ChipWorker)  # type: ignore[call-overload]
+            actor: Any = ray.remote(concurrency_groups={WATCH_GROUP: 1})(HostWorker)  # type: ignore[call-overload]
+            request = slice_request(self._slice)
             workers: list[Any] = [
                 actor.options(
-                    num_cpus=1,
-                    resources={"TPU": 1},
+                    num_cpus=request.bundle["CPU"],
+                    resources={"TPU": request.bundle["TPU"]},
                     scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i),
                 ).remote(i)
-                for i in range(self._slice.chips)
+                for i in range(self._slice.hosts)
             ]
             self._workers = workers
-            seats = ray.get([w.seat.remote() for w in workers], timeout=ready_timeout_s)
-            assignments = plan_chips(self._slice, seats)
-            places: list[ChipPlace] = ray.get(
-                [workers[a.actor_index].start.remote(a) for a in assignments], timeout=ready_timeout_s
-            )
+            seats = ray.get([w.seats.remote() for w in workers], timeout=ready_timeout_s)
+            order = plan_hosts(self._slice, [s for host in seats for s in host])
+            ranked = [workers[i] for i in order]  # host order: host i takes chunk i
+            places: list[HostPlace] = ray.get([w.start.remote() for w in ranked], timeout=ready_timeout_s)
+            short = [p for p in places if p.devices != len(p.chips)]
+            if short:
+                raise RuntimeError(f"a host worker's SPMD program does not see one device per chip it holds: {short}")
         except BaseException:
             self._release()
             raise
-        self._ranked = [workers[a.actor_index] for a in assignments]  # rank order: chip i takes chunk i
+        self._ranked = ranked
         self.places = places
         self._watch = [w.watch.remote() for w in workers]
         threading.Thread(target=self._watcher, name="slice-watcher", daemon=True).start()
@@ -102,7 +107,9 @@ class SliceReplica:
         return self.places[0].slice_name
 
     async def reconfigure(self, config: Any) -> None:
-        """Serve's ``user_config`` (always set by :func:`slice_app`): every chip builds the model from it."""
+        """Serve's ``user_config`` (always set by :func:`slice_app`): every host worker builds the model from it.
+        Serve calls this after the constructor and again on a ``user_config`` change, on the same replica: the
+        model is reloaded on the workers that already hold the slice (no new reservation, no new process)."""
         if not isinstance(config, Mapping):
             raise ValueError(f"user_config: a mapping (e.g. {{'seed': 0}}), got {type(config).__name__}")
         await asyncio.gather(*(w.load.remote(self._model, dict(config)) for w in self._ranked))
@@ -110,8 +117,8 @@ class SliceReplica:
 
     async def __call__(self, request: Any) -> dict[str, Any]:
         """``{"inputs": rows}`` over HTTP, or the rows themselves through a handle; returns ``outputs`` (one row
-        per input row), ``chips`` (where each chip's share was computed, as its worker reports it), ``config`` and
-        ``replica``."""
+        per input row), ``hosts`` (where each host's share was computed, as its worker reports it: node, slice,
+        pid, chips, devices and each device's bytes of the output), ``config`` and ``replica``."""
         if hasattr(request, "json"):  # an HTTP request (starlette)
             body = await request.json()
             if not isinstance(body, dict) or "inputs" not in body:
@@ -130,7 +137,7 @@ class SliceReplica:
 
         return {
             "outputs": [row for out, _ in answers for row in out],
-            "chips": [where for _, where in answers],
+            "hosts": [where for _, where in answers],
             "config": self._config,
             "replica": serve.get_replica_context().replica_id.unique_id,
         }
@@ -146,7 +153,7 @@ class SliceReplica:
             raise SliceLostError(self._broken) from None
 
     def _watcher(self) -> None:
-        # A watch call ends only on stop() or the worker's death: the first tells of a lost chip within Ray's own
+        # A watch call ends only on stop() or the worker's death: the first tells of a lost host within Ray's own
         # notice of the actor's death, sooner than Serve's next health check.
         while not self._stopping.is_set():
             done, _ = ray.wait(self._watch, num_returns=1, timeout=1.0)
@@ -186,14 +193,15 @@ def slice_app(
     **deployment_options: Any,
 ) -> Any:
     """A Serve application of ``num_replicas`` replicas, each owning one whole ``topology`` slice
-    (``GEN:TOPOLOGY``, e.g. ``"v5e:2x2"``), one worker per chip holding ``model(user_config)`` on its XLA device.
+    (``GEN:TOPOLOGY``, e.g. ``"v5e:2x2"``), one worker per host holding ``model(user_config)`` replicated on its
+    host's chips.
 
     ``serve.run(slice_app(...))`` deploys it; ``serve.run`` again with another ``user_config`` redeploys it on the
     same cluster (Serve's imperative ``serve.run`` versions each run anew, so it replaces the replicas one by one).
-    ``deployment_options`` are Serve's (``name``, ``health_check_period_s``,
-    ``ray_actor_options``, ...). The replica itself needs no CPU of its own (``num_cpus`` 0 unless
-    ``ray_actor_options`` says otherwise): the slice's CPUs are its workers'. Serve's ``placement_group_*`` options are
-    refused: the replica reserves its slice itself.
+    ``deployment_options`` are Serve's
+    (``name``, ``health_check_period_s``, ``ray_actor_options``, ...). The replica itself needs no CPU of its own
+    (``num_cpus`` 0 unless ``ray_actor_options`` says otherwise): the slice's CPUs are its workers'. Serve's
+    ``placement_group_*`` options are refused: the replica reserves its slice itself.
     """
     from ray import serve
 

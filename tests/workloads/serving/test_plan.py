@@ -1,5 +1,5 @@
-"""The pure parts of serving: what a replica asks Ray for, what it checks of where its workers run, request rows,
-and slice_app's refusals (no cluster)."""
+"""The pure parts of serving: what a replica asks Ray for (one bundle per host), what it checks of where its host
+workers run, request rows, and slice_app's refusals (no cluster)."""
 
 from __future__ import annotations
 
@@ -10,75 +10,92 @@ import pytest
 from tpuray.components.catalog.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL, RAY_WORKER_ID_LABEL
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.placement.seats import PlacementError, Seat
-from tpuray.workloads.serving.plan import check_rows, parse_slice, plan_chips, slice_request, split_rows
+from tpuray.workloads.serving.plan import check_rows, chip_seats, parse_slice, plan_hosts, slice_request, split_rows
 
 
-def _seats(tpu_slice: TpuSlice, names: list[str]) -> list[Seat]:
-    """One seat per chip, chip i on the slice ``names[i]``."""
-    labels = {RAY_POD_TYPE_LABEL: tpu_slice.pod_type, RAY_TOPOLOGY_LABEL: tpu_slice.topology}
-    return [
-        Seat(
-            actor_index=i,
-            slice_index=0,
-            slice_name=names[i],
-            worker_id=i // tpu_slice.chips_per_host,
-            chip=i % tpu_slice.chips_per_host,
-            address=f"10.0.0.{i // tpu_slice.chips_per_host}",
-            labels={**labels, RAY_WORKER_ID_LABEL: str(i // tpu_slice.chips_per_host)},
-        )
-        for i in range(tpu_slice.chips)
-    ]
+def _host(tpu_slice: TpuSlice, index: int, worker_id: int, name: str) -> Seat:
+    """What ``probe(index, "xla", whole_host=True)`` reports for a host worker on host ``worker_id`` of ``name``."""
+    labels = {**tpu_slice_labels(tpu_slice), RAY_WORKER_ID_LABEL: str(worker_id)}
+    return Seat(index, 0, name, worker_id, -1, f"10.0.0.{worker_id}", labels=labels)
 
 
-def test_a_single_host_slice_is_one_strictly_packed_bundle_per_chip_of_its_pod_type() -> None:
+def tpu_slice_labels(tpu_slice: TpuSlice) -> dict[str, str]:
+    return {RAY_POD_TYPE_LABEL: tpu_slice.pod_type, RAY_TOPOLOGY_LABEL: tpu_slice.topology}
+
+
+def _seats(tpu_slice: TpuSlice, names: list[str], hosts: list[int] | None = None) -> list[Seat]:
+    """One host worker per host, worker i on the slice ``names[i]`` and host ``hosts[i]`` (default i), each holding
+    all of its host's chips, as the replica collects them (one seat per chip)."""
+    hosts = list(range(len(names))) if hosts is None else hosts
+    chips = range(tpu_slice.chips_per_host)
+    return [s for i, n in enumerate(names) for s in chip_seats(_host(tpu_slice, i, hosts[i], n), chips)]
+
+
+def test_a_single_host_slice_is_one_bundle_of_its_host_and_pod_type() -> None:
     req = slice_request(TpuSlice.parse("v5e:2x2"))
     kw = req.kwargs()
     assert kw["strategy"] == "STRICT_PACK"  # Ray pins no slice name on a single host: one node is the slice
-    assert kw["resources_per_bundle"] == {"CPU": 1.0, "TPU": 1.0}
+    assert kw["resources_per_bundle"] == {"CPU": 1.0, "TPU": 4.0}
     assert kw["chips_per_vm"] == 4 and kw["topology"] == "2x2" and kw["accelerator_version"] == "TPU-V5LITEPOD"
-    assert (
-        kw["bundle_label_selector"]
-        == [{RAY_POD_TYPE_LABEL: "v5litepod-4", RAY_TOPOLOGY_LABEL: "2x2", RAY_WORKER_ID_LABEL: "0"}] * 4
-    )
+    assert kw["bundle_label_selector"] == [
+        {RAY_POD_TYPE_LABEL: "v5litepod-4", RAY_TOPOLOGY_LABEL: "2x2", RAY_WORKER_ID_LABEL: "0"}
+    ]
 
 
-def test_a_multi_host_slice_pins_each_bundle_to_its_host() -> None:
+def test_a_multi_host_slice_is_one_bundle_per_host_pinned_to_it() -> None:
     kw = slice_request(TpuSlice.parse("v5p:2x2x2")).kwargs()
     assert kw["strategy"] == "SPREAD"
-    assert [s[RAY_WORKER_ID_LABEL] for s in kw["bundle_label_selector"]] == ["0"] * 4 + ["1"] * 4
+    assert kw["resources_per_bundle"] == {"CPU": 1.0, "TPU": 4.0}
+    assert [s[RAY_WORKER_ID_LABEL] for s in kw["bundle_label_selector"]] == ["0", "1"]
     assert {s[RAY_POD_TYPE_LABEL] for s in kw["bundle_label_selector"]} == {"v5p-16"}
 
 
 def test_the_bundles_are_what_ray_util_tpu_computes_for_the_slice() -> None:
-    """Ray's own arithmetic (ray/util/tpu.py, get_tpu_worker_resources) agrees: one bundle per chip."""
+    """Ray's own arithmetic (ray/util/tpu.py, get_tpu_worker_resources) agrees: one bundle per host, all of its
+    chips."""
     from ray.util.tpu import get_tpu_worker_resources
 
-    for spec in ("v5e:2x2", "v5p:2x2x2", "v6e:1x1", "v5e:4x4"):
+    for spec in ("v5e:2x2", "v5p:2x2x2", "v6e:1x1", "v5e:4x4", "v6e:2x4"):
         s = TpuSlice.parse(spec)
         kw = slice_request(s).kwargs()
         n, per = get_tpu_worker_resources(
             s.topology, kw["accelerator_version"], kw["resources_per_bundle"], chips_per_vm=s.chips_per_host
         )
-        assert (n, per) == (len(kw["bundle_label_selector"]), kw["resources_per_bundle"]) == (s.chips, per)
+        assert (n, per) == (len(kw["bundle_label_selector"]), kw["resources_per_bundle"])
+        assert n == s.hosts and per["TPU"] == s.chips_per_host
 
 
-def test_workers_on_one_slice_get_their_chips_in_rank_order() -> None:
+def test_host_workers_on_one_slice_come_back_in_host_order() -> None:
     s = TpuSlice.parse("v5p:2x2x2")
-    plan = plan_chips(s, list(reversed(_seats(s, ["a"] * 8))))
-    assert [a.rank for a in plan] == list(range(8))
-    assert [(a.worker_id, a.chip) for a in plan] == [(w, c) for w in range(2) for c in range(4)]
-    assert plan[5].env["TPU_VISIBLE_CHIPS"] == "1" and plan[5].env["CLOUD_TPU_TASK_ID"] == "5"
+    seats = _seats(s, ["a", "a"], hosts=[1, 0])
+    assert len(seats) == 8 and {x.chip for x in seats} == {0, 1, 2, 3}
+    assert plan_hosts(s, list(reversed(seats))) == [1, 0]  # worker 1 sits on host 0
+    assert plan_hosts(TpuSlice.parse("v5e:2x2"), _seats(TpuSlice.parse("v5e:2x2"), ["a"])) == [0]
 
 
-def test_workers_that_straddle_slices_are_refused() -> None:
-    s = TpuSlice.parse("v5e:2x2")
+def test_host_workers_that_straddle_slices_are_refused() -> None:
+    s = TpuSlice.parse("v5p:2x2x2")
     with pytest.raises(PlacementError, match=r"straddle Ray slices \['a', 'b'\]"):
-        plan_chips(s, _seats(s, ["a", "a", "b", "b"]))
+        plan_hosts(s, _seats(s, ["a", "b"]))
 
 
-def test_workers_on_another_shape_are_refused() -> None:
+def test_a_host_worker_missing_chips_or_two_on_one_host_are_refused() -> None:
+    s = TpuSlice.parse("v5p:2x2x2")
+    with pytest.raises(PlacementError, match=r"4 workers on 1 v5p:2x2x2 slice\(s\) of 8 chips"):
+        plan_hosts(s, _seats(s, ["a"]))  # one host of two
+    twice = _seats(s, ["a", "a"])
+    twice[3] = twice[2]  # a worker reports chip 2 twice, chip 3 never
+    with pytest.raises(PlacementError, match=r"duplicates \[\(0, 2\)\], missing \[\(0, 3\)\]"):
+        plan_hosts(s, twice)
+    two = [*chip_seats(_host(s, 0, 0, "a"), [0, 1]), *chip_seats(_host(s, 1, 0, "a"), [2, 3])]
+    two += chip_seats(_host(s, 2, 1, "a"), range(4))
+    with pytest.raises(PlacementError, match=r"host\(s\) held by several: \{0: \[0, 1\]\}"):
+        plan_hosts(s, two)
+
+
+def test_host_workers_on_another_shape_are_refused() -> None:
     with pytest.raises(PlacementError, match="asked for a v5e:2x2 slice"):
-        plan_chips(TpuSlice.parse("v5e:2x2"), _seats(TpuSlice.parse("v6e:2x2"), ["a"] * 4))
+        plan_hosts(TpuSlice.parse("v5e:2x2"), _seats(TpuSlice.parse("v6e:2x2"), ["a"]))
 
 
 def test_a_bad_topology_names_the_field_and_the_form() -> None:
@@ -88,7 +105,7 @@ def test_a_bad_topology_names_the_field_and_the_form() -> None:
         parse_slice(4)  # type: ignore[arg-type]
 
 
-def test_rows_are_split_over_the_chips_in_order() -> None:
+def test_rows_are_split_over_the_hosts_in_order() -> None:
     rows = [[float(i)] for i in range(6)]
     assert split_rows(rows, 4) == [[[0.0], [1.0]], [[2.0], [3.0]], [[4.0]], [[5.0]]]
     assert split_rows(rows[:2], 4) == [[[0.0]], [[1.0]], [], []]

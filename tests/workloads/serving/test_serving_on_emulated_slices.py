@@ -1,7 +1,7 @@
 """Serving on the shared emulated cluster (``emulated_slices``: two single-host v5e 2x2 slices, a two-host v5p
 2x2x2 slice, a v6e 1x1): two replicas of :func:`tpuray.workloads.serving.slice_app`, each owning one v5e slice,
-through a lost host and a config-only update. Where each replica's workers run is read from the workers' own
-answers (their Ray node ids and slice labels), never from what the replica asked for."""
+through a lost host and a config-only update. Where each replica's workers run is read from the workers'
+own answers (their Ray node ids, slice labels, chips and XLA devices), never from what the replica asked for."""
 
 from __future__ import annotations
 
@@ -65,42 +65,51 @@ def _replicas(handle: Any, want: int = 2, tries: int = 40) -> dict[str, dict[str
 
 def _slice_of(answer: dict[str, Any]) -> str:
     """The one slice a replica's workers run on; fails the test if they straddle slices."""
-    names = {c["slice_name"] for c in answer["chips"]}
+    names = {h["slice_name"] for h in answer["hosts"]}
     assert len(names) == 1, f"replica {answer['replica']}'s workers straddle slices {sorted(names)}"
     return str(names.pop())
 
 
 def _check_one_slice_each(cluster: EmulatedCluster, answers: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """Replica id -> its slice, checked from the workers: one whole v5e slice each (all four chips, on that slice's
-    host as the cluster knows it), and no slice shared."""
+    """Replica id -> its slice, checked from the workers: one whole v5e slice each (one worker on that slice's
+    host as the cluster knows it, holding all four chips, its SPMD program over four devices, each device holding
+    its quarter of the output), and no slice shared."""
     v5e = [n for n in cluster.slice_names() if "v5litepod-4" in n]
     slices = {}
     for rid, a in answers.items():
         name = _slice_of(a)
         assert name in v5e, f"replica {rid} serves from {name}, not a v5e slice {v5e}"
-        assert {c["node_id"] for c in a["chips"]} == {cluster.host_node_id(name, 0)}
-        assert sorted(c["chip"] for c in a["chips"]) == [0, 1, 2, 3]
-        assert len({c["pid"] for c in a["chips"]}) == 4
+        (host,) = a["hosts"]  # a single-host slice: one worker
+        assert host["node_id"] == cluster.host_node_id(name, 0)
+        assert sorted(host["chips"]) == [0, 1, 2, 3] and host["devices"] == 4
+        whole = len(ROWS) * len(a["outputs"][0]) * 4  # float32 bytes of the whole output
+        assert sorted(host["shard_bytes"].values()) == [whole // 4] * 4, host["shard_bytes"]
         slices[rid] = name
     assert len(set(slices.values())) == len(slices), f"two replicas share a slice: {slices}"
     return slices
 
 
 class _Client(threading.Thread):
-    """Sends the batch one request after another until stopped; keeps every answer and every failure."""
+    """Sends the batch one request after another until stopped, retrying a failed request once, as docs/serving.md
+    tells a client that must not lose one (a request in flight on a slice when its host goes fails: Serve's router
+    retries a request only while it picks a replica, ray/serve/_private/router.py, Ray 2.60); keeps every answer,
+    every first failure (``retried``) and every request that failed twice (``failures``)."""
 
     def __init__(self, handle: Any) -> None:
         super().__init__(daemon=True)
         self.handle, self.stop = handle, threading.Event()
         self.answers: list[dict[str, Any]] = []
+        self.retried: list[str] = []
         self.failures: list[str] = []
 
     def run(self) -> None:
         while not self.stop.is_set():
-            try:
-                self.answers.append(self.handle.remote(ROWS).result(timeout_s=WAIT_S))
-            except Exception as e:  # every failure is kept and shown by the test
-                self.failures.append(repr(e))
+            for attempt in range(2):
+                try:
+                    self.answers.append(self.handle.remote(ROWS).result(timeout_s=WAIT_S))
+                    break
+                except Exception as e:  # every failure is kept and shown by the test
+                    (self.retried if attempt == 0 else self.failures).append(repr(e))
 
 
 @pytest.fixture
@@ -149,18 +158,21 @@ def test_two_replicas_own_two_slices_through_a_lost_host_and_a_config_update(ser
     deadline = time.monotonic() + WAIT_S
     back: dict[str, Any] | None = None
     while back is None and time.monotonic() < deadline:
-        back = next((a for a in list(client.answers) if a["chips"][0]["node_id"] == new_node), None)
+        back = next((a for a in list(client.answers) if a["hosts"][0]["node_id"] == new_node), None)
         time.sleep(0.2)
     client.stop.set()
     client.join(WAIT_S)
     print(
         f"lost host replaced and its replica back: {time.monotonic() - t1:.1f} s; "
-        f"{len(client.answers)} answers, failures {client.failures}"
+        f"{len(client.answers)} answers, retried {client.retried}, failures {client.failures}"
     )
     assert back is not None, f"no replica came back on the replacement host; failures: {client.failures}"
     assert back["replica"] not in slices, "the replica on the lost slice should be a new one"
     assert _slice_of(back) == lost_slice
-    assert not client.failures
+    assert not client.failures, "a request failed on its retry too"
+    # at most the one request in flight on the lost slice (the client sends one at a time), and only as a lost slice
+    assert len(client.retried) <= 1, client.retried
+    assert all("ActorDied" in f or "SliceLost" in f for f in client.retried), client.retried
     assert any(a["replica"] == kept_replica for a in client.answers)
 
     # a config-only update on the same cluster: Serve's imperative serve.run gives each run a new version, so it
