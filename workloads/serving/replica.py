@@ -7,6 +7,10 @@ host's chips with PyTorch/XLA SPMD), and checks from the workers themselves that
 (:func:`~tpuray.workloads.serving.plan.plan_hosts`). Each request's rows are split over the hosts (one host on a
 single-host slice), each host's share sharded over its chips, and the answers joined in host order.
 
+A ``user_config`` change reloads the model on the same workers: the deployment has a fixed code version
+(:func:`slice_app`), and with the same code version Serve calls the running replicas' ``reconfigure`` instead of
+replacing them (``ray/serve/_private/version.py``, Ray 2.60: ``requires_actor_restart`` compares the code version,
+actor and placement group options, not the ``user_config``, which ``requires_actor_reconfigure`` compares).
 
 Why not Serve's own ``placement_group_bundles``: its ``placement_group_bundle_label_selector`` is one list for the
 whole deployment (``ray/serve/api.py``), and a multi-host slice is pinned by its own ``ray.io/tpu-slice-name``,
@@ -25,6 +29,7 @@ controller starts a new replica at once (a replica that crashed is marked unheal
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 from collections.abc import Mapping
@@ -190,15 +195,18 @@ def slice_app(
     num_replicas: int = 1,
     user_config: Mapping[str, Any] | None = None,
     ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S,
+    code_version: str | None = None,
     **deployment_options: Any,
 ) -> Any:
     """A Serve application of ``num_replicas`` replicas, each owning one whole ``topology`` slice
     (``GEN:TOPOLOGY``, e.g. ``"v5e:2x2"``), one worker per host holding ``model(user_config)`` replicated on its
     host's chips.
 
-    ``serve.run(slice_app(...))`` deploys it; ``serve.run`` again with another ``user_config`` redeploys it on the
-    same cluster (Serve's imperative ``serve.run`` versions each run anew, so it replaces the replicas one by one).
-    ``deployment_options`` are Serve's
+    ``serve.run(slice_app(...))`` deploys it; ``serve.run`` again with only another ``user_config`` reloads the
+    model in place (Serve calls each running replica's ``reconfigure``: same replicas, same workers), because the
+    deployment's code version is fixed: ``code_version``, by default a digest of the model function's name, the
+    topology and ``ready_timeout_s`` (so a change of any of these replaces the replicas). A change of the model
+    function's code under the same name needs a new ``code_version``. ``deployment_options`` are Serve's
     (``name``, ``health_check_period_s``, ``ray_actor_options``, ...). The replica itself needs no CPU of its own
     (``num_cpus`` 0 unless ``ray_actor_options`` says otherwise): the slice's CPUs are its workers'. Serve's
     ``placement_group_*`` options are refused: the replica reserves its slice itself.
@@ -214,6 +222,8 @@ def slice_app(
         raise ValueError(f"user_config: a mapping (e.g. {{'seed': 0}}), got {type(user_config).__name__}")
     if not ready_timeout_s > 0:
         raise ValueError(f"ready_timeout_s: a number of seconds > 0, got {ready_timeout_s!r}")
+    if code_version is not None and (not isinstance(code_version, str) or not code_version):
+        raise ValueError(f"code_version: a non-empty string, got {code_version!r}")
     taken = sorted(k for k in deployment_options if k.startswith("placement_group") or k == "user_config")
     if taken:
         raise ValueError(
@@ -227,4 +237,18 @@ def slice_app(
         ray_actor_options=actor_options,
         **deployment_options,
     )(SliceReplica)
+    # Serve 2.60 refuses a public `version` (ray/serve/api.py), and its imperative deploy gives a deployment without
+    # one a random code version on every serve.run (ray/serve/_private/client.py, deploy_applications:
+    # `deployment._version or get_random_string()`), which replaces every replica even for a user_config change.
+    # Deployment.options(version=..., _internal=True) is the one way left to fix it (ray/serve/deployment.py).
+    version = code_version or default_code_version(model, topology, ready_timeout_s)
+    deployment = deployment.options(version=version, _internal=True)
     return deployment.bind(model, topology, ready_timeout_s)
+
+
+def default_code_version(model: ModelFactory, topology: str, ready_timeout_s: float) -> str:
+    """The code version :func:`slice_app` gives its deployment: a digest of what the replica's constructor takes
+    (Serve does not compare constructor arguments when it decides between reconfigure and restart)."""
+    name = f"{getattr(model, '__module__', '?')}.{getattr(model, '__qualname__', repr(model))}"
+    key = f"{name}|{parse_slice(topology)}|{ready_timeout_s!r}"
+    return "tpuray-serving-" + hashlib.sha256(key.encode()).hexdigest()[:16]

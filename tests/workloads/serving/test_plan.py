@@ -1,5 +1,5 @@
 """The pure parts of serving: what a replica asks Ray for (one bundle per host), what it checks of where its host
-workers run, request rows, and slice_app's refusals (no cluster)."""
+workers run, request rows, and slice_app's refusals and code version (no cluster)."""
 
 from __future__ import annotations
 
@@ -148,6 +148,25 @@ def test_slice_app_refuses_what_it_cannot_serve() -> None:
     app = slice_app(tiny_model, "v5e:2x2", num_replicas=2, user_config={"seed": 3})
     d = app._bound_deployment
     assert d.num_replicas == 2 and d.user_config == {"seed": 3} and d.ray_actor_options["num_cpus"] == 0
+    with pytest.raises(ValueError, match="code_version: a non-empty string"):
+        slice_app(tiny_model, "v5e:2x2", code_version="")
+
+
+def test_the_code_version_is_fixed_by_what_the_replica_is_built_from_not_its_user_config() -> None:
+    """Serve reconfigures replicas in place when only the user_config changed and the code version is the same
+    (ray/serve/_private/version.py, Ray 2.60); the imperative serve.run keeps a deployment's own version
+    (ray/serve/_private/client.py)."""
+    from tpuray.workloads.serving import slice_app
+    from tpuray.workloads.serving.example import tiny_model
+
+    def version(**kw: Any) -> str:
+        v: str = slice_app(tiny_model, kw.pop("topology", "v5e:2x2"), **kw)._bound_deployment.version
+        return v
+
+    assert version(user_config={"seed": 0}) == version(user_config={"seed": 1}, num_replicas=3)
+    assert version() != version(topology="v5e:2x4")
+    assert version() != version(ready_timeout_s=10.0)
+    assert version(code_version="v2") == "v2"
 
 
 def test_the_example_model_refuses_an_unknown_config() -> None:

@@ -1,6 +1,6 @@
 """Serving on the shared emulated cluster (``emulated_slices``: two single-host v5e 2x2 slices, a two-host v5p
 2x2x2 slice, a v6e 1x1): two replicas of :func:`tpuray.workloads.serving.slice_app`, each owning one v5e slice,
-through a lost host and a config-only update. Where each replica's workers run is read from the workers'
+through a lost host and a config-only update in place. Where each replica's workers run is read from the workers'
 own answers (their Ray node ids, slice labels, chips and XLA devices), never from what the replica asked for."""
 
 from __future__ import annotations
@@ -89,6 +89,10 @@ def _check_one_slice_each(cluster: EmulatedCluster, answers: dict[str, dict[str,
     return slices
 
 
+def _pids(answers: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
+    return {rid: [h["pid"] for h in a["hosts"]] for rid, a in answers.items()}
+
+
 class _Client(threading.Thread):
     """Sends the batch one request after another until stopped, retrying a failed request once, as docs/serving.md
     tells a client that must not lose one (a request in flight on a slice when its host goes fails: Serve's router
@@ -175,13 +179,16 @@ def test_two_replicas_own_two_slices_through_a_lost_host_and_a_config_update(ser
     assert all("ActorDied" in f or "SliceLost" in f for f in client.retried), client.retried
     assert any(a["replica"] == kept_replica for a in client.answers)
 
-    # a config-only update on the same cluster: Serve's imperative serve.run gives each run a new version, so it
-    # rolls the replicas; each new one reserves a slice again, and the answers follow the new seed
+    # a config-only update: the deployment's code version is fixed, so Serve calls reconfigure on the running
+    # replicas (ray/serve/_private/version.py, Ray 2.60), which reload the model on the workers they have
+    before = _replicas(handle)
+    assert set(before) == {kept_replica, back["replica"]}, sorted(before)
     t2 = time.monotonic()
     handle = serve.run(_app(cluster.head_node_id, seed=1), name="tiny")
     updated = _replicas(handle)
-    print(f"config update: {time.monotonic() - t2:.1f} s")
-    assert len(updated) == 2, f"two replicas should answer after the update, got {sorted(updated)}"
+    print(f"config update in place: {time.monotonic() - t2:.1f} s")
+    assert set(updated) == set(before), f"the update should keep the replicas {sorted(before)}, got {sorted(updated)}"
+    assert _pids(updated) == _pids(before), "the update should keep the replicas' worker processes"
     for a in updated.values():
         assert a["config"] == {"seed": 1}
         assert _close(a["outputs"], _reference(1)), a["outputs"]
