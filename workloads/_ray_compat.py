@@ -45,6 +45,7 @@ __all__ = [
     "tpu_resource_per_chip",
     "uninstall_iter_torch_batches_device",
     "uninstall_torch_device_manager",
+    "versioned_deployment",
     "worker_group_callback_base",
 ]
 
@@ -469,3 +470,18 @@ class _MovedOnConsumingThread:
             if done.on_consume is not None:
                 done.on_consume()
             yield done.data
+
+
+# ---- a Serve deployment's code version (ray/serve/deployment.py, Deployment.options) ---------------------------------
+def versioned_deployment(deployment: Any, version: str) -> Any:
+    """``deployment`` with the code version ``version``. Serve 2.60 refuses a public ``version`` ("Removed.
+    Specifying this argument raises a ValueError": ``Deployment.options``), and its imperative deploy gives a
+    deployment without one a random code version on every ``serve.run`` (``ray/serve/_private/client.py``,
+    ``deployment._version or get_random_string()``), which replaces every replica even for a ``user_config`` change;
+    the private ``_internal=True`` still takes one, and a ``user_config`` change then only calls ``reconfigure``
+    (``ray/serve/_private/version.py``)."""
+    import inspect
+
+    if "_internal" not in inspect.signature(deployment.options).parameters:
+        raise _missing("Deployment.options(_internal=...)", "ray/serve/deployment.py")
+    return deployment.options(version=version, _internal=True)

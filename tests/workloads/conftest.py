@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
+
+if TYPE_CHECKING:
+    from tpuray.workloads.emulation.cluster import EmulatedCluster
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,9 +23,10 @@ on the other slices' VMs)."""
 
 
 @pytest.fixture(scope="session")
-def emulated_slices() -> Iterator[None]:
+def emulated_slices() -> Iterator[EmulatedCluster]:
     """One emulated cluster (:data:`SHARED_SLICES`) for every test that trains on it and leaves it as it found it:
-    starting one costs tens of seconds of the suite's two cores. This driver is connected to it. The tests that
+    starting one costs tens of seconds of the suite's two cores. This driver is connected to it; the value is the
+    cluster, for a test that takes a host away and brings it back (``replace_host``). The tests that
     ask for it run after the cluster group's tests that start clusters of their own (tests/conftest.py)."""
     ray = pytest.importorskip("ray")
     from tpuray.components.catalog.topology import TpuSlice
@@ -32,7 +37,7 @@ def emulated_slices() -> Iterator[None]:
     slices = [(TpuSlice.parse(spec), n) for spec, n in SHARED_SLICES]
     with EmulatedCluster(slices, metrics_interval_s=RAY_METRICS_INTERVAL_S) as c:
         ray.init(address=c.address, log_to_driver=False)
-        yield
+        yield c
         ray.shutdown()
 
 

@@ -85,6 +85,26 @@ def test_a_missing_autoscaling_coordinator_is_named(monkeypatch: pytest.MonkeyPa
         _ray_compat.ready_train_autoscaling_coordinator()
 
 
+def test_a_serve_deployment_takes_a_fixed_code_version() -> None:
+    """What makes a user_config change reconfigure a serving replica in place; a Serve without the private option
+    is named, not run with a random version on every deploy."""
+    from ray import serve
+
+    class Replica:
+        pass
+
+    deployment = serve.deployment(Replica)
+    assert _ray_compat.versioned_deployment(deployment, "v1").version == "v1"
+    with pytest.raises(ValueError):
+        deployment.options(version="v1")  # the public option is gone: hence the private one
+
+    class NoInternal:
+        def options(self, version: str) -> None: ...
+
+    with pytest.raises(_ray_compat.RayHookMissing, match=r"no Deployment.options\(_internal=...\)"):
+        _ray_compat.versioned_deployment(NoInternal(), "v1")
+
+
 def test_an_untested_ray_version_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 

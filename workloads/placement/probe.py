@@ -15,24 +15,28 @@ from tpuray.workloads.placement.worker_env import hostnames_from_env
 __all__ = ["free_port", "probe"]
 
 
-def probe(index: int, runtime: RuntimeBackend) -> Seat:
+def probe(index: int, runtime: RuntimeBackend, *, whole_host: bool = False) -> Seat:
     """Where this worker runs: its node's slice and host, its chip (``xla``: exactly one), its node's IP and the
     webhook's hostnames. Checks first that this process's image runs ``runtime`` (a worker image of the other
-    runtime fails here, naming the image target to use)."""
+    runtime fails here, naming the image target to use).
+
+    ``whole_host``: an SPMD worker, which holds all of its host's chips (one process drives them, as
+    :func:`~tpuray.workloads.sharding.spmd.spmd_devices` counts them); its seat's ``chip`` is -1, and its chips are
+    the ``TPU`` accelerator ids Ray gave it."""
     import ray
 
     require_runtime(runtime)
     ctx = ray.get_runtime_context()
     labels = {str(k): str(v) for k, v in ctx.get_node_labels().items()}
     chips = ctx.get_accelerator_ids().get("TPU", [])
-    if runtime == "xla" and len(chips) != 1:
+    if runtime == "xla" and not whole_host and len(chips) != 1:
         raise PlacementError(f"a per-chip worker must hold exactly one TPU chip, got {chips}")
     return Seat(
         actor_index=index,
         slice_index=0,  # set by the driver once it knows every worker's slice
         slice_name=str(labels.get(RAY_SLICE_NAME_LABEL) or os.environ.get("TPU_NAME") or ctx.get_node_id()),
         worker_id=int(labels.get(RAY_WORKER_ID_LABEL, os.environ.get("TPU_WORKER_ID", "0"))),
-        chip=int(chips[0]) if runtime == "xla" else -1,
+        chip=int(chips[0]) if runtime == "xla" and not whole_host else -1,
         address=str(ray.util.get_node_ip_address()),  # type: ignore[no-untyped-call]
         hostnames=tuple(hostnames_from_env(os.environ)),
         labels=labels,
