@@ -93,7 +93,7 @@ def test_a_serve_deployment_takes_a_fixed_code_version() -> None:
     class Replica:
         pass
 
-    deployment = serve.deployment(Replica)
+    deployment: Any = serve.deployment(Replica)
     assert _ray_compat.versioned_deployment(deployment, "v1").version == "v1"
     with pytest.raises(ValueError):
         deployment.options(version="v1")  # the public option is gone: hence the private one
