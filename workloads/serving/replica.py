@@ -20,7 +20,8 @@ which differs from replica to replica and is known only once Ray has reserved th
 The slice is released with the replica: its placement group fate-shares with its creator (Ray's placement group
 ``lifetime=None``: "deleted once its creator is dead", ``ray/util/tpu.py``), and a graceful stop removes it at once
 (``__del__``, which Serve calls on shutdown: ``ray/serve/_private/replica.py``). When any worker dies (its host
-lost), the replica fails its health check and ends itself: Serve's router sends the requests that find it dead to
+lost), or any of its hosts starts draining (a TPU pod's preStop hook drains its Ray node before the VM goes), the
+replica fails its health check and ends itself: Serve's router sends the requests that find it dead to
 another replica (``ray/serve/_private/router.py``: an ``ActorDiedError`` from the chosen replica is retried), and its
 controller starts a new replica at once (a replica that crashed is marked unhealthy immediately,
 ``ray/serve/_private/deployment_state.py``), which reserves a slice of its own.
@@ -49,6 +50,8 @@ DEFAULT_READY_TIMEOUT_S = 300.0
 """How long a new replica waits for an idle slice and its workers (seconds): a slice the cluster lacks fails the
 replica after this, and Serve starts another."""
 _PING_TIMEOUT_S = 10.0
+DRAIN_POLL_S = 1.0
+"""How often a replica asks Ray's GCS whether one of its hosts is draining (one small call a second)."""
 
 
 class SliceLostError(RuntimeError):
@@ -160,11 +163,20 @@ class SliceReplica:
 
     def _watcher(self) -> None:
         # A watch call ends only on stop() or the worker's death: the first tells of a lost host within Ray's own
-        # notice of the actor's death, sooner than Serve's next health check.
+        # notice of the actor's death, sooner than Serve's next health check. Between waits it asks the GCS for
+        # draining nodes (what a TPU pod's preStop hook does to its node: tpuray.workloads.signals.drain), so a
+        # replica moves off a host before the host goes: Serve starts its replacement on a slice Ray still offers.
+        hosts = {p.node_id for p in self.places}
         while not self._stopping.is_set():
-            done, _ = ray.wait(self._watch, num_returns=1, timeout=1.0)
-            if done and not self._stopping.is_set():
+            done, _ = ray.wait(self._watch, num_returns=1, timeout=DRAIN_POLL_S)
+            if self._stopping.is_set():
+                return
+            if done:
                 self._fail(f"a worker of slice {self.slice_name!r} died (its host is gone?)")
+                return
+            draining = sorted(hosts & set(_ray_compat.draining_nodes()))
+            if draining:
+                self._fail(f"host {draining[0]} of slice {self.slice_name!r} is draining: this replica moves off it")
                 return
 
     def _fail(self, reason: str) -> None:

@@ -1,7 +1,8 @@
 """Serving on the shared emulated cluster (``emulated_slices``: two single-host v5e 2x2 slices, a two-host v5p
 2x2x2 slice, a v6e 1x1): two replicas of :func:`tpuray.workloads.serving.slice_app`, each owning one v5e slice,
-through a lost host and a config-only update in place. Where each replica's workers run is read from the workers'
-own answers (their Ray node ids, slice labels, chips and XLA devices), never from what the replica asked for."""
+through a lost host, a config-only update in place and a drained host. Where each replica's workers run is read
+from the workers' own answers (their Ray node ids, slice labels, chips and XLA devices), never from what the
+replica asked for."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from tpuray.workloads import _ray_compat
 
 if TYPE_CHECKING:
     from tpuray.workloads.emulation.cluster import EmulatedCluster
@@ -138,7 +141,9 @@ def _live_placement_groups(ray: Any) -> list[str]:
     return [pg["placement_group_id"] for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED"]
 
 
-def test_two_replicas_own_two_slices_through_a_lost_host_and_a_config_update(serve_on: EmulatedCluster) -> None:
+def test_two_replicas_own_two_slices_through_a_lost_host_a_config_update_and_a_drain(
+    serve_on: EmulatedCluster,
+) -> None:
     from ray import serve
 
     cluster = serve_on
@@ -193,3 +198,76 @@ def test_two_replicas_own_two_slices_through_a_lost_host_and_a_config_update(ser
         assert a["config"] == {"seed": 1}
         assert _close(a["outputs"], _reference(1)), a["outputs"]
     _check_one_slice_each(cluster, updated)
+
+    # a drained host (a TPU pod's preStop hook: `ray drain-node`, then the VM goes at its deadline): its replica
+    # moves off while the host is still up, the other keeps answering, and a new one comes back on the new host
+    drained_replica, drained_slice = sorted(_check_one_slice_each(cluster, updated).items())[0]
+    other = next(r for r in updated if r != drained_replica)
+    host = cluster.host_node_id(drained_slice, 0)
+    # the preStop hook holds the pod until the deadline; here an actor holds the node, which Ray would otherwise end
+    # once the drain left it idle
+    keeper = _hold(host)
+    client = _Client(handle)
+    client.start()
+    t3 = time.monotonic()
+    _drain(host)
+    moved = _wait_for(lambda: drained_replica not in _replicas(handle, want=1, tries=1))
+    # still draining, not gone: the GCS drops a node from its draining nodes when it dies
+    # (src/ray/gcs/gcs_node_manager.cc, RemoveNode, Ray 2.60)
+    alive_when_moved = host in _ray_compat.draining_nodes()
+    del keeper
+    new_node = cluster.replace_host(host)
+    back = None
+    deadline = time.monotonic() + WAIT_S
+    while back is None and time.monotonic() < deadline:
+        back = next((a for a in list(client.answers) if a["hosts"][0]["node_id"] == new_node), None)
+        time.sleep(0.2)
+    client.stop.set()
+    client.join(WAIT_S)
+    print(f"drained host left and its replica back: {time.monotonic() - t3:.1f} s; retried {client.retried}")
+    assert moved, f"replica {drained_replica} still answers from the draining host {host}"
+    assert alive_when_moved, "the replica should move off the drained host before the host goes"
+    assert back is not None and back["replica"] != drained_replica and _slice_of(back) == drained_slice
+    assert back["config"] == {"seed": 1} and _close(back["outputs"], _reference(1))
+    assert not client.failures, "a request failed on its retry too"
+    assert any(a["replica"] == other for a in client.answers)
+
+
+def _drain(node_id: str) -> None:
+    """``ray drain-node`` as the pods' preStop hook runs it (tpuray.components.planning.drain)."""
+    import os
+    import subprocess
+    import sys
+
+    import ray
+
+    gcs = ray.get_runtime_context().gcs_address
+    drain = [sys.executable, "-m", "ray.scripts.scripts", "drain-node", "--address", gcs, "--node-id", node_id]
+    drain += ["--reason", "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "test: the TPU VM is going away"]
+    drain += ["--deadline-remaining-seconds", "120"]
+    done = subprocess.run(drain, capture_output=True, text=True, env=os.environ.copy(), timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+
+
+def _hold(node_id: str) -> Any:
+    """An idle actor on ``node_id``, started."""
+    ray = pytest.importorskip("ray")
+
+    @ray.remote(num_cpus=0, label_selector={"ray.io/node-id": node_id})
+    class Keeper:
+        def ready(self) -> bool:
+            return True
+
+    keeper = Keeper.remote()  # type: ignore[attr-defined]
+    ray.get(keeper.ready.remote(), timeout=WAIT_S)
+    return keeper
+
+
+def _wait_for(ready: Any, within_s: float = 60.0) -> bool:
+    """Whether ``ready()`` came true (checked again and again) before ``within_s``: a hang guard, not a measure."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if ready():
+            return True
+        time.sleep(0.2)
+    return False
