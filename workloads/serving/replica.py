@@ -73,7 +73,8 @@ class SliceReplica:
         self._workers: list[Any] = []
         self._reservation: Any = None
         try:
-            self._reservation = slice_placement_group(**slice_request(self._slice).kwargs())
+            request = slice_request(self._slice)
+            self._reservation = slice_placement_group(**request.kwargs())
             pg = self._reservation.slice_placement_group
             ready, _ = ray.wait([pg.ready()], timeout=ready_timeout_s)
             if not ready:
@@ -86,7 +87,6 @@ class SliceReplica:
             self._reservation.release_head_pgs()
             # concurrency groups are a class option only (Ray refuses them in .options())
             actor: Any = ray.remote(concurrency_groups={WATCH_GROUP: 1})(HostWorker)  # type: ignore[call-overload]
-            request = slice_request(self._slice)
             workers: list[Any] = [
                 actor.options(
                     num_cpus=request.bundle["CPU"],
