@@ -183,6 +183,22 @@ def test_record_replaces_one_entry_with_the_date_command_and_machine(tmp_path: P
     assert entry["machine"]["cpus"] >= 1 and len(entry["machine"]["load_average_at_start"]) == 3
 
 
+def _main_install(text: str) -> str:
+    """The pip install of the main venv: its extras and flags, as written in ``text``."""
+    m = re.search(r"\.venv/bin/(?:python -m )?pip install (?:-q )?(-e '\.\[workload[^']*\]'[^&\n]*)", text)
+    assert m, "no install of the main venv"
+    return m.group(1).strip()
+
+
+def test_the_readme_installs_as_ci_does() -> None:
+    """A fresh clone's command 1 and CI install the same extras in the same editable mode: the default editable
+    mode maps the two packages through an import hook that import-linter's graph (grimp) does not follow, so a
+    newcomer's command 2 would fail the import contracts that CI passes."""
+    ci = _main_install((ROOT / ".ci" / "run").read_text())
+    assert "editable_mode=strict" in ci
+    assert _main_install(README.read_text()) == ci
+
+
 def test_the_readme_follows_one_slice_pool_through_at_most_eight_files_that_exist() -> None:
     section = README.read_text().split("## Following one slice pool", 1)[1].split("\n## ", 1)[0]
     steps = re.findall(r"^\d+\. (?:\[)?`([^`]+)`", section, flags=re.M)
