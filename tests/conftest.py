@@ -5,8 +5,10 @@ one group, so at most one such cluster runs at a time and each keeps the CPUs it
 other workers run the rest. (Two cluster groups at once, one per worker, were measured slower on two cores, and
 the drain test then missed its checkpoint; so did the slow tests that start no cluster but spawn PyTorch/XLA
 processes, when they ran beside the chain: in that CI run the chain's multi-host and contract tests took 1.7 times
-as long as in the run before, when those tests were still in the chain.) Every other test is grouped by its
-module, so a module's fixtures are built once.
+as long as in the run before, when those tests were still in the chain.) A slow test also marked
+``beside_clusters`` starts only a few short processes (a fresh interpreter, a wheel build, a two-process gloo run):
+it is left out of the fast loop like every slow test, but runs beside the chain in its module's group. Every other
+test is grouped by its module, so a module's fixtures are built once.
 https://pytest-xdist.readthedocs.io/en/stable/distribution.html
 """
 
@@ -29,7 +31,14 @@ SHARED_CLUSTER_FIXTURE = "emulated_slices"  # tests/workloads/conftest.py's sess
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: starts real processes (a Ray cluster, a Prometheus server); runs in CI")
+    config.addinivalue_line(
+        "markers", "slow: starts real processes (a Ray cluster, a Prometheus server); not in the fast loop; runs in CI"
+    )
+    config.addinivalue_line(
+        "markers",
+        "beside_clusters: a slow test whose processes are few and short (a fresh interpreter, a wheel build, a "
+        "two-process run): it runs beside the cluster chain, in its module's group",
+    )
     config.addinivalue_line(
         "markers",
         "prometheus: needs a real Prometheus (Debian's prometheus package); skips without one, fails under CI=true",
@@ -73,9 +82,10 @@ LONG_GROUPS = (
     "tests/torch_tpu_env/test_launch_env.py",
     "tests/test_packaging.py",
 )
-"""The modules whose group took longest in the fast loop (``pytest -m "not slow" --durations=0``: 10 to 20 s each
-on two cores; fresh interpreters importing torch, torch_xla or Pulumi, or hundreds of generated stacks), longest
-first. Only the queue order depends on it: a module missing from it, or no longer long, just queues later."""
+"""The modules whose group took longest beside the chain (``pytest -m "not slow or beside_clusters"
+--durations=0``: 10 to 20 s each on two cores; fresh interpreters importing torch, torch_xla or Pulumi, or hundreds
+of generated stacks), longest first. Only the queue order depends on it: a module missing from it, or no longer
+long, just queues later."""
 
 
 def _long_rank(module: str) -> int:
@@ -102,8 +112,8 @@ def pytest_runtest_makereport(
 
 
 def on_cluster(item: pytest.Item) -> bool:
-    """Whether the test runs in the cluster group: every ``slow`` test."""
-    return item.get_closest_marker("slow") is not None
+    """Whether the test runs in the cluster group: every ``slow`` test not marked ``beside_clusters``."""
+    return item.get_closest_marker("slow") is not None and item.get_closest_marker("beside_clusters") is None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -51,6 +51,8 @@ def target(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return t
 
 
+@pytest.mark.slow  # builds the wheel (python -m build) and installs it in fresh processes
+@pytest.mark.beside_clusters
 def test_wheel_layout(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "tpuray/components/catalog/topology.py" in names
@@ -65,6 +67,8 @@ def test_wheel_layout(wheel: Path) -> None:
     assert "tpuray = tpuray.components.cli:run" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
+@pytest.mark.slow  # builds the wheel (python -m build) and installs it in fresh processes
+@pytest.mark.beside_clusters
 def test_imports_resolve_from_the_installed_wheel(target: Path, tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
@@ -81,6 +85,8 @@ def test_imports_resolve_from_the_installed_wheel(target: Path, tmp_path: Path) 
     assert out[1] == "v5p-256"
 
 
+@pytest.mark.slow  # builds the wheel (python -m build) and installs it in fresh processes
+@pytest.mark.beside_clusters
 def test_mypy_sees_the_wheels_types(target: Path, tmp_path: Path) -> None:
     good = tmp_path / "good.py"
     good.write_text(

@@ -31,6 +31,19 @@ def test_the_cluster_group_is_queued_first(request: pytest.FixtureRequest) -> No
     assert shared == sorted(shared), "a test after the shared cluster's tests"
 
 
+def test_a_test_beside_the_chain_is_slow_and_not_in_the_cluster_group(request: pytest.FixtureRequest) -> None:
+    """``beside_clusters`` moves a slow test out of the chain, never into the fast loop: every test so marked is also
+    ``slow`` (``-m "not slow"`` leaves it out) and runs in its module's group."""
+    beside = [item for item in request.session.items if item.get_closest_marker("beside_clusters")]
+    for item in beside:
+        assert item.get_closest_marker("slow"), f"{item.nodeid}: beside_clusters without slow"
+        assert not on_cluster(item), item.nodeid
+    spawning = ("tests/workloads/xla/test_emulated_ddp.py", "tests/torch_tpu_env/test_launch_env.py")
+    for item in request.session.items:  # modules whose every test spawns processes, where this run collected them
+        if item.nodeid.split("::", 1)[0] in spawning:
+            assert item in beside, item.nodeid
+
+
 class _Outcome:
     def __init__(self, report: pytest.TestReport) -> None:
         self.report = report

@@ -147,6 +147,8 @@ def _git(cwd: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
+@pytest.mark.slow  # three fresh interpreters: the CLI and one plan per ref
+@pytest.mark.beside_clusters
 def test_diff_of_two_git_refs(tmp_path: Path) -> None:
     """A throwaway repo with this project's program: commit, change the prod topology, commit, diff the refs."""
     repo = tmp_path / "repo"

@@ -17,6 +17,9 @@ from tests.torch_tpu_env.torch_tpu_venv import PCI_DEVICE_ID, REPO, installed_ve
 V5E_4X4_HOSTS = [f"v5e-{h}" for h in range(4)]
 V5P_2X2X2_HOSTS = ["v5p-0", "v5p-1"]
 
+# each harness run is a fresh interpreter of the torch_tpu venv importing torch and torch_tpu
+pytestmark = [pytest.mark.slow, pytest.mark.beside_clusters]
+
 
 def host(generation: str, devices: int, env: dict[str, str], coords: list[int] | None = None) -> dict[str, Any]:
     return {

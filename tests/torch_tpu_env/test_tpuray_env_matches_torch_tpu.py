@@ -29,6 +29,9 @@ from tpuray.workloads.placement.seats import Seat
 from tpuray.workloads.placement.worker_env import host_major_seats, torch_tpu_env, torch_tpu_topology
 from tpuray.workloads.torch_tpu.callback import slice_envs
 
+# each harness run is a fresh interpreter of the torch_tpu venv importing torch and torch_tpu
+pytestmark = [pytest.mark.slow, pytest.mark.beside_clusters]
+
 SPECS = ["v5e:2x2", "v5e:4x4", "v5p:2x2x2", "v6e:4x4", "v6e:2x4:ct6e-standard-4t", "tpu7x:2x2x1", "tpu7x:2x2x2"]
 BASE_PORT = 8471
 

@@ -64,11 +64,15 @@ def fresh_process() -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     return proc, help_run
 
 
+@pytest.mark.slow  # the fixture's fresh interpreter imports torch, torch_xla and Ray
+@pytest.mark.beside_clusters
 def test_workloads_import_without_pulumi(fresh_process: tuple[subprocess.CompletedProcess[str], Any]) -> None:
     proc, _ = fresh_process
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
+@pytest.mark.slow  # the fixture's fresh interpreter imports torch, torch_xla and Ray
+@pytest.mark.beside_clusters
 def test_the_sharding_wing_imports_without_torch_xla(
     fresh_process: tuple[subprocess.CompletedProcess[str], dict[str, Any]],
 ) -> None:
@@ -90,6 +94,8 @@ def test_the_top_level_holds_at_most_six_modules_and_every_wing_says_what_it_exp
         assert doc and len(doc.splitlines()) <= 12, f"{wing.name}/__init__.py: a short docstring saying what it holds"
 
 
+@pytest.mark.slow  # the fixture's fresh interpreter imports torch, torch_xla and Ray
+@pytest.mark.beside_clusters
 def test_the_paths_deployed_stacks_name_still_work(
     fresh_process: tuple[subprocess.CompletedProcess[str], dict[str, Any]],
 ) -> None:

@@ -13,6 +13,9 @@ from tests.workloads.xla.portable_contract import MODEL_ROWS, check_no_sync, mak
 
 pytest.importorskip("ray")
 
+# four spawned processes (two emulated chips, two gloo ranks), each importing torch and torch_xla
+pytestmark = [pytest.mark.slow, pytest.mark.beside_clusters]
+
 
 def _contract(rank: int, world: int, port: int, emulated: bool, out: Any) -> None:
     """One process of a two-process run: the model rows on ``prepare_model``'s wrapper over the emulated slice's
