@@ -4,11 +4,11 @@ with what Ray Train hands it everything a script does besides training (:mod:`po
 the prepare_model, loader, Ray Data, checkpoint and precision rows here); each row gives the same kind of result on
 both. One slice: the multi-host ``v5p:2x2x2`` (8 chips on two hosts), where a row meets everything a one-host
 slice has and a second host besides. (The one-host ``v5e:2x2`` of the guide's example runs a GPU-style script under
-Ray Tune, with the same per-chip checks: test_tune_on_emulated_slices.py. The contract ran there too until its
-75 s, the suite's third-longest run, bought no fact the multi-host run does not check.) The emulated run also
-shows what a GPU-style script relies on without naming it: one worker per chip with its seat's PJRT env
-(:func:`chip_seats.check_seats`), the loader's shards splitting the data over the chips, and no program compiled per
-step once the first steps are done.
+Ray Tune, checked chip by chip there: seats and env, shards, equal parameters (test_tune_on_emulated_slices.py).
+The contract ran there too until its 75 s, the suite's third-longest run, bought no fact the multi-host run does
+not check.) The emulated run also shows what a GPU-style script relies on without naming it: one worker per chip
+with its seat's PJRT env (:func:`chip_seats.check_seats`), the loader's shards splitting the data over the chips,
+and no program compiled per step once the first steps are done.
 
 Suite time: every row runs inside ONE Ray Train run per backend (the row results are written per rank); the
 emulated run holds one planned restart (``get_checkpoint()`` after a restart: the one row that needs a second
