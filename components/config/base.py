@@ -1,6 +1,6 @@
 """The base of every config model and the helpers the models share: a model-level error that names a sub-field
 (:class:`Problem`, :func:`field_problem`), the error that lists a stack's problems (:class:`ConfigError`), durations,
-name patterns."""
+name patterns and the valid form of each pattern."""
 
 from __future__ import annotations
 
@@ -50,7 +50,26 @@ def config_dataclass(cls: type[Any]) -> GetPydanticSchema:
     )
 
 
-NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+_PATTERN_FORMS: dict[str, str] = {}
+
+
+def pattern(regex: str, form: str) -> str:
+    """``regex``, for a ``Field(pattern=...)``, with ``form``: its valid form in words and an example, which a value
+    that does not match is told (pydantic's own message shows only the regex)."""
+    _PATTERN_FORMS[regex] = form
+    return regex
+
+
+def pattern_form(regex: str) -> str | None:
+    """The valid form :func:`pattern` gave ``regex``, if it gave one."""
+    return _PATTERN_FORMS.get(regex)
+
+
+NAME_PATTERN = pattern(
+    r"^[a-z]([-a-z0-9]*[a-z0-9])?$",
+    "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit (an RFC 1035 "
+    "label), e.g. 'tpu-dev'",
+)
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -15,7 +15,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from tpuray.components.config.base import FieldProblems, Problem
+from tpuray.components.config.base import FieldProblems, Problem, pattern_form
 from tpuray.components.config.capacity import capacity_types
 from tpuray.components.config.stack import StackConfig
 
@@ -106,11 +106,14 @@ def problems(err: ValidationError, model: type[BaseModel] | None = None) -> list
         msg = str(e["msg"]).removeprefix("Value error, ")
         if e["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # a model's, a dataclass's
             msg = _unknown_key(tuple(e["loc"]), root)
-        elif e["type"] == "union_tag_invalid":
+        elif e["type"] == "union_tag_invalid":  # the tag's own key, where the user has to change it
             tag = str(e.get("ctx", {}).get("tag", ""))[:40]
-            msg = f"unknown capacity type {tag!r}; valid choices: {', '.join(capacity_types())}"
+            base, msg = f"{base}.type", f"unknown capacity type {tag!r}; valid choices: {', '.join(capacity_types())}"
         elif e["type"] == "union_tag_not_found":
-            msg = f"missing 'type'; valid choices: {', '.join(capacity_types())}"
+            base, msg = f"{base}.type", f"missing; valid choices: {', '.join(capacity_types())}"
+        elif e["type"] == "string_pattern_mismatch":
+            regex = str(e.get("ctx", {}).get("pattern", ""))
+            msg = f"expected {pattern_form(regex) or f'a string matching {regex}'}"
         elif e["type"] == "literal_error" and "expected" in e.get("ctx", {}):
             msg = f"not allowed; valid choices: {e['ctx']['expected']}"
         raised = e.get("ctx", {}).get("error")

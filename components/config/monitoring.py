@@ -13,6 +13,7 @@ from pydantic import (
 from tpuray.components.config.base import (
     ConfigModel,
     duration_seconds,
+    pattern,
 )
 
 IdleMetric = Literal["dutyCycle", "tensorcoreUtilization"]
@@ -21,7 +22,10 @@ IDLE_ALERT_METRICS: tuple[str, ...] = typing.get_args(IdleMetric)
 # https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.notificationChannels : the resource name form,
 # projects/[PROJECT_ID_OR_NUMBER]/notificationChannels/[CHANNEL_ID]: a project id, or a project number (a positive
 # integer, https://cloud.google.com/resource-manager/docs/creating-managing-projects#identifying_projects).
-_NOTIFICATION_CHANNEL = r"^projects/(?:[a-z][-a-z0-9]{4,28}[a-z0-9]|[1-9][0-9]{0,18})/notificationChannels/[0-9]+$"
+_NOTIFICATION_CHANNEL = pattern(
+    r"^projects/(?:[a-z][-a-z0-9]{4,28}[a-z0-9]|[1-9][0-9]{0,18})/notificationChannels/[0-9]+$",
+    "projects/PROJECT_ID_OR_NUMBER/notificationChannels/CHANNEL_ID, e.g. projects/my-project/notificationChannels/123",
+)
 
 
 class IdleAlert(ConfigModel):

@@ -36,6 +36,12 @@ from tpuray.components.config.value_types import bucket_name_problem
 from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER
 
 
+def not_a_pool(name: str, view: StackView) -> str:
+    """The message for a setting that names no pool of the stack: the pools it may name instead."""
+    choices = view.pool_choices
+    return f"{name!r} is not a slice pool" + (f"; valid choices: {', '.join(choices)}" if choices else "")
+
+
 def control_plane_rules(view: StackView) -> list[Problem]:
     """A production control plane is private, DNS-only, or public to a non-empty list of networks.
 
@@ -80,7 +86,7 @@ def monitoring_rules(view: StackView) -> list[Problem]:
         pool = next((p for _, p in pools if p.name == name), None)
         if pool is None:
             if names and name not in names:
-                found.append(Problem(at, f"{name!r} is not a slice pool; valid choices: {', '.join(names)}"))
+                found.append(Problem(at, not_a_pool(name, view)))
             continue
         other = watched.get(slice_shape(pool.tpu_slice))
         if other is not None:
@@ -259,7 +265,7 @@ def pool_rules(view: StackView) -> list[Problem]:
         found.append(
             Problem(
                 "workload.slicePool",
-                f"{workload_pool!r} is not a slice pool; valid choices: {', '.join(dict.fromkeys(pool_names))}",
+                not_a_pool(workload_pool, view),
             )
         )
     return found
@@ -389,7 +395,7 @@ def serving_rules(view: StackView) -> list[Problem]:
             found.append(
                 Problem(
                     "serving.slicePool",
-                    f"{serving.slice_pool!r} is not a slice pool; valid choices: {', '.join(names)}",
+                    not_a_pool(serving.slice_pool, view),
                 )
             )
         return found  # a pool named but invalid on its own: its own error says why
@@ -421,35 +427,6 @@ def serving_rules(view: StackView) -> list[Problem]:
             )
         )
     return found
-
-
-RULES: tuple[Callable[[StackView], list[Problem]], ...] = (
-    pool_rules,
-    control_plane_rules,
-    capacity_rules,
-    monitoring_rules,
-    model_fit_rules,
-    namespace_rules,
-    backend_rules,
-    head_fit_rules,
-    serving_rules,
-)
-"""Every cross-section rule, each taking the one :class:`StackView`."""
-
-
-def stack_rules(view: StackView) -> list[Problem]:
-    """Every cross-section problem of ``view``, as :class:`Problem` values (one validation path: the model's
-    validator and :func:`rules_of_valid_parts` both call this)."""
-    return [p for rule in RULES for p in rule(view)]
-
-
-def rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -> list[Problem]:
-    """The cross-section rules run over whatever parts of an invalid stack are valid on their own.
-
-    pydantic skips a model's own after-validator once any field fails, so without this a type error in one
-    section would hide a zone or version problem in another until the first was fixed.
-    """
-    return stack_rules(view_of_values(values, stack))
 
 
 _NODE_POOL_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
@@ -493,9 +470,6 @@ def torch_tpu_head_image_rules(view: StackView) -> list[Problem]:
     return []
 
 
-RULES = (*RULES, torch_tpu_head_image_rules)
-
-
 # ---- what the pinned components need of each other (catalog/pins.py) -------------------------------------------
 def tpu_webhook_pin_rules(view: StackView) -> list[Problem]:
     """A multi-host tpu7x pool needs a webhook chart that serves Ironwood, when the stack installs the webhook."""
@@ -514,9 +488,6 @@ def tpu_webhook_pin_rules(view: StackView) -> list[Problem]:
             f"{WEBHOOK_GENERATION_FLOORS['tpu7x']}; {TPU_WEBHOOK_SOURCE}); use {WEBHOOK_IRONWOOD_CHART} or later",
         )
     ]
-
-
-RULES = (*RULES, tpu_webhook_pin_rules)
 
 
 def queued_job_slices_rules(view: StackView) -> list[Problem]:
@@ -554,10 +525,34 @@ def queued_job_slices_rules(view: StackView) -> list[Problem]:
     return found
 
 
-# Appended here rather than in the tuple above, so that this rule stays one block of its own.
-RULES = (*RULES, queued_job_slices_rules)
+RULES: tuple[Callable[[StackView], list[Problem]], ...] = (
+    pool_rules,
+    control_plane_rules,
+    capacity_rules,
+    monitoring_rules,
+    model_fit_rules,
+    namespace_rules,
+    backend_rules,
+    head_fit_rules,
+    serving_rules,
+    torch_tpu_head_image_rules,
+    tpu_webhook_pin_rules,
+    queued_job_slices_rules,
+    startup_rules,  # last, as the stack model ran them: they read the worker image, GKE version and mounts
+)
+"""Every cross-section rule, each taking the one :class:`StackView`, in the order their problems are listed."""
 
 
-# Last, as the stack model ran them after the others: the startup rules read the worker image, the cluster's GKE
-# version and the checkpoint mount.
-RULES = (*RULES, startup_rules)
+def stack_rules(view: StackView) -> list[Problem]:
+    """Every cross-section problem of ``view``, as :class:`Problem` values (one validation path: the model's
+    validator and :func:`rules_of_valid_parts` both call this)."""
+    return [p for rule in RULES for p in rule(view)]
+
+
+def rules_of_valid_parts(values: Mapping[str, Any], stack: str | None = None) -> list[Problem]:
+    """The cross-section rules run over whatever parts of an invalid stack are valid on their own.
+
+    pydantic skips a model's own after-validator once any field fails, so without this a type error in one
+    section would hide a zone or version problem in another until the first was fixed.
+    """
+    return stack_rules(view_of_values(values, stack))

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import cache
 from types import MappingProxyType
-from typing import Any, get_args, get_type_hints
+from typing import Annotated, Any, get_args, get_type_hints
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
@@ -61,6 +61,12 @@ class StackView:
     """The Serve application (None where the section is not valid on its own)."""
 
     @property
+    def pool_choices(self) -> list[str]:
+        """The pool names a setting may name: every valid name once, in order. A name that is not valid itself has
+        its own error, and is offered as no choice."""
+        return [name for name in dict.fromkeys(self.pool_names) if _valid_part_of(_pool_name(), name)]
+
+    @property
     def workload_pool(self) -> str | None:
         """``workload.slicePool``, if the workload section is valid and names one."""
         return self.workload.slice_pool if self.workload is not None else None
@@ -72,6 +78,13 @@ def _valid_part(model: type[ConfigModel], value: Any) -> Any:
         return model.model_validate(value if value is not None else {}, by_name=False)
     except ValidationError:
         return None
+
+
+@cache
+def _pool_name() -> Any:
+    """The type of a pool's ``name``, read from the pool model (its pattern and length)."""
+    field = SlicePoolConfig.model_fields["name"]
+    return Annotated[(field.annotation, *field.metadata)]
 
 
 def _valid_part_of(annotation: Any, value: Any) -> bool:

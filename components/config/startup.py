@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from tpuray.components.config.base import ConfigModel, field_problem
+from tpuray.components.config.base import ConfigModel, field_problem, pattern
 from tpuray.components.config.value_types import BucketName, MountPath, ProjectId
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "GCSFUSE_PROFILES_MIN_GKE",
     "IMAGE_STREAMING_MIN_GKE",
     "SECONDARY_BOOT_DISK_MIN_GKE",
+    "STREAMING_NODE_IMAGE",
     "CompileCacheConfig",
     "DataMountConfig",
     "FuseMountConfig",
@@ -58,8 +59,15 @@ GcsFuseProfile = Literal["training", "checkpointing"]
 STREAMING_NODE_IMAGE = "COS_CONTAINERD"
 """The node image both need (containerd on Container-Optimized OS); tpuray sets it on the pools that use them."""
 
-_DISK_IMAGE = r"^projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/global/images/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
-_PREFIX = r"^[a-z0-9]([-a-z0-9_.]{0,126}[a-z0-9])?(/[a-z0-9]([-a-z0-9_.]{0,126}[a-z0-9])?){0,3}$"
+_DISK_IMAGE = pattern(
+    r"^projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/global/images/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$",
+    "projects/PROJECT_ID/global/images/IMAGE, e.g. projects/my-project/global/images/tpuray-preload",
+)
+_PREFIX = pattern(
+    r"^[a-z0-9]([-a-z0-9_.]{0,126}[a-z0-9])?(/[a-z0-9]([-a-z0-9_.]{0,126}[a-z0-9])?){0,3}$",
+    "one to four '/'-separated parts of lowercase letters, digits, '-', '_' and '.', each starting and ending with "
+    "a letter or digit, e.g. 'compile-cache' or 'teams/ml/cache'",
+)
 
 
 class CompileCacheConfig(ConfigModel):
@@ -117,9 +125,13 @@ class FuseMountConfig(ConfigModel):
     """The GCS FUSE CSI driver's caches for one mount (volume attributes and mount options of
     https://cloud.google.com/kubernetes-engine/docs/how-to/persistent-volumes/cloud-storage-fuse-csi-driver-perf)."""
 
-    file_cache_capacity: Annotated[str, Field(pattern=r"^(-1|\d+(Mi|Gi|Ti))$")] | None = Field(
-        default=None, description="file cache size (e.g. 100Gi, -1: unlimited); unset: no file cache"
-    )
+    file_cache_capacity: (
+        Annotated[
+            str,
+            Field(pattern=pattern(r"^(-1|\d+(Mi|Gi|Ti))$", "a size in Mi, Gi or Ti, e.g. 100Gi, or -1 for no limit")),
+        ]
+        | None
+    ) = Field(default=None, description="file cache size (e.g. 100Gi, -1: unlimited); unset: no file cache")
     file_cache_medium: Literal["disk", "memory"] = Field(
         default="disk", description="the cache volume: the node's boot disk (emptyDir) or memory (tmpfs)"
     )

@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field
 
 from tpuray.components.catalog.pins import CERT_MANAGER_CHART, TPU_WEBHOOK
-from tpuray.components.config.base import NAME_PATTERN, ConfigModel
+from tpuray.components.config.base import NAME_PATTERN, ConfigModel, pattern
 from tpuray.components.config.value_types import SemVer
 
 __all__ = ["CertManagerConfig", "TpuWebhookConfig"]
@@ -22,9 +22,9 @@ class CertManagerConfig(ConfigModel):
         description="install cert-manager's Helm chart with its CRDs; false: the cluster already runs it (install it "
         "once per cluster, https://cert-manager.io/docs/installation/helm/)",
     )
-    chart_version: Annotated[str, Field(pattern=r"^v\d+\.\d+\.\d+$")] = Field(
-        default=CERT_MANAGER_CHART, description="jetstack/cert-manager chart version"
-    )
+    chart_version: Annotated[
+        str, Field(pattern=pattern(r"^v\d+\.\d+\.\d+$", f"a chart version vX.Y.Z, e.g. {CERT_MANAGER_CHART}"))
+    ] = Field(default=CERT_MANAGER_CHART, description="jetstack/cert-manager chart version")
 
 
 class TpuWebhookConfig(ConfigModel):

@@ -24,8 +24,10 @@ from tpuray.components.catalog.images import parse_image
 from tpuray.components.catalog.ip_ranges import PRIVATE_RANGES
 from tpuray.components.catalog.quantity import parse_quantity
 from tpuray.components.catalog.text import short_repr as _show
+from tpuray.components.config.base import pattern
 
 __all__ = [
+    "REGION",
     "BucketLocation",
     "BucketName",
     "Cidr",
@@ -48,6 +50,8 @@ __all__ = [
     "Zone",
     "bucket_name_problem",
     "checked_ray_token",
+    "prefix_problem",
+    "private_range_problem",
     "stack_name_problem",
 ]
 
@@ -111,7 +115,7 @@ ProjectId = Annotated[str, AfterValidator(_checked(_project_id))]
 
 # ---- zones and machine types -------------------------------------------------------------------------------
 # https://cloud.google.com/compute/docs/regions-zones : a zone is <region>-<letter>, e.g. us-east5-a.
-REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
+REGION = re.compile(pattern(r"^[a-z]+-[a-z]+\d+$", "a GCP region: lowercase words and a number, e.g. us-central2"))
 _ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 
 
@@ -383,7 +387,10 @@ Rrule = Annotated[str, AfterValidator(_checked(_rrule))]
 UtcTime = Annotated[
     str,
     Field(
-        pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$", description="RFC 3339 UTC time, e.g. 2026-01-03T02:00:00Z"
+        pattern=pattern(
+            r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$", "an RFC 3339 UTC time to the second, e.g. 2026-01-03T02:00:00Z"
+        ),
+        description="RFC 3339 UTC time, e.g. 2026-01-03T02:00:00Z",
     ),
 ]
 # Display names reach the PR comment (plan.md, the diff) and the dashboard as text: plain words only. Besides the

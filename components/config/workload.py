@@ -16,12 +16,15 @@ from tpuray.components.config.base import (
     ConfigError,
     ConfigModel,
     field_problem,
+    pattern,
 )
 from tpuray.components.config.value_types import (
     BucketLocation,
     BucketName,
     MountPath,
 )
+
+_NO_EDGE_SPACE = pattern(r"^\S(.*\S)?$", "a path with no space at its start or end")
 
 
 class CheckpointConfig(ConfigModel):
@@ -107,7 +110,7 @@ class WorkloadConfig(ConfigModel):
     seq_len: Annotated[int, Field(ge=2, le=1_048_576)] = 64
     learning_rate: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 3e-3
     checkpoint_every: Annotated[int, Field(ge=1, le=100_000_000)] = 20
-    dataset: Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^\S(.*\S)?$")] | None = Field(
+    dataset: Annotated[str, Field(min_length=1, max_length=4096, pattern=_NO_EDGE_SPACE)] | None = Field(
         default=None, description="tokenised text file; synthetic tokens if unset"
     )
     model: ModelConfig = ModelConfig()

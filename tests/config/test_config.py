@@ -17,12 +17,13 @@ from tpuray.components.config import (
     FlexStart,
     Reservation,
     SlicePoolConfig,
+    StackConfig,
     gke_version_key,
     load_stack_file,
     parse_stack_config,
     stack_values,
 )
-from tpuray.components.config.base import Problem
+from tpuray.components.config.base import Problem, pattern_form
 from tpuray.components.config.project_file import config_declarations
 from tpuray.components.config.stack_yaml import YamlError, load_yaml
 
@@ -102,7 +103,11 @@ def corrupted(stack: str, path: list[Any], value: Any) -> dict[str, Any]:
     [
         ("prod", ["slicePools", 1, "topology"], "3x3", "slicePools[1].topology", "nearest valid shapes"),
         ("prod", ["slicePools", 0, "generation"], "v9", "slicePools[0].generation", "valid choices"),
-        ("prod", ["slicePools", 0, "capacity"], {"type": "reserve"}, "slicePools[0].capacity", "valid choices"),
+        ("prod", ["slicePools", 0, "capacity"], {"type": "reserve"}, "slicePools[0].capacity.type", "valid choices"),
+        ("prod", ["slicePools", 0, "capacity"], {"name": "r"}, "slicePools[0].capacity.type", "valid choices"),
+        ("dev", ["region"], "US-Central1", "region", "e.g. us-central2"),
+        ("dev", ["cluster", "name"], "Tpu_Dev", "cluster.name", "lowercase letters, digits and '-'"),
+        ("dev", ["slicePools", 0, "name"], "V5E_dev", "slicePools[0].name", "e.g. 'tpu-dev'"),
         (
             "prod",
             ["slicePools", 0, "capacity"],
@@ -142,6 +147,50 @@ def test_corrupted_stacks_fail_with_path_named_errors(
     assert matching, err.value.problems
     assert any(hint in m for m in matching), err.value.problems
     assert f"{expected_path}: " in str(err.value)
+
+
+def _patterns(schema: Any) -> set[str]:
+    if isinstance(schema, dict):
+        return {v for k, v in schema.items() if k == "pattern"} | {p for v in schema.values() for p in _patterns(v)}
+    return {p for v in schema for p in _patterns(v)} if isinstance(schema, list) else set()
+
+
+def test_every_pattern_a_stack_value_must_match_says_its_valid_form() -> None:
+    """pydantic's own message for a mismatch shows only the regex; each pattern of the stack model has its form."""
+    patterns = _patterns(StackConfig.model_json_schema(by_alias=True))
+    assert len(patterns) >= 5
+    assert {p for p in patterns if not pattern_form(p)} == set()
+
+
+def test_a_mismatch_names_the_form_not_the_regex() -> None:
+    v = values("prod")
+    v["maintenance"]["window"]["start"] = "2026-01-03 02:00"
+    with pytest.raises(ConfigError) as err:
+        parse_stack_config(v)
+    assert dict(err.value.problems)["maintenance.window.start"] == (
+        "expected an RFC 3339 UTC time to the second, e.g. 2026-01-03T02:00:00Z"
+    )
+    assert "should match pattern" not in str(err.value)
+
+
+def test_an_invalid_pool_name_is_offered_as_no_choice() -> None:
+    v = values("prod")
+    good = v["slicePools"][1]["name"]
+    v["slicePools"][0]["name"] = "V5P_Prod"
+    v["workload"]["slicePool"] = "nope"
+    problems = dict(parse_problems(v))
+    assert "slicePools[0].name" in problems
+    assert problems["workload.slicePool"].startswith("'nope' is not a slice pool; valid choices: ")
+    assert good in problems["workload.slicePool"] and "V5P_Prod" not in problems["workload.slicePool"]
+    # A setting that names the invalid pool gets no second error: the pool's own error says why.
+    v["workload"]["slicePool"] = "V5P_Prod"
+    assert "workload.slicePool" not in dict(parse_problems(v))
+
+
+def parse_problems(v: dict[str, Any]) -> list[Problem]:
+    with pytest.raises(ConfigError) as err:
+        parse_stack_config(v)
+    return list(err.value.problems)
 
 
 def test_every_problem_is_listed_at_once() -> None:
@@ -324,7 +373,6 @@ def _leaf_keys(model: type[Any], prefix: str = "") -> set[str]:
 
 
 def test_config_guide_names_every_key() -> None:
-    from tpuray.components.config import StackConfig
 
     # the configuration guide's reference, and the reference tables of the topic pages (docs/startup.md: startup.*)
     readme = "\n".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))

@@ -77,7 +77,7 @@ def test_an_unknown_key_of_a_capacity_class_names_its_keys() -> None:
     found = _problems(_stack(slicePools=[pool]))
     assert "did you mean 'maxRunDuration'" in found["slicePools[0].capacity.maxRun"]
     bad = _problems(_stack(slicePools=[{**pool, "capacity": {"type": "paid"}}]))
-    assert bad["slicePools[0].capacity"].endswith(", ".join(CAPACITY_TYPES))
+    assert bad["slicePools[0].capacity.type"].endswith(", ".join(CAPACITY_TYPES))
 
 
 def test_an_invalid_stack_runs_the_same_rules_over_its_valid_parts() -> None:

@@ -214,7 +214,11 @@ def test_idle_alert_watches_every_pool_but_the_excluded() -> None:
         ({"idleAlert": {"window": "-5m"}}, "monitoring.idleAlert.window", "duration like"),
         ({"idleAlert": {"metric": "hbm"}}, "monitoring.idleAlert.metric", "dutyCycle"),
         ({"idleAlert": {"belowPercent": 0}}, "monitoring.idleAlert.belowPercent", "greater than 0"),
-        ({"idleAlert": {"notificationChannels": ["slack"]}}, "monitoring.idleAlert.notificationChannels[0]", "pattern"),
+        (
+            {"idleAlert": {"notificationChannels": ["slack"]}},
+            "monitoring.idleAlert.notificationChannels[0]",
+            "PROJECT_ID_OR_NUMBER/notificationChannels/CHANNEL_ID",
+        ),
         ({"idleAlerts": {}}, "monitoring.idleAlerts", "did you mean 'idleAlert'"),
     ],
 )

@@ -346,7 +346,7 @@ def test_shared_mode_leaves_queued_pools_out_of_the_long_lived_cluster() -> None
                 }
             },
             "maintenance.window.start",
-            "pattern",
+            "an RFC 3339 UTC time",
         ),
         (
             {
