@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpuray.components.catalog.wire import as_list, get_path
-from tpuray.components.doctor.objects import name, short
+from tpuray.components.doctor.objects import item_paths, mapping_at, name, short, text_at
 
 __all__ = ["crd_problems", "pruned_paths", "rendered_kinds"]
 
@@ -64,22 +63,22 @@ def crd_problems(rendered: Sequence[Mapping[str, Any]], crds: Sequence[Mapping[s
     for kind, api_version, objects in rendered_kinds(rendered):
         group, _, served_as = api_version.rpartition("/")
         crd = next(
-            (c for c in crds if get_path(c, "spec", "group") == group and get_path(c, "spec", "names", "kind") == kind),
+            (c for c in crds if text_at(c, "spec", "group") == group and text_at(c, "spec", "names", "kind") == kind),
             None,
         )
         if crd is None:
             problems.append(f"no CRD for {kind} ({api_version})")
             continue
-        versions = [v for v in as_list(get_path(crd, "spec", "versions")) if isinstance(v, Mapping)]
-        served = [str(v.get("name")) for v in versions if v.get("served")]
-        entry = next((v for v in versions if v.get("name") == served_as and v.get("served")), None)
+        versions = {at: mapping_at(crd, *at) for at in item_paths(crd, "spec", "versions")}
+        served = [str(v.get("name")) for v in versions.values() if v.get("served")]
+        entry = next((at for at, v in versions.items() if v.get("name") == served_as and v.get("served")), None)
         found.append(f"{name(crd)} serves {', '.join(served) or 'nothing'}")
         if entry is None:
             problems.append(f"{name(crd)} does not serve {served_as} (serves {', '.join(served) or 'nothing'})")
             continue
         # every path of every rendered object against the served schema (crd_schema: the API server's pruning)
-        schema = get_path(entry, "schema", "openAPIV3Schema")
-        if not isinstance(schema, Mapping):
+        schema = mapping_at(crd, *entry, "schema", "openAPIV3Schema")
+        if not schema:
             problems.append(f"{name(crd)} {served_as} has no openAPIV3Schema: unknown what it keeps")
             continue
         dropped = list(dict.fromkeys(p for obj in objects for p in pruned_paths(obj, schema)))

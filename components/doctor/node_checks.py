@@ -12,7 +12,6 @@ from tpuray.components.catalog.names import (
     GKE_TOPOLOGY_LABEL,
     TPU_RESOURCE,
 )
-from tpuray.components.catalog.wire import get_path
 from tpuray.components.config import (
     SlicePoolConfig,
     StackConfig,
@@ -20,6 +19,7 @@ from tpuray.components.config import (
 from tpuray.components.doctor.objects import (
     SYSTEM_NAMESPACE,
     labels,
+    mapping_at,
     meta,
     name,
     pod_ready,
@@ -51,7 +51,7 @@ def _listed_twice(pool: SlicePoolConfig, objs: ClusterObjects) -> list[str]:
 def _not_schedulable(node: Mapping[str, Any]) -> str | None:
     """Why the scheduler would not place a pod on ``node`` (NotReady, cordoned), or None.
     https://kubernetes.io/docs/concepts/architecture/nodes/#condition, kubectl cordon sets spec.unschedulable."""
-    if get_path(node, "spec", "unschedulable") is True:
+    if mapping_at(node, "spec").get("unschedulable") is True:
         return "cordoned"
     if not pod_ready(node):  # the same Ready condition, on a node
         return "NotReady"
@@ -103,9 +103,9 @@ def check_pool_nodes(pool: SlicePoolConfig, objs: ClusterObjects) -> list[CheckR
     )
 
     wrong = [
-        f"{name(n)} has {get_path(n, 'status', 'allocatable', TPU_RESOURCE) or 'none'}"
+        f"{name(n)} has {text_at(n, 'status', 'allocatable', TPU_RESOURCE) or 'none'}"
         for n in nodes
-        if str(get_path(n, "status", "allocatable", TPU_RESOURCE)) != str(s.chips_per_host)
+        if text_at(n, "status", "allocatable", TPU_RESOURCE) != str(s.chips_per_host)
     ]
     fact = f"pool {pool.name} nodes ({s.machine_type}) allocate {TPU_RESOURCE}={s.chips_per_host}"
     fix = "check the TPU device plugin on those nodes (tpu-device-plugin check), then repair or recreate them"

@@ -19,11 +19,13 @@ from tpuray.components.doctor.reader import ClusterObjects
 
 __all__ = [
     "POD_TEMPLATE",
+    "SYSTEM_NAMESPACE",
     "FieldError",
     "Path",
     "container_named",
     "container_names",
     "deployment_ready",
+    "describe_hint",
     "env_of",
     "find_deployment",
     "image_tag",
@@ -37,6 +39,7 @@ __all__ = [
     "pod_running",
     "requests_tpu",
     "running_tpu_pods",
+    "running_version",
     "short",
     "strings_at",
     "text_at",

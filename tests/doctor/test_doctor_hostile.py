@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.support.doctor_snapshots import STACK, STACK_YAML, healthy, write_snapshot, write_stack
 from tpuray.components import cli
-from tpuray.components.catalog.names import GKE_NODEPOOL_LABEL
+from tpuray.components.catalog.names import GKE_NODEPOOL_LABEL, TPU_RESOURCE
 from tpuray.components.config import StackConfig, load_stack_file
 from tpuray.components.doctor.checks import run_checks
 from tpuray.components.doctor.crd_schema import pruned_paths
@@ -251,6 +251,11 @@ FIELDS: dict[str, tuple[str, str, tuple[str | int, ...], type]] = {
     "hook selector": (
         "webhooks", _HOOK, ("webhooks", 0, "objectSelector", "matchLabels"), dict
     ),
+    "node allocatable chips": ("nodes", "gke-v6e-train-0-0", ("status", "allocatable", TPU_RESOURCE), str),
+    "node spec": ("nodes", "gke-v6e-train-0-0", ("spec",), dict),
+    "crd group": ("crds", "rayjobs.ray.io", ("spec", "group"), str),
+    "crd versions": ("crds", "rayjobs.ray.io", ("spec", "versions"), list),
+    "crd schema": ("crds", "rayjobs.ray.io", ("spec", "versions", 0, "schema", "openAPIV3Schema"), dict),
 }  # fmt: skip
 """Field -> (list, the item's name, its path in the item, the type the Kubernetes API gives it)."""
 
