@@ -1,5 +1,6 @@
 """Which module of tpuray.components and tpuray.workloads may import which: the import contracts of pyproject.toml
-hold, no module imports another's private (``_``-prefixed) name, and no import cycle joins two modules."""
+hold, no module imports another's private (``_``-prefixed) name or a name its ``__all__`` leaves out, and no import
+cycle joins two modules."""
 
 from __future__ import annotations
 
@@ -63,6 +64,58 @@ def test_the_private_import_check_sees_one(tmp_path: Path) -> None:
         "from tpuray.components.catalog.names import POOL_LABEL, _hidden\nfrom tpuray.workloads import _ray_compat\n"
     )
     assert list(_private_imports(module)) == ["tpuray.components.catalog.names._hidden (line 1)"]
+
+
+def _source_of(module: str, root: Path = ROOT) -> Path | None:
+    """The file of a ``tpuray.components`` or ``tpuray.workloads`` module (a package's ``__init__.py``)."""
+    parts = module.split(".")[1:]
+    for path in (root.joinpath(*parts).with_suffix(".py"), root.joinpath(*parts, "__init__.py")):
+        if parts and path.is_file():
+            return path
+    return None
+
+
+def _exported(path: Path) -> set[str] | None:
+    """The names of ``path``'s ``__all__``, if it declares one."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return {ast.literal_eval(e) for e in getattr(node.value, "elts", ())}
+    return None
+
+
+def _unexported_imports(path: Path, root: Path = ROOT) -> Iterator[str]:
+    """``module.name`` for each name ``path`` imports from a tpuray module whose ``__all__`` leaves it out (a
+    submodule of a package aside)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("tpuray."):
+            continue
+        source = _source_of(node.module or "", root)
+        exported = _exported(source) if source else None
+        for alias in node.names:
+            if exported is None or alias.name in exported or _source_of(f"{node.module}.{alias.name}", root):
+                continue
+            yield f"{node.module}.{alias.name} (line {node.lineno})"
+
+
+def test_every_imported_name_is_in_its_modules_all() -> None:
+    """``__all__`` is a module's public face: what another module needs from it is on it."""
+    paths = sorted(p for source in SOURCES for p in source.rglob("*.py"))
+    found = [f"{p.relative_to(ROOT)}: {i}" for p in paths for i in _unexported_imports(p)]
+    assert not found, "add these names to their module's __all__:\n" + "\n".join(found)
+
+
+def test_the_all_check_sees_one(tmp_path: Path) -> None:
+    (tmp_path / "components" / "wing").mkdir(parents=True)
+    (tmp_path / "components" / "wing" / "__init__.py").write_text('__all__ = ["shown"]\n')
+    (tmp_path / "components" / "wing" / "part.py").write_text('__all__ = ["shown"]\nshown = hidden = 1\n')
+    (tmp_path / "components" / "loose.py").write_text("hidden = 1\n")  # no __all__: nothing to check
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from tpuray.components.wing.part import hidden, shown\n"
+        "from tpuray.components.wing import part\n"
+        "from tpuray.components.loose import hidden\n"
+    )
+    assert list(_unexported_imports(module, tmp_path)) == ["tpuray.components.wing.part.hidden (line 1)"]
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -35,6 +35,7 @@ __all__ = [
     "MAX_INT_DIGITS",
     "DataFileError",
     "loads_json",
+    "read_bytes",
     "read_json_file",
     "read_text",
 ]

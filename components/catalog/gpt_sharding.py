@@ -18,7 +18,15 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["AXES", "GPT_PARAMETERS", "GptDims", "ParameterRule", "Placement", "parameter_rule"]
+__all__ = [
+    "AXES",
+    "GPT_PARAMETERS",
+    "GptDims",
+    "ParameterRule",
+    "Placement",
+    "gpt_parameters",
+    "parameter_rule",
+]
 
 AXES = ("data", "fsdp", "tensor")
 """The mesh's axis names, outermost first. ``fsdp`` is the name torch_xla's FSDPv2 requires

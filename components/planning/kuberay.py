@@ -56,6 +56,7 @@ from tpuray.components.planning.startup import CHECKPOINT_VOLUME, StartupPlan, f
 __all__ = [
     "API_VERSION",
     "CHECKPOINT_VOLUME",
+    "SUBMITTER_REQUESTS",
     "RayClusterParams",
     "RayJobParams",
     "TpuWorkerGroup",

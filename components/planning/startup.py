@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CACHE_VOLUME",
+    "CHECKPOINT_VOLUME",
     "FUSE_CACHE_VOLUME",
     "CompileCachePlan",
     "StartupPlan",

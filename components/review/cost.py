@@ -38,14 +38,19 @@ from tpuray.components.review.serving_rules import served_groups
 __all__ = [
     "BUDGET_RULE",
     "CostChange",
+    "CostDiff",
     "PoolCost",
     "ServingCost",
     "StackCost",
+    "budget_check",
     "budget_violation",
+    "cost_config_of",
+    "cost_diff_markdown",
     "cost_diff_of",
     "cost_json",
     "cost_markdown",
     "cost_of_plan",
+    "pools_summary",
 ]
 
 BUDGET_RULE = "cost-budget"

@@ -44,6 +44,7 @@ __all__ = [
     "dashboards",
     "find_root",
     "render_stack",
+    "summary",
     "write_plan",
 ]
 

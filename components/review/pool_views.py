@@ -24,7 +24,15 @@ from tpuray.components.planning.stack_plan import StackPlan
 from tpuray.components.review.kueue_view import KueueAdmission, kueue_admissions
 from tpuray.components.review.resource_types import NODE_POOL, RAY_CLUSTER, RAY_JOB
 
-__all__ = ["PoolView", "RayGroup", "pool_views", "ray_groups", "ray_workers_text", "tpu_chips_by_generation"]
+__all__ = [
+    "PoolView",
+    "RayGroup",
+    "declared_nodes",
+    "pool_views",
+    "ray_groups",
+    "ray_workers_text",
+    "tpu_chips_by_generation",
+]
 
 HOURS_PER_DAY = 24
 

@@ -16,7 +16,14 @@ from pathlib import Path
 from tpuray.components.catalog.gpu_to_tpu import REPLACEMENTS
 from tpuray.components.catalog.safe_text import one_line
 
-__all__ = ["Finding", "PortCheckError", "check_file", "check_source", "format_finding"]
+__all__ = [
+    "Finding",
+    "PortCheckError",
+    "check_file",
+    "check_source",
+    "format_finding",
+    "summary",
+]
 
 _CUDA_DEVICE = re.compile(r"cuda(:\d+)?")
 _MEMORY_CALLS = frozenset(

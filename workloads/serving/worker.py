@@ -25,7 +25,12 @@ from tpuray.workloads.serving.plan import chip_seats
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["HostPlace", "HostWorker", "ModelFactory"]
+__all__ = [
+    "WATCH_GROUP",
+    "HostPlace",
+    "HostWorker",
+    "ModelFactory",
+]
 
 ModelFactory = Callable[[Mapping[str, Any]], "torch.nn.Module"]
 """Builds the model from the deployment's ``user_config`` (a module-level function, so Ray pickles it by name)."""
