@@ -17,7 +17,8 @@ large plan's resource types), the floor for any in-process run of this program.
 The ``tpuray`` command runs with Python's cyclic garbage collector off (``cli.run``): the collector walking the
 SDKs' objects was half a plan's CPU, and ``used_import_s`` still pays it. So a third baseline,
 ``used_import_nogc_s``, is the same import with the collector off as the command runs it; ``ratio_*_like_for_like``
-compare against it and show what tpuray's own part weighs (``ok_like_for_like``); ``ok`` is the issue's measure.
+compare against it and show what tpuray's own part weighs (``ok_like_for_like``); ``ok`` holds both targets
+against ``used_import_s``.
 Run from the project root: ``python bench/plan_bench.py [--repeat 3]``.
 
 What a plan pays past ``used_import_nogc_s`` (collector off on both sides; in-process CPU timers and cProfile, on

@@ -209,3 +209,26 @@ def test_the_readme_follows_one_slice_pool_through_at_most_eight_files_that_exis
     assert {"components/tpu_slice_pool.py", "components/planning/kuberay.py", "components/planning/kueue.py"} <= set(
         files
     )
+
+
+def _map_of(page: Path) -> str:
+    """The module map of ``page``: its fenced blocks."""
+    return "\n".join(re.findall(r"```\n(.*?)```", page.read_text(), flags=re.S))
+
+
+def test_the_architecture_map_names_every_module_and_only_modules_that_exist() -> None:
+    page = ROOT / "docs" / "architecture.md"
+    text = _map_of(page)
+    modules = sorted(
+        p for folder in ("components", "workloads") for p in (ROOT / folder).rglob("*.py") if p.name != "__init__.py"
+    )
+    assert modules
+    unnamed = [str(p.relative_to(ROOT)) for p in modules if not re.search(rf"(?<![\w/]){re.escape(p.name)}", text)]
+    assert not unnamed, f"{page.name} does not map these modules: {unnamed}"
+    names = {
+        p.name
+        for folder in ("components", "workloads", "infra", "policy", "tools")
+        for p in (ROOT / folder).rglob("*.py")
+    }
+    stale = sorted(set(re.findall(r"\b(\w+\.py)\b", text)) - names)
+    assert not stale, f"{page.name} names modules that do not exist: {stale}"
