@@ -18,7 +18,6 @@ from tpuray.components.doctor.kuberay_checks import (
     check_kuberay_crds,
     check_kuberay_operator,
     check_operator_namespace,
-    check_tpu_webhook,
 )
 from tpuray.components.doctor.kueue_checks import check_kueue
 from tpuray.components.doctor.network_checks import check_network_policy
@@ -28,7 +27,8 @@ from tpuray.components.doctor.reader import ClusterObjects
 from tpuray.components.doctor.result import Check, CheckResult, Status
 from tpuray.components.doctor.serving_checks import check_serving_pools_apart, check_serving_upgrade_gate
 from tpuray.components.doctor.sources import SRC_API_OBJECTS
-from tpuray.components.doctor.torch_tpu_checks import runtime_checks
+from tpuray.components.doctor.torch_tpu_checks import check_torch_tpu_env
+from tpuray.components.doctor.webhook_checks import check_tpu_webhook, check_tpu_webhook_version
 
 __all__ = ["CheckResult", "ImageVersions", "Status", "run_checks"]
 
@@ -65,7 +65,8 @@ def run_checks(cfg: StackConfig, objs: ClusterObjects, image: ImageVersions | No
         *([("kueue-controller", partial(check_kueue, cfg, objs))] if cfg.kueue.enabled else []),
         ("network-policy", partial(check_network_policy, cfg, objs)),
         (pair, partial(check_worker_image, cfg, objs, image)),
-        *runtime_checks(cfg, objs),
+        ("tpu-webhook-version", partial(check_tpu_webhook_version, cfg, objs)),
+        ("torch-tpu-env", partial(check_torch_tpu_env, cfg, objs)),
         ("serving-upgrade-gate", partial(check_serving_upgrade_gate, cfg, objs)),
         ("serving-pools-apart", partial(check_serving_pools_apart, cfg, objs)),
         ("serving-gateway-api", partial(check_serving_gateway_api, cfg, objs)),

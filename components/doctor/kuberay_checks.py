@@ -1,17 +1,9 @@
-"""The KubeRay operator, its CRDs and its TPU webhook: at the versions and in the namespace the stack needs."""
+"""The KubeRay operator and its CRDs: at the versions and in the namespace the stack needs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from packaging.version import Version
 
-from tpuray.components.catalog.names import (
-    TPU_WEBHOOK,
-    TPU_WEBHOOK_SOURCE,
-    WEBHOOK_POD_LABEL,
-)
 from tpuray.components.config import (
     MIN_KUBERAY_AUTH_OPTIONS,
     StackConfig,
@@ -21,15 +13,10 @@ from tpuray.components.doctor.objects import (
     deployment_ready,
     describe_hint,
     find_deployment,
-    item_paths,
     labels,
-    mapping_at,
     meta,
     name,
     running_version,
-    short,
-    strings_at,
-    text_at,
     version,
 )
 from tpuray.components.doctor.reader import ClusterObjects
@@ -42,7 +29,6 @@ __all__ = [
     "check_kuberay_crds",
     "check_kuberay_operator",
     "check_operator_namespace",
-    "check_tpu_webhook",
 ]
 
 KUBERAY_OPERATOR_NAME = "kuberay-operator"
@@ -117,44 +103,3 @@ def check_kuberay_crds(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
     if problems:
         return CheckResult("kuberay-crds", "fail", f"{fact}; {'; '.join(problems)}", SRC_CRD_PRUNING, fix)
     return CheckResult("kuberay-crds", "pass", f"{fact}; {found}", SRC_CRD_PRUNING, fix)
-
-
-def _mutates_pod_create(cfg_obj: Mapping[str, Any], hook: tuple[str | int, ...]) -> bool:
-    """A webhook (at ``hook`` of its MutatingWebhookConfiguration) with a rule on pod CREATE."""
-    for rule in item_paths(cfg_obj, *hook, "rules"):
-        ops, groups, resources = (set(strings_at(cfg_obj, *rule, k)) for k in ("operations", "apiGroups", "resources"))
-        if ({"CREATE", "*"} & ops) and ({"", "*"} & groups) and ({"pods", "*"} & resources):
-            return True
-    return False
-
-
-def _selects_ray_pods(cfg_obj: Mapping[str, Any], hook: tuple[str | int, ...]) -> bool:
-    selector = mapping_at(cfg_obj, *hook, "objectSelector", "matchLabels")
-    return bool(selector) and all(selector.get(k) == v for k, v in WEBHOOK_POD_LABEL.items())
-
-
-def check_tpu_webhook(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
-    found = []
-    for cfg_obj in objs.webhooks:
-        for hook in item_paths(cfg_obj, "webhooks"):
-            said = f"{name(cfg_obj)}/{text_at(cfg_obj, *hook, 'name')}"
-            selects, creates = _selects_ray_pods(cfg_obj, hook), _mutates_pod_create(cfg_obj, hook)
-            if creates and ("tpu" in said.lower() or selects):
-                found.append(said)
-    multi_host = sorted(p.name for p in cfg.slice_pools if p.tpu_slice.multi_host)
-    fact = (
-        "multi-host Ray TPU pods need the KubeRay TPU webhook (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES): a mutating "
-        f"webhook on pod CREATE for {', '.join(f'{k}={v}' for k, v in WEBHOOK_POD_LABEL.items())}"
-    )
-    # The KubeRay Helm chart does not bundle it (the GKE Ray add-on did; the config refuses the add-on). A
-    # single-host pod is its slice's only worker: the workload reads worker 0 without it (workloads/placement/probe.py).
-    fix = f"install the {TPU_WEBHOOK} Helm chart ({TPU_WEBHOOK_SOURCE})"
-    if not found and not multi_host:
-        return CheckResult(
-            "tpu-webhook", "pass", f"{fact}; none registered, and no pool is multi-host", TPU_WEBHOOK_SOURCE, fix
-        )
-    if not found:
-        return CheckResult(
-            "tpu-webhook", "fail", f"{fact} ({short(multi_host)}); none registered", TPU_WEBHOOK_SOURCE, fix
-        )
-    return CheckResult("tpu-webhook", "pass", f"{fact}; found {short(found)}", TPU_WEBHOOK_SOURCE, fix)

@@ -15,7 +15,6 @@ from tests.support.fake_kube_api import PATHS, serve, write_kubeconfig
 from tpuray.components import cli
 from tpuray.components.catalog import names
 from tpuray.components.config import WorkloadConfig, parse_stack_config
-from tpuray.components.doctor.kuberay_checks import check_tpu_webhook
 from tpuray.components.doctor.reader import (
     LIST_FILES,
     OPTIONAL_LIST_FILES,
@@ -24,6 +23,7 @@ from tpuray.components.doctor.reader import (
     VERSION_FILE,
     ClusterObjects,
 )
+from tpuray.components.doctor.webhook_checks import check_tpu_webhook
 
 ROOT = Path(__file__).resolve().parents[2]
 

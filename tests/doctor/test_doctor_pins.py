@@ -19,7 +19,8 @@ from tpuray.components.doctor.checks import run_checks
 from tpuray.components.doctor.image_checks import check_worker_image
 from tpuray.components.doctor.kuberay_checks import check_kuberay_operator
 from tpuray.components.doctor.reader import ClusterObjects
-from tpuray.components.doctor.torch_tpu_checks import check_torch_tpu_env, check_tpu_webhook_version
+from tpuray.components.doctor.torch_tpu_checks import check_torch_tpu_env
+from tpuray.components.doctor.webhook_checks import check_tpu_webhook_version
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,8 @@ from tpuray.components.catalog.names import POOL_LABEL, TORCH_TPU_ENV_CALLBACK, 
 from tpuray.components.config import StackConfig, load_stack_file
 from tpuray.components.doctor.reader import ClusterObjects
 from tpuray.components.doctor.result import CheckResult
-from tpuray.components.doctor.torch_tpu_checks import check_torch_tpu_env, check_tpu_webhook_version
+from tpuray.components.doctor.torch_tpu_checks import check_torch_tpu_env
+from tpuray.components.doctor.webhook_checks import check_tpu_webhook_version
 
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOK_IMAGE = "us-docker.pkg.dev/ai-on-gke/kuberay-tpu-webhook/tpu-webhook"
