@@ -7,14 +7,14 @@ Pure Python, no Pulumi. PyTorch/XLA (``torch_xla`` 2.9, torch 2.9) and TorchTPU 
 (``workloads/Dockerfile``), and its image tag says which it holds.
 
 A row's process model is its ``worker_per``: one Ray worker per runtime device (PyTorch/XLA's per-chip processes,
-TorchTPU's per-device ones) or one per host driving all its chips (PyTorch/XLA SPMD,
-``tpuray.workloads.sharding.spmd``), which would be a row of its own with its own ports.
+TorchTPU's per-device ones) or one per host driving all its chips: :data:`XLA_SPMD`, PyTorch/XLA's second process
+model (``tpuray.workloads.sharding.spmd``, sharded training and serving), the ``xla`` row with one worker per host.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from tpuray.components.catalog.runtime_ports import PortRange, torch_tpu_ports, xla_ports
@@ -26,6 +26,7 @@ __all__ = [
     "TORCH_TPU_LIBTPU",
     "TORCH_TPU_TORCH",
     "TORCH_TPU_VERSIONS",
+    "XLA_SPMD",
     "Runtime",
     "RuntimeBackend",
     "runtime_for_tag",
@@ -138,6 +139,10 @@ RUNTIMES: dict[RuntimeBackend, Runtime] = {
     ),
 }
 BACKENDS: tuple[RuntimeBackend, ...] = tuple(RUNTIMES)
+
+XLA_SPMD: Runtime = replace(RUNTIMES["xla"], worker_per="host")
+"""PyTorch/XLA under SPMD: the same runtime and ``workload.backend`` (``xla``), one Ray worker per host holding all
+of its chips, since one process drives a host's chips (https://docs.pytorch.org/xla/master/perf/spmd_basic.html)."""
 
 
 def runtime_for_tag(tag: str | None) -> RuntimeBackend | None:

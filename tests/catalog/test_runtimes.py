@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from tpuray.components.catalog.images import image_backend
-from tpuray.components.catalog.runtimes import BACKENDS, RUNTIMES, runtime_for_tag, runtime_ports, union_ports
+from tpuray.components.catalog.runtimes import (
+    BACKENDS,
+    RUNTIMES,
+    XLA_SPMD,
+    runtime_for_tag,
+    runtime_ports,
+    union_ports,
+)
 from tpuray.components.catalog.topology import TpuSlice
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +50,10 @@ def test_workers_and_tpu_resources_per_host(spec: str) -> None:
         assert r.workers_per_slice(s) == r.workers_per_host(s) * s.hosts
         # one port per process of a host in every per-process range
         assert all(len(p.ports) in (1, r.workers_per_host(s), 2 * r.workers_per_host(s)) for p in r.ports(s))
+    # SPMD: PyTorch/XLA's second process model, one worker per host holding every chip of it
+    assert (XLA_SPMD.name, XLA_SPMD.package) == (xla.name, xla.package)
+    assert XLA_SPMD.workers_per_slice(s) == s.hosts
+    assert XLA_SPMD.tpu_resource_per_worker(s) == s.chips_per_host
 
 
 def test_ports_as_the_runtime_docs_give_them() -> None:

@@ -66,7 +66,7 @@ def tpu_scaling_config(
     # A chip's share of its VM's CPUs: ray.util.tpu.get_tpu_worker_resources adds CPU: 1 to every bundle that
     # names none (one worker per VM), so per-chip workers would take chips_per_host CPUs per VM and leave none
     # for a Tune trial's own actor there (its slice group then stays PENDING); CPU: 0 is dropped by ScalingConfig.
-    resources: dict[str, float] = {"TPU": 1, "CPU": 1 / workers_per_host}
+    resources: dict[str, float] = {"TPU": runtime.tpu_resource_per_worker(s), "CPU": 1 / workers_per_host}
     if not s.multi_host:
         kwargs.setdefault("placement_strategy", "STRICT_PACK")
     if not ray_pins_slice(s):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tpuray.components.catalog.names import RAY_POD_TYPE_LABEL, RAY_TOPOLOGY_LABEL, RAY_WORKER_ID_LABEL
+from tpuray.components.catalog.runtimes import XLA_SPMD
 from tpuray.components.catalog.topology import TopologyError, TpuSlice
 from tpuray.workloads.placement.seats import PlacementError, Seat, assign_chips, slice_of
 
@@ -36,7 +37,7 @@ __all__ = [
 def host_bundle(tpu_slice: TpuSlice) -> dict[str, float]:
     """One host's bundle: its worker's own resources, every chip of the host (as ``spmd_scaling_config`` asks
     for a training SPMD worker) and one CPU."""
-    return {"CPU": 1.0, "TPU": float(tpu_slice.chips_per_host)}
+    return {"CPU": 1.0, "TPU": float(XLA_SPMD.tpu_resource_per_worker(tpu_slice))}
 
 
 def parse_slice(topology: str | TpuSlice, field: str = "topology") -> TpuSlice:

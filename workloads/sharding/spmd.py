@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from tpuray.components.catalog.gpt_sharding import GPT_PARAMETERS, parameter_rule
+from tpuray.components.catalog.runtimes import XLA_SPMD
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.sharding.mesh import MeshPlan, rank_layout
 
@@ -75,11 +76,11 @@ def spmd_scaling_config(
     s = TpuSlice.parse(topology) if isinstance(topology, str) else topology
     check_spmd_slice(s, num_slices, pjrt_device)
     return ScalingConfig(
-        num_workers=s.hosts * num_slices,
+        num_workers=XLA_SPMD.workers_per_slice(s) * num_slices,
         use_tpu=True,
         topology=s.topology,
         accelerator_type=s.ray_accelerator_type,
-        resources_per_worker={"TPU": s.chips_per_host},
+        resources_per_worker={"TPU": XLA_SPMD.tpu_resource_per_worker(s)},
         **kwargs,
     )
 

@@ -31,6 +31,7 @@ from ray.train.backend import Backend
 from ray.train.torch import TorchConfig
 
 from tpuray.components.catalog.names import TPU_MEGASCALE_PORT
+from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.catalog.topology import GENERATIONS, TpuSlice
 from tpuray.workloads import _ray_compat
 from tpuray.workloads.api import compile_cache
@@ -61,24 +62,31 @@ def check_scaling_config(backend_config: Any, scaling: Any) -> None:
     if not getattr(scaling, "use_tpu", False):
         raise ValueError(f"ScalingConfig.use_tpu is False with XlaChipConfig: its workers run on TPU chips; {hint}")
     per_worker = (scaling.resources_per_worker or {}).get("TPU", 1)
-    if per_worker != 1:
-        raise ValueError(
-            f"ScalingConfig.resources_per_worker['TPU'] = {per_worker} with XlaChipConfig: must be 1; {hint}"
-        )
     topology, accelerator = scaling.topology, scaling.accelerator_type
     if not (topology and accelerator):
-        return  # Ray itself requires both for more than one worker; one worker holds one chip
+        # Ray itself requires both for more than one worker: a lone worker is one chip's
+        if per_worker != 1:
+            raise ValueError(
+                f"ScalingConfig.resources_per_worker['TPU'] = {per_worker} with XlaChipConfig: must be 1; {hint}"
+            )
+        return
     gen = next((g.name for g in GENERATIONS if g.ray_accelerator_type == accelerator), None)
     if gen is None:
         known = ", ".join(g.ray_accelerator_type for g in GENERATIONS)
         raise ValueError(f"ScalingConfig.accelerator_type {accelerator!r}: not a TPU generation ({known}); {hint}")
     s = TpuSlice.parse(gen, topology)
+    runtime = RUNTIMES["xla"]
+    if per_worker != runtime.tpu_resource_per_worker(s):
+        raise ValueError(
+            f"ScalingConfig.resources_per_worker['TPU'] = {per_worker} with XlaChipConfig: must be "
+            f"{runtime.tpu_resource_per_worker(s)}; {hint}"
+        )
     for field in ("num_workers", "min_workers"):
         n = getattr(scaling, field, None)
-        if isinstance(n, int) and n % s.chips:
+        if isinstance(n, int) and n % runtime.workers_per_slice(s):
             raise ValueError(
                 f"ScalingConfig.{field} = {n}: not a whole number of {s} slices; with XlaChipConfig it must be a "
-                f"multiple of {s.chips} (one worker per chip); {hint}"
+                f"multiple of {runtime.workers_per_slice(s)} (one worker per chip); {hint}"
             )
 
 
