@@ -15,6 +15,7 @@ from tests.support.slices import CAPACITIES, pool
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.catalog.tpu_locations import TPU_ZONES, zones_of
 from tpuray.components.config import StackConfig, parse_stack_config
+from tpuray.components.config.value_types import MIN_RAY_TOKEN_LENGTH
 from tpuray.components.gke_cluster import NODE_SA_ROLES, GkeCluster
 from tpuray.components.planning.kuberay import RayJobParams
 from tpuray.components.planning.pool_plan import pool_plan
@@ -327,7 +328,7 @@ def test_ray_cluster_and_job() -> None:
         "namespace": "ray",
         "labels": plan_stack(cfg, "test").k8s_labels,
     }
-    assert rec.one("random:index/randomPassword:RandomPassword")["inputs"]["length"] == 48
+    assert rec.one("random:index/randomPassword:RandomPassword")["inputs"]["length"] >= MIN_RAY_TOKEN_LENGTH
     policies = {p["inputs"]["metadata"]["name"] for p in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")}
     assert "default-deny-all" in policies and "tpu-ray-tpu-device-plugin" in policies and len(policies) == 7
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.plans import ROOT
+from tpuray.components.catalog.pins import TPU_WEBHOOK
 from tpuray.components.review.plan import Plan, render_stack
 from tpuray.components.tpu_webhook import CERT_MANAGER_REPO, TPU_WEBHOOK_CHART
 
@@ -23,7 +24,7 @@ def test_multi_host_stack_installs_webhook_after_cert_manager_and_before_ray(pla
     cert, hook = releases["cert-manager"], releases["kuberay-tpu-webhook"]
     assert cert["inputs"]["repositoryOpts"] == {"repo": CERT_MANAGER_REPO}
     assert cert["inputs"]["values"]["crds"]["enabled"] is True
-    assert (hook["inputs"]["chart"], hook["inputs"]["version"]) == (TPU_WEBHOOK_CHART, "0.3.1")
+    assert (hook["inputs"]["chart"], hook["inputs"]["version"]) == (TPU_WEBHOOK_CHART, TPU_WEBHOOK.chart)
     assert cert["urn"] in hook["options"]["dependsOn"]
     (cluster,) = [r for r in prod.resources if r["type"] == "kubernetes:ray.io/v1:RayCluster"]
     assert hook["urn"] in cluster["options"]["dependsOn"]

@@ -12,6 +12,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tpuray.components.catalog.topology import FLEX_START_MIN_GKE_VERSION
 from tpuray.components.config import (
     ConfigError,
     FlexStart,
@@ -61,7 +62,7 @@ def test_prod_stack_is_multihost_multislice_with_protection() -> None:
     v6e = next(p for p in cfg.slice_pools if p.generation == "v6e")
     assert isinstance(v6e.capacity, FlexStart) and v6e.capacity.max_run_duration == 24 * 3600
     # the v6e pool is flex-start, which for TPUs needs a newer GKE than v6e itself (1.31.2-gke.1115000)
-    assert cfg.master_version == "1.33.0-gke.1712000"
+    assert cfg.master_version == FLEX_START_MIN_GKE_VERSION
     assert all(gke_version_key(cfg.master_version) >= gke_version_key(p.min_gke_version) for p in cfg.slice_pools)
 
 

@@ -17,6 +17,7 @@ from tests.support.crds import crd_folder
 from tests.support.slices import kueue_of
 from tpuray.components.catalog.cloud_limits import GKE_MAX_NODES_PER_CLUSTER, KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP
 from tpuray.components.catalog.gke_versions import gke_version_meets
+from tpuray.components.catalog.topology import FLEX_START_MIN_GKE_VERSION
 from tpuray.components.catalog.tpu_locations import TPU_REGIONS
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
 from tpuray.components.config.ray import SYSTEM_NAMESPACES
@@ -265,7 +266,7 @@ def test_an_exact_patch_is_refused_naming_its_aliases(version: str) -> None:
 def test_an_unset_version_requests_none_and_keeps_the_floor() -> None:
     """Unset, the cluster is created at its channel's default (nothing sent); the floor stays what config checks."""
     cfg = parse_stack_config(_prod(), stack="prod")
-    assert cfg.cluster.min_master_version is None and cfg.master_version == "1.33.0-gke.1712000"
+    assert cfg.cluster.min_master_version is None and cfg.master_version == FLEX_START_MIN_GKE_VERSION
 
 
 def test_alias_comparison() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tpuray.components.review.engine import RunError, config_from_stack_file, plain, run_program
+from tpuray.components.review.engine import STANDIN_ENDPOINT, RunError, config_from_stack_file, plain, run_program
 
 PROGRAM = """
 import json
@@ -84,11 +84,11 @@ def test_run_collects_every_resource_with_parents_and_stand_ins(program: Path) -
     assert all(p["inputs"]["nodeCount"] == 4 and isinstance(p["inputs"]["nodeCount"], int) for p in pools)
     assert all(p["inputs"]["cluster"] == "c1" for p in pools)
     provider = next(r for r in run.resources if r["type"] == "pulumi:providers:kubernetes")
-    assert json.loads(provider["inputs"]["kubeconfig"])["server"] == "203.0.113.10"
+    assert json.loads(provider["inputs"]["kubeconfig"])["server"] == STANDIN_ENDPOINT
     ns = next(r for r in run.resources if r["type"] == "kubernetes:core/v1:Namespace")
     assert ns["inputs"]["metadata"] == {"name": "ray"}
     assert ns["provider"] == provider["urn"]
-    assert run.outputs == {"endpoint": "203.0.113.10", "zone": "us-west4-a"}
+    assert run.outputs == {"endpoint": STANDIN_ENDPOINT, "zone": "us-west4-a"}
 
 
 def test_two_programs_in_one_process_do_not_leak(program: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from tests.support.plans import GOLDEN, ROOT, STACKS
 from tpuray.components import cli
+from tpuray.components.catalog.pins import KUBERAY_CHART
 from tpuray.components.review.plan import Plan, render_stack, write_plan
 from tpuray.components.review.plan_dir import MARKER
 
@@ -72,7 +73,7 @@ def test_golden_stacks_run_the_helm_operator_with_the_ray_addon_off(stack: str) 
     (cluster,) = by_type["gcp:container/cluster:Cluster"]
     assert cluster["addonsConfig"]["rayOperatorConfigs"] == [{"enabled": False}]
     charts = [r for r in by_type["kubernetes:helm.sh/v3:Release"] if r["chart"] == "kuberay-operator"]
-    assert [(c["namespace"], c["version"]) for c in charts] == [("kuberay-system", "1.7.0")]
+    assert [(c["namespace"], c["version"]) for c in charts] == [("kuberay-system", KUBERAY_CHART)]
     clusters = [c["spec"] for c in by_type.get("kubernetes:ray.io/v1:RayCluster", [])]
     clusters += [
         j["spec"]["rayClusterSpec"] for j in by_type["kubernetes:ray.io/v1:RayJob"] if "rayClusterSpec" in j["spec"]
