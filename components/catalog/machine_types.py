@@ -80,10 +80,6 @@ class Allocatable:
             self.cpu_millicores - other.cpu_millicores, self.memory_mib - other.memory_mib, self.tpu - other.tpu
         )
 
-    def describe(self) -> str:
-        tpu = f", {self.tpu} google.com/tpu" if self.tpu else ""
-        return f"{self.cpu_millicores}m CPU, {self.memory_mib}Mi memory{tpu}"
-
 
 # ---- the TPU hosts ------------------------------------------------------------------------------------------
 # vCPUs and GiB of every TPU host machine type topology.py lists, as the Compute API's machineTypes list gives them

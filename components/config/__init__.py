@@ -61,7 +61,7 @@ from tpuray.components.config.maintenance import (
     MaintenanceExclusionConfig,
     MaintenanceWindowConfig,
 )
-from tpuray.components.config.monitoring import IDLE_ALERT_METRICS, IdleAlert, IdleMetric, MonitoringConfig
+from tpuray.components.config.monitoring import IdleAlert, IdleMetric, MonitoringConfig
 from tpuray.components.config.ray import (
     DEFAULT_JOB_TTL_SECONDS,
     MIN_KUBERAY_AUTH_OPTIONS,
@@ -91,7 +91,6 @@ __all__ = [
     "CAPACITY_CLASSES",
     "CAPACITY_TYPES",
     "DEFAULT_JOB_TTL_SECONDS",
-    "IDLE_ALERT_METRICS",
     "KUEUE_RESERVED_GROUP",
     "MAX_AUTHORIZED_NETWORKS",
     "MIN_KUBERAY_AUTH_OPTIONS",

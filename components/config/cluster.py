@@ -155,11 +155,6 @@ class ClusterConfig(ConfigModel):
         """The nodes' Google service account id (6-30 characters, derived from the cluster name)."""
         return service_account_id(self.name, "nodes")
 
-    @property
-    def ray_service_account_id(self) -> str:
-        """The Ray pods' Google service account id (6-30 characters, derived from the cluster name)."""
-        return service_account_id(self.name, "ray")
-
 
 class NetworkConfig(ConfigModel):
     """The VPC: a new one (create: true) or an existing one by name, with its secondary range names."""

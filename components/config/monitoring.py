@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import typing
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -18,7 +17,6 @@ from tpuray.components.config.base import (
 
 IdleMetric = Literal["dutyCycle", "tensorcoreUtilization"]
 """The per-chip TPU figures the idle-slice alert may watch (each is a dashboard panel)."""
-IDLE_ALERT_METRICS: tuple[str, ...] = typing.get_args(IdleMetric)
 # https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.notificationChannels : the resource name form,
 # projects/[PROJECT_ID_OR_NUMBER]/notificationChannels/[CHANNEL_ID]: a project id, or a project number (a positive
 # integer, https://cloud.google.com/resource-manager/docs/creating-managing-projects#identifying_projects).

@@ -20,7 +20,6 @@ __all__ = [
     "CONTAINER_FILE_SYSTEM_API",
     "GCSFUSE_PROFILES",
     "GCSFUSE_PROFILES_MIN_GKE",
-    "IMAGE_STREAMING_MIN_GKE",
     "SECONDARY_BOOT_DISK_MIN_GKE",
     "STREAMING_NODE_IMAGE",
     "CompileCacheConfig",
@@ -31,15 +30,13 @@ __all__ = [
 ]
 
 # https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming ("Requirements"): Standard clusters run
-# 1.18.6-gke.4801 or later, nodes use the Container-Optimized OS with containerd image, and images live in
-# Artifact Registry (standard or remote repositories); images from other registries are pulled whole. The same list
-# opens with "You must enable the Container File System API" (containerfilesystem.googleapis.com), which tpuray does
-# not enable: no part of the stack enables APIs, so the stack file has to say the project has it on.
-IMAGE_STREAMING_MIN_GKE = "1.18.6-gke.4801"
+# 1.18.6-gke.4801 or later (below every version the config accepts, so not checked), nodes use the Container-Optimized
+# OS with containerd image, and images live in Artifact Registry (standard or remote repositories); images from other
+# registries are pulled whole. The same list opens with "You must enable the Container File System API"
+# (containerfilesystem.googleapis.com), which tpuray does not enable: no part of the stack enables APIs, so the stack
+# file has to say the project has it on.
 CONTAINER_FILE_SYSTEM_API = "containerfilesystem.googleapis.com"
 """The API image streaming needs enabled in the cluster's project (GKE's image streaming page, "Requirements")."""
-"""Below every version the config accepts (``config_types.gke_version_key``: minors 24 and up), so no stack can
-miss it: written down, not checked."""
 # https://cloud.google.com/kubernetes-engine/docs/how-to/data-container-image-preloading ("Overview"): Standard
 # clusters configure node pools with secondary boot disks starting in 1.28.3-gke.1067000.
 SECONDARY_BOOT_DISK_MIN_GKE = "1.28.3-gke.1067000"

@@ -16,7 +16,7 @@ below are testable without a resource engine:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpuray.components.catalog.names import TPU_TAINT, Taint
@@ -109,12 +109,6 @@ class NodePoolSpec:
     @property
     def max_nodes(self) -> int:
         return self.autoscaling.max_node_count if self.autoscaling else int(self.node_count or 0)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the slice as its summary)."""
-        d = asdict(self)
-        d["tpu_slice"] = str(self.tpu_slice)
-        return d
 
 
 def region_of_zone(zone: str) -> str:
