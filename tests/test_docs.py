@@ -232,3 +232,14 @@ def test_the_architecture_map_names_every_module_and_only_modules_that_exist() -
     }
     stale = sorted(set(re.findall(r"\b(\w+\.py)\b", text)) - names)
     assert not stale, f"{page.name} names modules that do not exist: {stale}"
+
+
+def test_the_readme_follows_the_backend_choice_through_at_most_six_files_that_read_it() -> None:
+    section = README.read_text().split("## Following the backend choice", 1)[1].split("\n## ", 1)[0]
+    steps = re.findall(r"^\d+\. (?:the runtime's folder: )?(?:\[)?`([^`]+)`", section, flags=re.M)
+    assert 2 <= len(steps) <= 6, steps
+    files = [s for s in steps if not s.startswith("Pulumi.")]
+    for f in files:
+        assert (ROOT / f).is_file(), f
+        assert re.search(r"backend|RUNTIMES|RuntimeBackend", (ROOT / f).read_text()), f"{f} does not read the backend"
+    assert {"components/catalog/runtimes.py", "workloads/launch.py"} <= set(files)

@@ -85,7 +85,7 @@ def trainer(
     """A ``TorchTrainer`` running ``train_fn(config)`` on ``num_slices`` whole ``tpu_slice`` slices under
     ``backend``, with ``run_config``. ``compile_cache_dir``: PyTorch/XLA's persistent cache root (TorchTPU's is the
     stack's, set by the env callback). ``spmd``: PyTorch/XLA's other process model, one worker per host driving
-    all its chips (:class:`~tpuray.workloads.sharding.SpmdConfig`; ``pjrt_device="CPU"`` on the emulated slice),
+    all its chips (:class:`~tpuray.workloads.sharding.backend.SpmdConfig`; ``pjrt_device="CPU"`` on the emulated slice),
     refused where only TPUs can run it."""
     from ray.train.torch import TorchTrainer
 

@@ -6,8 +6,9 @@ resources the program actually declared, so a program that drifts from its confi
 no Ray worker group gets no Ray workers).
 
 Two counts of Ray workers: a worker *pod* runs on each TPU host (VM) and carries that host's chips as its
-``TPU`` resource; inside it tpuray runs one Ray worker per chip (an actor holding ``{"TPU": 1}``). So a pool's
-Ray workers are its worker pods times the ``google.com/tpu`` each pod requests.
+``TPU`` resource; inside it tpuray runs one Ray worker per runtime device (an actor holding ``{"TPU": 1}``: a chip,
+or under TorchTPU each of a tpu7x chip's two devices). So a pool's Ray workers are its worker pods times the Ray
+``TPU`` resources each pod advertises.
 """
 
 from __future__ import annotations

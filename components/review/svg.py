@@ -1,6 +1,7 @@
 """The topology picture of a plan: one row per slice pool, slices as boxes of hosts, hosts as grids of chips,
-one dot per Ray worker (tpuray runs one per chip, so the dot sits in its chip). Plain SVG written directly (no
-plotting dependency), integer coordinates only so the same plan always gives the same bytes.
+a dot on each chip that has a Ray worker (one per runtime device: one per chip, two on a tpu7x chip under
+TorchTPU). Plain SVG written directly (no plotting dependency), integer coordinates only so the same plan always
+gives the same bytes.
 
 Layout: a slice's hosts are laid out by its host bounds (x across, y down, z layers side by side); a host's
 chips by its chips-per-host bounds. Slices beyond the pool's minimum (autoscaled away when idle) are dashed.

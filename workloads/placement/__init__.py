@@ -1,5 +1,6 @@
-"""Placement, pure: which worker is which rank on which chip of which slice (:mod:`.seats`), and every variable a
-worker gets for it (:mod:`.worker_env`: PJRT, ``MEGASCALE_*``, ``TORCH_TPU_*``, the emulated webhook env).
+"""Placement: which worker is which rank on which chip of which slice (:mod:`.seats`, pure), every variable a worker
+gets for it (:mod:`.worker_env`, pure: PJRT, ``MEGASCALE_*``, ``TORCH_TPU_*``, the emulated webhook env), and the one
+probe every backend runs on its workers to learn where Ray placed them (:mod:`.probe`, which calls Ray).
 
 Exports :class:`Seat`, :class:`ChipAssignment`, :class:`PlacementError`, :func:`assign_chips`,
 :func:`cluster_slices` and :class:`SliceInfo`.

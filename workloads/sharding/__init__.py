@@ -1,14 +1,15 @@
 """Sharded training over a slice's mesh, for models larger than one chip (docs/sharding.md).
 
-Exports the pure mesh (:class:`MeshPlan`, :func:`mesh_plan`, :func:`rank_layout`: ``data``, ``fsdp``,
-``tensor``, the slices on the outer data axis); PyTorch/XLA SPMD on one host (:func:`spmd_mesh`,
-:func:`shard_gpt`, :func:`fsdp_v2`, :func:`spmd_devices`, :data:`TENSOR_PARALLEL_SPECS`, :func:`shard_by_patterns`,
-:func:`local_bytes`, :func:`spmd_scaling_config`, :func:`check_spmd_slice`); and the refusal of Ray's
-``prepare_model(parallel_strategy="fsdp")`` (:func:`check_parallel_strategy`). TorchTPU's FSDP2 and tensor
-parallelism are in :mod:`tpuray.workloads.sharding.fsdp2` (it imports ``torch.distributed``); SPMD's sharded
-checkpoints in :mod:`tpuray.workloads.sharding.checkpoint`; Hugging Face's ``Trainer`` with ``xla_fsdp_v2`` over
-that mesh in :mod:`tpuray.workloads.sharding.hf` (it imports transformers); and its Ray Train backend, one worker
-per host (:class:`~tpuray.workloads.sharding.backend.SpmdConfig`, which imports Ray Train), in
+Exports the pure mesh (:class:`MeshPlan`, :func:`mesh_plan`, :func:`rank_layout`: ``data``, ``fsdp``, ``tensor``, the
+slices on the outer data axis); PyTorch/XLA SPMD on one host (:func:`spmd_mesh`, :func:`shard_gpt`, :func:`fsdp_v2`,
+:func:`spmd_devices`, :data:`TENSOR_PARALLEL_SPECS`, :func:`shard_by_patterns`, :func:`local_bytes`,
+:func:`spmd_scaling_config`, :func:`check_spmd_slice`); and the refusal of Ray's
+``prepare_model(parallel_strategy="fsdp")`` (:func:`check_parallel_strategy`); :class:`MeshError` and
+:class:`SpmdError`, what the mesh and SPMD refuse with. TorchTPU's FSDP2 and tensor parallelism are in
+:mod:`tpuray.workloads.sharding.fsdp2` (it imports ``torch.distributed``); SPMD's sharded checkpoints in
+:mod:`tpuray.workloads.sharding.checkpoint`; Hugging Face's ``Trainer`` with ``xla_fsdp_v2`` over that mesh in
+:mod:`tpuray.workloads.sharding.hf` (it imports transformers); and its Ray Train backend, one worker per host
+(:class:`~tpuray.workloads.sharding.backend.SpmdConfig`, which imports Ray Train), in
 :mod:`tpuray.workloads.sharding.backend`. torch_xla is imported only when an SPMD function runs.
 """
 

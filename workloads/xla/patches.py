@@ -1,5 +1,6 @@
-"""The one record of what tpuray changes in other packages on a per-chip worker, so that each change is undone
-when the worker's process group ends (Ray Train may run another job's train function in the same process).
+"""The record of what tpuray changes in frameworks on a per-chip worker, so that each change is undone when the
+worker's process group ends (Ray Train may run another job's train function in the same process). Ray's own
+internals are :mod:`tpuray.workloads._ray_compat`'s, which installs and undoes its changes itself.
 
 :class:`Patches` replaces an attribute and remembers what it held; :meth:`Patches.restore` puts every one back,
 newest first. :meth:`Patches.after_import` runs a patch right after a module is first imported, so that a guarded
