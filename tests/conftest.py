@@ -105,7 +105,20 @@ def pytest_runtest_makereport(
     repository (the CRDs, Prometheus, the torch_tpu venv, a framework), so it is placed at ``tests/`` and its
     reason folded onto one line: the summary then says each missing thing once, with how many tests it skipped."""
     outcome = yield
-    report = outcome.get_result()
+    _fold_skip(outcome.get_result())
+
+
+# hookwrapper: a module-level ``pytest.importorskip`` skips the module while it is collected, in this report
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pluggy.Result[pytest.CollectReport], None]:
+    """The same fold for a module skipped while it is collected."""
+    outcome = yield
+    _fold_skip(outcome.get_result())
+
+
+def _fold_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
     if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
         # lineno None is what pytest's own fold uses for a module-wide skip mark (_pytest/terminal.py, _folded_skips)
         report.longrepr = (str(TESTS), None, " ".join(str(report.longrepr[2]).split()))  # type: ignore[assignment]

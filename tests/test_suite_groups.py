@@ -79,3 +79,18 @@ def test_a_skip_reason_is_said_once_on_one_line(request: pytest.FixtureRequest) 
             hook.send(_Outcome(report))  # type: ignore[arg-type]
         keys.append(report.longrepr)
     assert keys == [(str(TESTS), None, "no CRDs: fetch them")] * 2
+
+
+def test_a_module_skipped_while_collected_is_folded_the_same_way(request: pytest.FixtureRequest) -> None:
+    """A module-level ``pytest.importorskip`` skips in the collection report, which the test-report hook never sees."""
+    from tests.conftest import TESTS, pytest_make_collect_report
+
+    keys: list[object] = []
+    for where in ("tests/a.py", "tests/b.py"):
+        report = pytest.CollectReport(where, "skipped", (where, 1, "could not import 'torch_xla':\n  install it"), [])
+        hook = pytest_make_collect_report(request.node)
+        next(hook)
+        with pytest.raises(StopIteration):
+            hook.send(_Outcome(report))  # type: ignore[arg-type]
+        keys.append(report.longrepr)
+    assert keys == [(str(TESTS), None, "could not import 'torch_xla': install it")] * 2
