@@ -158,15 +158,26 @@ def test_the_hook_drains_its_ray_node_for_preemption(ray_node: tuple[str, dict[s
 
 
 def test_a_hook_that_cannot_reach_ray_ends_without_blocking_shutdown(tmp_path: Path) -> None:
-    env = {**os.environ, "RAY_ADDRESS": "127.0.0.1:1", "PATH": f"/nonexistent:{os.environ['PATH']}"}
+    """The node lookup fails, as with a raylet already gone: the hook ends at once, never draining and never
+    sleeping out its deadline (stand-ins for ``ray`` and ``sleep`` record any call)."""
+    env = {**os.environ, "RAY_ADDRESS": "127.0.0.1:1"}
     env.pop("HOSTNAME", None)
     hook = pre_stop_command(DrainPlan(grace_seconds=10, deadline_seconds=600))
-    fake_python = tmp_path / "python"
-    fake_python.write_text("#!/bin/sh\nexit 1\n")  # the node lookup fails, as with a raylet already gone
-    fake_python.chmod(0o755)
+    calls = tmp_path / "calls"
+    stand_ins = {"python": "exit 1", "ray": f'echo "ray $*" >> {calls}', "sleep": f'echo "sleep $*" >> {calls}'}
+    for name, body in stand_ins.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
     env["PATH"] = f"{tmp_path}:{env['PATH']}"
     done = subprocess.run(["/bin/sh", "-c", hook], env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0  # and it returned at once instead of sleeping out the 600 s deadline
+    assert done.returncode == 0, done.stderr
+    assert not calls.exists(), calls.read_text()
+    # and where the lookup works, the same stand-ins see the drain and then the wait for its deadline
+    (tmp_path / "python").write_text("#!/bin/sh\necho abc123\n")
+    done = subprocess.run(["/bin/sh", "-c", hook], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    said = calls.read_text().splitlines()
+    assert said[0].startswith("ray drain-node --node-id abc123 ") and said[1:] == ["sleep 600"], said
 
 
 @pytest.mark.parametrize("capacity", sorted(CAPACITIES))
