@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from tpuray.components.catalog.names import TPU_MEGASCALE_PORT, TPU_PROCESS_BASE_PORT, TPU_SLICEBUILDER_PORT
 from tpuray.components.catalog.runtime_ports import xla_megascale_port
+from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.catalog.topology import TpuSlice
 
 __all__ = [
@@ -206,7 +207,8 @@ def host_major_seats(tpu_slice: TpuSlice, hostnames: Sequence[str]) -> list[Devi
     hosts = list(hostnames) if tpu_slice.multi_host else ["localhost"]
     if len(hosts) != tpu_slice.hosts:
         raise ValueError(f"{tpu_slice} has {tpu_slice.hosts} hosts but {len(hosts)} hostnames were given")
-    return [DeviceSeat(h, w, d) for w, h in enumerate(hosts) for d in range(tpu_slice.devices_per_host)]
+    per_host = RUNTIMES["torch_tpu"].devices_per_host(tpu_slice)
+    return [DeviceSeat(h, w, d) for w, h in enumerate(hosts) for d in range(per_host)]
 
 
 def torch_tpu_env(
@@ -225,9 +227,9 @@ def torch_tpu_env(
 
     Raises ``ValueError`` when the seats are not one per device of the slice.
     """
-    per_host = tpu_slice.devices_per_host
-    if len(seats) != tpu_slice.devices:
-        raise ValueError(f"{tpu_slice} has {tpu_slice.devices} devices but {len(seats)} ranks were given")
+    per_host = RUNTIMES["torch_tpu"].devices_per_host(tpu_slice)
+    if len(seats) != per_host * tpu_slice.hosts:
+        raise ValueError(f"{tpu_slice} has {per_host * tpu_slice.hosts} devices but {len(seats)} ranks were given")
     want = {(w, d) for w in range(tpu_slice.hosts) for d in range(per_host)}
     have = {(s.worker_id, s.device) for s in seats}
     if have != want:
