@@ -3,14 +3,12 @@
 Exports the pure mesh (:class:`MeshPlan`, :func:`mesh_plan`, :func:`rank_layout`: ``data``, ``fsdp``, ``tensor``, the
 slices on the outer data axis); PyTorch/XLA SPMD on one host (:func:`spmd_mesh`, :func:`shard_gpt`, :func:`fsdp_v2`,
 :func:`spmd_devices`, :data:`TENSOR_PARALLEL_SPECS`, :func:`shard_by_patterns`, :func:`local_bytes`,
-:func:`spmd_scaling_config`, :func:`check_spmd_slice`); and the refusal of Ray's
-``prepare_model(parallel_strategy="fsdp")`` (:func:`check_parallel_strategy`); :class:`MeshError` and
-:class:`SpmdError`, what the mesh and SPMD refuse with. TorchTPU's FSDP2 and tensor parallelism are in
-:mod:`tpuray.workloads.sharding.fsdp2` (it imports ``torch.distributed``); SPMD's sharded checkpoints in
-:mod:`tpuray.workloads.sharding.checkpoint`; Hugging Face's ``Trainer`` with ``xla_fsdp_v2`` over that mesh in
-:mod:`tpuray.workloads.sharding.hf` (it imports transformers); and its Ray Train backend, one worker per host
-(:class:`~tpuray.workloads.sharding.backend.SpmdConfig`, which imports Ray Train), in
-:mod:`tpuray.workloads.sharding.backend`. torch_xla is imported only when an SPMD function runs.
+:func:`spmd_scaling_config`, :func:`check_spmd_slice`); the refusal of Ray's ``prepare_model(parallel_strategy="fsdp")``
+(:func:`check_parallel_strategy`); their errors, :class:`MeshError` and :class:`SpmdError`. Apart, for what they
+import: :mod:`.fsdp2` (TorchTPU's FSDP2 and tensor parallelism, ``torch.distributed``), :mod:`.checkpoint` (SPMD's
+sharded checkpoints), :mod:`.hf` (Hugging Face's ``Trainer`` with ``xla_fsdp_v2`` on that mesh, transformers) and
+:mod:`.backend` (SPMD's Ray Train backend, one worker per host: ``SpmdConfig``, Ray Train). torch_xla is imported only
+when an SPMD function runs.
 """
 
 from tpuray.workloads.sharding.mesh import MeshError, MeshPlan, mesh_plan, rank_layout
