@@ -79,7 +79,7 @@ LONG_GROUPS = (
     "tests/config/test_config_corpus.py",
     "tests/workloads/xla/test_emulated_ddp.py",
     "tests/review/test_plan_diff.py",
-    "tests/torch_tpu_env/test_launch_env.py",
+    "tests/test_torch_tpu_launch_env.py",
     "tests/test_packaging.py",
 )
 """The modules whose group took longest beside the chain (``pytest -m "not slow or beside_clusters"

@@ -38,7 +38,7 @@ def test_a_test_beside_the_chain_is_slow_and_not_in_the_cluster_group(request: p
     for item in beside:
         assert item.get_closest_marker("slow"), f"{item.nodeid}: beside_clusters without slow"
         assert not on_cluster(item), item.nodeid
-    spawning = ("tests/workloads/xla/test_emulated_ddp.py", "tests/torch_tpu_env/test_launch_env.py")
+    spawning = ("tests/workloads/xla/test_emulated_ddp.py", "tests/test_torch_tpu_launch_env.py")
     for item in request.session.items:  # modules whose every test spawns processes, where this run collected them
         if item.nodeid.split("::", 1)[0] in spawning:
             assert item in beside, item.nodeid

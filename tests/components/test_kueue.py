@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.planning.test_kueue import dws
 from tests.support import engine_run as er
 from tests.support.kueue_schema import schema_errors
 from tests.support.slices import kueue_of
+from tests.support.stacks import shipped_config
 from tpuray.components.kueue import KUEUE_CHART, KueueQueues, KueueQueuesArgs
 from tpuray.components.planning.component_args import KueuePlan
 
 
 def test_component_declares_the_pinned_chart_and_every_object_after_it() -> None:
-    plan = kueue_of(dws())
+    plan = kueue_of(shipped_config("prod-dws"))
 
     def build() -> dict[str, Any]:
         KueueQueues("kueue", KueueQueuesArgs(KueuePlan(spec=plan, chart_version="0.19.2", namespace="kueue-system")))

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.planning.test_security import stack
 from tests.support import engine_run as er
+from tests.support.stacks import v6e_config
 from tpuray.components.catalog.names import RAY_SERVICE_ACCOUNT, RAY_WORKER_SERVICE_ACCOUNT
 from tpuray.components.config import StackConfig
 from tpuray.components.gke_cluster import GkeCluster
@@ -28,7 +28,7 @@ def build_cluster(cfg: StackConfig) -> Callable[[], dict[str, Any]]:
 
 def test_cluster_and_nodes_are_hardened() -> None:
     worker = "us-docker.pkg.dev/tpuray-test-proj/images/worker@sha256:" + "b" * 64
-    rec, _ = er.run(build_cluster(stack(ray={"workerImage": worker})))
+    rec, _ = er.run(build_cluster(v6e_config(ray={"workerImage": worker})))
     c = rec.one(CLUSTER)["inputs"]
     assert c["enableLegacyAbac"] is False
     assert c["masterAuth"]["clientCertificateConfig"]["issueClientCertificate"] is False
@@ -58,7 +58,7 @@ def test_cluster_and_nodes_are_hardened() -> None:
 
 @pytest.mark.parametrize("endpoint", ["private", "dns"])
 def test_private_and_dns_control_plane_endpoints(endpoint: str) -> None:
-    rec, _ = er.run(build_cluster(stack(cluster={"name": "tpu", "controlPlaneEndpoint": endpoint})))
+    rec, _ = er.run(build_cluster(v6e_config(cluster={"name": "tpu", "controlPlaneEndpoint": endpoint})))
     c = rec.one(CLUSTER)["inputs"]
     if endpoint == "private":
         assert c["privateClusterConfig"]["enablePrivateEndpoint"] is True
@@ -73,7 +73,7 @@ def test_private_and_dns_control_plane_endpoints(endpoint: str) -> None:
 def test_tpu_node_pools_are_shielded() -> None:
     from tpuray.components.tpu_slice_pool import TpuSlicePool, TpuSlicePoolArgs
 
-    cfg = stack()
+    cfg = v6e_config()
 
     def build() -> dict[str, Any]:
         TpuSlicePool(
@@ -93,9 +93,9 @@ def test_tpu_node_pools_are_shielded() -> None:
 
 
 def test_which_operator_namespace_may_call_the_job_api() -> None:
-    assert stack().ray.job_api_namespace == "kuberay-system"  # where the Helm chart installs the operator
-    assert stack(ray={"operatorNamespace": "ray-operator"}).ray.job_api_namespace == "ray-operator"
-    cfg = stack()
+    assert v6e_config().ray.job_api_namespace == "kuberay-system"  # where the Helm chart installs the operator
+    assert v6e_config(ray={"operatorNamespace": "ray-operator"}).ray.job_api_namespace == "ray-operator"
+    cfg = v6e_config()
 
     def build() -> dict[str, Any]:
         from tpuray.components.stack import deploy
@@ -115,7 +115,7 @@ def test_which_operator_namespace_may_call_the_job_api() -> None:
 
 
 def test_the_workers_account_is_declared_tokenless_and_bound_to_the_ray_identity() -> None:
-    cfg = stack()
+    cfg = v6e_config()
 
     def build() -> dict[str, Any]:
         from tpuray.components.stack import deploy

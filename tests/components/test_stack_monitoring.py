@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from tests.planning.test_dashboard import stack
 from tests.support import engine_run as er
+from tests.support.stacks import shipped_config
 from tpuray.components.planning.dashboard import dashboard_plan, idle_alert_plan
 from tpuray.components.review.resource_types import ALERT_POLICY, DASHBOARD
 from tpuray.components.stack_monitoring import StackMonitoring, StackMonitoringArgs
 
 
 def test_component_declares_the_dashboard_and_the_alert_under_itself() -> None:
-    cfg = stack("prod-dws")
+    cfg = shipped_config("prod-dws")
     plan = dashboard_plan(cfg, "prod-dws")
     alert = idle_alert_plan(cfg, "prod-dws")
 
@@ -41,7 +41,7 @@ def test_component_declares_the_dashboard_and_the_alert_under_itself() -> None:
 
 
 def test_component_without_alert_declares_only_the_dashboard() -> None:
-    cfg = stack("dev")
+    cfg = shipped_config("dev")
 
     def build() -> None:
         StackMonitoring("mon", StackMonitoringArgs(project=cfg.project, dashboard=dashboard_plan(cfg, "dev")))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support.stacks import STACKS, shipped_values
 from tpuray.components.catalog.topology import FLEX_START_MIN_GKE_VERSION
 from tpuray.components.config import (
     ConfigError,
@@ -29,18 +28,6 @@ from tpuray.components.config.project_file import config_declarations
 from tpuray.components.config.stack_yaml import YamlError, load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-STACKS = {"dev": ROOT / "Pulumi.dev.yaml", "prod": ROOT / "Pulumi.prod.yaml"}
-
-
-def values(stack: str) -> dict[str, Any]:
-    """The stack's config values, a fresh copy per call (a test may change it)."""
-    return copy.deepcopy(_values(stack))
-
-
-@functools.cache
-def _values(stack: str) -> dict[str, Any]:
-    # read once: PyYAML's pure-Python reader took more than half of the generated-configs test's time
-    return stack_values(yaml.safe_load(STACKS[stack].read_text())["config"])
 
 
 def test_dev_stack_is_small_single_host_spot() -> None:
@@ -81,7 +68,7 @@ def test_declared_defaults_validate_as_the_model_defaults() -> None:
     given_values = {k.split(":", 1)[1]: d["default"] for k, d in decls.items() if "default" in d}
     required = {k.split(":", 1)[1] for k, d in decls.items() if "default" not in d}
     assert required == {"project", "region", "slicePools"}
-    cfg = parse_stack_config({**given_values, **{k: values("dev")[k] for k in required}, "zone": "us-west4-a"})
+    cfg = parse_stack_config({**given_values, **{k: shipped_values("dev")[k] for k in required}, "zone": "us-west4-a"})
     assert cfg.cluster.name == "tpuray"
 
 
@@ -91,7 +78,7 @@ def test_provider_namespaces_are_ignored_and_bare_keys_belong_to_the_project() -
 
 
 def corrupted(stack: str, path: list[Any], value: Any) -> dict[str, Any]:
-    v = values(stack)
+    v = shipped_values(stack)
     node: Any = v
     for part in path[:-1]:
         node = node[part]
@@ -164,7 +151,7 @@ def test_every_pattern_a_stack_value_must_match_says_its_valid_form() -> None:
 
 
 def test_a_mismatch_names_the_form_not_the_regex() -> None:
-    v = values("prod")
+    v = shipped_values("prod")
     v["maintenance"]["window"]["start"] = "2026-01-03 02:00"
     with pytest.raises(ConfigError) as err:
         parse_stack_config(v)
@@ -175,7 +162,7 @@ def test_a_mismatch_names_the_form_not_the_regex() -> None:
 
 
 def test_an_invalid_pool_name_is_offered_as_no_choice() -> None:
-    v = values("prod")
+    v = shipped_values("prod")
     good = v["slicePools"][1]["name"]
     v["slicePools"][0]["name"] = "V5P_Prod"
     v["workload"]["slicePool"] = "nope"
@@ -337,7 +324,7 @@ def mutation(draw: st.DrawFn) -> tuple[str, Any]:
 @given(st.sampled_from(["dev", "prod"]), mutation())
 def test_generated_bad_configs_are_rejected_with_their_path(stack: str, m: tuple[str, Any]) -> None:
     expected_path, (path, value) = m
-    v = values(stack)
+    v = shipped_values(stack)
     if value is None:
         node: Any = v
         for part in path[:-1]:

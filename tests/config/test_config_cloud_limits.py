@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.config.test_cross_field_rules import base  # the minimal valid stack those rules start from
+from tests.support.stacks import minimal_values
 from tpuray.components.catalog.cloud_limits import (
     KUEUE_API_FIRST_CHART,
     KUEUE_RENDERED_API,
@@ -49,33 +49,33 @@ def test_every_generation_has_a_zone_and_the_table_names_only_known_generations(
 
 @pytest.mark.parametrize("region", ["us-east9", "mars-north1", "europe-west9"])
 def test_a_region_without_tpus_is_refused(region: str) -> None:
-    found = problems_of(base(region=region, zone=None))
+    found = problems_of(minimal_values(region=region, zone=None))
     assert "region" in found and "no Cloud TPU zone" in found["region"] and "us-east5" in found["region"]
     assert region not in TPU_REGIONS
 
 
 def test_a_zone_that_does_not_exist_is_refused_by_name() -> None:
-    found = problems_of(base(zone="us-east5-q"))
+    found = problems_of(minimal_values(zone="us-east5-q"))
     assert "offers no Cloud TPU" in found["zone"] and "us-east5-a" in found["zone"]
 
 
 def test_a_pool_in_a_zone_without_its_generation_names_the_pool_zone_and_the_zones_that_offer_it() -> None:
     pools = [{"name": "e", "generation": "v5e", "topology": "2x2", "zone": "us-east1-d"}]  # us-east1-d: v6e only
-    found = problems_of(base(region="us-east1", zone="us-east1-d", slicePools=pools))
+    found = problems_of(minimal_values(region="us-east1", zone="us-east1-d", slicePools=pools))
     assert "does not offer TPU v5e" in found["slicePools[0].zone"]
     assert all(z in found["slicePools[0].zone"] for z in zones_of("v5e"))
 
 
 def test_a_pool_that_takes_the_stack_zone_is_reported_at_the_zone_with_the_pool() -> None:
     pools = [{"name": "trillium", "generation": "tpu7x", "topology": "2x2x1"}]
-    found = problems_of(base(slicePools=pools))
+    found = problems_of(minimal_values(slicePools=pools))
     assert "TPU tpu7x" in found["zone"] and "slicePools[0] (trillium)" in found["zone"]
     assert "us-central1-c" in found["zone"]
 
 
 def test_a_pool_in_an_offering_zone_passes() -> None:
     pools = [{"name": "ironwood", "generation": "tpu7x", "topology": "2x2x1"}]
-    cfg = parse_stack_config(base(region="us-central1", zone="us-central1-c", slicePools=pools))
+    cfg = parse_stack_config(minimal_values(region="us-central1", zone="us-central1-c", slicePools=pools))
     assert cfg.pool_zone(cfg.slice_pools[0]) == "us-central1-c"
 
 
@@ -90,13 +90,16 @@ def test_a_pool_in_an_offering_zone_passes() -> None:
     ],
 )
 def test_the_system_pool_takes_cpu_machine_series_only(machine: str, hint: str) -> None:
-    found = problems_of(base(cluster={"systemMachineType": machine}))
+    found = problems_of(minimal_values(cluster={"systemMachineType": machine}))
     assert hint in found["cluster.systemMachineType"]
 
 
 @pytest.mark.parametrize("machine", ["e2-standard-8", "n2-highmem-16", "c3-standard-22", "n2-custom-8-32768"])
 def test_known_cpu_machine_types_pass(machine: str) -> None:
-    assert parse_stack_config(base(cluster={"systemMachineType": machine})).cluster.system_machine_type == machine
+    assert (
+        parse_stack_config(minimal_values(cluster={"systemMachineType": machine})).cluster.system_machine_type
+        == machine
+    )
 
 
 # ---- the Kueue chart --------------------------------------------------------------------------------------------
@@ -106,7 +109,7 @@ def test_the_rendered_kueue_api_is_the_one_the_chart_floor_is_kept_for() -> None
 
 @pytest.mark.parametrize("chart", ["0.14.4", "0.9.0"])
 def test_a_kueue_chart_older_than_v1beta2_is_refused(chart: str) -> None:
-    found = problems_of(base(kueue={"enabled": True, "chartVersion": chart}))
+    found = problems_of(minimal_values(kueue={"enabled": True, "chartVersion": chart}))
     assert (
         "does not serve kueue.x-k8s.io/v1beta2" in found["kueue.chartVersion"]
         and "0.15.0" in found["kueue.chartVersion"]
@@ -114,7 +117,10 @@ def test_a_kueue_chart_older_than_v1beta2_is_refused(chart: str) -> None:
 
 
 def test_the_first_chart_serving_v1beta2_passes() -> None:
-    assert parse_stack_config(base(kueue={"enabled": True, "chartVersion": "0.15.0"})).kueue.chart_version == "0.15.0"
+    assert (
+        parse_stack_config(minimal_values(kueue={"enabled": True, "chartVersion": "0.15.0"})).kueue.chart_version
+        == "0.15.0"
+    )
 
 
 # ---- maintenance exclusions -------------------------------------------------------------------------------------
@@ -124,19 +130,19 @@ def exclusion(scope: str, start: str, end: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("scope", ["NO_MINOR_UPGRADES", "NO_MINOR_OR_NODE_UPGRADES"])
 def test_a_minor_exclusion_longer_than_any_support_period_is_refused(scope: str) -> None:
-    found = problems_of(base(maintenance=exclusion(scope, "2026-01-01T00:00:00Z", "2027-03-02T00:00:00Z")))
+    found = problems_of(minimal_values(maintenance=exclusion(scope, "2026-01-01T00:00:00Z", "2027-03-02T00:00:00Z")))
     assert (
         "14 months" in found["maintenance.exclusions[0].end"] and "2027-03-01" in found["maintenance.exclusions[0].end"]
     )
 
 
 def test_the_extended_channel_allows_24_months_and_no_more() -> None:
-    ok = base(
+    ok = minimal_values(
         cluster={"releaseChannel": "EXTENDED"},
         maintenance=exclusion("NO_MINOR_UPGRADES", "2026-01-01T00:00:00Z", "2027-12-31T00:00:00Z"),
     )
     assert parse_stack_config(ok).maintenance.exclusions[0].end == "2027-12-31T00:00:00Z"
-    too_long = base(
+    too_long = minimal_values(
         cluster={"releaseChannel": "EXTENDED"},
         maintenance=exclusion("NO_MINOR_UPGRADES", "2026-01-01T00:00:00Z", "2028-01-02T00:00:00Z"),
     )
@@ -144,7 +150,7 @@ def test_the_extended_channel_allows_24_months_and_no_more() -> None:
 
 
 def test_a_minor_exclusion_within_standard_support_passes() -> None:
-    values = base(maintenance=exclusion("NO_MINOR_UPGRADES", "2026-01-31T00:00:00Z", "2027-03-31T00:00:00Z"))
+    values = minimal_values(maintenance=exclusion("NO_MINOR_UPGRADES", "2026-01-31T00:00:00Z", "2027-03-31T00:00:00Z"))
     assert parse_stack_config(values).maintenance.exclusions[0].scope == "NO_MINOR_UPGRADES"
 
 
@@ -160,7 +166,7 @@ def test_flex_start_and_queued_provisioning_do_not_serve_tpu7x(capacity: dict[st
             "autoscaling": {"enabled": True, "minSlices": 0},
         }
     ]
-    found = problems_of(base(region="us-central1", zone="us-central1-c", slicePools=pools))
+    found = problems_of(minimal_values(region="us-central1", zone="us-central1-c", slicePools=pools))
     assert "does not serve TPU tpu7x" in found["slicePools[0].capacity.type"]
 
 
@@ -174,7 +180,7 @@ def test_the_gke_ray_addon_is_refused_for_the_stacks_rayjob(auth_options: bool |
     ray: dict[str, Any] = {"operator": "addon", "jobMode": job_mode}
     if auth_options is not None:
         ray["authOptions"] = auth_options
-    found = problems_of(base(ray=ray, kueue={"enabled": job_mode == "ephemeral"}))
+    found = problems_of(minimal_values(ray=ray, kueue={"enabled": job_mode == "ephemeral"}))
     message = found["ray.operator"]
     for why in ("401", "RayJob ends Failed", "< 1.6", "does not publish", "drops authOptions", "without auth"):
         assert why in message, why
@@ -182,7 +188,7 @@ def test_the_gke_ray_addon_is_refused_for_the_stacks_rayjob(auth_options: bool |
 
 
 def test_the_helm_operator_is_the_default_and_the_addon_stays_off() -> None:
-    cfg = parse_stack_config(base())
+    cfg = parse_stack_config(minimal_values())
     assert (cfg.ray.operator, cfg.ray.uses_auth_options, cfg.ray.job_api_namespace) == (
         "helm",
         True,
@@ -196,7 +202,7 @@ def test_the_helm_operator_is_the_default_and_the_addon_stays_off() -> None:
 
 
 def test_the_token_in_env_variables_only_is_refused_for_the_stacks_rayjob() -> None:
-    assert "401" in problems_of(base(ray={"authOptions": False}))["ray.authOptions"]
+    assert "401" in problems_of(minimal_values(ray={"authOptions": False}))["ray.authOptions"]
 
 
 def test_the_addon_and_the_env_only_token_are_refused_and_helm_with_auth_options_is_not() -> None:
@@ -204,4 +210,4 @@ def test_the_addon_and_the_env_only_token_are_refused_and_helm_with_auth_options
     assert "ray.operator: helm" in (ray_addon_problem("addon") or "")
     assert env_token_problem(auth_options=True) is None
     assert "401" in (env_token_problem(auth_options=False) or "")
-    assert "ray.operator" in problems_of(base(ray={"operator": "addon"}))
+    assert "ray.operator" in problems_of(minimal_values(ray={"operator": "addon"}))

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.config.test_cross_field_rules import base  # the minimal valid stack the rules start from
 from tests.support.crds import crd_folder
 from tests.support.slices import kueue_of
+from tests.support.stacks import minimal_values, problems_by_path
 from tpuray.components.catalog.cloud_limits import GKE_MAX_NODES_PER_CLUSTER, KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP
 from tpuray.components.catalog.gke_versions import gke_version_meets
 from tpuray.components.catalog.topology import FLEX_START_MIN_GKE_VERSION
@@ -23,12 +23,6 @@ from tpuray.components.config import ConfigError, StackConfig, load_stack_file, 
 from tpuray.components.config.ray import SYSTEM_NAMESPACES
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def problems_of(values: dict[str, Any], stack: str | None = None) -> dict[str, str]:
-    with pytest.raises(ConfigError) as e:
-        parse_stack_config(values, stack=stack)
-    return {path: message for path, message in e.value.problems}
 
 
 def pools(n: int) -> list[dict[str, Any]]:
@@ -56,7 +50,7 @@ def test_the_flavor_bound_is_the_one_kueues_clusterqueue_crd_states() -> None:
 def test_the_clusterqueue_tpuray_renders_has_one_group_and_a_flavor_per_pool_plus_one() -> None:
     """The rule counts what the planner renders: at the largest stack it accepts, exactly the CRD's bound."""
     n = KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP - 1
-    cfg = parse_stack_config(base(slicePools=pools(n), kueue={"enabled": True}))
+    cfg = parse_stack_config(minimal_values(slicePools=pools(n), kueue={"enabled": True}))
     queue = next(o for o in kueue_of(cfg).objects if o["kind"] == "ClusterQueue")
     groups = queue["spec"]["resourceGroups"]
     assert len(groups) == 1 and len(groups[0]["flavors"]) == KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP
@@ -77,7 +71,7 @@ def test_every_capacity_types_flavor_stays_within_the_resourceflavor_crds_bounds
         {"type": "flex-start", "maxRunDuration": "24h"},
         {"type": "queued"},
     ]
-    values = base(
+    values = minimal_values(
         slicePools=[
             {"name": f"p{i}", "generation": "v5p", "topology": "2x2x2", "capacity": c, "autoscaling": auto}
             for i, c in enumerate(capacities)
@@ -94,10 +88,10 @@ def test_every_capacity_types_flavor_stays_within_the_resourceflavor_crds_bounds
 
 
 def test_64_pools_with_kueue_are_refused_and_without_kueue_pass() -> None:
-    found = problems_of(base(slicePools=pools(64), kueue={"enabled": True}))
+    found = problems_by_path(minimal_values(slicePools=pools(64), kueue={"enabled": True}))
     assert "65 ResourceFlavors" in found["slicePools"] and "at most 64" in found["slicePools"]
     assert "at most 63 slice pools" in found["slicePools"]
-    parse_stack_config(base(slicePools=pools(64)))  # no ClusterQueue, no bound
+    parse_stack_config(minimal_values(slicePools=pools(64)))  # no ClusterQueue, no bound
 
 
 # ---- GKE: nodes per cluster -----------------------------------------------------------------------------------
@@ -108,7 +102,7 @@ WIDE = {"podsCidr": "10.0.0.0/9", "subnetCidr": "172.16.0.0/20", "servicesCidr":
 def test_a_stack_that_can_grow_past_15000_nodes_is_refused() -> None:
     # v5p 16x16x16: 4096 chips on 1024 hosts; 15 slices = 15,360 nodes, plus the system pool
     big = {"name": "big", "generation": "v5p", "topology": "16x16x16", "slices": 15}
-    found = problems_of(base(slicePools=[big], network=WIDE))
+    found = problems_by_path(minimal_values(slicePools=[big], network=WIDE))
     assert "15,361 nodes" in found["slicePools"] and "15,000" in found["slicePools"]
     assert "kubernetes-engine/quotas" in found["slicePools"]
     assert "network.podsCidr" not in found  # a /9 holds them: the one problem is GKE's limit
@@ -118,17 +112,17 @@ def test_exactly_15000_nodes_pass_and_one_more_is_refused() -> None:
     # 14 slices of 1024 hosts + 13 single-host pools of 51 slices + 1 system node = 14,336 + 663 + 1 = 15,000
     big = {"name": "big", "generation": "v5p", "topology": "16x16x16", "slices": 14}
     small = [{"name": f"s{i}", "generation": "v5p", "topology": "2x2x1", "slices": 51} for i in range(13)]
-    values = base(slicePools=[big, *small], network=WIDE)
+    values = minimal_values(slicePools=[big, *small], network=WIDE)
     cfg = parse_stack_config(values)
     assert 1 + sum(p.slices * p.tpu_slice.hosts for p in cfg.slice_pools) == GKE_MAX_NODES_PER_CLUSTER
     values["slicePools"][-1]["slices"] += 1
-    assert "15,001 nodes" in problems_of(values)["slicePools"]
+    assert "15,001 nodes" in problems_by_path(values)["slicePools"]
 
 
 # ---- the model fits one chip ----------------------------------------------------------------------------------
 def test_a_model_whose_training_state_exceeds_a_chips_hbm_is_refused_with_both_figures() -> None:
     # 40 blocks of d=8192 (12 d^2 + 13 d each) and the default embeddings: 32,219,152,384 parameters x 16 B = 480.1 GiB
-    found = problems_of(base(workload={"model": {"dModel": 8192, "layers": 40, "heads": 16}}))
+    found = problems_by_path(minimal_values(workload={"model": {"dModel": 8192, "layers": 40, "heads": 16}}))
     assert found["workload.model"].startswith("does not fit: needs 480.1 GiB per chip, a v5p chip has 95 GiB"), found
 
 
@@ -137,12 +131,12 @@ def test_the_fit_is_judged_on_the_pool_the_job_runs_on() -> None:
     model = {"dModel": 2048, "layers": 24, "heads": 16, "vocabSize": 32000}
     v5e = {"name": "small", "generation": "v5e", "topology": "2x2", "zone": "us-east5-a"}
     v5p = {"name": "large", "generation": "v5p", "topology": "2x2x1"}
-    values = base(slicePools=[v5p, v5e], workload={"model": model, "seqLen": 2048, "slicePool": "large"})
+    values = minimal_values(slicePools=[v5p, v5e], workload={"model": model, "seqLen": 2048, "slicePool": "large"})
     parse_stack_config(values)
     values["workload"]["slicePool"] = "small"
     values["region"], values["zone"] = "us-central1", "us-central1-a"
     values["slicePools"][1]["zone"] = "us-central1-a"
-    found = problems_of(values)
+    found = problems_by_path(values)
     assert "a v5e chip has 16 GiB" in found["workload.model"] and "'small'" in found["workload.model"]
 
 
@@ -160,7 +154,9 @@ FORGED = ["office\n# Budget: pass", "[click](https://evil.example)", "a|b", "<im
 def test_authorized_network_and_exclusion_names_are_plain_text(name: str) -> None:
     net = {"cidr": "203.0.113.0/24", "name": name}
     exclusion = {"name": name, "start": "2026-12-20T00:00:00Z", "end": "2026-12-27T00:00:00Z"}
-    found = problems_of(base(cluster={"masterAuthorizedNetworks": [net]}, maintenance={"exclusions": [exclusion]}))
+    found = problems_by_path(
+        minimal_values(cluster={"masterAuthorizedNetworks": [net]}, maintenance={"exclusions": [exclusion]})
+    )
     for path in ("cluster.masterAuthorizedNetworks[0].name", "maintenance.exclusions[0].name"):
         assert "control character" in found[path] or "no Markdown or HTML" in found[path], found
 
@@ -168,29 +164,33 @@ def test_authorized_network_and_exclusion_names_are_plain_text(name: str) -> Non
 def test_plain_names_pass() -> None:
     nets = [{"cidr": "203.0.113.0/24", "name": "corp-vpn (Zürich), office_2"}, {"cidr": "198.51.100.0/24"}]
     exclusion = {"name": "holiday freeze 2026", "start": "2026-12-20T00:00:00Z", "end": "2026-12-27T00:00:00Z"}
-    parse_stack_config(base(cluster={"masterAuthorizedNetworks": nets}, maintenance={"exclusions": [exclusion]}))
+    parse_stack_config(
+        minimal_values(cluster={"masterAuthorizedNetworks": nets}, maintenance={"exclusions": [exclusion]})
+    )
 
 
 # ---- real locations and own namespaces ------------------------------------------------------------------------
 @pytest.mark.parametrize("location", ["mars-central1", "us-mars1", "europe-west99", "NAM9"])
 def test_a_checkpoint_location_that_is_no_real_one_is_refused(location: str) -> None:
-    found = problems_of(base(checkpoints={"location": location}))
+    found = problems_by_path(minimal_values(checkpoints={"location": location}))
     assert "storage/docs/locations" in found["checkpoints.location"] and "us-east5" in found["checkpoints.location"]
 
 
 @pytest.mark.parametrize("location", ["us-east5", "US-EAST5", "US", "eu", "ASIA", "NAM4", *sorted(TPU_REGIONS)])
 def test_tpu_regions_multi_and_dual_regions_are_bucket_locations(location: str) -> None:
-    parse_stack_config(base(checkpoints={"location": location}))
+    parse_stack_config(minimal_values(checkpoints={"location": location}))
 
 
 @pytest.mark.parametrize("ns", ["cert-manager", "gmp-system", "gmp-public", "gke-gmp-system", "kuberay-system"])
 def test_ray_and_kueue_stay_out_of_the_namespaces_the_stack_installs_into(ns: str) -> None:
-    assert "system namespace" in problems_of(base(ray={"namespace": ns}))["ray.namespace"]
-    assert "system namespace" in problems_of(base(kueue={"namespace": ns}))["kueue.namespace"]
+    assert "system namespace" in problems_by_path(minimal_values(ray={"namespace": ns}))["ray.namespace"]
+    assert "system namespace" in problems_by_path(minimal_values(kueue={"namespace": ns}))["kueue.namespace"]
 
 
 def test_ray_in_kueues_namespace_is_refused() -> None:
-    assert "kueue.namespace" in problems_of(base(ray={"namespace": "queues"}, kueue={"namespace": "queues"}))
+    assert "kueue.namespace" in problems_by_path(
+        minimal_values(ray={"namespace": "queues"}, kueue={"namespace": "queues"})
+    )
     assert "cert-manager" in SYSTEM_NAMESPACES
 
 
@@ -220,13 +220,13 @@ def test_a_learning_rate_in_exponent_form(tmp_path: Path) -> None:
 @pytest.mark.parametrize("project", ["123456789012", "1", "my-project-1"])
 def test_notification_channels_by_project_id_or_number(project: str) -> None:
     channel = f"projects/{project}/notificationChannels/42"
-    parse_stack_config(base(monitoring={"idleAlert": {"notificationChannels": [channel]}}))
+    parse_stack_config(minimal_values(monitoring={"idleAlert": {"notificationChannels": [channel]}}))
 
 
 @pytest.mark.parametrize("project", ["0123", "12345678901234567890", "-1", "My-Project"])
 def test_notification_channels_by_no_project(project: str) -> None:
     channel = f"projects/{project}/notificationChannels/42"
-    found = problems_of(base(monitoring={"idleAlert": {"notificationChannels": [channel]}}))
+    found = problems_by_path(minimal_values(monitoring={"idleAlert": {"notificationChannels": [channel]}}))
     assert "monitoring.idleAlert.notificationChannels[0]" in found
 
 
@@ -249,7 +249,7 @@ def test_a_minor_or_patch_alias_meets_a_floor_of_its_own_series(version: str) ->
 def test_an_alias_below_the_floor_is_refused_naming_the_alias_to_give(version: str) -> None:
     values = _prod()
     values["cluster"]["minMasterVersion"] = version
-    found = problems_of(values, "prod")["cluster.minMasterVersion"]
+    found = problems_by_path(values, "prod")["cluster.minMasterVersion"]
     assert "older than 1.33.0-gke.1712000" in found and "give 1.33.0 or a later alias" in found
 
 
@@ -258,7 +258,7 @@ def test_an_exact_patch_is_refused_naming_its_aliases(version: str) -> None:
     """GKE creates a cluster only at a version it offers now, and withdraws patches: a stack asks for an alias."""
     values = _prod()
     values["cluster"]["minMasterVersion"] = version
-    found = problems_of(values, "prod")["cluster.minMasterVersion"]
+    found = problems_by_path(values, "prod")["cluster.minMasterVersion"]
     patch, minor = version.split("-gke.")[0], ".".join(version.split(".")[:2])
     assert "exact GKE patch" in found and f"give an alias, {patch} or {minor}" in found
 

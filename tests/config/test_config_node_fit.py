@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.config.test_cross_field_rules import base
+from tests.support.stacks import minimal_values
 from tpuray.components.catalog.container_paths import RESERVED_PATHS, reserved_path_clash
 from tpuray.components.catalog.machine_types import (
     DAEMONSET_HEADROOM,
@@ -103,17 +103,17 @@ def test_the_shipped_stacks_heads_fit(stack: str) -> None:
 
 
 def test_an_unknown_system_machine_type_is_refused_as_unknown() -> None:
-    found = problems_of(base(cluster={"systemMachineType": "c4d-standard-8"}))
+    found = problems_of(minimal_values(cluster={"systemMachineType": "c4d-standard-8"}))
     assert "does not know" in found["cluster.systemMachineType"]
 
 
 def test_the_autoscaler_sidecar_counts_where_a_pool_scales() -> None:
     """A head that fits only without KubeRay's autoscaler (500m) is refused once a shared-cluster pool scales."""
     head = {"headCpu": "7000m", "headMemory": "8Gi"}  # 7410m - 250m (GCS FUSE sidecar) = 7160m of room
-    kept = base(ray=head)
+    kept = minimal_values(ray=head)
     kept["slicePools"][0]["autoscaling"] = {"enabled": False}
     parse_stack_config(kept)
-    assert "ray.headCpu" in problems_of(base(ray=head))  # autoscaling from 0 slices by default
+    assert "ray.headCpu" in problems_of(minimal_values(ray=head))  # autoscaling from 0 slices by default
 
 
 # ---- mount paths ---------------------------------------------------------------------------------------------------
@@ -142,17 +142,17 @@ def _own_cache(path: str) -> dict[str, Any]:
 def test_a_mount_path_that_breaks_the_pod_is_refused_naming_the_field(
     startup: dict[str, Any], field: str, hint: str
 ) -> None:
-    found = problems_of(base(startup=startup))
+    found = problems_of(minimal_values(startup=startup))
     assert field in found and hint in found[field], found
 
 
 def test_side_by_side_paths_and_a_mount_inside_home_are_fine() -> None:
     startup = {**_own_cache("/compile-cache"), "dataMount": {"bucket": "tpuray-data", "mountPath": "/home/ray/data"}}
-    parse_stack_config(base(startup=startup))
+    parse_stack_config(minimal_values(startup=startup))
 
 
 def test_the_compile_cache_path_is_not_a_mount_while_the_cache_rides_on_the_checkpoint_bucket() -> None:
-    parse_stack_config(base(startup={"compileCache": {"mountPath": "/checkpoints"}}))
+    parse_stack_config(minimal_values(startup={"compileCache": {"mountPath": "/checkpoints"}}))
 
 
 # ---- a file cache in memory against its node ---------------------------------------------------------------------
@@ -166,19 +166,23 @@ def test_a_memory_file_cache_larger_than_the_heads_node_is_refused_with_both_num
 
 
 def test_a_memory_file_cache_that_fits_every_pod_passes_and_unlimited_never_does() -> None:
-    parse_stack_config(base(startup={"checkpointMount": {"fileCacheCapacity": "1Gi", "fileCacheMedium": "memory"}}))
-    found = problems_of(base(startup={"checkpointMount": {"fileCacheCapacity": "-1", "fileCacheMedium": "memory"}}))
+    parse_stack_config(
+        minimal_values(startup={"checkpointMount": {"fileCacheCapacity": "1Gi", "fileCacheMedium": "memory"}})
+    )
+    found = problems_of(
+        minimal_values(startup={"checkpointMount": {"fileCacheCapacity": "-1", "fileCacheMedium": "memory"}})
+    )
     assert "unlimited" in found["startup.checkpointMount.fileCacheCapacity"]
 
 
 def test_a_disk_file_cache_is_not_held_to_the_nodes_memory() -> None:
-    parse_stack_config(base(startup={"checkpointMount": {"fileCacheCapacity": "1Ti"}}))
+    parse_stack_config(minimal_values(startup={"checkpointMount": {"fileCacheCapacity": "1Ti"}}))
 
 
 def test_an_explicit_disk_medium_beside_a_profile_is_refused() -> None:
     """The file says fileCacheMedium: disk; the profile's PersistentVolume would drop it without a word."""
     mount = {"profile": "checkpointing", "profileScanGranted": True, "fileCacheMedium": "disk"}
-    values = base(cluster={"minMasterVersion": "1.35.1-gke.1616000"}, startup={"checkpointMount": mount})
+    values = minimal_values(cluster={"minMasterVersion": "1.35.1-gke.1616000"}, startup={"checkpointMount": mount})
     assert "fileCacheMedium" in problems_of(values)["startup.checkpointMount.fileCacheMedium"]
 
 
@@ -203,22 +207,23 @@ FIT = settings(max_examples=25, deadline=None)
 def test_generated_paths_the_image_or_ray_use_are_refused(path: str, which: str) -> None:
     startup = {"dataMount": {"bucket": "tpuray-data", "mountPath": path}} if which == "data" else _own_cache(path)
     field = "startup.dataMount.mountPath" if which == "data" else "startup.compileCache.mountPath"
-    assert field in problems_of(base(startup=startup))
+    assert field in problems_of(minimal_values(startup=startup))
 
 
 @FIT
 @given(own_path, st.from_regex(r"(/[a-z][a-z0-9]{0,6}){0,2}", fullmatch=True))
 def test_generated_nested_or_equal_mounts_are_refused(outer: str, tail: str) -> None:
     startup = {**_own_cache(outer + tail), "dataMount": {"bucket": "tpuray-data", "mountPath": outer}}
-    assert "startup.dataMount.mountPath" in problems_of(base(startup=startup))
+    assert "startup.dataMount.mountPath" in problems_of(minimal_values(startup=startup))
 
 
 @FIT
 @given(st.integers(min_value=1, max_value=4096))
 def test_generated_memory_caches_are_held_to_the_heads_room(gib: int) -> None:
-    """base()'s head asks 4 CPUs and 16Gi (+768Mi of sidecars) of an e2-standard-8's 27999Mi: 10847Mi of room."""
+    """minimal_values()'s head asks 4 CPUs and 16Gi (+768Mi of sidecars) of an e2-standard-8's 27999Mi: 10847Mi of
+    room."""
     mount = {"fileCacheCapacity": f"{gib}Gi", "fileCacheMedium": "memory"}
-    values = base(startup={"checkpointMount": mount})
+    values = minimal_values(startup={"checkpointMount": mount})
     if gib * 1024 <= 27999 - 16 * 1024 - 768:
         parse_stack_config(values)
     else:

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.config.test_config_cloud_refusals import problems_of
-from tests.config.test_cross_field_rules import base
+from tests.support.stacks import minimal_values, problems_by_path
 from tpuray.components.catalog.gpt_sharding import GptDims
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import parse_stack_config
@@ -27,11 +26,11 @@ V5E = {"name": "small", "generation": "v5e", "topology": "2x2", "zone": "us-east
 
 def _v5e_stack(**parallelism: int) -> dict[str, Any]:
     workload = {"model": PROD_MODEL, "seqLen": 2048, "parallelism": parallelism}
-    return base(slicePools=[V5E], workload=workload, region="us-east5", zone="us-east5-a")
+    return minimal_values(slicePools=[V5E], workload=workload, region="us-east5", zone="us-east5-a")
 
 
 def test_a_model_that_needs_fsdp_to_fit_is_refused_without_it_and_accepted_with_it() -> None:
-    found = problems_of(_v5e_stack())
+    found = problems_by_path(_v5e_stack())
     assert found["workload.model"].startswith("does not fit: needs 19.0 GiB per chip, a v5e chip has 16 GiB"), found
     assert "workload.parallelism.fsdp" in found["workload.model"]
     cfg = parse_stack_config(_v5e_stack(fsdp=4))
@@ -43,11 +42,11 @@ def test_a_model_that_needs_fsdp_to_fit_is_refused_without_it_and_accepted_with_
 
 def test_a_model_too_big_even_sharded_is_refused_with_the_per_chip_figure() -> None:
     # 480.1 GiB of state over the 4 chips of a v5p 2x2x1: 120.0 GiB each, more than 95
-    values = base(
+    values = minimal_values(
         slicePools=[{"name": "res", "generation": "v5p", "topology": "2x2x1"}],
         workload={"model": {"dModel": 8192, "layers": 40, "heads": 16}, "parallelism": {"fsdp": 4}},
     )
-    message = problems_of(values)["workload.model"]
+    message = problems_by_path(values)["workload.model"]
     assert message.startswith("does not fit: needs 120.0 GiB per chip, a v5p chip has 95 GiB"), message
     assert "fsdp=4 x tensor=1" in message
 
@@ -65,7 +64,7 @@ def test_a_model_too_big_even_sharded_is_refused_with_the_per_chip_figure() -> N
 def test_degrees_that_do_not_tile_the_model_or_the_slice_are_refused(
     parallelism: dict[str, int], field: str, words: str
 ) -> None:
-    found = problems_of(_v5e_stack(**parallelism))
+    found = problems_by_path(_v5e_stack(**parallelism))
     assert words in found[field], found
     assert "valid" in found[field] or "greater" in found[field]
 

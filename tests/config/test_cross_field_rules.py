@@ -6,18 +6,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.stacks import minimal_values
 from tpuray.components.config import ConfigError, parse_stack_config
-
-
-def base(**overrides: Any) -> dict[str, Any]:
-    v: dict[str, Any] = {
-        "project": "tpuray-test-proj",
-        "region": "us-east5",
-        "zone": "us-east5-a",
-        "slicePools": [{"name": "res", "generation": "v5p", "topology": "2x2x2", "capacity": {"type": "on-demand"}}],
-    }
-    v.update(overrides)
-    return v
 
 
 @pytest.mark.parametrize(
@@ -60,7 +50,7 @@ def base(**overrides: Any) -> dict[str, Any]:
 )
 def test_refused(overrides: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as e:
-        parse_stack_config(base(**overrides))
+        parse_stack_config(minimal_values(**overrides))
     assert field in str(e.value), str(e.value)
 
 
@@ -83,4 +73,4 @@ def test_refused(overrides: dict[str, Any], field: str) -> None:
     ],
 )
 def test_accepted(overrides: dict[str, Any]) -> None:
-    parse_stack_config(base(**overrides))
+    parse_stack_config(minimal_values(**overrides))

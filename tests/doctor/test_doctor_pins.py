@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.doctor.test_torch_tpu_checks import GOOD_ENV, OPERATOR, _objects
+from tests.support.doctor_objects import GOOD_ENV, OPERATOR, cluster_objects
 from tpuray.components.catalog.names import POOL_LABEL
 from tpuray.components.catalog.pins import WEBHOOK_INDEXING_RELEASE
 from tpuray.components.config import StackConfig, load_stack_file
@@ -78,7 +78,7 @@ def _with_operator(objs: ClusterObjects, operator: dict[str, Any]) -> ClusterObj
 def test_an_indexing_operator_with_an_older_webhook_fails_naming_both_versions(
     torch_tpu_stack: StackConfig, image: str, args: list[str] | None, webhook: str, status: str
 ) -> None:
-    objs = _with_operator(_objects(webhook, GOOD_ENV), _operator(image, args))
+    objs = _with_operator(cluster_objects(webhook, GOOD_ENV), _operator(image, args))
     result = check_tpu_webhook_version(torch_tpu_stack, objs)
     assert result is not None
     assert result.status == status, result.fact
@@ -93,7 +93,7 @@ def test_the_operator_s_gates_are_read_from_its_own_container(torch_tpu_stack: S
     op = _operator(args=["--feature-gates=RayMultiHostIndexing=false"])
     sidecar = {"name": "istio-proxy", "image": "docker.io/istio/proxyv2:1.24.0", "args": ["--feature-gates=X=true"]}
     op["spec"]["template"]["spec"]["containers"].insert(0, sidecar)
-    objs = _with_operator(_objects("v1.3.1-gke.2", GOOD_ENV), op)
+    objs = _with_operator(cluster_objects("v1.3.1-gke.2", GOOD_ENV), op)
     hook = check_tpu_webhook_version(torch_tpu_stack, objs)
     assert hook is not None and hook.status == "pass" and "RayMultiHostIndexing=false" in hook.fact
     kuberay = check_kuberay_operator(torch_tpu_stack, objs)
@@ -106,7 +106,7 @@ def _webhook(objs: ClusterObjects) -> dict[str, Any]:
 
 
 def test_a_webhook_with_no_ready_replica_fails(torch_tpu_stack: StackConfig) -> None:
-    objs = _objects("v1.3.1-gke.2", GOOD_ENV)
+    objs = cluster_objects("v1.3.1-gke.2", GOOD_ENV)
     _webhook(objs)["status"] = {"replicas": 1, "readyReplicas": 0}
     result = check_tpu_webhook_version(torch_tpu_stack, objs)
     assert result is not None and result.status == "fail" and "no ready replica" in result.fact
@@ -116,7 +116,7 @@ def test_a_webhook_with_no_ready_replica_fails(torch_tpu_stack: StackConfig) -> 
 
 
 def test_the_webhook_version_is_read_from_its_container_by_name(torch_tpu_stack: StackConfig) -> None:
-    objs = _objects("v1.2.5-gke.0", GOOD_ENV)  # too old for tpu7x
+    objs = cluster_objects("v1.2.5-gke.0", GOOD_ENV)  # too old for tpu7x
     containers = _webhook(objs)["spec"]["template"]["spec"]["containers"]
     containers.insert(0, {"name": "istio-proxy", "image": "docker.io/istio/proxyv2:1.24.0"})
     result = check_tpu_webhook_version(torch_tpu_stack, objs)
@@ -124,7 +124,7 @@ def test_the_webhook_version_is_read_from_its_container_by_name(torch_tpu_stack:
 
 
 def test_the_configured_namespace_s_webhook_is_read_before_a_stale_one(torch_tpu_stack: StackConfig) -> None:
-    objs = _objects("v1.3.1-gke.2", GOOD_ENV)
+    objs = cluster_objects("v1.3.1-gke.2", GOOD_ENV)
     stale = copy.deepcopy(_webhook(objs))
     stale["metadata"]["namespace"] = "old-webhook"
     stale["spec"]["template"]["spec"]["containers"][0]["image"] = "us-docker.pkg.dev/x/y/tpu-webhook:v1.2.4-gke.0"
@@ -135,7 +135,7 @@ def test_the_configured_namespace_s_webhook_is_read_before_a_stale_one(torch_tpu
 
 def test_a_tag_pinned_by_digest_is_read_from_the_tag(torch_tpu_stack: StackConfig) -> None:
     digest = "sha256:" + "ab" * 32
-    objs = _objects(f"v1.3.1-gke.2@{digest}", GOOD_ENV)
+    objs = cluster_objects(f"v1.3.1-gke.2@{digest}", GOOD_ENV)
     result = check_tpu_webhook_version(torch_tpu_stack, objs)
     assert result is not None and result.status == "pass" and "runs v1.3.1-gke.2" in result.fact
     objs = _with_operator(objs, _operator(f"quay.io/kuberay/operator:v1.7.0@{digest}", []))
@@ -146,13 +146,13 @@ def test_a_tag_pinned_by_digest_is_read_from_the_tag(torch_tpu_stack: StackConfi
 
 
 def test_a_tpu7x_worker_without_its_pool_label_or_per_chip_count_fails(torch_tpu_stack: StackConfig) -> None:
-    objs = _objects("v1.3.1-gke.2", GOOD_ENV[:1])  # the callback, no RAY_TPU_RESOURCE_PER_CHIP
+    objs = cluster_objects("v1.3.1-gke.2", GOOD_ENV[:1])  # the callback, no RAY_TPU_RESOURCE_PER_CHIP
     for pod in objs.pods:
         del pod["metadata"]["labels"][POOL_LABEL]
     result = check_torch_tpu_env(torch_tpu_stack, objs)
     assert result is not None and result.status == "fail"
     assert "RAY_TPU_RESOURCE_PER_CHIP is None" in result.fact and f"{POOL_LABEL} is missing" in result.fact
-    objs = _objects("v1.3.1-gke.2", GOOD_ENV)  # the env right, the label gone: still not the stack's pod
+    objs = cluster_objects("v1.3.1-gke.2", GOOD_ENV)  # the env right, the label gone: still not the stack's pod
     for pod in objs.pods:
         del pod["metadata"]["labels"][POOL_LABEL]
     result = check_torch_tpu_env(torch_tpu_stack, objs)
@@ -160,7 +160,7 @@ def test_a_tpu7x_worker_without_its_pool_label_or_per_chip_count_fails(torch_tpu
 
 
 def test_the_env_is_read_from_the_tpu_container_not_a_sidecar(torch_tpu_stack: StackConfig) -> None:
-    objs = _objects("v1.3.1-gke.2", [])
+    objs = cluster_objects("v1.3.1-gke.2", [])
     for pod in objs.pods:
         pod["spec"]["containers"].insert(0, {"name": "sidecar", "image": "busybox", "env": GOOD_ENV})
     result = check_torch_tpu_env(torch_tpu_stack, objs)
@@ -168,7 +168,7 @@ def test_the_env_is_read_from_the_tpu_container_not_a_sidecar(torch_tpu_stack: S
 
 
 def test_finished_pods_of_an_old_job_are_not_checked(torch_tpu_stack: StackConfig) -> None:
-    objs = _objects("v1.3.1-gke.2", GOOD_ENV)
+    objs = cluster_objects("v1.3.1-gke.2", GOOD_ENV)
     old = copy.deepcopy(objs.pods[0])
     old["metadata"]["name"] = "old-job-worker"
     old["spec"]["containers"][0]["env"] = []
@@ -190,7 +190,7 @@ def test_an_xla_image_fails_a_torch_tpu_stack_whatever_its_annotations_say(torch
         IMAGE_TORCH_VERSION_LABEL,
     )
 
-    objs = _objects("v1.3.1-gke.2", GOOD_ENV)
+    objs = cluster_objects("v1.3.1-gke.2", GOOD_ENV)
     annotations = {
         IMAGE_RAY_VERSION_LABEL: "2.60.0",
         IMAGE_TORCH_VERSION_LABEL: "2.13.0",
@@ -225,7 +225,7 @@ def test_an_xla_image_fails_a_torch_tpu_stack_whatever_its_annotations_say(torch
 def test_a_field_of_the_wrong_type_fails_its_check_naming_the_object_and_field(
     torch_tpu_stack: StackConfig, edit: Any, named: str
 ) -> None:
-    objs = _objects("v1.3.1-gke.2", GOOD_ENV)
+    objs = cluster_objects("v1.3.1-gke.2", GOOD_ENV)
     edit(objs)
     results = run_checks(torch_tpu_stack, objs)
     failed = [r for r in results if r.status == "fail" and named in r.fact]

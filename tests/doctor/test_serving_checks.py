@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from tests.config.test_serving_config import stack
-from tests.doctor.test_torch_tpu_checks import OPERATOR
+from tests.support.doctor_objects import OPERATOR
 from tests.support.doctor_snapshots import GKE_GATEWAY_CLASSES, gateway_api_crd, gateway_class, write_snapshot
 from tests.support.fake_kube_api import GATEWAY_CLASSES_PATH, serve, write_kubeconfig
+from tests.support.stacks import serving_values
 from tpuray.components.catalog.names import GKE_NODEPOOL_LABEL, RAY_CLUSTER_LABEL, TPU_RESOURCE
 from tpuray.components.config import StackConfig, parse_stack_config
 from tpuray.components.doctor.checks import run_checks
@@ -39,7 +39,7 @@ def _cfg(upgrade: dict[str, Any] | None = None) -> StackConfig:
         "maxSlices": 3,
         **({"upgrade": upgrade} if upgrade else {}),
     }
-    return parse_stack_config(stack(serving), stack="dev")
+    return parse_stack_config(serving_values(serving), stack="dev")
 
 
 def _operator(image: str, args: list[str] | None) -> dict[str, Any]:
@@ -107,7 +107,7 @@ def test_no_operator_is_unknown_and_other_upgrades_need_no_gate() -> None:
     result = check_serving_upgrade_gate(_cfg(INCREMENTAL), _objects([]))
     assert result is not None and result.status == "warn" and "no kuberay-operator" in result.fact
     assert check_serving_upgrade_gate(_cfg(), _objects([])) is None  # NewCluster: no gate
-    plain = parse_stack_config({k: v for k, v in stack({}).items() if k != "serving"}, stack="dev")
+    plain = parse_stack_config({k: v for k, v in serving_values({}).items() if k != "serving"}, stack="dev")
     assert check_serving_upgrade_gate(plain, _objects([])) is None
 
 
@@ -140,7 +140,7 @@ def test_run_checks_includes_the_serving_checks_only_where_the_stack_serves() ->
     assert {r.id for r in run_checks(_cfg(INCREMENTAL), objs)} >= SERVING_IDS
     ids = {r.id for r in run_checks(_cfg(), objs)}  # NewCluster: no Gateway
     assert "serving-pools-apart" in ids and not ids & GATEWAY_IDS
-    plain = parse_stack_config({k: v for k, v in stack({}).items() if k != "serving"}, stack="dev")
+    plain = parse_stack_config({k: v for k, v in serving_values({}).items() if k != "serving"}, stack="dev")
     assert not {r.id for r in run_checks(plain, objs)} & SERVING_IDS
 
 
@@ -229,7 +229,7 @@ def test_the_gateway_checks_apply_only_to_an_incremental_upgrade(upgrade: dict[s
     objs = _objects([], crds=[], gateway_classes=[])
     assert check_serving_gateway_api(_cfg(upgrade), objs) is None
     assert check_serving_gateway_class(_cfg(upgrade), objs) is None
-    plain = parse_stack_config({k: v for k, v in stack({}).items() if k != "serving"}, stack="dev")
+    plain = parse_stack_config({k: v for k, v in serving_values({}).items() if k != "serving"}, stack="dev")
     assert check_serving_gateway_api(plain, objs) is None and check_serving_gateway_class(plain, objs) is None
 
 

@@ -15,10 +15,11 @@ import pytest
 from tests.support import engine_run as er
 from tests.support.prometheus_server import Exporter, prometheus_scraping
 from tests.support.slices import kueue_of
+from tests.support.stacks import shipped_config
 from tpuray.components.catalog import metric_names as mn
 from tpuray.components.catalog.topology import GENERATIONS, TpuSlice
 from tpuray.components.catalog.tpu_locations import zones_of
-from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
+from tpuray.components.config import ConfigError, StackConfig, parse_stack_config
 from tpuray.components.planning.dashboard import (
     COLUMNS,
     DashboardError,
@@ -31,10 +32,6 @@ from tpuray.components.planning.dashboard import (
 from tpuray.components.review.dashboard_svg import render_dashboard_svg
 
 STACKS = ("dev", "prod", "prod-dws")
-
-
-def stack(name: str) -> StackConfig:
-    return load_stack_file(er.ROOT / f"Pulumi.{name}.yaml")
 
 
 def values(name: str) -> dict[str, Any]:
@@ -56,7 +53,7 @@ def two_v5p_pools() -> dict[str, Any]:
 # ---- the planner --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", STACKS)
 def test_every_pool_has_a_row_with_its_shapes_panels(name: str) -> None:
-    cfg = stack(name)
+    cfg = shipped_config(name)
     plan = dashboard_plan(cfg, name)
     for pool in cfg.slice_pools:
         row = plan.row(pool.name)
@@ -109,7 +106,7 @@ def test_pools_of_one_shape_share_a_row() -> None:
 
 
 def test_a_pool_no_panel_covers_is_an_error() -> None:
-    cfg = stack("prod")
+    cfg = shipped_config("prod")
     plan = dashboard_plan(cfg, "prod")
     without = DashboardPlan(plan.display_name, plan.rows[:1])
     with pytest.raises(DashboardError, match="v6e-flex"):
@@ -135,7 +132,7 @@ def _cells(tile: dict[str, Any]) -> set[tuple[int, int]]:
 
 @pytest.mark.parametrize("name", STACKS)
 def test_dashboard_json_is_a_mosaic_of_pool_groups(name: str) -> None:
-    cfg = stack(name)
+    cfg = shipped_config(name)
     plan = dashboard_plan(cfg, name)
     doc = json.loads(plan.json_text())
     assert set(doc) == {"displayName", "mosaicLayout"} and doc["mosaicLayout"]["columns"] == COLUMNS
@@ -153,7 +150,7 @@ def test_dashboard_json_is_a_mosaic_of_pool_groups(name: str) -> None:
     for g, row in zip(groups, plan.rows, strict=True):  # each group spans exactly its row's charts
         inside = [t for t in charts if _cells(t) <= _cells(g)]
         assert [t["widget"]["title"] for t in inside] == [p.title for p in row.panels]
-    assert plan.json_text() == dashboard_plan(stack(name), name).json_text()
+    assert plan.json_text() == dashboard_plan(shipped_config(name), name).json_text()
 
 
 @pytest.mark.parametrize("name", STACKS)
@@ -164,7 +161,7 @@ def test_dashboard_json_parses_as_the_apis_dashboard_message(name: str) -> None:
         warnings.simplefilter("ignore", FutureWarning)
         from google.cloud.monitoring_dashboard_v1 import types as api
 
-    plan = dashboard_plan(stack(name), name)
+    plan = dashboard_plan(shipped_config(name), name)
     board = api.Dashboard.from_json(plan.json_text(), ignore_unknown_fields=False)
     queries = [
         ds.time_series_query.prometheus_query
@@ -182,7 +179,7 @@ def test_dashboard_json_parses_as_the_apis_dashboard_message(name: str) -> None:
 
 
 def test_dashboard_picture_has_a_band_per_row_and_a_box_per_chart() -> None:
-    plan = dashboard_plan(stack("prod-dws"), "prod-dws")
+    plan = dashboard_plan(shipped_config("prod-dws"), "prod-dws")
     svg = render_dashboard_svg(plan.to_json())
     assert svg.count('class="pool-row"') == 2
     assert svg.count('class="panel"') == sum(len(r.panels) for r in plan.rows)
@@ -296,7 +293,7 @@ def exposition(cfg: StackConfig, tick: int) -> str:
 @pytest.mark.slow
 @pytest.mark.prometheus
 def test_every_query_parses_and_finds_its_series_on_a_real_prometheus(tmp_path: Path) -> None:
-    cfg = stack("prod-dws")
+    cfg = shipped_config("prod-dws")
     plan = dashboard_plan(cfg, "prod-dws")
     alert = idle_alert_plan(cfg, "prod-dws")
     assert alert is not None

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.planning.test_startup import cfg, problems_of, stack, with_
 from tests.support.kuberay_schema import schema_errors
 from tests.support.plans import ROOT
+from tests.support.stacks import prod_config, prod_problems, stack_file_values, with_value
 from tpuray.components.catalog.gke_versions import gke_alias_for
 from tpuray.components.config import parse_stack_config
 from tpuray.components.config.startup import GCSFUSE_PROFILES_MIN_GKE
@@ -28,11 +28,11 @@ def profiled(
     name: str = "prod", version: str | None = gke_alias_for(GCSFUSE_PROFILES_MIN_GKE), **mounts: Any
 ) -> dict[str, Any]:
     """Stack ``name`` with ``mounts`` (checkpointMount, dataMount) replaced, on cluster version ``version``."""
-    values = stack(name)
+    values = stack_file_values(name)
     if version is not None:
-        values = with_(values, "cluster.minMasterVersion", version)
+        values = with_value(values, "cluster.minMasterVersion", version)
     for key, value in mounts.items():
-        values = with_(values, f"startup.{key}", value)
+        values = with_value(values, f"startup.{key}", value)
     return values
 
 
@@ -43,19 +43,19 @@ def volume(pod: dict[str, Any], name: str) -> dict[str, Any]:
 # ---- the config --------------------------------------------------------------------------------------------------
 def test_a_profile_below_its_gke_version_is_refused_with_the_field_and_the_floor() -> None:
     # prod sets no minMasterVersion: the TPU pools need 1.33.0-gke.1712000, below the profiles' floor
-    found = dict(problems_of(profiled(version=None, checkpointMount=PROFILED)))
+    found = dict(prod_problems(profiled(version=None, checkpointMount=PROFILED)))
     assert list(found) == ["startup.checkpointMount.profile"]
     assert GCSFUSE_PROFILES_MIN_GKE in found["startup.checkpointMount.profile"]
     assert "1.33.0-gke.1712000" in found["startup.checkpointMount.profile"]
     assert "release channel REGULAR" in found["startup.checkpointMount.profile"]
-    older = dict(problems_of(profiled(version="1.35.0", dataMount={"bucket": "c0rpus", **PROFILED})))
+    older = dict(prod_problems(profiled(version="1.35.0", dataMount={"bucket": "c0rpus", **PROFILED})))
     assert list(older) == ["startup.dataMount.profile"]
 
 
 @pytest.mark.parametrize("version", [gke_alias_for(GCSFUSE_PROFILES_MIN_GKE), "1.35", "1.36.0", "1.36"])
 def test_a_profile_on_a_version_that_ships_it_is_accepted(version: str) -> None:
     # "1.35" is an alias GKE resolves to its newest patch (config_types.gke_version_meets)
-    c = cfg(profiled(version=version, checkpointMount=PROFILED))
+    c = prod_config(profiled(version=version, checkpointMount=PROFILED))
     assert c.startup.checkpoint_mount.profile == "checkpointing"
 
 
@@ -70,30 +70,30 @@ def test_a_profile_on_a_version_that_ships_it_is_accepted(version: str) -> None:
     ],
 )
 def test_a_profile_beside_hand_tuned_options_is_refused_naming_the_option(option: dict[str, Any], field: str) -> None:
-    found = dict(problems_of(profiled(checkpointMount={**PROFILED, **option})))
+    found = dict(prod_problems(profiled(checkpointMount={**PROFILED, **option})))
     assert list(found) == [f"startup.checkpointMount.{field}"]
     assert "gcsfusecsi-checkpointing" in found[f"startup.checkpointMount.{field}"]
 
 
 def test_a_profile_needs_the_bucket_scan_granted_and_a_grant_needs_a_profile() -> None:
-    found = dict(problems_of(profiled(checkpointMount={"profile": "training"})))
+    found = dict(prod_problems(profiled(checkpointMount={"profile": "training"})))
     assert list(found) == ["startup.checkpointMount.profileScanGranted"]
     assert "roles/storage.legacyBucketReader" in found["startup.checkpointMount.profileScanGranted"]
     assert "container-engine-robot" in found["startup.checkpointMount.profileScanGranted"]
-    alone = problems_of(profiled(checkpointMount={"profileScanGranted": True}))
+    alone = prod_problems(profiled(checkpointMount={"profileScanGranted": True}))
     assert [p for p, _ in alone] == ["startup.checkpointMount.profileScanGranted"]
 
 
 def test_serving_and_unknown_profiles_are_refused() -> None:
     for name in ("serving", "aiml-training"):
-        assert [p for p, _ in problems_of(profiled(checkpointMount={**PROFILED, "profile": name}))] == [
+        assert [p for p, _ in prod_problems(profiled(checkpointMount={**PROFILED, "profile": name}))] == [
             "startup.checkpointMount.profile"
         ]
 
 
 # ---- the plan ----------------------------------------------------------------------------------------------------
 def test_a_profiled_checkpoint_mount_is_a_claim_of_the_profile_class_in_a_valid_raycluster() -> None:
-    c = cfg(profiled(checkpointMount=PROFILED))
+    c = prod_config(profiled(checkpointMount=PROFILED))
     params = plan_stack(c, "prod").ray.params
     manifest = ray_cluster_manifest(params)
     assert schema_errors(manifest) == []
@@ -153,7 +153,7 @@ def test_the_program_declares_the_volume_and_claim_before_the_ray_cluster(tmp_pa
 
 
 def test_without_a_profile_nothing_changes() -> None:
-    params = plan_stack(cfg(stack("prod")), "prod").ray.params
+    params = plan_stack(prod_config(stack_file_values("prod")), "prod").ray.params
     assert profile_claims(params.startup, params.checkpoint_bucket, params.namespace) == []
 
 
@@ -165,7 +165,7 @@ def test_the_volume_and_claim_are_what_the_kubernetes_api_reads() -> None:
 
     from kubernetes.client import ApiClient
 
-    c = cfg(profiled(checkpointMount=PROFILED, dataMount={"bucket": "tpuray-prod-corpus", **PROFILED}))
+    c = prod_config(profiled(checkpointMount=PROFILED, dataMount={"bucket": "tpuray-prod-corpus", **PROFILED}))
     params = plan_stack(c, "prod").ray.params
     objs = profile_claims(params.startup, params.checkpoint_bucket, params.namespace, {"app": "tpuray"})
     assert [o["kind"] for o in objs] == ["PersistentVolume", "PersistentVolumeClaim"] * 2

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tests.support import engine_run as er
 from tests.support.kuberay_schema import schema_errors as kuberay_schema_errors
 from tests.support.kueue_schema import cel_problems, schema_errors, scope_of
-from tests.support.slices import ALL_SLICES, capacity_st, kueue_of, node_pools, pool, supported
+from tests.support.slices import ALL_SLICES, capacity_st, kueue_objects, kueue_of, node_pools, pool, supported
+from tests.support.stacks import queued_values, shipped_config
 from tpuray.components.catalog.cloud_limits import GKE_MAX_NODES_PER_CLUSTER
 from tpuray.components.catalog.names import (
     GKE_ACCELERATOR_LABEL,
@@ -25,51 +25,17 @@ from tpuray.components.catalog.names import (
     TPU_RESOURCE,
 )
 from tpuray.components.catalog.tpu_locations import TPU_ZONES
-from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config
+from tpuray.components.config import ConfigError, StackConfig, parse_stack_config
 from tpuray.components.planning.kuberay import ray_job_manifest
-from tpuray.components.planning.kueue import DWS_PROVISIONING_CLASS, KueueSpec
+from tpuray.components.planning.kueue import DWS_PROVISIONING_CLASS
 from tpuray.components.planning.kueue_checks import MAX_POD_SETS, check_kueue_ray_job
 from tpuray.components.planning.pool_plan import pool_plan
 from tpuray.components.planning.stack_plan import plan_stack
 
-DWS = er.ROOT / "Pulumi.prod-dws.yaml"
-
-
-def dws() -> StackConfig:
-    return load_stack_file(DWS)
-
-
-def base(**overrides: Any) -> dict[str, Any]:
-    v: dict[str, Any] = {
-        "project": "tpuray-test-proj",
-        "region": "us-east5",
-        "zone": "us-east5-a",
-        "cluster": {"name": "tpu"},
-        "slicePools": [
-            {"name": "res", "generation": "v5p", "topology": "2x2x2", "capacity": {"type": "on-demand"}},
-            {
-                "name": "dws",
-                "generation": "v6e",
-                "topology": "4x4",
-                "slices": 1,  # the training job's queued pool: one slice per ProvisioningRequest (config rules)
-                "capacity": {"type": "queued", "maxRunDuration": "24h"},
-            },
-        ],
-        "kueue": {"enabled": True},
-        "ray": {"jobMode": "ephemeral"},
-        "workload": {"slicePool": "dws"},
-    }
-    v.update(overrides)
-    return v
-
-
-def by_kind(plan: KueueSpec, kind: str) -> list[dict[str, Any]]:
-    return [o for o in plan.objects if o["kind"] == kind]
-
 
 # ---- CRD validity ----------------------------------------------------------------------------------------
 def test_every_object_of_the_dws_stack_is_crd_valid() -> None:
-    plan = kueue_of(dws(), {"app.kubernetes.io/managed-by": "pulumi"})
+    plan = kueue_of(shipped_config("prod-dws"), {"app.kubernetes.io/managed-by": "pulumi"})
     kinds = {o["kind"] for o in plan.objects}
     assert kinds == {
         "ResourceFlavor",
@@ -87,14 +53,14 @@ def test_every_object_of_the_dws_stack_is_crd_valid() -> None:
 
 
 def test_schema_check_is_not_vacuous() -> None:
-    plan = kueue_of(dws())
-    cq = copy.deepcopy(by_kind(plan, "ClusterQueue")[0])
+    plan = kueue_of(shipped_config("prod-dws"))
+    cq = copy.deepcopy(kueue_objects(plan, "ClusterQueue")[0])
     cq["spec"]["admissionChecks"] = ["x"]  # v1beta1's field: gone in v1beta2
     assert schema_errors(cq)
-    rf = copy.deepcopy(by_kind(plan, "ResourceFlavor")[1])
+    rf = copy.deepcopy(kueue_objects(plan, "ResourceFlavor")[1])
     rf["spec"]["tolerations"][0]["operator"] = "Exists"  # Exists with a value breaks a CEL rule
     assert cel_problems(rf)
-    cq2 = copy.deepcopy(by_kind(plan, "ClusterQueue")[0])
+    cq2 = copy.deepcopy(kueue_objects(plan, "ClusterQueue")[0])
     cq2["spec"]["resourceGroups"][0]["flavors"][1]["resources"].pop()
     assert cel_problems(cq2)
 
@@ -132,7 +98,7 @@ def test_quota_equals_each_pools_chips_at_maximum_size(pools: list[Any]) -> None
         }
     )
     plan = kueue_of(cfg)
-    cq = by_kind(plan, "ClusterQueue")[0]
+    cq = kueue_objects(plan, "ClusterQueue")[0]
     assert schema_errors(cq) == [] and cel_problems(cq) == []
     quota = {
         f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]}
@@ -167,12 +133,12 @@ def assign(pod: Mapping[str, Any], flavors: Sequence[Mapping[str, Any]], quota: 
 
 
 def test_head_submitter_and_each_worker_group_land_on_the_intended_flavor() -> None:
-    cfg = dws()
+    cfg = shipped_config("prod-dws")
     plan = kueue_of(cfg)
-    cq = by_kind(plan, "ClusterQueue")[0]["spec"]["resourceGroups"][0]["flavors"]
+    cq = kueue_objects(plan, "ClusterQueue")[0]["spec"]["resourceGroups"][0]["flavors"]
     quota = {f["name"]: next(r["nominalQuota"] for r in f["resources"] if r["name"] == TPU_RESOURCE) for f in cq}
     flavors = sorted(
-        by_kind(plan, "ResourceFlavor"), key=lambda f: [c["name"] for c in cq].index(f["metadata"]["name"])
+        kueue_objects(plan, "ResourceFlavor"), key=lambda f: [c["name"] for c in cq].index(f["metadata"]["name"])
     )
     job = ray_job_manifest(plan_stack(cfg, "test").job)
     spec = job["spec"]["rayClusterSpec"]
@@ -190,9 +156,9 @@ def test_head_submitter_and_each_worker_group_land_on_the_intended_flavor() -> N
 
 
 def test_flavor_labels_are_the_labels_the_pools_nodes_carry() -> None:
-    cfg = dws()
+    cfg = shipped_config("prod-dws")
     plan = kueue_of(cfg)
-    flavors = {f["metadata"]["name"]: f["spec"] for f in by_kind(plan, "ResourceFlavor")}
+    flavors = {f["metadata"]["name"]: f["spec"] for f in kueue_objects(plan, "ResourceFlavor")}
     for p in cfg.slice_pools:
         spec = flavors[plan.quota_of(p.name).flavor]
         for np in pool_plan(cfg, p).node_pools:
@@ -206,15 +172,15 @@ def test_flavor_labels_are_the_labels_the_pools_nodes_carry() -> None:
 
 
 def test_queued_pool_gets_a_provisioning_request_check() -> None:
-    plan = kueue_of(dws())
-    [prc] = by_kind(plan, "ProvisioningRequestConfig")
-    [ac] = by_kind(plan, "AdmissionCheck")
+    plan = kueue_of(shipped_config("prod-dws"))
+    [prc] = kueue_objects(plan, "ProvisioningRequestConfig")
+    [ac] = kueue_objects(plan, "AdmissionCheck")
     assert prc["spec"]["provisioningClassName"] == DWS_PROVISIONING_CLASS == "queued-provisioning.gke.io"
     assert prc["spec"]["managedResources"] == [TPU_RESOURCE]
     assert prc["spec"]["parameters"] == {"maxRunDurationSeconds": str(7 * 86400)}
     assert ac["spec"]["controllerName"] == "kueue.x-k8s.io/provisioning-request"
     assert ac["spec"]["parameters"]["name"] == prc["metadata"]["name"]
-    cq = by_kind(plan, "ClusterQueue")[0]
+    cq = kueue_objects(plan, "ClusterQueue")[0]
     assert cq["spec"]["admissionChecksStrategy"]["admissionChecks"] == [
         {"name": ac["metadata"]["name"], "onFlavors": [plan.quota_of("v6e-dws").flavor]}
     ]
@@ -222,25 +188,29 @@ def test_queued_pool_gets_a_provisioning_request_check() -> None:
 
 
 def test_quota_sums_pod_sizes_in_any_quantity_form_the_config_accepts() -> None:
-    v = base(ray={"jobMode": "ephemeral", "workerCpu": "7500m", "workerMemory": "68719476736", "headCpu": "2"})
+    v = queued_values(ray={"jobMode": "ephemeral", "workerCpu": "7500m", "workerMemory": "68719476736", "headCpu": "2"})
     plan = kueue_of(parse_stack_config(v))
     # v6e 4x4 pool: 1 slice x 4 hosts = 4 worker pods of 7.5 CPU and 64Gi
     assert (plan.quota_of("dws").cpu, plan.quota_of("dws").memory) == ("30", "256Gi")
     assert plan.quota_of("res").cpu == "15"  # v5p 2x2x2: 1 slice x 2 hosts
     with pytest.raises(ConfigError, match="workerMemory"):
-        parse_stack_config(base(ray={"jobMode": "ephemeral", "workerMemory": "lots"}))
+        parse_stack_config(queued_values(ray={"jobMode": "ephemeral", "workerMemory": "lots"}))
 
 
 # ---- the ephemeral RayJob ----------------------------------------------------------------------------------
 def test_ephemeral_job_is_queue_labelled_suspended_and_carries_the_training_pool() -> None:
-    cfg = dws()
+    cfg = shipped_config("prod-dws")
     plan = kueue_of(cfg)
     [job] = plan_stack(cfg, "test").manifests  # no shared RayCluster in ephemeral mode
     assert job["kind"] == "RayJob" and kuberay_schema_errors(job) == []
     labels = job["metadata"]["labels"]
-    assert labels[KUEUE_QUEUE_NAME_LABEL] == plan.local_queue == by_kind(plan, "LocalQueue")[0]["metadata"]["name"]
-    assert labels[KUEUE_PRIORITY_CLASS_LABEL] in {o["metadata"]["name"] for o in by_kind(plan, "WorkloadPriorityClass")}
-    assert job["metadata"]["namespace"] == by_kind(plan, "LocalQueue")[0]["metadata"]["namespace"]
+    assert (
+        labels[KUEUE_QUEUE_NAME_LABEL] == plan.local_queue == kueue_objects(plan, "LocalQueue")[0]["metadata"]["name"]
+    )
+    assert labels[KUEUE_PRIORITY_CLASS_LABEL] in {
+        o["metadata"]["name"] for o in kueue_objects(plan, "WorkloadPriorityClass")
+    }
+    assert job["metadata"]["namespace"] == kueue_objects(plan, "LocalQueue")[0]["metadata"]["namespace"]
     spec = job["spec"]
     assert spec["suspend"] is True and spec["shutdownAfterJobFinishes"] is True and "clusterSelector" not in spec
     cluster = spec["rayClusterSpec"]
@@ -252,7 +222,7 @@ def test_ephemeral_job_is_queue_labelled_suspended_and_carries_the_training_pool
 
 
 def test_kueue_job_checks_catch_what_kueue_rejects() -> None:
-    job = ray_job_manifest(plan_stack(dws(), "test").job)
+    job = ray_job_manifest(plan_stack(shipped_config("prod-dws"), "test").job)
     cases: list[tuple[str, Any]] = [
         ("enableInTreeAutoscaling", lambda j: j["spec"]["rayClusterSpec"].update(enableInTreeAutoscaling=True)),
         ("shutdownAfterJobFinishes", lambda j: j["spec"].update(shutdownAfterJobFinishes=False)),
@@ -272,7 +242,7 @@ def test_kueue_job_checks_catch_what_kueue_rejects() -> None:
 
 
 def test_shared_mode_leaves_queued_pools_out_of_the_long_lived_cluster() -> None:
-    v = base(ray={"jobMode": "shared"}, workload={"slicePool": "res"})
+    v = queued_values(ray={"jobMode": "shared"}, workload={"slicePool": "res"})
     cfg = parse_stack_config(v)
     planned = plan_stack(cfg, "test")
     assert not planned.ephemeral and [g.name for g in planned.ray.params.groups] == ["res"]
@@ -361,13 +331,13 @@ def test_shared_mode_leaves_queued_pools_out_of_the_long_lived_cluster() -> None
 )
 def test_capacity_and_maintenance_rules_name_their_path(overrides: dict[str, Any], path: str, needle: str) -> None:
     with pytest.raises(ConfigError) as err:
-        parse_stack_config(base(**overrides))
+        parse_stack_config(queued_values(**overrides))
     found = [(p, m) for p, m in err.value.problems if p == path]
     assert found and any(needle in m for _, m in found), err.value.problems
 
 
 def test_pool_rules_name_their_pool() -> None:
-    v = base()
+    v = queued_values()
     v["slicePools"][0]["autoUpgrade"] = False
     v["slicePools"][0]["name"] = "head"
     with pytest.raises(ConfigError) as err:
@@ -381,7 +351,7 @@ def test_pool_rules_name_their_pool() -> None:
 
 def test_every_pool_queued_still_renders_in_ephemeral_mode() -> None:
     """A shared RayCluster would have no worker group; ephemeral mode declares none and still has its job."""
-    v = base(workload={})
+    v = queued_values(workload={})
     v["slicePools"] = [v["slicePools"][1]]
     cfg = parse_stack_config(v)
     planned = plan_stack(cfg, "test")
@@ -394,7 +364,7 @@ def test_every_pool_queued_still_renders_in_ephemeral_mode() -> None:
 
 
 def test_rules_run_even_when_another_section_is_invalid() -> None:
-    v = base(kueue={"enabled": False}, region="Nowhere")
+    v = queued_values(kueue={"enabled": False}, region="Nowhere")
     with pytest.raises(ConfigError) as err:
         parse_stack_config(v)
     paths = {p for p, _ in err.value.problems}

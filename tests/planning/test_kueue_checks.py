@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 
-from tests.planning.test_kueue import base, by_kind
-from tests.support.slices import kueue_of
+from tests.support.slices import kueue_objects, kueue_of
+from tests.support.stacks import queued_values
 from tpuray.components.catalog.names import TPU_RESOURCE
 from tpuray.components.catalog.quantity import parse_quantity
 from tpuray.components.config import StackConfig
@@ -16,7 +16,7 @@ from tpuray.components.planning.stack_plan import plan_stack
 
 
 def test_kueue_admits_up_to_18_pod_sets() -> None:
-    cfg = StackConfig.model_validate(base())
+    cfg = StackConfig.model_validate(queued_values())
     job = ray_job_manifest(plan_stack(cfg, "test").job)
     assert MAX_POD_SETS == 18
     groups = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
@@ -29,13 +29,13 @@ def test_kueue_admits_up_to_18_pod_sets() -> None:
 
 
 def test_system_quota_counts_the_submitter_template_the_job_carries() -> None:
-    cfg = StackConfig.model_validate(base())
+    cfg = StackConfig.model_validate(queued_values())
     plan = kueue_of(cfg)
     job = ray_job_manifest(plan_stack(cfg, "test").job)
     spec = job["spec"]
     head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
     submitter = spec["submitterPodTemplate"]["spec"]["containers"][0]["resources"]["requests"]
-    cq = by_kind(plan, "ClusterQueue")[0]
+    cq = kueue_objects(plan, "ClusterQueue")[0]
     system = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == plan.system_flavor)
     quota = {r["name"]: r["nominalQuota"] for r in system["resources"]}
     assert quota[TPU_RESOURCE] == 0
@@ -47,7 +47,7 @@ def test_system_quota_counts_the_submitter_template_the_job_carries() -> None:
 
 
 def test_queue_labelled_job_on_an_existing_cluster_is_refused_as_tpurays_rule() -> None:
-    cfg = StackConfig.model_validate(base())
+    cfg = StackConfig.model_validate(queued_values())
     job = ray_job_manifest(plan_stack(cfg, "test").job)
     both = copy.deepcopy(job)
     both["spec"]["clusterSelector"] = {"ray.io/cluster": "x"}

@@ -10,6 +10,7 @@ import pytest
 
 from tests.support import engine_run as er
 from tests.support.kuberay_schema import schema_errors
+from tests.support.stacks import v6e_config
 from tpuray.components.catalog.names import (
     HEAD_PORTS,
     RAY_CLUSTER_POD_LABEL,
@@ -24,7 +25,7 @@ from tpuray.components.catalog.names import (
 )
 from tpuray.components.catalog.runtimes import RuntimeBackend, union_ports
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.components.config import StackConfig, load_stack_file, parse_stack_config
+from tpuray.components.config import load_stack_file
 from tpuray.components.planning.kuberay import ray_cluster_manifest, ray_start_ports
 from tpuray.components.planning.network_policy import (
     DEFAULT_DENY,
@@ -36,18 +37,6 @@ from tpuray.components.planning.pod_security import restricted_problems
 from tpuray.components.planning.stack_plan import plan_stack
 
 ROOT = er.ROOT
-
-
-def stack(**overrides: Any) -> StackConfig:
-    base: dict[str, Any] = {
-        "project": "tpuray-test-proj",
-        "region": "us-east5",
-        "zone": "us-east5-a",
-        "cluster": {"name": "tpu", "masterAuthorizedNetworks": [{"cidr": "198.51.100.0/24"}]},
-        "slicePools": [{"name": "v6e", "generation": "v6e", "topology": "4x4", "slices": 2}],
-    }
-    base.update(overrides)
-    return parse_stack_config(base)
 
 
 def _pods(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -84,7 +73,7 @@ def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_token_auth_by_auth_options_and_by_env_only_where_a_component_asks() -> None:
-    cluster, job = plan_stack(stack(), "test").manifests
+    cluster, job = plan_stack(v6e_config(), "test").manifests
     assert cluster["spec"]["authOptions"] == {"mode": "token", "secretName": "tpu-ray-auth"}
     for _, pod in _pods(cluster):  # KubeRay injects the variables
         assert "RAY_AUTH_MODE" not in _env(pod["containers"][0])
@@ -92,7 +81,7 @@ def test_token_auth_by_auth_options_and_by_env_only_where_a_component_asks() -> 
     assert "RAY_AUTH_TOKEN" in _env(_pods(job)[0][1]["containers"][0])
 
     # the env path: what the planners render for a RayAuth without authOptions (no stack: see test_config_cloud_limits)
-    params = plan_stack(stack(), "test").ray.params
+    params = plan_stack(v6e_config(), "test").ray.params
     assert params.auth is not None
     env_cluster = ray_cluster_manifest(replace(params, auth=replace(params.auth, auth_options=False)))
     assert "authOptions" not in env_cluster["spec"]
@@ -103,7 +92,7 @@ def test_token_auth_by_auth_options_and_by_env_only_where_a_component_asks() -> 
 
 
 def test_every_ray_port_is_pinned_and_allowed_between_the_pods_of_a_cluster() -> None:
-    cluster, _job = plan_stack(stack(), "test").manifests
+    cluster, _job = plan_stack(v6e_config(), "test").manifests
     head = cluster["spec"]["headGroupSpec"]
     worker = cluster["spec"]["workerGroupSpecs"][0]
     for params in (head["rayStartParams"], worker["rayStartParams"]):

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.config.test_config import values
-from tests.config.test_serving_config import SERVE_POOL
 from tests.support import engine_run as er
 from tests.support.kuberay_schema import crd_dir, served_validator, tpu_chip_mismatches
+from tests.support.stacks import SERVE_POOL, SERVING, shipped_values
 from tpuray.components.catalog.names import KUEUE_QUEUE_NAME_LABEL, RAY_CLUSTER_POD_LABEL, WEBHOOK_POD_LABEL
 from tpuray.components.config import StackConfig, parse_stack_config
 from tpuray.components.planning.kuberay import ray_cluster_manifest
@@ -20,19 +19,10 @@ from tpuray.components.planning.network_policy import allowed_ingress_ports, net
 from tpuray.components.planning.serving import ray_service_manifest
 from tpuray.components.planning.stack_plan import StackPlan, plan_stack
 
-SERVING: dict[str, Any] = {
-    "name": "chat",
-    "importPath": "chat.app:app",
-    "slicePool": "v5e-serve",
-    "replicas": 2,
-    "minSlices": 1,
-    "maxSlices": 4,
-}
-
 
 def config(serving: dict[str, Any] | None = None, **sections: Any) -> StackConfig:
     """The dev stack with the v5e 4x4 pool, and ``serving`` (``SERVING`` when None) unless it is ``{}``."""
-    v = values("dev")
+    v = shipped_values("dev")
     v["slicePools"].append(copy.deepcopy(SERVE_POOL))
     if serving != {}:
         v["serving"] = {**SERVING, **(serving or {})}

@@ -4,44 +4,22 @@ config refuses before any cloud call."""
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.support.kuberay_schema import schema_errors
+from tests.support.stacks import prod_config, prod_problems, stack_file_values, with_value
 from tpuray.components.catalog.compile_cache_key import CACHE_DIR_ENV, CACHE_URL_ENV, WORKER_IMAGE_ENV, CompileCacheKey
 from tpuray.components.catalog.topology import TpuSlice
-from tpuray.components.config import ConfigError, StackConfig, parse_stack_config
-from tpuray.components.config.base import Problem
+from tpuray.components.config import StackConfig, parse_stack_config
 from tpuray.components.planning.kuberay import ray_cluster_manifest, ray_job_manifest
 from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.planning.startup import FUSE_CACHE_VOLUME, first_step_waits
 
-ROOT = Path(__file__).resolve().parents[2]
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
 AR_WORKER = "us-docker.pkg.dev/tpuray-prod-project/tpuray/worker@"
-
-
-def stack(name: str) -> dict[str, Any]:
-    doc = yaml.safe_load((ROOT / f"Pulumi.{name}.yaml").read_text())
-    return {k.split(":", 1)[1]: v for k, v in doc["config"].items()}
-
-
-def with_(values: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    out = copy.deepcopy(values)
-    node = out
-    *parents, last = path.split(".")
-    for p in parents:
-        node = node.setdefault(p, {})
-    node[last] = value
-    return out
-
-
-def cfg(values: dict[str, Any]) -> StackConfig:
-    return parse_stack_config(values, stack="prod")
 
 
 def worker_env(config: StackConfig) -> dict[str, str]:
@@ -54,28 +32,23 @@ def cache_key(config: StackConfig) -> str:
     return first_step_waits(config, config.workload_pool())["compile_cache"]
 
 
-def problems_of(values: dict[str, Any]) -> list[Problem]:
-    with pytest.raises(ConfigError) as e:
-        cfg(values)
-    return e.value.problems
-
-
 # ---- the key ---------------------------------------------------------------------------------------------------
 def test_the_key_follows_the_image_digest_and_the_slice_shape_not_the_learning_rate() -> None:
-    base = with_(stack("prod"), "ray.workerImage", AR_WORKER + DIGEST_A)
-    key = cache_key(cfg(base))
+    base = with_value(stack_file_values("prod"), "ray.workerImage", AR_WORKER + DIGEST_A)
+    key = cache_key(prod_config(base))
     assert "aaaaaaaaaaaaaaaa" in key and "v5p-128-4x4x4-x2" in key
-    assert cache_key(cfg(with_(base, "workload.learningRate", 1e-4))) == key
-    assert worker_env(cfg(with_(base, "workload.learningRate", 1e-4))) == worker_env(cfg(base))
-    other_image = cfg(with_(base, "ray.workerImage", AR_WORKER + DIGEST_B))
+    assert cache_key(prod_config(with_value(base, "workload.learningRate", 1e-4))) == key
+    assert worker_env(prod_config(with_value(base, "workload.learningRate", 1e-4))) == worker_env(prod_config(base))
+    other_image = prod_config(with_value(base, "ray.workerImage", AR_WORKER + DIGEST_B))
     assert cache_key(other_image) != key and "bbbbbbbbbbbbbbbb" in cache_key(other_image)
     assert worker_env(other_image)[WORKER_IMAGE_ENV] == AR_WORKER + DIGEST_B
     pools = copy.deepcopy(base["slicePools"])
     pools[0]["topology"] = "2x2x4"
-    other_shape = cfg(with_(base, "slicePools", pools))
+    other_shape = prod_config(with_value(base, "slicePools", pools))
     assert cache_key(other_shape) != key and "v5p-32-2x2x4-x2" in cache_key(other_shape)
     pools[0]["topology"], pools[0]["slices"] = "4x4x4", 1
-    assert "v5p-128-4x4x4-x1" in cache_key(cfg(with_(base, "slicePools", pools)))  # a multislice program differs
+    # a multislice program differs
+    assert "v5p-128-4x4x4-x1" in cache_key(prod_config(with_value(base, "slicePools", pools)))
 
 
 def test_the_key_is_backend_runtime_shape_image() -> None:
@@ -95,30 +68,32 @@ def test_the_key_is_backend_runtime_shape_image() -> None:
 
 
 def test_workers_get_the_cache_root_and_the_image_and_the_head_does_not() -> None:
-    c = cfg(stack("prod"))
+    c = prod_config(stack_file_values("prod"))
     env = worker_env(c)
     assert env[CACHE_DIR_ENV] == "/checkpoints/compile-cache"
     assert env[CACHE_URL_ENV] == f"gs://{c.checkpoint_bucket}/compile-cache"
     head = ray_cluster_manifest(plan_stack(c, "prod").ray.params)["spec"]["headGroupSpec"]
     assert CACHE_DIR_ENV not in str(head)
-    off = cfg(with_(stack("prod"), "startup.compileCache.enabled", False))
+    off = prod_config(with_value(stack_file_values("prod"), "startup.compileCache.enabled", False))
     assert CACHE_DIR_ENV not in worker_env(off) and "off" in cache_key(off)
 
 
 # ---- the bucket and its identity ------------------------------------------------------------------------------
 def test_a_cache_bucket_in_another_project_without_access_is_refused_with_the_field() -> None:
-    values = with_(stack("prod"), "startup.compileCache", {"bucket": "shared-xla-cache", "bucketProject": "other-proj"})
-    found = problems_of(values)
+    values = with_value(
+        stack_file_values("prod"), "startup.compileCache", {"bucket": "shared-xla-cache", "bucketProject": "other-proj"}
+    )
+    found = prod_problems(values)
     assert [p for p, _ in found] == ["startup.compileCache.bucket"]
     assert "other-proj" in found[0][1] and "accessGranted" in found[0][1]
-    granted = cfg(with_(values, "startup.compileCache.accessGranted", True))
+    granted = prod_config(with_value(values, "startup.compileCache.accessGranted", True))
     plan = plan_stack(granted, "prod")
     assert plan.ray.compile_cache_bucket is None  # tpuray grants nothing in another project
     assert worker_env(granted)[CACHE_DIR_ENV] == "/compile-cache/compile-cache"
 
 
 def test_a_cache_bucket_of_its_own_is_mounted_and_granted() -> None:
-    c = cfg(with_(stack("prod"), "startup.compileCache.bucket", "tpuray-prod-xla-cache"))
+    c = prod_config(with_value(stack_file_values("prod"), "startup.compileCache.bucket", "tpuray-prod-xla-cache"))
     plan = plan_stack(c, "prod")
     assert plan.ray.compile_cache_bucket == "tpuray-prod-xla-cache"
     pod = ray_cluster_manifest(plan.ray.params)["spec"]["workerGroupSpecs"][0]["template"]["spec"]
@@ -130,23 +105,23 @@ def test_a_cache_bucket_of_its_own_is_mounted_and_granted() -> None:
 
 # ---- images ---------------------------------------------------------------------------------------------------
 def test_streaming_a_non_artifact_registry_image_is_refused_with_the_field() -> None:
-    values = with_(stack("prod"), "ray.workerImage", f"docker.io/acme/worker@{DIGEST_A}")
-    found = problems_of(values)
+    values = with_value(stack_file_values("prod"), "ray.workerImage", f"docker.io/acme/worker@{DIGEST_A}")
+    found = prod_problems(values)
     assert [p for p, _ in found] == ["startup.images.streaming"]
     assert "Artifact Registry" in found[0][1]
-    assert cfg(with_(values, "startup.images.streaming", False)).startup.images.streaming is False
+    assert prod_config(with_value(values, "startup.images.streaming", False)).startup.images.streaming is False
 
 
 def test_streaming_without_the_container_file_system_api_is_refused_with_the_field_and_the_command() -> None:
     """Image streaming needs containerfilesystem.googleapis.com, which tpuray does not enable: the stack file says
     the project has it on, or streaming is refused before any cloud call."""
-    values = with_(stack("prod"), "startup.images.containerFileSystemApiEnabled", False)
-    found = problems_of(values)
+    values = with_value(stack_file_values("prod"), "startup.images.containerFileSystemApiEnabled", False)
+    found = prod_problems(values)
     assert [p for p, _ in found] == ["startup.images.containerFileSystemApiEnabled"]
     assert "gcloud services enable containerfilesystem.googleapis.com --project=tpuray-prod-project" in found[0][1]
     # without streaming the API is not needed; with it and the API on, the stack is valid
-    assert not cfg(with_(values, "startup.images.streaming", False)).startup.images.streaming
-    assert cfg(stack("prod")).startup.images.container_file_system_api_enabled
+    assert not prod_config(with_value(values, "startup.images.streaming", False)).startup.images.streaming
+    assert prod_config(stack_file_values("prod")).startup.images.container_file_system_api_enabled
 
 
 def test_a_preloaded_disk_needs_its_gke_version_and_names_it() -> None:
@@ -155,28 +130,28 @@ def test_a_preloaded_disk_needs_its_gke_version_and_names_it() -> None:
 
     # every TPU generation tpuray serves needs a newer GKE than secondary boot disks do: the floor holds today,
     # and the rule is what keeps it when an older version is ever accepted
-    c = cfg(stack("prod-dws"))
+    c = prod_config(stack_file_values("prod-dws"))
     assert gke_version_key(c.master_version) >= gke_version_key(SECONDARY_BOOT_DISK_MIN_GKE)
     assert c.startup.images.preloaded_disk_image is not None
-    bad = with_(stack("prod-dws"), "startup.images.preloadedDiskImage", "tpuray-worker")
-    assert [p for p, _ in problems_of(bad)] == ["startup.images.preloadedDiskImage"]
+    bad = with_value(stack_file_values("prod-dws"), "startup.images.preloadedDiskImage", "tpuray-worker")
+    assert [p for p, _ in prod_problems(bad)] == ["startup.images.preloadedDiskImage"]
 
 
 def test_prod_pools_stream_and_prod_dws_pools_preload_the_worker_image() -> None:
-    prod = plan_stack(cfg(stack("prod")), "prod")
+    prod = plan_stack(prod_config(stack_file_values("prod")), "prod")
     for node_pool in (np for p in prod.pools for np in p.node_pools):
         assert node_pool.image_streaming and node_pool.image_type == "COS_CONTAINERD"
         assert node_pool.secondary_boot_disk is None
-    dws = plan_stack(parse_stack_config(stack("prod-dws"), stack="prod-dws"), "prod-dws")
+    dws = plan_stack(parse_stack_config(stack_file_values("prod-dws"), stack="prod-dws"), "prod-dws")
     for node_pool in (np for p in dws.pools for np in p.node_pools):
         assert node_pool.secondary_boot_disk == "projects/tpuray-prod-project/global/images/tpuray-worker-0-1-0"
-    dev = plan_stack(parse_stack_config(stack("dev"), stack="dev"), "dev")
+    dev = plan_stack(parse_stack_config(stack_file_values("dev"), stack="dev"), "dev")
     assert all(np.image_type is None and not np.image_streaming for p in dev.pools for np in p.node_pools)
 
 
 # ---- GCS FUSE ---------------------------------------------------------------------------------------------------
 def test_prod_checkpoint_mount_is_tuned_and_still_a_valid_raycluster() -> None:
-    manifest = ray_cluster_manifest(plan_stack(cfg(stack("prod")), "prod").ray.params)
+    manifest = ray_cluster_manifest(plan_stack(prod_config(stack_file_values("prod")), "prod").ray.params)
     assert schema_errors(manifest) == []
     pod = manifest["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     attrs = next(v for v in pod["volumes"] if v["name"] == "checkpoints")["csi"]["volumeAttributes"]
@@ -195,8 +170,8 @@ def test_a_data_mount_is_read_only_tuned_granted_and_valid_in_the_rayjob() -> No
         "metadataPrefetch": True,
     }
     # 200Gi in memory fits no e2-standard-8 beside the head (config.node_fit): a system node of 256 GiB holds it
-    values = with_(stack("prod-dws"), "cluster.systemMachineType", "n2-highmem-32")
-    c = parse_stack_config(with_(values, "startup.dataMount", data), stack="prod-dws")
+    values = with_value(stack_file_values("prod-dws"), "cluster.systemMachineType", "n2-highmem-32")
+    c = parse_stack_config(with_value(values, "startup.dataMount", data), stack="prod-dws")
     plan = plan_stack(c, "prod-dws")
     assert plan.ray.data_bucket == "tpuray-prod-corpus"
     job = ray_job_manifest(plan.job)
@@ -223,15 +198,15 @@ def test_a_data_mount_is_read_only_tuned_granted_and_valid_in_the_rayjob() -> No
     ],
 )
 def test_bad_startup_input_names_its_field(path: str, value: Any, field: str) -> None:
-    assert field in [p for p, _ in problems_of(with_(stack("prod"), path, value))]
+    assert field in [p for p, _ in prod_problems(with_value(stack_file_values("prod"), path, value))]
 
 
 def test_plan_says_per_pool_what_the_first_step_waits_for() -> None:
-    c = parse_stack_config(stack("prod-dws"), stack="prod-dws")
+    c = parse_stack_config(stack_file_values("prod-dws"), stack="prod-dws")
     waits = first_step_waits(c, c.slice_pools[1])
     assert waits["image"].startswith("preloaded from disk image projects/tpuray-prod-project/global/images/")
     assert "/compile-cache/xla-{runtime}/v6e-16-4x4-x1/tag-" in waits["compile_cache"]
     assert "pin it by digest" in waits["compile_cache"]  # the worker image is a tag here
     assert "fileCacheCapacity=100Gi" in waits["checkpoints"]
-    dev = parse_stack_config(stack("dev"), stack="dev")
+    dev = parse_stack_config(stack_file_values("dev"), stack="dev")
     assert first_step_waits(dev, dev.slice_pools[0])["image"] == "pulled whole onto every host"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.review.test_security_rules import stack_violations
+from tests.support.policy_runs import stack_violations
 from tpuray.components.catalog.machine_types import schedulable
 from tpuray.components.review.plan import Plan
 from tpuray.components.review.pod_fit import check_pods_fit, node_pools_of

@@ -11,26 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pulumi_policy import ResourceValidationArgs, ResourceValidationPolicy
 
+from tests.support.policy_runs import BY_NAME, violations
 from tpuray.components.review.plan import Plan
 from tpuray.components.review.policy_pack import POLICIES
 from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUSTER, SERVICE
 from tpuray.components.review.rule_types import Resource
 from tpuray.components.review.rules import RULES, check_resources
-
-BY_NAME = {p.name: p for p in POLICIES}
-
-
-def violations(policy: ResourceValidationPolicy, r: dict[str, Any], config: dict[str, Any] | None = None) -> list[str]:
-    found: list[str] = []
-    args = ResourceValidationArgs(r["type"], r["inputs"], r["urn"], r["name"], None, None, config)  # type: ignore[arg-type]
-
-    def report(message: str, urn: str | None = None) -> None:
-        found.append(message)
-
-    policy.validate(args, report)
-    return found
 
 
 def test_every_rule_is_a_policy() -> None:

@@ -12,35 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pulumi_policy import EnforcementLevel, PolicyResource, StackValidationArgs
+from pulumi_policy import EnforcementLevel
 
-from tests.review.test_policy_rules import BY_NAME, violations
+from tests.support.policy_runs import BY_NAME, STACK_BY_NAME, stack_violations, violations
 from tpuray.components.planning.kuberay import ray_cluster_manifest
 from tpuray.components.planning.stack_plan import plan_stack
 from tpuray.components.review import resource_types as kinds
 from tpuray.components.review.plan import Plan, render_stack
-from tpuray.components.review.policy_pack import STACK_POLICIES
 from tpuray.components.review.rules import RULES, STACK_RULES
 from tpuray.components.review.security_rules import PROJECT_IAM_TYPES
 
 Pick = Callable[[str, str, str | None], dict[str, Any]]
-STACK_BY_NAME = {p.name: p for p in STACK_POLICIES}
-
-
-def stack_violations(name: str, resources: list[dict[str, Any]]) -> list[str]:
-    found: list[str] = []
-    args = StackValidationArgs(
-        [
-            PolicyResource(r["type"], r["inputs"], r["urn"], r["name"], None, None, None, [], {})  # type: ignore[arg-type]
-            for r in resources
-        ]
-    )
-
-    def report(message: str, urn: str | None = None) -> None:
-        found.append(message)
-
-    STACK_BY_NAME[name].validate(args, report)
-    return found
 
 
 def test_security_rules_are_in_the_pack() -> None:

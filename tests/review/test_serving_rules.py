@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.config.test_serving_config import SERVE_POOL
-from tests.planning.test_serving import SERVING
 from tests.support import engine_run as er
+from tests.support.stacks import SERVE_POOL, SERVING
 from tpuray.components.config import CostConfig
 from tpuray.components.pricing.table import PriceRow
 from tpuray.components.review.cost import cost_of_plan, cost_table

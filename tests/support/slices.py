@@ -108,3 +108,8 @@ def node_pools(p: SlicePoolConfig, zone: str | None, cluster: str) -> list[NodeP
 def kueue_of(cfg: StackConfig, labels: dict[str, str] | None = None) -> KueueSpec:
     """The Kueue objects of a stack, from its pool plans (as ``plan_stack`` makes them, with ``labels``)."""
     return kueue_spec(cfg, kueue_entries(pool_plans(cfg)), labels)
+
+
+def kueue_objects(plan: KueueSpec, kind: str) -> list[dict[str, Any]]:
+    """The Kueue objects of one ``kind`` (``ClusterQueue``, ``ResourceFlavor``, ...) in ``plan``."""
+    return [o for o in plan.objects if o["kind"] == kind]

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
+from tests.support.paths import REPO
+
 if TYPE_CHECKING:
     from tpuray.workloads.emulation.cluster import EmulatedCluster
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 SHARED_SLICES = (("v5e:2x2", 2), ("v5p:2x2x2", 1), ("v6e:1x1", 1))

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 pytest.importorskip("ray")
 
+from tests.support.emulated_chips import emulated_chip, on_two_chips
 from tpuray.workloads import _ray_compat
 from tpuray.workloads.xla import portable
 
@@ -157,50 +157,6 @@ def test_ddp_over_the_emulated_group_runs_two_graphs_per_step(clean: None) -> No
     assert per_step[-3:] == [2, 2, 2], per_step
 
 
-@contextmanager
-def _emulated_chip(rank: int, world: int, port: int) -> Iterator[Any]:
-    """This spawned process as chip ``rank`` of ``world`` on the emulated slice: the slice's process group and Ray
-    Train's portable API installed, as the backend leaves them; yields the chip's XLA device."""
-    import os
-
-    os.environ["PJRT_DEVICE"] = "CPU"
-    import torch
-    import torch.distributed as dist
-    import torch_xla
-
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        portable.register_emulated_backend(), init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
-    portable.install("CPU")
-    try:
-        yield torch_xla.device()
-    finally:
-        portable.uninstall()
-        dist.destroy_process_group()
-
-
-def _on_two_chips(target: Callable[..., None], *runs: tuple[Any, ...]) -> list[Any]:
-    """Each run of ``runs`` on two emulated chips of its own, all at once: ``target(rank, 2, port, *run, out)`` in a
-    spawned process per chip; returns what every chip put on ``out``."""
-    import multiprocessing as mp
-
-    from tpuray.workloads.emulation.cluster import _free_port
-
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = []
-    for run in runs:
-        port = _free_port()
-        procs += [ctx.Process(target=target, args=(r, 2, port, *run, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=300) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-    return results
-
-
 def _compiles_per_path(rank: int, world: int, port: int, portable_path: bool, out: Any) -> None:
     """One chip of an emulated 2-chip run: 6 steps of the same model, through ``prepare_model``'s DDP
     wrapper (no XLA call in the loop) or ``optimizer_step``'s gradient average and ``torch_xla.sync()``; puts
@@ -213,7 +169,7 @@ def _compiles_per_path(rank: int, world: int, port: int, portable_path: bool, ou
 
     from tpuray.workloads.xla import portable
 
-    with _emulated_chip(rank, world, port) as dev:
+    with emulated_chip(rank, world, port) as dev:
         # optimizer_step has no initial sync: its chips start from one seed. The portable path's start from
         # different ones, and only prepare_model's wrapper (what Ray Train V2 calls) syncs them.
         torch.manual_seed(rank if portable_path else 0)
@@ -250,7 +206,7 @@ def test_the_portable_path_compiles_the_graphs_optimizer_step_does() -> None:
     ``optimizer_step``, and a loop without an XLA call, whose graph Ray's loader does not cut before the last
     batch, one more. ``prepare_model``'s wrapper must compile the same graphs at the same steps, none after the
     first update's, and keep the chips in sync."""
-    results = _on_two_chips(_compiles_per_path, (False,), (True,))
+    results = on_two_chips(_compiles_per_path, (False,), (True,))
     compiles: dict[bool, list[list[int]]] = {False: [], True: []}
     params: dict[bool, list[Any]] = {False: [], True: []}
     for portable_path, n, state in results:
@@ -269,7 +225,7 @@ def _accumulate(rank: int, world: int, port: int, out: Any) -> None:
 
     import torch
 
-    with _emulated_chip(rank, world, port) as dev:
+    with emulated_chip(rank, world, port) as dev:
         loop: Any = importlib.import_module("ray.train.v2.torch.train_loop_utils")
         model = loop.DistributedDataParallel(torch.nn.Linear(2, 1, bias=False).to(dev), device_ids=[dev])
         weight = model.module.weight
@@ -292,7 +248,7 @@ def test_no_sync_accumulates_and_the_next_backward_averages_the_sum() -> None:
     """DDP's gradient accumulation on the emulated slice's wrapper: inside ``no_sync()`` each chip keeps its own
     gradient; the next backward averages the accumulated sums over the chips. DDP's reducer hooks are refused by
     name, not silently ignored."""
-    results = sorted(_on_two_chips(_accumulate, ()))
+    results = sorted(on_two_chips(_accumulate, ()))
     # d(sum(w . x))/dw is the batch's sum of x: 3 rows of (r + 1), then one row of 10 (r + 1)
     assert [local for _, local, _, _ in results] == [[[3.0, 3.0]], [[6.0, 6.0]]]
     mean = ((3.0 + 10.0) + (6.0 + 20.0)) / 2

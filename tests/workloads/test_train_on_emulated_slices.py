@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from tests.workloads.placement.chip_seats import ENV_PREFIXES, Seat, check_seats
-from tests.workloads.signals.goodput_by_hand import check_goodput_by_hand
+from tests.support.chip_seats import ENV_PREFIXES, Seat, check_seats
+from tests.support.goodput_by_hand import check_goodput_by_hand
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads import XlaChipConfig, tpu_scaling_config
 

@@ -20,7 +20,8 @@ under the stack's cache key (:func:`tpuray.workloads.api.compile_cache.enable_to
 kept, as ``set_tpu_launch_env`` keeps it.
 
 torch_tpu has no CPU mode (it registers its device only when it finds a TPU), so this path runs on TPUs only; its
-env is checked here against torch_tpu 0.2.0's own launcher code (``tests/torch_tpu_env``).
+env is checked here against torch_tpu 0.2.0's own launcher code (``tests/test_torch_tpu_launch_env.py``,
+``tests/workloads/torch_tpu/test_tpuray_env_matches_torch_tpu.py``).
 """
 
 from __future__ import annotations

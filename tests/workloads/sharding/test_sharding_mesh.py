@@ -16,14 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.torch_tpu_env.torch_tpu_venv import torch_tpu_python
+from tests.support.torch_tpu_venv import torch_tpu_python
 from tpuray.workloads.sharding.mesh import MeshError, MeshPlan, dcn_mesh_shape, mesh_plan, rank_layout
 
 WHEEL_ENV = "TPURAY_TORCH_TPU_WHEEL"
 """A downloaded torch_tpu 0.2.0 wheel (``pip download --no-deps torch-tpu==0.2.0``), read where the torch_tpu venv
-(tests/torch_tpu_env) is missing. torch_tpu's mesh builder is numpy-only (``_internal/distributed/device_utils.py``
-imports collections, itertools, math, numpy), so the test loads that one file; torch_tpu itself does not install
-beside torch_xla."""
+(tests/support/torch_tpu_venv.py) is missing. torch_tpu's mesh builder is numpy-only
+(``_internal/distributed/device_utils.py`` imports collections, itertools, math, numpy), so the test loads that one
+file; torch_tpu itself does not install beside torch_xla."""
 DEVICE_UTILS = "torch_tpu/_internal/distributed/device_utils.py"
 
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from tests.workloads.signals.goodput_by_hand import check_goodput_by_hand
-from tests.workloads.signals.local_prometheus import LocalPrometheus
+from tests.support.goodput_by_hand import check_goodput_by_hand
+from tests.support.prometheus_server import LocalPrometheus
 from tpuray.components.catalog import metric_names as mn
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.planning.drain import DRAIN_REASON

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.workloads.placement.chip_seats import ENV_PREFIXES, Seat, check_seats
+from tests.support.chip_seats import ENV_PREFIXES, Seat, check_seats
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads import XlaChipConfig, tpu_scaling_config
 

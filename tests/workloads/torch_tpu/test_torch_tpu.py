@@ -1,5 +1,6 @@
 """TorchTPU: the per-device env derivation, the Ray Train callback that sets it, and the per-device scaling config
-(torch_tpu and TPUs are not available here; tests/torch_tpu_env checks the env against torch_tpu's own code)."""
+(torch_tpu and TPUs are not available here; test_tpuray_env_matches_torch_tpu.py checks the env against torch_tpu's
+own code)."""
 
 from __future__ import annotations
 

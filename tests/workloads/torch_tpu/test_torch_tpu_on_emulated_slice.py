@@ -5,8 +5,8 @@ whose driver Ray runs on the head, set up as the stack plans its head pod.
 
 torch_tpu cannot start without a TPU, so a stand-in (``torch_tpu_stub``) registers the ``tpu`` device name and, where
 Ray creates the ``tpu_dist`` group and torch_tpu would start its runtime (``_loader.load()``), records each worker's
-environment and stops the run. What each rank got is checked here against the slice; tests/torch_tpu_env compares
-the same derivation with torch_tpu's own launcher.
+environment and stops the run. What each rank got is checked here against the slice;
+test_tpuray_env_matches_torch_tpu.py compares the same derivation with torch_tpu's own launcher.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workloads.conftest import REPO
+from tests.support.paths import REPO
 from tpuray.components.catalog.names import TORCH_TPU_ENV_CALLBACK
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.emulation.cluster import HeadNode

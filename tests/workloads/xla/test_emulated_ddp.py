@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.workloads.test_ray_compat import _emulated_chip, _on_two_chips
-from tests.workloads.xla.portable_contract import MODEL_ROWS, check_no_sync, make_net, model_rows, run_rows
+from tests.support.emulated_chips import emulated_chip, on_two_chips
+from tests.support.portable_contract import MODEL_ROWS, check_no_sync, make_net, model_rows, run_rows
 
 pytest.importorskip("ray")
 
@@ -28,7 +28,7 @@ def _contract(rank: int, world: int, port: int, emulated: bool, out: Any) -> Non
 
     loop: Any = importlib.import_module("ray.train.v2.torch.train_loop_utils")  # what prepare_model calls
     if emulated:
-        chip: Any = _emulated_chip(rank, world, port)
+        chip: Any = emulated_chip(rank, world, port)
     else:
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -48,7 +48,7 @@ def _contract(rank: int, world: int, port: int, emulated: bool, out: Any) -> Non
 @pytest.fixture(scope="module")
 def runs() -> dict[bool, list[Any]]:
     """Both two-process runs at once: {emulated: [(rows, refusal) by rank]}."""
-    results = sorted(_on_two_chips(_contract, (True,), (False,)), key=lambda r: (r[0], r[1]))
+    results = sorted(on_two_chips(_contract, (True,), (False,)), key=lambda r: (r[0], r[1]))
     return {e: [(rows, refusal) for emulated, _, rows, refusal in results if emulated == e] for e in (True, False)}
 
 

@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from tests.workloads.placement.chip_seats import ENV_PREFIXES, Seat, check_seats
-from tests.workloads.xla import portable_contract
-from tests.workloads.xla.portable_contract import MODEL_ROWS, check_no_sync, make_net, model_rows, run_rows
+from tests.support import portable_contract
+from tests.support.chip_seats import ENV_PREFIXES, Seat, check_seats
+from tests.support.portable_contract import MODEL_ROWS, check_no_sync, make_net, model_rows, run_rows
 from tpuray.workloads import XlaChipConfig, tpu_scaling_config
 from tpuray.workloads.sharding.prepare import FSDP_ON_TPU
 

@@ -12,7 +12,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from tests.torch_tpu_env.torch_tpu_venv import PCI_DEVICE_ID, REPO, installed_versions, run_launch_env
+from tests.support.paths import REPO
+from tests.support.torch_tpu_venv import PCI_DEVICE_ID, installed_versions, run_launch_env
 
 V5E_4X4_HOSTS = [f"v5e-{h}" for h in range(4)]
 V5P_2X2X2_HOSTS = ["v5p-0", "v5p-1"]

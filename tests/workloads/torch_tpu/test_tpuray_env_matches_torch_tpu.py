@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.torch_tpu_env.torch_tpu_venv import PCI_DEVICE_ID, run_launch_env
+from tests.support.torch_tpu_venv import PCI_DEVICE_ID, run_launch_env
 from tpuray.components.catalog.names import (
     RAY_POD_TYPE_LABEL,
     RAY_SLICE_NAME_LABEL,

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 HARNESS = Path(__file__).with_name("launch_env.py")
 PYTHON_ENV = "TPURAY_TORCH_TPU_PYTHON"
 PCI_DEVICE_ID = {"v5e": "0x0063", "v5p": "0x0062", "v6e": "0x006f", "tpu7x": "0x0076"}
