@@ -12,7 +12,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from tests.support.paths import REPO
+from tests.support.paths import ROOT
 from tests.support.torch_tpu_venv import PCI_DEVICE_ID, installed_versions, run_launch_env
 
 V5E_4X4_HOSTS = [f"v5e-{h}" for h in range(4)]
@@ -68,7 +68,7 @@ def test_the_venv_holds_what_the_torch_tpu_extra_admits() -> None:
     """The facts these tests read are those of releases the ``torch-tpu`` extra installs."""
     extra = [
         Requirement(r)
-        for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["torch-tpu"]
+        for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["torch-tpu"]
     ]
     pinned = {r.name: r.specifier for r in extra if r.name in ("torch", "torch-tpu", "libtpu")}
     assert set(pinned) == {"torch", "torch-tpu", "libtpu"}

@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.stacks import STACKS, shipped_values
+from tests.support.stacks import shipped_config, shipped_values
 from tpuray.components.catalog.topology import FLEX_START_MIN_GKE_VERSION
 from tpuray.components.config import (
     ConfigError,
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_dev_stack_is_small_single_host_spot() -> None:
-    cfg = load_stack_file(STACKS["dev"])
+    cfg = shipped_config("dev")
     assert len(cfg.slice_pools) == 1
     pool = cfg.slice_pools[0]
     assert not pool.tpu_slice.multi_host
@@ -40,7 +40,7 @@ def test_dev_stack_is_small_single_host_spot() -> None:
 
 
 def test_prod_stack_is_multihost_multislice_with_protection() -> None:
-    cfg = load_stack_file(STACKS["prod"])
+    cfg = shipped_config("prod")
     assert cfg.cluster.deletion_protection
     v5p = next(p for p in cfg.slice_pools if p.generation == "v5p")
     assert v5p.tpu_slice.multi_host and v5p.slices == 2

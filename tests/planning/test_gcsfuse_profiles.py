@@ -12,7 +12,7 @@ import yaml
 
 from tests.support.kuberay_schema import schema_errors
 from tests.support.plans import ROOT
-from tests.support.stacks import prod_config, prod_problems, stack_file_values, with_value
+from tests.support.stacks import prod_config, prod_problems, shipped_values, with_value
 from tpuray.components.catalog.gke_versions import gke_alias_for
 from tpuray.components.config import parse_stack_config
 from tpuray.components.config.startup import GCSFUSE_PROFILES_MIN_GKE
@@ -28,7 +28,7 @@ def profiled(
     name: str = "prod", version: str | None = gke_alias_for(GCSFUSE_PROFILES_MIN_GKE), **mounts: Any
 ) -> dict[str, Any]:
     """Stack ``name`` with ``mounts`` (checkpointMount, dataMount) replaced, on cluster version ``version``."""
-    values = stack_file_values(name)
+    values = shipped_values(name)
     if version is not None:
         values = with_value(values, "cluster.minMasterVersion", version)
     for key, value in mounts.items():
@@ -153,7 +153,7 @@ def test_the_program_declares_the_volume_and_claim_before_the_ray_cluster(tmp_pa
 
 
 def test_without_a_profile_nothing_changes() -> None:
-    params = plan_stack(prod_config(stack_file_values("prod")), "prod").ray.params
+    params = plan_stack(prod_config(shipped_values("prod")), "prod").ray.params
     assert profile_claims(params.startup, params.checkpoint_bucket, params.namespace) == []
 
 

@@ -215,7 +215,7 @@ def test_job_rules() -> None:
 @pytest.mark.parametrize("stack", ROOT_STACKS)
 def test_stack_entrypoint_parses_with_the_workload_cli(stack: str) -> None:
     train = pytest.importorskip("tpuray.workloads.train")
-    from tests.support.kuberay_schema import ROOT
+    from tests.support.paths import ROOT
 
     cfg = load_stack_file(ROOT / f"Pulumi.{stack}.yaml")
     job = plan_stack(cfg, "test").manifests[-1]

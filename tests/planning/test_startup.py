@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.support.kuberay_schema import schema_errors
-from tests.support.stacks import prod_config, prod_problems, stack_file_values, with_value
+from tests.support.stacks import prod_config, prod_problems, shipped_values, with_value
 from tpuray.components.catalog.compile_cache_key import CACHE_DIR_ENV, CACHE_URL_ENV, WORKER_IMAGE_ENV, CompileCacheKey
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import StackConfig, parse_stack_config
@@ -34,7 +34,7 @@ def cache_key(config: StackConfig) -> str:
 
 # ---- the key ---------------------------------------------------------------------------------------------------
 def test_the_key_follows_the_image_digest_and_the_slice_shape_not_the_learning_rate() -> None:
-    base = with_value(stack_file_values("prod"), "ray.workerImage", AR_WORKER + DIGEST_A)
+    base = with_value(shipped_values("prod"), "ray.workerImage", AR_WORKER + DIGEST_A)
     key = cache_key(prod_config(base))
     assert "aaaaaaaaaaaaaaaa" in key and "v5p-128-4x4x4-x2" in key
     assert cache_key(prod_config(with_value(base, "workload.learningRate", 1e-4))) == key
@@ -68,20 +68,20 @@ def test_the_key_is_backend_runtime_shape_image() -> None:
 
 
 def test_workers_get_the_cache_root_and_the_image_and_the_head_does_not() -> None:
-    c = prod_config(stack_file_values("prod"))
+    c = prod_config(shipped_values("prod"))
     env = worker_env(c)
     assert env[CACHE_DIR_ENV] == "/checkpoints/compile-cache"
     assert env[CACHE_URL_ENV] == f"gs://{c.checkpoint_bucket}/compile-cache"
     head = ray_cluster_manifest(plan_stack(c, "prod").ray.params)["spec"]["headGroupSpec"]
     assert CACHE_DIR_ENV not in str(head)
-    off = prod_config(with_value(stack_file_values("prod"), "startup.compileCache.enabled", False))
+    off = prod_config(with_value(shipped_values("prod"), "startup.compileCache.enabled", False))
     assert CACHE_DIR_ENV not in worker_env(off) and "off" in cache_key(off)
 
 
 # ---- the bucket and its identity ------------------------------------------------------------------------------
 def test_a_cache_bucket_in_another_project_without_access_is_refused_with_the_field() -> None:
     values = with_value(
-        stack_file_values("prod"), "startup.compileCache", {"bucket": "shared-xla-cache", "bucketProject": "other-proj"}
+        shipped_values("prod"), "startup.compileCache", {"bucket": "shared-xla-cache", "bucketProject": "other-proj"}
     )
     found = prod_problems(values)
     assert [p for p, _ in found] == ["startup.compileCache.bucket"]
@@ -93,7 +93,7 @@ def test_a_cache_bucket_in_another_project_without_access_is_refused_with_the_fi
 
 
 def test_a_cache_bucket_of_its_own_is_mounted_and_granted() -> None:
-    c = prod_config(with_value(stack_file_values("prod"), "startup.compileCache.bucket", "tpuray-prod-xla-cache"))
+    c = prod_config(with_value(shipped_values("prod"), "startup.compileCache.bucket", "tpuray-prod-xla-cache"))
     plan = plan_stack(c, "prod")
     assert plan.ray.compile_cache_bucket == "tpuray-prod-xla-cache"
     pod = ray_cluster_manifest(plan.ray.params)["spec"]["workerGroupSpecs"][0]["template"]["spec"]
@@ -105,7 +105,7 @@ def test_a_cache_bucket_of_its_own_is_mounted_and_granted() -> None:
 
 # ---- images ---------------------------------------------------------------------------------------------------
 def test_streaming_a_non_artifact_registry_image_is_refused_with_the_field() -> None:
-    values = with_value(stack_file_values("prod"), "ray.workerImage", f"docker.io/acme/worker@{DIGEST_A}")
+    values = with_value(shipped_values("prod"), "ray.workerImage", f"docker.io/acme/worker@{DIGEST_A}")
     found = prod_problems(values)
     assert [p for p, _ in found] == ["startup.images.streaming"]
     assert "Artifact Registry" in found[0][1]
@@ -115,13 +115,13 @@ def test_streaming_a_non_artifact_registry_image_is_refused_with_the_field() -> 
 def test_streaming_without_the_container_file_system_api_is_refused_with_the_field_and_the_command() -> None:
     """Image streaming needs containerfilesystem.googleapis.com, which tpuray does not enable: the stack file says
     the project has it on, or streaming is refused before any cloud call."""
-    values = with_value(stack_file_values("prod"), "startup.images.containerFileSystemApiEnabled", False)
+    values = with_value(shipped_values("prod"), "startup.images.containerFileSystemApiEnabled", False)
     found = prod_problems(values)
     assert [p for p, _ in found] == ["startup.images.containerFileSystemApiEnabled"]
     assert "gcloud services enable containerfilesystem.googleapis.com --project=tpuray-prod-project" in found[0][1]
     # without streaming the API is not needed; with it and the API on, the stack is valid
     assert not prod_config(with_value(values, "startup.images.streaming", False)).startup.images.streaming
-    assert prod_config(stack_file_values("prod")).startup.images.container_file_system_api_enabled
+    assert prod_config(shipped_values("prod")).startup.images.container_file_system_api_enabled
 
 
 def test_a_preloaded_disk_needs_its_gke_version_and_names_it() -> None:
@@ -130,28 +130,28 @@ def test_a_preloaded_disk_needs_its_gke_version_and_names_it() -> None:
 
     # every TPU generation tpuray serves needs a newer GKE than secondary boot disks do: the floor holds today,
     # and the rule is what keeps it when an older version is ever accepted
-    c = prod_config(stack_file_values("prod-dws"))
+    c = prod_config(shipped_values("prod-dws"))
     assert gke_version_key(c.master_version) >= gke_version_key(SECONDARY_BOOT_DISK_MIN_GKE)
     assert c.startup.images.preloaded_disk_image is not None
-    bad = with_value(stack_file_values("prod-dws"), "startup.images.preloadedDiskImage", "tpuray-worker")
+    bad = with_value(shipped_values("prod-dws"), "startup.images.preloadedDiskImage", "tpuray-worker")
     assert [p for p, _ in prod_problems(bad)] == ["startup.images.preloadedDiskImage"]
 
 
 def test_prod_pools_stream_and_prod_dws_pools_preload_the_worker_image() -> None:
-    prod = plan_stack(prod_config(stack_file_values("prod")), "prod")
+    prod = plan_stack(prod_config(shipped_values("prod")), "prod")
     for node_pool in (np for p in prod.pools for np in p.node_pools):
         assert node_pool.image_streaming and node_pool.image_type == "COS_CONTAINERD"
         assert node_pool.secondary_boot_disk is None
-    dws = plan_stack(parse_stack_config(stack_file_values("prod-dws"), stack="prod-dws"), "prod-dws")
+    dws = plan_stack(parse_stack_config(shipped_values("prod-dws"), stack="prod-dws"), "prod-dws")
     for node_pool in (np for p in dws.pools for np in p.node_pools):
         assert node_pool.secondary_boot_disk == "projects/tpuray-prod-project/global/images/tpuray-worker-0-1-0"
-    dev = plan_stack(parse_stack_config(stack_file_values("dev"), stack="dev"), "dev")
+    dev = plan_stack(parse_stack_config(shipped_values("dev"), stack="dev"), "dev")
     assert all(np.image_type is None and not np.image_streaming for p in dev.pools for np in p.node_pools)
 
 
 # ---- GCS FUSE ---------------------------------------------------------------------------------------------------
 def test_prod_checkpoint_mount_is_tuned_and_still_a_valid_raycluster() -> None:
-    manifest = ray_cluster_manifest(plan_stack(prod_config(stack_file_values("prod")), "prod").ray.params)
+    manifest = ray_cluster_manifest(plan_stack(prod_config(shipped_values("prod")), "prod").ray.params)
     assert schema_errors(manifest) == []
     pod = manifest["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     attrs = next(v for v in pod["volumes"] if v["name"] == "checkpoints")["csi"]["volumeAttributes"]
@@ -170,7 +170,7 @@ def test_a_data_mount_is_read_only_tuned_granted_and_valid_in_the_rayjob() -> No
         "metadataPrefetch": True,
     }
     # 200Gi in memory fits no e2-standard-8 beside the head (config.node_fit): a system node of 256 GiB holds it
-    values = with_value(stack_file_values("prod-dws"), "cluster.systemMachineType", "n2-highmem-32")
+    values = with_value(shipped_values("prod-dws"), "cluster.systemMachineType", "n2-highmem-32")
     c = parse_stack_config(with_value(values, "startup.dataMount", data), stack="prod-dws")
     plan = plan_stack(c, "prod-dws")
     assert plan.ray.data_bucket == "tpuray-prod-corpus"
@@ -198,15 +198,15 @@ def test_a_data_mount_is_read_only_tuned_granted_and_valid_in_the_rayjob() -> No
     ],
 )
 def test_bad_startup_input_names_its_field(path: str, value: Any, field: str) -> None:
-    assert field in [p for p, _ in prod_problems(with_value(stack_file_values("prod"), path, value))]
+    assert field in [p for p, _ in prod_problems(with_value(shipped_values("prod"), path, value))]
 
 
 def test_plan_says_per_pool_what_the_first_step_waits_for() -> None:
-    c = parse_stack_config(stack_file_values("prod-dws"), stack="prod-dws")
+    c = parse_stack_config(shipped_values("prod-dws"), stack="prod-dws")
     waits = first_step_waits(c, c.slice_pools[1])
     assert waits["image"].startswith("preloaded from disk image projects/tpuray-prod-project/global/images/")
     assert "/compile-cache/xla-{runtime}/v6e-16-4x4-x1/tag-" in waits["compile_cache"]
     assert "pin it by digest" in waits["compile_cache"]  # the worker image is a tag here
     assert "fileCacheCapacity=100Gi" in waits["checkpoints"]
-    dev = parse_stack_config(stack_file_values("dev"), stack="dev")
+    dev = parse_stack_config(shipped_values("dev"), stack="dev")
     assert first_step_waits(dev, dev.slice_pools[0])["image"] == "pulled whole onto every host"

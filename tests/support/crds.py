@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
+
 HOW = "run `python tools/fetch_crds.py` or set TPURAY_SHARED_DIR"
 FETCH_TIMEOUT = 30.0  # seconds per file: no network fails at once; a stalled proxy must not hold the suite long
 

@@ -28,8 +28,6 @@ from tpuray.components.catalog.names import (
 from tpuray.components.config import StackConfig, load_stack_file
 from tpuray.components.doctor.reader import GATEWAY_API_GROUP, LIST_FILES, OPTIONAL_LIST_FILES, VERSION_FILE
 
-ROOT = Path(__file__).resolve().parents[2]
-
 STACK_YAML = """\
 # The doctor's test stack: a multi-host v6e pool (4 hosts) kept at one slice on flex-start, and single-host tpu7x on
 # spot (flex-start does not serve tpu7x); each in a zone that offers its generation (Cloud TPU regions and zones page);

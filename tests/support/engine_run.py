@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tests.support.paths import ROOT as ROOT  # re-exported: the tests that run the program import it from here
 from tpuray.components.review import engine
 
-ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "tpuray"
 
 Resource = dict[str, Any]

@@ -16,7 +16,6 @@ import yaml
 
 from tests.support.crds import crd_folder
 
-ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}
 
 

@@ -4,5 +4,5 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]
 """The checkout's root: the stack files, pyproject.toml and the venvs beside the code."""

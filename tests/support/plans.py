@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.paths import ROOT as ROOT  # re-exported: the tests that read plans import it from here
 from tpuray.components.review.plan import Plan, render_stack
 
-ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "review" / "golden"  # written by tests/review/test_plan_golden.py
 STACKS = ("dev", "prod", "prod-dws")
 

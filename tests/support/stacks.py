@@ -6,35 +6,27 @@ from __future__ import annotations
 
 import copy
 import functools
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.support.paths import ROOT
 from tpuray.components.config import ConfigError, StackConfig, load_stack_file, parse_stack_config, stack_values
 from tpuray.components.config.base import Problem
 
-ROOT = Path(__file__).resolve().parents[2]
-STACKS = {"dev": ROOT / "Pulumi.dev.yaml", "prod": ROOT / "Pulumi.prod.yaml"}
-
 
 # ---- the shipped stack files ------------------------------------------------------------------------------------
-def shipped_values(stack: str) -> dict[str, Any]:
-    """The dev or prod stack's config values, a fresh copy per call (a test may change it)."""
-    return copy.deepcopy(_shipped_values(stack))
+def shipped_values(name: str) -> dict[str, Any]:
+    """``Pulumi.<name>.yaml``'s config values, each key without its ``tpuray:`` prefix: a fresh copy per call (a
+    test may change it)."""
+    return copy.deepcopy(_shipped_values(name))
 
 
 @functools.cache
-def _shipped_values(stack: str) -> dict[str, Any]:
+def _shipped_values(name: str) -> dict[str, Any]:
     # read once: PyYAML's pure-Python reader took more than half of the generated-configs test's time
-    return stack_values(yaml.safe_load(STACKS[stack].read_text())["config"])
-
-
-def stack_file_values(name: str) -> dict[str, Any]:
-    """``Pulumi.<name>.yaml``'s values, each key without its ``tpuray:`` prefix, read afresh."""
-    doc = yaml.safe_load((ROOT / f"Pulumi.{name}.yaml").read_text())
-    return {k.split(":", 1)[1]: v for k, v in doc["config"].items()}
+    return stack_values(yaml.safe_load((ROOT / f"Pulumi.{name}.yaml").read_text())["config"])
 
 
 def shipped_config(name: str) -> StackConfig:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.paths import ROOT
 
 HARNESS = Path(__file__).with_name("launch_env.py")
 PYTHON_ENV = "TPURAY_TORCH_TPU_PYTHON"
@@ -28,7 +28,7 @@ PCI_DEVICE_ID = {"v5e": "0x0063", "v5p": "0x0062", "v6e": "0x006f", "tpu7x": "0x
 def torch_tpu_python() -> Path:
     """The python of the torch_tpu venv, whether or not it exists."""
     named = os.environ.get(PYTHON_ENV)
-    return Path(named) if named else REPO / ".venv-torch-tpu" / "bin" / "python"
+    return Path(named) if named else ROOT / ".venv-torch-tpu" / "bin" / "python"
 
 
 def require_torch_tpu_python() -> Path:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from tests.support.paths import REPO
+from tests.support.paths import ROOT
 
 if TYPE_CHECKING:
     from tpuray.workloads.emulation.cluster import EmulatedCluster
@@ -44,7 +44,7 @@ def emulated_slices() -> Iterator[EmulatedCluster]:
 @pytest.fixture
 def stack_file(tmp_path: Path) -> Path:
     """The dev stack file (one v5e 2x2 slice), copied so a test can tweak it."""
-    doc = yaml.safe_load((REPO / "Pulumi.dev.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
     out = tmp_path / "Pulumi.dev.yaml"
     out.write_text(yaml.safe_dump(doc))
     return out

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.paths import ROOT
 from tpuray.components.catalog.names import TORCH_TPU_ENV_CALLBACK
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.emulation.cluster import HeadNode
@@ -88,7 +88,7 @@ def _stand_in_env(record: Path) -> dict[str, str]:
     return {"TPURAY_TEST_ENV_RECORD": str(record), "PYTHONPATH": path}
 
 
-STACK = REPO / "tests" / "fixtures" / "stacks" / "Pulumi.torch-tpu.yaml"
+STACK = ROOT / "tests" / "fixtures" / "stacks" / "Pulumi.torch-tpu.yaml"
 
 
 def v5p_torch_tpu_stack(tmp_path: Path) -> Path:
