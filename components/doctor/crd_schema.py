@@ -77,10 +77,10 @@ def crd_problems(rendered: Sequence[Mapping[str, Any]], crds: Sequence[Mapping[s
             problems.append(f"{name(crd)} does not serve {served_as} (serves {', '.join(served) or 'nothing'})")
             continue
         # every path of every rendered object against the served schema (crd_schema: the API server's pruning)
-        schema = mapping_at(crd, *entry, "schema", "openAPIV3Schema")
-        if not schema:
+        if mapping_at(crd, *entry, "schema").get("openAPIV3Schema") is None:
             problems.append(f"{name(crd)} {served_as} has no openAPIV3Schema: unknown what it keeps")
             continue
+        schema = mapping_at(crd, *entry, "schema", "openAPIV3Schema")  # an empty one prunes everything
         dropped = list(dict.fromkeys(p for obj in objects for p in pruned_paths(obj, schema)))
         if dropped:
             problems.append(

@@ -20,7 +20,7 @@ from tpuray.components import cli
 from tpuray.components.catalog.names import GKE_NODEPOOL_LABEL, TPU_RESOURCE
 from tpuray.components.config import StackConfig, load_stack_file
 from tpuray.components.doctor.checks import run_checks
-from tpuray.components.doctor.crd_schema import pruned_paths
+from tpuray.components.doctor.crd_schema import crd_problems, pruned_paths
 from tpuray.components.doctor.kuberay_checks import check_kuberay_crds
 from tpuray.components.doctor.reader import LIST_FILES, ClusterObjects, ReadError, SnapshotReader, parse_list
 
@@ -98,6 +98,24 @@ def test_pruning_follows_the_api_servers_rules() -> None:
         "spec.map.k.gone",
         "spec.unknown",
     ]
+
+
+def test_a_crd_with_no_schema_is_unknown_and_an_empty_one_prunes_everything() -> None:
+    rendered = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "j"}, "spec": {"entrypoint": "x"}}]
+
+    def crd(version: dict[str, Any]) -> dict[str, Any]:
+        entry = {"name": "v1", "served": True, **version}
+        return {
+            "metadata": {"name": "rayjobs.ray.io"},
+            "spec": {"group": "ray.io", "names": {"kind": "RayJob"}, "versions": [entry]},
+        }
+
+    (missing,), _ = crd_problems(rendered, [crd({})])
+    assert "has no openAPIV3Schema" in missing
+    (null,), _ = crd_problems(rendered, [crd({"schema": {"openAPIV3Schema": None}})])
+    assert "has no openAPIV3Schema" in null
+    (empty,), _ = crd_problems(rendered, [crd({"schema": {"openAPIV3Schema": {}}})])
+    assert "has no spec in its schema" in empty
 
 
 # ---- snapshots that are not what their name says ---------------------------------------------------------------
