@@ -76,17 +76,17 @@ def check_scaling_config(backend_config: Any, scaling: Any) -> None:
         raise ValueError(f"ScalingConfig.accelerator_type {accelerator!r}: not a TPU generation ({known}); {hint}")
     s = TpuSlice.parse(gen, topology)
     runtime = RUNTIMES["xla"]
-    if per_worker != runtime.tpu_resource_per_worker(s):
+    tpu, per_slice = runtime.tpu_resource_per_worker(s), runtime.workers_per_slice(s)
+    if per_worker != tpu:
         raise ValueError(
-            f"ScalingConfig.resources_per_worker['TPU'] = {per_worker} with XlaChipConfig: must be "
-            f"{runtime.tpu_resource_per_worker(s)}; {hint}"
+            f"ScalingConfig.resources_per_worker['TPU'] = {per_worker} with XlaChipConfig: must be {tpu}; {hint}"
         )
     for field in ("num_workers", "min_workers"):
         n = getattr(scaling, field, None)
-        if isinstance(n, int) and n % runtime.workers_per_slice(s):
+        if isinstance(n, int) and n % per_slice:
             raise ValueError(
                 f"ScalingConfig.{field} = {n}: not a whole number of {s} slices; with XlaChipConfig it must be a "
-                f"multiple of {runtime.workers_per_slice(s)} (one worker per chip); {hint}"
+                f"multiple of {per_slice} (one worker per chip); {hint}"
             )
 
 
