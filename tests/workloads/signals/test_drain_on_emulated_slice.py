@@ -8,6 +8,12 @@ against ``drain_step % checkpoint_every`` (up to ``checkpoint_every - 1``) from 
 it. Only chip 0's worker watches the node (one watcher per host), so the other three chips learn of the drain
 through the agreement over the process group, as the chips of a multi-host slice's other hosts do; a multi-host
 slice would cost twice the workers on the suite's two cores.
+
+Nothing here races the job: the run cannot end before the drain it waits for. Its train function is the GPT
+trainer's, with one stand-in for time (:class:`HoldForDrain`): the loop holds at :data:`HOLD` (off the periodic
+schedule, so only the out-of-turn checkpoint can land there) until the ranks agree the node drains, and once its
+drain checkpoint is saved it trains on until its VM goes, as a job does whose VM is taken away mid-run. Each wait
+follows the event it waits for, and says which event did not come.
 """
 
 from __future__ import annotations
@@ -31,15 +37,50 @@ from tpuray.components.catalog import metric_names as mn
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.planning.drain import DRAIN_REASON
 from tpuray.workloads.emulation.cluster import EmulatedCluster
+from tpuray.workloads.signals.drain import CheckpointSignal
 
 ray = pytest.importorskip("ray")
 
 pytestmark = [pytest.mark.slow, pytest.mark.prometheus, pytest.mark.timeout(600)]
 
 SLICE = TpuSlice.parse("v5e:2x2")
-EVERY = 50  # the first periodic checkpoint (step 50) triggers the drain; the next one is far off
+EVERY = 50  # the first periodic checkpoint (step 50) tells the test to drain; the next one is far off
+HOLD = 60  # the first attempt holds here until the drain is agreed: the drain checkpoint's step, off the schedule
+AFTER = 5  # steps the first attempt trains after its drain checkpoint before it waits for its VM to go
 STEPS = 120
 DRAIN_DEADLINE_S = 5
+HOLD_LIMIT_S = 300.0  # a hold that outlives this ends the attempt with an error naming the event that never came
+
+
+class HoldForDrain(CheckpointSignal):
+    """The trainer's out-of-turn signal with the test's stand-in for time, in the first attempt only: at step
+    :data:`HOLD` every rank asks the agreement again (a collective, so the ranks stay in step) until the drain is
+    agreed; :data:`AFTER` steps after the drain checkpoint it waits for its VM to go (the test SIGKILLs it). A
+    resumed attempt (a fresh process on a node that is not draining) starts at the drain step and never holds."""
+
+    def __call__(self, step: int) -> bool:
+        fired = super().__call__(step)
+        if step == HOLD:
+            end = time.monotonic() + HOLD_LIMIT_S
+            while not fired:
+                if time.monotonic() > end:
+                    raise RuntimeError(
+                        f"held at step {HOLD} for {HOLD_LIMIT_S:.0f} s: the drain never reached the ranks"
+                    )
+                time.sleep(0.1)
+                fired = super().__call__(step)
+        elif "drain" in self.fired and step == self.fired["drain"] + AFTER:
+            time.sleep(HOLD_LIMIT_S)  # the VM goes while the job trains on
+            raise RuntimeError(f"the drained VM did not go within {HOLD_LIMIT_S:.0f} s of its drain checkpoint")
+        return fired
+
+
+def train_holding(config: dict[str, Any]) -> None:
+    """Each worker's train function: the GPT trainer, with :class:`HoldForDrain` as its out-of-turn signal."""
+    from tpuray.workloads.gpt import loop
+
+    vars(loop)["CheckpointSignal"] = HoldForDrain  # this worker process's trainer only
+    loop.train_gpt(config)
 
 
 @pytest.fixture(scope="module")
@@ -83,21 +124,25 @@ def _registered(run_dir: Path) -> list[int]:
     return [int(r["metrics"]["step"]) for r in snapshot["checkpoint_results"]]
 
 
-def _wait(what: str, cond: Any, timeout_s: float = 240) -> Any:
+def _wait(what: str, cond: Any, fit: threading.Thread, results: list[Any], timeout_s: float = 240) -> Any:
+    """``cond()`` once it holds; fails at once, naming ``what``, if the run ended first (the event cannot come)."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         got = cond()
         if got:
             return got
+        if not fit.is_alive():
+            error = results[0].error if results else "no result"
+            raise AssertionError(f"the run ended before {what}: {error}")
         time.sleep(0.3)  # each look reads every checkpoint: leave the two cores to the chips
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"{what} did not come within {timeout_s:.0f} s")
 
 
 def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalPrometheus, tmp_path: Path) -> None:
     from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig
 
     from tpuray.workloads import launch
-    from tpuray.workloads.gpt.loop import GptJob, train_gpt
+    from tpuray.workloads.gpt.loop import GptJob
     from tpuray.workloads.gpt.metrics import ModelShape
     from tpuray.workloads.signals.goodput import JOB_END, JOB_START, record_job_event
 
@@ -123,9 +168,11 @@ def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalProm
     )
     results: list[Any] = []
     record_job_event(run_dir, JOB_START)
-    fit = threading.Thread(target=lambda: results.append(launch.trainer(train_gpt, {"job": job}, SLICE, 1, rc).fit()))
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import the tests
+    trainer = launch.trainer(train_holding, {"job": job}, SLICE, 1, rc)
+    fit = threading.Thread(target=lambda: results.append(trainer.fit()))
     fit.start()
-    _wait("the first periodic checkpoint", lambda: _checkpoints(run_dir))
+    _wait(f"the periodic checkpoint at step {EVERY}", lambda: _registered(run_dir), fit, results)
 
     host = cluster.host_node_id(cluster.slice_names()[0], 0)
     gcs = ray.get_runtime_context().gcs_address
@@ -136,12 +183,12 @@ def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalProm
     done = subprocess.run(drain, capture_output=True, text=True, env=os.environ.copy())
     assert done.returncode == 0, done.stderr
 
-    drained = _wait("the drain checkpoint", lambda: [c for c in _checkpoints(run_dir) if c["drains"]])
+    drained = _wait("the drain checkpoint", lambda: [c for c in _checkpoints(run_dir) if c["drains"]], fit, results)
     drain_step = drained[0]["drains"][0]
-    assert drained[0]["step"] == drain_step  # the checkpoint holds the drain step itself
+    assert drained[0]["step"] == drain_step == HOLD  # the checkpoint holds the drain step itself
     # Ray Train counts a checkpoint once the controller has every rank's report; the preStop hook keeps the node up
     # for the deadline, which covers that (on a loaded machine it took seconds). The VM goes as soon as it has.
-    _wait("Ray Train to register the drain checkpoint", lambda: drain_step in _registered(run_dir))
+    _wait("Ray Train to register the drain checkpoint", lambda: drain_step in _registered(run_dir), fit, results)
     pids = cluster.worker_pids(host)
     assert pids  # the 4 chips' workers (and any idle Ray workers there)
     for pid in pids:
@@ -157,8 +204,7 @@ def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalProm
     assert m["step"] == STEPS and m["param_spread"] < 1e-12  # finished, identical parameters on every chip
     assert m["drains"] == [drain_step] and len(m["losses"]) == STEPS
     (resumed,) = m["resumes"]
-    # the resumed run's first step is the drain step, or a periodic checkpoint the run reached before the VM went
-    assert resumed == drain_step or (resumed > drain_step and resumed % EVERY == 0)
+    assert resumed == drain_step  # the first attempt reached no later checkpoint: it held until its VM went
     periodic = max(c["step"] for c in _checkpoints(run_dir) if c["step"] % EVERY == 0 and c["step"] <= drain_step)
     lost = max(0, drain_step - resumed)
     lost_without = drain_step - periodic  # where Ray Train resumes from without the out-of-turn checkpoint
