@@ -132,7 +132,7 @@ def _wait(what: str, cond: Any, fit: threading.Thread, results: list[Any], timeo
         if got:
             return got
         if not fit.is_alive():
-            error = results[0].error if results else "no result"
+            error = getattr(results[0], "error", results[0]) if results else "no result"
             raise AssertionError(f"the run ended before {what}: {error}")
         time.sleep(0.3)  # each look reads every checkpoint: leave the two cores to the chips
     raise AssertionError(f"{what} did not come within {timeout_s:.0f} s")
@@ -170,7 +170,14 @@ def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalProm
     record_job_event(run_dir, JOB_START)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import the tests
     trainer = launch.trainer(train_holding, {"job": job}, SLICE, 1, rc)
-    fit = threading.Thread(target=lambda: results.append(trainer.fit()))
+
+    def run() -> None:
+        try:
+            results.append(trainer.fit())
+        except BaseException as e:  # said by the wait that needed the run alive, or the assertions below
+            results.append(e)
+
+    fit = threading.Thread(target=run)
     fit.start()
     _wait(f"the periodic checkpoint at step {EVERY}", lambda: _registered(run_dir), fit, results)
 
@@ -199,7 +206,7 @@ def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalProm
     record_job_event(run_dir, JOB_END)
     assert not fit.is_alive() and results
     result = results[0]
-    assert result.error is None
+    assert not isinstance(result, BaseException) and result.error is None, result
     m = result.metrics
     assert m["step"] == STEPS and m["param_spread"] < 1e-12  # finished, identical parameters on every chip
     assert m["drains"] == [drain_step] and len(m["losses"]) == STEPS
