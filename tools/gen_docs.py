@@ -352,10 +352,7 @@ def runtimes_page() -> str:
     out += row("a tpu7x chip is", lambda r: f"{'two devices' if r.splits_chips else 'one device'}")
     out += row(
         "process group",
-        lambda r: (
-            f"`{r.process_group}`"
-            + (f" (`{r.emulated_process_group}` on the emulated slice)" if r.emulated_process_group else "")
-        ),
+        lambda r: f"`{r.process_group}`" + f" (`{r.emulated_process_group}` on the emulated slice)",
     )
     out += row("compile cache", lambda r: f"`{r.compile_cache}`")
     for spec in RUNTIME_EXAMPLES:

@@ -175,6 +175,26 @@ def uninstall_torch_device_manager() -> None:
             setattr(importlib.import_module(name), "DistributedDataParallel", DistributedDataParallel)  # noqa: B010
 
 
+def answer_tpu_device_manager(devices: Callable[[], list[Any]], register_backend: Callable[[], None]) -> None:
+    """Make Ray's TPU device manager (``ray/air/_internal/device_manager/tpu.py``) answer with ``devices()`` and
+    register the ``tpu_dist`` backend through ``register_backend()`` instead of importing torch_tpu: its
+    ``is_available``, ``get_devices`` and ``register_custom_torch_dist_backend`` (which
+    ``ray/train/torch/config.py`` ``_setup_torch_process_group`` calls before ``init_process_group("tpu_dist")``).
+    For the emulated slice's TorchTPU stand-in only."""
+    try:
+        from ray.air._internal.device_manager.tpu import TPUTorchDeviceManager
+    except ImportError as e:
+        raise _missing("TPUTorchDeviceManager", "ray/air/_internal/device_manager/tpu.py") from e
+    for name in ("is_available", "get_devices", "register_custom_torch_dist_backend"):
+        if not hasattr(TPUTorchDeviceManager, name):
+            raise _missing(f"TPUTorchDeviceManager.{name}", "ray/air/_internal/device_manager/tpu.py")
+    TPUTorchDeviceManager.is_available = lambda self: True  # type: ignore[method-assign]
+    TPUTorchDeviceManager.get_devices = lambda self: devices()  # type: ignore[method-assign]
+    TPUTorchDeviceManager.register_custom_torch_dist_backend = classmethod(  # type: ignore[assignment]
+        lambda cls: register_backend()
+    )
+
+
 # ---- prepare_model itself (ray/train/torch/__init__.py, ray/train/v2/torch/train_loop_utils.py,
 #      ray/train/torch/train_loop_utils.py) ---------------------------------------------------------------------
 

@@ -16,24 +16,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from tpuray.components.catalog.runtimes import BACKENDS, RUNTIMES, RuntimeBackend
+from tpuray.components.catalog.runtimes import BACKENDS, RuntimeBackend
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads import _ray_compat
 from tpuray.workloads.api.runtime import require_runtime
 from tpuray.workloads.api.scaling import tpu_scaling_config
 from tpuray.workloads.emulation.cluster import EmulatedCluster
 
-__all__ = ["EMULATION_REFUSED", "connect", "trainer"]
-
-EMULATION_REFUSED: dict[RuntimeBackend, str] = {
-    name: (
-        f"{r.package} registers its device only when it finds a TPU, so there is no local emulation of it; emulate "
-        "with backend xla (PyTorch/XLA on CPU), run it on a cluster"
-    )
-    for name, r in RUNTIMES.items()
-    if r.emulated_process_group is None
-}
-"""The runtimes the emulated slice cannot run (their row has no emulated process group), each with the fix."""
+__all__ = ["connect", "trainer"]
 
 
 @contextmanager
@@ -44,14 +34,13 @@ def connect(
 
     ``emulate > 0``: start an emulated cluster of that many ``tpu_slice`` slices on this machine first; else
     connect to ``address`` (``auto``: the cluster this process runs in), unless Ray is connected already. The
-    runtime's package is checked here, before any cluster work (``require_runtime``)."""
+    runtime's package is checked here, before any cluster work (``require_runtime``); on the emulated slice
+    TorchTPU is its stand-in (:mod:`tpuray.workloads.emulation.torch_tpu_standin`), which needs no torch_tpu."""
     import ray
 
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: valid choices are {', '.join(BACKENDS)}")
-    if emulate and backend in EMULATION_REFUSED:
-        raise RuntimeError(f"backend {backend}: {EMULATION_REFUSED[backend]}")
-    require_runtime(backend)
+    require_runtime(backend, emulated=emulate > 0)
     cluster: EmulatedCluster | None = None
     try:
         if emulate:

@@ -219,6 +219,9 @@ TPU_NAME_ENV = "TPU_NAME"
 """The slice's name, as ``ray.io/tpu-slice-name``."""
 TPU_WORKER_ID_ENV = "TPU_WORKER_ID"
 """The host's index within its slice, as ``ray.io/tpu-worker-id``."""
+EMULATED_SLICE_ENV = "TPURAY_EMULATED_SLICE"
+"""Set (to ``1``) on every process of an emulated TPU host (``tpuray.workloads.emulation``), never on a TPU VM: where
+TorchTPU's env callback installs the stand-in (``tpuray.workloads.emulation.torch_tpu_standin``)."""
 MAX_RUN_ENV = "TPURAY_MAX_RUN_SECONDS"
 """On TPU workers of pools with a ``maxRunDuration`` (flex-start, queued): the VMs' lifetime in seconds, counted
 by GKE from VM creation (before the pod starts), so the training side can checkpoint before the VMs go away."""

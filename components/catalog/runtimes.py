@@ -65,8 +65,8 @@ class Runtime:
     """One Ray worker (process) per runtime device, or one per host with all its chips (SPMD)."""
     process_group: str
     """The ``torch.distributed`` backend its workers join."""
-    emulated_process_group: str | None
-    """The process group on the emulated slice (CPU workers), or None where the runtime does not run there."""
+    emulated_process_group: str
+    """The process group on the emulated slice (CPU workers)."""
     compile_cache: str
     """Where its persistent compile cache is set (``tpuray.workloads.api.compile_cache`` sets it before the first
     compile)."""
@@ -132,7 +132,8 @@ RUNTIMES: dict[RuntimeBackend, Runtime] = {
         worker_per="device",
         # Ray 2.60's TorchTrainer switches to it on TPU workers when the config names no backend
         process_group="tpu_dist",
-        emulated_process_group=None,
+        # the emulated slice's stand-in registers tpu_dist as gloo (tpuray.workloads.emulation.torch_tpu_standin)
+        emulated_process_group="gloo",
         # read by torch_tpu 0.2.0's C++ glue (tier3_compilation_cache.cc), a gs:// root
         compile_cache="TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT",
         port_ranges=torch_tpu_ports,

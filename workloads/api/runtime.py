@@ -21,11 +21,15 @@ class RuntimeMismatch(RuntimeError):
     """This environment cannot run the requested backend."""
 
 
-def require_runtime(backend: RuntimeBackend) -> None:
+def require_runtime(backend: RuntimeBackend, *, emulated: bool = False) -> None:
     """Raise :class:`RuntimeMismatch` unless ``backend``'s package is installed here and the other one's is not
-    imported, naming the extra and the image target that give the right one."""
+    imported, naming the extra and the image target that give the right one. ``emulated``: this process drives or
+    runs the emulated slice, where TorchTPU is its stand-in (``tpuray.workloads.emulation.torch_tpu_standin``, in
+    this environment's torch) rather than torch_tpu."""
     if backend not in BACKENDS:
         raise RuntimeMismatch(f"backend {backend!r}: valid choices are {', '.join(BACKENDS)}")
+    if emulated and backend == "torch_tpu":
+        return
     package = RUNTIME_PACKAGES[backend]
     other = next(b for b in BACKENDS if b != backend)
     how = (

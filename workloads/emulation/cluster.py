@@ -421,17 +421,20 @@ def _cmdline(pid: int) -> bytes:
 
 @contextlib.contextmanager
 def emulate(
-    tpu_slice: TpuSlice | str | Sequence[tuple[TpuSlice, int]], slices: int = 1, metrics_interval_s: float = 1.0
+    tpu_slice: TpuSlice | str | Sequence[tuple[TpuSlice, int]],
+    slices: int = 1,
+    metrics_interval_s: float = 1.0,
+    head: HeadNode | None = None,
 ) -> Iterator[EmulatedCluster]:
     """Run the body against a local Ray cluster emulating ``slices`` slices of ``tpu_slice``
-    (``metrics_interval_s``: see :class:`EmulatedCluster`).
+    (``metrics_interval_s`` and ``head``: see :class:`EmulatedCluster`).
 
     ``RAY_ADDRESS`` points at the cluster inside the block, so ``ray.init()`` and ``TorchTrainer.fit()`` there
     (or in a subprocess) use it; everything is torn down on the way out, whatever the body does.
     """
     shape = TpuSlice.parse(tpu_slice) if isinstance(tpu_slice, str) else tpu_slice
     before = os.environ.get("RAY_ADDRESS")
-    with EmulatedCluster(shape, slices, metrics_interval_s=metrics_interval_s) as cluster:
+    with EmulatedCluster(shape, slices, metrics_interval_s=metrics_interval_s, head=head) as cluster:
         os.environ["RAY_ADDRESS"] = cluster.address
         try:
             yield cluster

@@ -47,7 +47,7 @@ from tpuray.workloads.gpt.data import DatasetError, TokenFile, open_dataset
 from tpuray.workloads.gpt.loop import CheckpointError, GptJob, train_gpt
 from tpuray.workloads.gpt.metrics import ModelShape
 from tpuray.workloads.gpt.sharded import train_gpt_sharded
-from tpuray.workloads.launch import EMULATION_REFUSED, connect, trainer
+from tpuray.workloads.launch import connect, trainer
 from tpuray.workloads.placement.seats import (
     PlacementError,
     cluster_slices,
@@ -430,8 +430,6 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     data = open_dataset(w.dataset, w.model.vocab_size, s.run.seed)
     price = run_price(args, pool.name if pool else None, pool.capacity.type if pool else None)
 
-    if args.local and w.backend in EMULATION_REFUSED:
-        raise PlacementError(f"--backend {w.backend} --local: {EMULATION_REFUSED[w.backend]}")
     emulate = 0
     if args.local:
         assert tpu_slice is not None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 
-from tpuray.components.catalog.names import RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL
+from tpuray.components.catalog.names import EMULATED_SLICE_ENV, RAY_SLICE_NAME_LABEL, RAY_WORKER_ID_LABEL
 from tpuray.components.catalog.runtimes import RuntimeBackend
 from tpuray.workloads.api.runtime import require_runtime
 from tpuray.workloads.placement.seats import PlacementError, Seat
@@ -25,7 +25,7 @@ def probe(index: int, runtime: RuntimeBackend, *, whole_host: bool = False) -> S
     the ``TPU`` accelerator ids Ray gave it."""
     import ray
 
-    require_runtime(runtime)
+    require_runtime(runtime, emulated=bool(os.environ.get(EMULATED_SLICE_ENV)))
     ctx = ray.get_runtime_context()
     labels = {str(k): str(v) for k, v in ctx.get_node_labels().items()}
     chips = ctx.get_accelerator_ids().get("TPU", [])

@@ -20,7 +20,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tpuray.components.catalog.names import TPU_MEGASCALE_PORT, TPU_PROCESS_BASE_PORT, TPU_SLICEBUILDER_PORT
+from tpuray.components.catalog.names import (
+    EMULATED_SLICE_ENV,
+    TPU_MEGASCALE_PORT,
+    TPU_PROCESS_BASE_PORT,
+    TPU_SLICEBUILDER_PORT,
+)
 from tpuray.components.catalog.runtime_ports import xla_megascale_port
 from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.catalog.topology import TpuSlice
@@ -58,8 +63,14 @@ emulated chip is there to show that the program runs and agrees across chips, no
 a 2-core x86 machine, compiling the dev GPT's two step graphs took 8.8 CPU-s per worker at XLA's default (-O3)
 and 2.4 s at -O0, while its steps went from 20 to 31 ms."""
 
-LOCAL_WORKER_ENV = {"PJRT_DEVICE": "CPU", "XLA_FLAGS": EMULATED_XLA_FLAGS, "OMP_NUM_THREADS": "1"}
-"""What every emulated TPU host gives its processes: XLA on CPU, one thread each, unoptimised code."""
+LOCAL_WORKER_ENV = {
+    "PJRT_DEVICE": "CPU",
+    "XLA_FLAGS": EMULATED_XLA_FLAGS,
+    "OMP_NUM_THREADS": "1",
+    EMULATED_SLICE_ENV: "1",
+}
+"""What every emulated TPU host gives its processes: XLA on CPU, one thread each, unoptimised code, and the mark
+of an emulated host (where TorchTPU runs its stand-in)."""
 
 
 # ---- PJRT: one PyTorch/XLA process per chip ----------------------------------------------------------------

@@ -19,14 +19,16 @@ slice, the env of :func:`tpuray.workloads.placement.worker_env.torch_tpu_env`, a
 under the stack's cache key (:func:`tpuray.workloads.api.compile_cache.enable_torch_tpu`). A variable already set is
 kept, as ``set_tpu_launch_env`` keeps it.
 
-torch_tpu has no CPU mode (it registers its device only when it finds a TPU), so this path runs on TPUs only; its
-env is checked here against torch_tpu 0.2.0's own launcher code (``tests/test_torch_tpu_launch_env.py``,
+torch_tpu has no CPU mode (it registers its device only when it finds a TPU): on an emulated host the callback
+installs the stand-in (:mod:`tpuray.workloads.emulation.torch_tpu_standin`) in each worker, and says once what it is
+not. The env is checked here against torch_tpu 0.2.0's own launcher code (``tests/test_torch_tpu_launch_env.py``,
 ``tests/workloads/torch_tpu/test_tpuray_env_matches_torch_tpu.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -34,9 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from tpuray.components.catalog.names import (
-    TORCH_TPU_ENV_CALLBACK,
-)
+from tpuray.components.catalog.names import EMULATED_SLICE_ENV, TORCH_TPU_ENV_CALLBACK
 from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.catalog.slice_labels import slice_from_labels
 from tpuray.components.catalog.topology import TopologyError, TpuSlice
@@ -49,17 +49,27 @@ from tpuray.workloads.torch_tpu.runtime import TorchTpuRuntime
 
 __all__ = ["CALLBACK_PATH", "TorchTpuEnvCallback", "slice_envs"]
 
+log = logging.getLogger(__name__)
+
 CALLBACK_PATH = TORCH_TPU_ENV_CALLBACK
 """What the stack puts in ``RAY_TRAIN_CALLBACKS`` on every Ray pod of a ``backend: torch_tpu`` stack."""
 
 
-def _apply(env: dict[str, str], first_on_host: bool = True) -> dict[str, str]:
-    """Run on each worker: set what is unset, and bind TorchTPU's runtime for the train function's per-worker API;
-    returns the worker's TorchTPU env as it now stands."""
+def _apply(env: dict[str, str], first_on_host: bool = True, seat: tuple[TpuSlice, int, int] | None = None) -> bool:
+    """Run on each worker: set what is unset, and bind TorchTPU's runtime for the train function's per-worker API.
+    On an emulated host (``seat``: the worker's slice, host and device there) it installs the stand-in first
+    (:mod:`tpuray.workloads.emulation.torch_tpu_standin`); returns whether this worker runs it."""
     for key, value in env.items():
         os.environ.setdefault(key, value)
+    standin = False
+    if os.environ.get(EMULATED_SLICE_ENV) and seat is not None:
+        from tpuray.workloads.emulation import standin_mesh, torch_tpu_standin
+
+        standin = torch_tpu_standin.install()
+        if standin:
+            standin_mesh.set_seat(*seat)
     bind(TorchTpuRuntime(first_on_host=first_on_host))
-    return {k: os.environ[k] for k in env}
+    return standin
 
 
 def _enable_cache(rank: int, tpu_slice: TpuSlice, num_slices: int) -> str | None:
@@ -177,7 +187,16 @@ class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ig
         n = len(worker_group)
         seats: list[Seat] = ray.get([worker_group.execute_single_async(i, probe, i, "torch_tpu") for i in range(n)])
         plans = _plan(seats)
-        ray.get([worker_group.execute_single_async(i, _apply, r.env, r.device == 0) for i, r in enumerate(plans)])
+        standins = ray.get(
+            [
+                worker_group.execute_single_async(i, _apply, r.env, r.device == 0, (r.tpu_slice, s.worker_id, r.device))
+                for i, (s, r) in enumerate(zip(seats, plans, strict=True))
+            ]
+        )
+        if any(standins):
+            from tpuray.workloads.emulation.torch_tpu_standin import NOTICE
+
+            log.warning(NOTICE)  # once per run, in the driver
         slices = len({s.slice_name for s in seats})
         ray.get(
             [

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tpuray.components.catalog.names import (
+    EMULATED_SLICE_ENV,
     RAY_POD_TYPE_LABEL,
     RAY_SLICE_NAME_LABEL,
     RAY_TOPOLOGY_LABEL,
@@ -203,8 +204,10 @@ def test_the_worker_sets_the_tier3_root_under_the_stacks_key_and_keeps_a_users(
 def test_apply_keeps_a_variable_already_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCH_TPU_TOPOLOGY", "pinned")
     monkeypatch.delenv("TORCH_TPU_BASE_PORT", raising=False)
-    got = torch_tpu._apply({"TORCH_TPU_TOPOLOGY": "2,2,2", "TORCH_TPU_BASE_PORT": "8471"})
-    assert got == {"TORCH_TPU_TOPOLOGY": "pinned", "TORCH_TPU_BASE_PORT": "8471"}
+    monkeypatch.delenv(EMULATED_SLICE_ENV, raising=False)
+    standin = torch_tpu._apply({"TORCH_TPU_TOPOLOGY": "2,2,2", "TORCH_TPU_BASE_PORT": "8471"})
+    assert (os.environ["TORCH_TPU_TOPOLOGY"], os.environ["TORCH_TPU_BASE_PORT"]) == ("pinned", "8471")
+    assert standin is False  # a TPU host: never the stand-in
 
 
 def test_callback_leaves_runs_without_tpus_alone() -> None:
@@ -283,7 +286,7 @@ def test_each_runtime_refuses_the_other_and_a_missing_package(monkeypatch: pytes
         require_runtime("xla")
 
 
-def test_train_refuses_torch_tpu_locally_and_in_an_xla_image_before_ray_starts(
+def test_train_refuses_torch_tpu_in_an_xla_image_before_ray_starts(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import sys
@@ -294,8 +297,6 @@ def test_train_refuses_torch_tpu_locally_and_in_an_xla_image_before_ray_starts(
 
     monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray started"))
     monkeypatch.delitem(sys.modules, "torch_xla", raising=False)  # other tests of this process may have imported it
-    assert train.main(["--local", "--topology", "v5e:2x2", "--backend", "torch_tpu", "--steps", "1"]) == 2
-    assert "no local emulation" in capsys.readouterr().err
     assert train.main(["--address", "auto", "--topology", "v5e:2x2", "--backend", "torch_tpu", "--steps", "1"]) == 2
     assert "needs torch_tpu, which this environment lacks" in capsys.readouterr().err
 
