@@ -14,6 +14,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from tests.support.stacks import minimal_values
 from tpuray.components.catalog.machine_shapes import (
@@ -26,6 +27,7 @@ from tpuray.components.catalog.machine_shapes import (
 )
 from tpuray.components.catalog.topology import GENERATIONS
 from tpuray.components.config import ConfigError, load_stack_file, parse_stack_config
+from tpuray.components.config.cluster import ClusterConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERAL = "https://cloud.google.com/compute/docs/general-purpose-machines"
@@ -131,6 +133,9 @@ def test_impossible_or_unlisted_types_are_refused_naming_the_field(machine: str,
     assert machine_shape(machine) is None
     found = _problems(machine)
     assert hint in found["cluster.systemMachineType"], found
+    with pytest.raises(ValidationError) as e:  # by the model itself, not only a rule run after it
+        ClusterConfig.model_validate({"systemMachineType": machine})
+    assert [err["loc"] for err in e.value.errors()] == [("systemMachineType",)]
 
 
 @pytest.mark.parametrize(
