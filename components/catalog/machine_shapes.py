@@ -301,9 +301,8 @@ def machine_type_problem(machine_type: str) -> str | None:
     near = ", ".join(nearest_machine_types(machine_type))
     custom = _custom(machine_type)
     customs = ", ".join(f"{p}-<vCPUs>-<MiB>" for p in CUSTOM_LIMITS)
-    if custom is not None and custom[0] is not None:
-        limits, vcpus, mib, extended = custom
-        why = limits.problem(vcpus, mib, extended)
+    if custom is not None and (limits := custom[0]) is not None:
+        why = limits.problem(*custom[1:])
         return f"{why} ({_CUSTOM_SOURCE}); nearest predefined types: {near}"
     if custom is not None:
         return (
