@@ -10,7 +10,7 @@ Sources, checked 2026-12-04:
   gives it (vCPUs, and ``memoryMb`` / 1024 as GB: Compute Engine's "GB" of machine memory are GiB), kept in
   Cyclenerd/google-cloud-pricing-cost-calculator tools/machinetypes.csv (commit dac3128, 2026-08-20; the file last
   changed 2026-07-01). Each series' family page gives the same shapes:
-  E2, N1, N2, N2D, N4, C3, C3D, C4, C4A, T2D https://cloud.google.com/compute/docs/general-purpose-machines;
+  E2, N1, N2, N2D, N4, C3, C3D, C4, T2D https://cloud.google.com/compute/docs/general-purpose-machines;
   C2, C2D https://cloud.google.com/compute/docs/compute-optimized-machines.
 - The TPU hosts: the same list, except ``ct4p-hightpu-4t``, which it lacks: the TPU v4 table of
   https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus.
@@ -20,8 +20,8 @@ Sources, checked 2026-12-04:
 
 Left out on purpose, so refused with the nearest listed types: shared-core types (``e2-micro``/``small``/``medium``,
 whose CPU GKE's reservations page treats apart), local-SSD (``-lssd``) and bare-metal (``-metal``) variants, the
-deprecated N1 mega/ultramem types, N4 custom types (their limits are not in the sources above), and every series
-not below.
+deprecated N1 mega/ultramem types, N4 custom types (their limits are not in the sources above), the Arm series
+(C4A, T2A: see ``ARM_SERIES``), and every series not below.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from tpuray.components.catalog.topology import GENERATIONS
 
 __all__ = [
+    "ARM_SERIES",
     "CPU_MACHINE_TYPES",
     "CUSTOM_LIMITS",
     "GIB",
@@ -96,14 +97,6 @@ _CPU: dict[str, tuple[int, float]] = {
     "c4-standard-8": (8, 30), "c4-standard-16": (16, 60), "c4-standard-24": (24, 90), "c4-standard-32": (32, 120),
     "c4-standard-48": (48, 180), "c4-standard-96": (96, 360), "c4-standard-144": (144, 540),
     "c4-standard-192": (192, 720), "c4-standard-288": (288, 1080),
-    # c4a
-    "c4a-highcpu-1": (1, 2), "c4a-highcpu-2": (2, 4), "c4a-highcpu-4": (4, 8), "c4a-highcpu-8": (8, 16),
-    "c4a-highcpu-16": (16, 32), "c4a-highcpu-32": (32, 64), "c4a-highcpu-48": (48, 96), "c4a-highcpu-64": (64, 128),
-    "c4a-highcpu-72": (72, 144), "c4a-highmem-1": (1, 8), "c4a-highmem-2": (2, 16), "c4a-highmem-4": (4, 32),
-    "c4a-highmem-8": (8, 64), "c4a-highmem-16": (16, 128), "c4a-highmem-32": (32, 256), "c4a-highmem-48": (48, 384),
-    "c4a-highmem-64": (64, 512), "c4a-highmem-72": (72, 576), "c4a-standard-1": (1, 4), "c4a-standard-2": (2, 8),
-    "c4a-standard-4": (4, 16), "c4a-standard-8": (8, 32), "c4a-standard-16": (16, 64), "c4a-standard-32": (32, 128),
-    "c4a-standard-48": (48, 192), "c4a-standard-64": (64, 256), "c4a-standard-72": (72, 288),
     # e2
     "e2-highcpu-2": (2, 2), "e2-highcpu-4": (4, 4), "e2-highcpu-8": (8, 8), "e2-highcpu-16": (16, 16),
     "e2-highcpu-32": (32, 32), "e2-highmem-2": (2, 16), "e2-highmem-4": (4, 32), "e2-highmem-8": (8, 64),
@@ -254,6 +247,14 @@ def machine_shape(machine_type: str) -> MachineShape | None:
     return MachineShape(vcpus, mib)
 
 
+# GKE taints every node of an Arm node pool kubernetes.io/arch=arm64:NoSchedule unless the pool's taintConfig says
+# otherwise (the GKE API's NodeConfig.taintConfig.architectureTaintBehavior: "unspecified ... defaults to ARM: taints
+# all the nodes in the node pool with the default ARM taint",
+# https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/NodeConfig). tpuray's system pool sets no
+# taintConfig and the Ray head and the controllers on it tolerate no such taint, so they would never schedule.
+ARM_SERIES: dict[str, str] = {"c4a": "c4", "t2a": "t2d"}
+"""The Arm CPU series, each with the x86 series whose types are offered instead."""
+
 # ---- refusals -----------------------------------------------------------------------------------------------------
 _PREDEFINED = re.compile(r"^([a-z0-9]+)-([a-z]+)-([0-9]{1,4})")
 
@@ -277,6 +278,7 @@ def nearest_machine_types(machine_type: str, n: int = 3) -> list[str]:
         want_vcpus, want_mib, kind = vcpus, mib, None
     elif m is not None:
         series, kind, want_vcpus, want_mib = m.group(1), m.group(2), int(m.group(3)), None
+        series = ARM_SERIES.get(series, series)
     else:
         among = _by_series().get(machine_type.split("-", 1)[0]) or list(CPU_MACHINE_TYPES)
         return difflib.get_close_matches(machine_type, among, n=n) or ["e2-standard-8"]  # the default
@@ -310,6 +312,11 @@ def machine_type_problem(machine_type: str) -> str | None:
             f"predefined types: {near}"
         )
     series = machine_type.split("-", 1)[0]
+    if series in ARM_SERIES:
+        return (
+            f"{machine_type} is an Arm machine type: GKE taints Arm nodes kubernetes.io/arch=arm64:NoSchedule and "
+            f"the pods tpuray runs on the system pool tolerate no such taint; nearest x86 types: {near}"
+        )
     if series in _by_series():
         return (
             f"{machine_type}: the Compute API's machine-type list has no such {series} type, or tpuray leaves it out "
