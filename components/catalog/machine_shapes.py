@@ -179,10 +179,12 @@ class CustomLimits:
     def problem(self, vcpus: int, mib: int, extended: bool) -> str | None:
         name = f"{self.prefix}-{vcpus}-{mib}{'-ext' if extended else ''}"
         if vcpus not in self.vcpus:
-            return f"{name}: a {self.prefix} type takes {_spans(self.vcpus)} vCPUs, not {vcpus}"
+            return f"{name}: {self.prefix}-<vCPUs>-<MiB> takes {_spans(self.vcpus)} vCPUs, not {vcpus}"
         if mib % 256:
             return f"{name}: custom memory is a multiple of 256 MiB, not {mib} MiB"
         low, high = vcpus * self.min_mib_per_vcpu, vcpus * self.max_mib_per_vcpu
+        if extended and self.extended_max_mib is None:
+            return f"{name}: {self.prefix} types have no extended memory (-ext)"
         if mib < low:
             return f"{name}: {vcpus} vCPUs take at least {low} MiB ({self.min_mib_per_vcpu} MiB per vCPU)"
         if mib > high and self.extended_max_mib is None:
@@ -195,7 +197,7 @@ class CustomLimits:
         if extended and mib <= high:
             return f"{name}: {mib} MiB is within {vcpus} vCPUs' {high} MiB, no extended memory: {name[:-4]}"
         if self.extended_max_mib is not None and mib > self.extended_max_mib:
-            return f"{name}: a {self.prefix} type has at most {self.extended_max_mib} MiB"
+            return f"{name}: {self.prefix}-<vCPUs>-<MiB>-ext has at most {self.extended_max_mib} MiB"
         return None
 
 

@@ -119,6 +119,8 @@ def test_the_tpu_hosts_are_the_ones_the_topology_plans_onto() -> None:
         ("e2-custom-3-4096", "vCPUs"),  # E2 custom: an even number of vCPUs
         ("e2-custom-4-4000", "multiple of 256"),
         ("n2-custom-2-65536", "-ext"),  # above 8 GB per vCPU is extended memory, named so
+        ("e2-custom-2-8192-ext", "no extended memory"),  # E2 has none
+        ("n2-custom-2-1048576-ext", "at most 638976 MiB"),  # N2 extended memory: up to 624 GB
         ("n2d-custom-6-12288", "vCPUs"),  # N2D custom: 2, 4, 8, 16, then multiples of 16
         ("custom-2-1024", "at least"),  # N1 custom: at least 0.9 GB per vCPU
         ("c2-custom-4-16384", "custom types"),  # C series have no custom types
