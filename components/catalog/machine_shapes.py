@@ -18,9 +18,10 @@ Sources, checked 2026-12-04:
   and its helper sample https://cloud.google.com/compute/docs/samples/compute-custom-machine-type-helper-class
   (custom types exist for N1, N2, N2D, E2 and N4 only; memory in multiples of 256 MiB).
 
-Left out on purpose, so refused with the nearest listed types: shared-core types (``e2-micro``/``small``/``medium``,
-whose CPU GKE's reservations page treats apart), local-SSD (``-lssd``) and bare-metal (``-metal``) variants, the
-deprecated N1 mega/ultramem types, N4 custom types (their limits are not in the sources above), the Arm series
+Left out on purpose, so refused with the nearest listed types: shared-core types (``e2-micro``/``small``/``medium``:
+the list gives them 2 vCPUs that they share, a fraction of which they may use), local-SSD (``-lssd``) and bare-metal
+(``-metal``) variants (the system pool needs neither, and GKE's support of bare metal nodes is not checked here),
+the deprecated N1 mega/ultramem types, N4 custom types (their limits are not in the sources above), the Arm series
 (C4A, T2A: see ``ARM_SERIES``), and every series not below.
 """
 

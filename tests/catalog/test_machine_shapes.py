@@ -25,6 +25,7 @@ from tpuray.components.catalog.machine_shapes import (
     machine_type_problem,
     nearest_machine_types,
 )
+from tpuray.components.catalog.machine_types import allocatable, schedulable
 from tpuray.components.catalog.topology import GENERATIONS
 from tpuray.components.config import ConfigError, load_stack_file, parse_stack_config
 from tpuray.components.config.cluster import ClusterConfig
@@ -161,6 +162,13 @@ def test_the_nearest_types_are_of_the_series_and_class_asked() -> None:
     assert nearest_machine_types("n2-highmem-256")[0] == "n2-highmem-128"
     assert nearest_machine_types("e2-custom-2-65536")[0].startswith("e2-")
     assert nearest_machine_types("c4a-standard-8")[0] == "c4-standard-8"
+
+
+def test_a_node_of_a_type_the_table_lacks_offers_nothing_known() -> None:
+    """What the review's pod-fit rule reads for a planned pool: unknown (None), never a derived figure."""
+    for machine in ("e2-standard-64", "e2-custom-2-65536", "c4d-standard-8"):
+        assert allocatable(machine) is None and schedulable(machine) is None
+    assert schedulable("e2-custom-2-16384") is not None
 
 
 # ---- must-accept: the shipped and the test stacks --------------------------------------------------------------
