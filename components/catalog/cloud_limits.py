@@ -33,7 +33,8 @@ __all__ = [
 # machine series of Compute Engine, by family; the Compute API's Commitment.Type enum names the same series
 # (GENERAL_PURPOSE_E2, _N2, _N2D, _N4, _C4, _T2D, COMPUTE_OPTIMIZED_C2D, _C3, _C3D, _H3, MEMORY_OPTIMIZED_M3, _X4,
 # STORAGE_OPTIMIZED_Z3, ...). A machine type is <series>-<type>-<vCPUs> (or a shared-core f1-micro, g1-small,
-# e2-micro/small/medium), so its series is the part before the first '-'.
+# e2-micro/small/medium), so its series is the part before the first '-'; N1's custom types alone are named
+# custom-<vCPUs>-<MiB> (https://cloud.google.com/compute/docs/instances/creating-instance-with-custom-machine-type).
 CPU_MACHINE_SERIES: frozenset[str] = frozenset(
     {
         # general-purpose
@@ -56,7 +57,7 @@ ACCELERATOR_MACHINE_SERIES: frozenset[str] = frozenset(
 def system_machine_type_problem(machine_type: str) -> str | None:
     """Why ``machine_type`` cannot serve the CPU system pool, or None."""
     series = machine_type.split("-", 1)[0]
-    if series in CPU_MACHINE_SERIES:
+    if series in CPU_MACHINE_SERIES or series == "custom":
         return None
     if series in ACCELERATOR_MACHINE_SERIES:
         return (

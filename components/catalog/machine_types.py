@@ -6,12 +6,8 @@ arithmetic is written once. A machine type this module does not know is ``None``
 
 Sources:
 
-- The machines: https://cloud.google.com/compute/docs/general-purpose-machines and compute-optimized-machines
-  (E2, N1, N2, N2D, N4, C2, C2D, C3, C3D, C4, C4A, T2D: vCPUs in the name, memory per vCPU by type class; custom
-  types ``<series>-custom-<vCPUs>-<MiB>``) and the TPU host VMs of
-  https://cloud.google.com/compute/docs/tpus/tpu-machines and
-  https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus. Compute Engine's "GB" of machine memory are
-  GiB (the API's ``memoryMb`` of e2-standard-8 is 32768).
+- The machines' vCPUs and memory: the one table of :mod:`~tpuray.components.catalog.machine_shapes`, which
+  cites the Compute API's machine-type list; a type it does not hold is unknown here, never derived from its name.
 - What GKE keeps for the kubelet, the runtime and the OS, and the eviction threshold:
   https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes ("Memory and CPU reservations"); and
   what image streaming keeps on top on its nodes:
@@ -27,39 +23,23 @@ is shared with system pods: ``kubectl describe node`` lists them under "Non-term
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from tpuray.components.catalog.topology import GENERATIONS
+from tpuray.components.catalog.machine_shapes import GIB, machine_shape
 
 __all__ = [
     "DAEMONSET_HEADROOM",
     "EVICTION_THRESHOLD_MIB",
     "GCSFUSE_METADATA_PREFETCH_REQUESTS",
     "GCSFUSE_SIDECAR_REQUESTS",
-    "KNOWN_CPU_SERIES",
     "KUBERAY_AUTOSCALER_REQUESTS",
     "Allocatable",
-    "MachineShape",
     "allocatable",
     "gke_reserved_cpu_millicores",
     "gke_reserved_memory_mib",
     "image_streaming_reserved_memory_mib",
-    "machine_shape",
     "schedulable",
 ]
-
-GIB = 1024
-"""MiB per GiB."""
-
-
-@dataclass(frozen=True)
-class MachineShape:
-    """A Compute Engine machine type's vCPUs, memory and TPU chips."""
-
-    vcpus: int
-    memory_mib: int
-    tpu_chips: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,71 +61,17 @@ class Allocatable:
         )
 
 
-# ---- the TPU hosts ------------------------------------------------------------------------------------------
-# vCPUs and GiB of every TPU host machine type topology.py lists, as the Compute API's machineTypes list gives them
-# (memoryMb / 1024; the list as kept in Cyclenerd/google-cloud-pricing-cost-calculator tools/machinetypes.csv,
-# 2026-08-20), and for ct4p-hightpu-4t, which that list lacks, the plan-tpus page's TPU v4 table.
-_TPU_HOSTS: dict[str, tuple[int, int] | None] = {
-    "ct4p-hightpu-4t": (240, 407),
-    "ct5lp-hightpu-1t": (24, 48),
-    "ct5lp-hightpu-4t": (112, 192),
-    "ct5lp-hightpu-8t": (224, 384),
-    "ct5p-hightpu-4t": (208, 448),
-    "ct6e-standard-1t": (44, 176),
-    "ct6e-standard-4t": (180, 720),
-    "ct6e-standard-8t": (360, 1440),
-    "tpu7x-standard-1t": (56, 240),
-    "tpu7x-standard-4t": (224, 960),
-}
-_CHIPS = {m: chips for g in GENERATIONS for m, chips in g.machine_types.items()}
-
-# ---- the CPU series: GiB of memory per vCPU of each predefined type class (general-purpose-machines and
-# compute-optimized-machines; each ratio as the Compute API's machineTypes list gives its -8 type) ---------------
-_GIB_PER_VCPU: dict[str, dict[str, float]] = {
-    "c2": {"standard": 4},
-    "c2d": {"standard": 4, "highmem": 8, "highcpu": 2},
-    "c4": {"standard": 3.75, "highmem": 7.75, "highcpu": 2},
-    "c4a": {"standard": 4, "highmem": 8, "highcpu": 2},
-    "e2": {"standard": 4, "highmem": 8, "highcpu": 1},
-    "n1": {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9},
-    "n2": {"standard": 4, "highmem": 8, "highcpu": 1},
-    "n2d": {"standard": 4, "highmem": 8, "highcpu": 1},
-    "n4": {"standard": 4, "highmem": 8, "highcpu": 2},
-    "c3": {"standard": 4, "highmem": 8, "highcpu": 2},
-    "c3d": {"standard": 4, "highmem": 8, "highcpu": 2},
-    "t2d": {"standard": 4},
-}
-KNOWN_CPU_SERIES: tuple[str, ...] = tuple(sorted(_GIB_PER_VCPU))
-"""The CPU series whose machine types this module knows."""
-_PREDEFINED = re.compile(r"^([a-z0-9]+)-(standard|highmem|highcpu)-([1-9][0-9]{0,3})$")
-_CUSTOM = re.compile(r"^([a-z0-9]+)-custom-([1-9][0-9]{0,3})-([1-9][0-9]{2,7})$")
-
-
-def machine_shape(machine_type: str) -> MachineShape | None:
-    """The vCPUs, memory and chips of ``machine_type``, or None where tpuray does not know them."""
-    if machine_type in _TPU_HOSTS:
-        known = _TPU_HOSTS[machine_type]
-        if known is None:
-            return None
-        vcpus, gib = known
-        return MachineShape(vcpus, gib * GIB, _CHIPS.get(machine_type, 0))
-    if m := _CUSTOM.match(machine_type):
-        series, vcpus, mib = m.group(1), int(m.group(2)), int(m.group(3))
-        return MachineShape(vcpus, mib) if series in _GIB_PER_VCPU else None
-    if m := _PREDEFINED.match(machine_type):
-        series, kind, vcpus = m.group(1), m.group(2), int(m.group(3))
-        per = _GIB_PER_VCPU.get(series, {}).get(kind)
-        return None if per is None else MachineShape(vcpus, int(per * vcpus * GIB))
-    return None
-
-
 # ---- GKE's reservations (plan-node-sizes) ---------------------------------------------------------------------
 EVICTION_THRESHOLD_MIB = 100
 """The kubelet's hard eviction threshold GKE sets: kept free beside the reserved memory."""
 _MEMORY_TIERS = ((4, 0.25), (8, 0.20), (16, 0.10), (128, 0.06))
 """(up to GiB, share): 25% of the first 4 GiB, 20% of the next 4, 10% of the next 8, 6% of the next 112; 2% above."""
-_STREAMING_TIERS = ((4, 0.01), (8, 0.008), (16, 0.004), (128, 0.0024))
-"""Image streaming's own reservation, the same tiers: 1%, 0.8%, 0.4%, 0.24%; 0.08% above 128 GiB."""
+# Image streaming's reservation, by the same tiers: 10% of the first 4 GiB, 8% of the next 4, 4% of the next 8, 2.4% of
+# the next 112 and 0.8% above 128 GiB; none on a node below 1 GiB. These are the image-streaming page's figures as
+# hatemosphere/gke-node-allocatable-memory-calculator (gke_memory_calculator.py, container_streaming_reserved_memory)
+# transcribes them from that section; tpuray's earlier tiers (1%, 0.8%, 0.4%, 0.24%, 0.08%) were a tenth of them and
+# cited nothing else. A pod held to the larger reservation fits under the smaller one as well.
+_STREAMING_TIERS = ((4, 0.10), (8, 0.08), (16, 0.04), (128, 0.024))
 _CPU_TIERS = ((1, 0.06), (2, 0.01), (4, 0.005))
 """(up to cores, share): 6% of the first core, 1% of the next, 0.5% of the next 2; 0.25% of every core above 4."""
 
@@ -166,8 +92,10 @@ def gke_reserved_memory_mib(memory_mib: int) -> int:
 
 
 def image_streaming_reserved_memory_mib(memory_mib: int) -> int:
-    """The memory image streaming reserves on top, on nodes of a pool that streams images."""
-    return int(_tiered(memory_mib / GIB, _STREAMING_TIERS, 0.0008) * GIB + 0.5)
+    """The memory image streaming reserves on top, on nodes of a pool that streams images (none below 1 GiB)."""
+    if memory_mib < GIB:
+        return 0
+    return int(_tiered(memory_mib / GIB, _STREAMING_TIERS, 0.008) * GIB + 0.5)
 
 
 def gke_reserved_cpu_millicores(vcpus: int) -> int:

@@ -16,6 +16,7 @@ from pydantic.alias_generators import to_camel
 
 from tpuray.components.catalog.cloud_limits import system_machine_type_problem
 from tpuray.components.catalog.ip_ranges import MAX_PUBLIC_AUTHORIZED_ADDRESSES, public_addresses
+from tpuray.components.catalog.machine_shapes import machine_type_problem
 from tpuray.components.catalog.resource_names import service_account_id
 from tpuray.components.catalog.topology import GENERATIONS
 from tpuray.components.config.base import (
@@ -117,6 +118,8 @@ class ClusterConfig(ConfigModel):
         if any(v in g.machine_types for g in GENERATIONS):
             raise ValueError(f"{v} is a TPU machine type; the system pool runs the Ray head on CPU, e.g. e2-standard-8")
         if problem := system_machine_type_problem(v):  # a known CPU machine series (cloud_limits cites it)
+            raise ValueError(problem)
+        if problem := machine_type_problem(v):  # one the catalog holds, or a custom type within its series' limits
             raise ValueError(problem)
         return v
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from tpuray.components.catalog.machine_shapes import machine_type_problem
 from tpuray.components.catalog.machine_types import (
     DAEMONSET_HEADROOM,
     GCSFUSE_METADATA_PREFETCH_REQUESTS,
     GCSFUSE_SIDECAR_REQUESTS,
-    KNOWN_CPU_SERIES,
     KUBERAY_AUTOSCALER_REQUESTS,
     Allocatable,
     allocatable,
@@ -122,8 +122,8 @@ def workers_on_nodes(
 def _unknown(p: PodOnNode) -> Problem:
     return Problem(
         p.machine_field,
-        f"{p.machine_type}: tpuray does not know its vCPUs and memory (catalog.machine_types), so it cannot check "
-        f"that {p.pod} fits; use a predefined or custom machine type of series {', '.join(KNOWN_CPU_SERIES)}",
+        f"tpuray does not know its vCPUs and memory, so it cannot check that {p.pod} fits: "
+        f"{machine_type_problem(p.machine_type)}",
     )
 
 

@@ -17,14 +17,13 @@ from hypothesis import strategies as st
 
 from tests.support.stacks import minimal_values
 from tpuray.components.catalog.container_paths import RESERVED_PATHS, reserved_path_clash
+from tpuray.components.catalog.machine_shapes import MachineShape, machine_shape
 from tpuray.components.catalog.machine_types import (
     DAEMONSET_HEADROOM,
-    MachineShape,
     allocatable,
     gke_reserved_cpu_millicores,
     gke_reserved_memory_mib,
     image_streaming_reserved_memory_mib,
-    machine_shape,
     schedulable,
 )
 from tpuray.components.catalog.topology import GENERATIONS
@@ -57,7 +56,12 @@ def test_gke_reservations_follow_the_page_tier_by_tier() -> None:
     assert gke_reserved_cpu_millicores(1) == 60
     assert gke_reserved_cpu_millicores(8) == 60 + 10 + 10 + 10
     assert gke_reserved_cpu_millicores(208) == 60 + 10 + 10 + round(2.5 * 204)
-    assert image_streaming_reserved_memory_mib(32 * 1024) == round((0.04 + 0.032 + 0.032 + 0.0024 * 16) * 1024)
+    # image streaming, on top: 10% of 4 GiB, 8% of the next 4, 4% of the next 8, 2.4% of the next 112, 0.8% above
+    assert image_streaming_reserved_memory_mib(32 * 1024) == round((0.4 + 0.32 + 0.32 + 0.024 * 16) * 1024)
+    assert image_streaming_reserved_memory_mib(448 * 1024) == round(
+        (0.4 + 0.32 + 0.32 + 0.024 * 112 + 0.008 * 320) * 1024
+    )
+    assert image_streaming_reserved_memory_mib(512) == 0  # below 1 GiB
 
 
 def test_an_e2_standard_8_offers_pods_7910m_and_about_28_3_gib() -> None:
@@ -104,7 +108,8 @@ def test_the_shipped_stacks_heads_fit(stack: str) -> None:
 
 def test_an_unknown_system_machine_type_is_refused_as_unknown() -> None:
     found = problems_of(minimal_values(cluster={"systemMachineType": "c4d-standard-8"}))
-    assert "does not know" in found["cluster.systemMachineType"]
+    assert "not a machine type tpuray knows" in found["cluster.systemMachineType"]
+    assert "nearest valid types: " in found["cluster.systemMachineType"]
 
 
 def test_the_autoscaler_sidecar_counts_where_a_pool_scales() -> None:
