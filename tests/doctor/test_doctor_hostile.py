@@ -307,51 +307,104 @@ def test_any_json_where_a_check_reads_a_field_fails_that_check_naming_it_or_is_c
         assert any(r.status == "fail" and named in r.fact for r in results), [r.fact for r in results]
 
 
-GATE_ARGS = st.lists(
-    st.sampled_from(
-        [
-            "--feature-gates=RayMultiHostIndexing=false",
-            "--feature-gates=RayMultiHostIndexing=true",
-            "-feature-gates=RayCronJob=true,RayMultiHostIndexing=F",
-            "--feature-gates",
-            "RayMultiHostIndexing=TRUE",
-            "=",
-            "--feature-gates=",
-            "--enable-metrics=true",
-            "--feature-gates=RayMultiHostIndexing=yes",
-        ]
-    )
-    | st.text(max_size=12),
-    max_size=5,
+GATE_TOKENS = st.sampled_from(
+    [
+        "--feature-gates=RayMultiHostIndexing=false",
+        "--feature-gates=RayMultiHostIndexing=true",
+        "-feature-gates=RayCronJob=true,RayMultiHostIndexing=F",
+        "--feature-gates= RayMultiHostIndexing = False ,",
+        "--feature-gates=RayMultiHostIndexing=tRUE",  # strconv.ParseBool refuses it: the operator exits
+        "--feature-gates=AllBeta=false",
+        "--feature-gates=NoSuchGate=true",
+        "--feature-gates=RayMultiHostIndexing",
+        "--feature-gates",
+        "RayMultiHostIndexing=TRUE",
+        "RayMultiHostIndexing=false",
+        "=",
+        "--feature-gates=",
+        "--",  # Go's terminator: nothing after it is a flag
+        "-",
+        "positional",
+        "--enable-metrics",  # boolean: never takes the next argument
+        "--enable-metrics=maybe",
+        "--watch-namespace",  # takes the next argument, even one that looks like a flag
+        "-zap-devel",
+        "--no-such-flag",
+        "---feature-gates=RayMultiHostIndexing=false",
+        "-=x",
+    ]
 )
+GATE_ARGS = st.lists(st.one_of(GATE_TOKENS, GATE_TOKENS, GATE_TOKENS, st.text(max_size=12)), max_size=6)
+"""Operator command lines: mostly what Go and featuregate read differently from a naive scan, now and then any text."""
+_GO_TRUE, _GO_FALSE = {"1", "t", "T", "TRUE", "true", "True"}, {"0", "f", "F", "FALSE", "false", "False"}
+_V17_GATES = {
+    "RayClusterStatusConditions", "RayJobDeletionPolicy", "RayMultiHostIndexing", "RayServiceIncrementalUpgrade",
+    "RayCronJob", "SidecarSubmitterRestart", "RayClusterNetworkPolicy", "GCSFaultToleranceEmbeddedStorage",
+    "RayClusterMTLS", "RayClusterHistoryServer", "KubernetesWAS", "AllAlpha", "AllBeta",
+}  # fmt: skip
+"""The gates KubeRay v1.7.0 registers (ray-operator/pkg/features/features.go), and featuregate's own two."""
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(args=GATE_ARGS)
-def test_any_operator_args_are_read_as_go_reads_them(args: list[str], tmp_path: Path) -> None:
-    """The gate the doctor reads from the operator's args is the one Go's flag package and KubeRay's featuregate
-    would set: the last --feature-gates, and in it the last RayMultiHostIndexing; without one, v1.7.0's default."""
+def _go_reads(args: list[str]) -> bool | str:
+    """RayMultiHostIndexing as KubeRay v1.7.0 runs with ``args``, written out from Go's flag documentation and
+    featuregate's Set: True or False, or "exits"."""
+    from tpuray.components.doctor.operator_gates import OPERATOR_FLAGS
+
+    value, i = None, 0
+    while i < len(args) and args[i] != "--" and args[i].startswith("-") and args[i] != "-":
+        body = args[i][2:] if args[i].startswith("--") else args[i][1:]
+        i += 1
+        if body[:1] in ("-", "="):
+            return "exits"
+        flag, has, said = body.partition("=")
+        if flag not in OPERATOR_FLAGS:
+            return "exits"
+        if OPERATOR_FLAGS[flag]:
+            if has and said not in _GO_TRUE | _GO_FALSE:
+                return "exits"
+            continue
+        if not has:
+            if i == len(args):
+                return "exits"
+            said, i = args[i], i + 1
+        if flag == "feature-gates":
+            value = said
+    gates = {}
+    for item in filter(None, (value or "").split(",")):
+        if "=" not in item:
+            return "exits"
+        key, said = (part.strip() for part in item.split("=", 1))
+        if said not in _GO_TRUE | _GO_FALSE or key not in _V17_GATES:
+            return "exits"
+        gates[key] = said in _GO_TRUE
+    return gates.get("RayMultiHostIndexing", gates.get("AllBeta", True))  # Beta in 1.7, and on by default
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=GATE_ARGS, command=st.sampled_from([None, ["/manager"], ["manager"], ["/bin/sh", "-c"]]))
+def test_any_operator_args_are_read_as_go_reads_them(
+    args: list[str], command: list[str] | None, tmp_path: Path
+) -> None:
+    """The gate the doctor reads from the operator's command line is the one Go's flag package and KubeRay's
+    featuregate would set: parsing stops at ``--`` or the first non-flag argument, a non-boolean flag takes the next
+    argument, the last --feature-gates wins and in it the last RayMultiHostIndexing (AllBeta where it is not named),
+    without one v1.7.0's default; arguments the operator exits on, or a command that is not /manager, are unknown."""
     from tpuray.components.catalog.pins import MULTI_HOST_INDEXING
     from tpuray.components.doctor.operator_gates import operator_gate
 
     objects = _objects(tmp_path)
     deployments = json.loads(json.dumps(objects.deployments))
     operator = next(d for d in deployments if d["metadata"]["name"] == "kuberay-operator")
-    operator["spec"]["template"]["spec"]["containers"][0]["args"] = args
+    container = operator["spec"]["template"]["spec"]["containers"][0]
+    container["args"] = args
+    if command is not None:
+        container["command"] = command
     on, how = operator_gate(_cfg(tmp_path), replace(objects, deployments=tuple(deployments)), MULTI_HOST_INDEXING)
-    flag, rest = None, list(args)
-    while rest:  # the reference reading, written out: a bare flag takes the next argument as its value
-        arg = rest.pop(0)
-        if arg in ("--feature-gates", "-feature-gates"):
-            flag = rest.pop(0) if rest else ""
-        elif arg.startswith(("--feature-gates=", "-feature-gates=")):
-            flag = arg.split("=", 1)[1]
-    said = [
-        p.split("=", 1)[1].strip()
-        for p in (flag or "").split(",")
-        if p.split("=", 1)[0].strip() == "RayMultiHostIndexing" and "=" in p
-    ]
-    if not said:
-        assert on is True and "its default" in how
+    if command == ["/bin/sh", "-c"]:
+        assert on is None and "not /manager" in how
+        return
+    expected = _go_reads(args)
+    if expected == "exits":
+        assert on is None and "exits on its arguments" in how, how
     else:
-        assert on == {"1": True, "t": True, "true": True, "0": False, "f": False, "false": False}.get(said[-1].lower())
+        assert on is expected, how

@@ -103,6 +103,20 @@ def test_an_incremental_upgrade_needs_the_operators_gate_as_it_runs(
     assert said in result.fact and "RayServiceIncrementalUpgrade" in result.fact
 
 
+def test_the_upgrade_gate_follows_the_image_not_the_chart_s_label() -> None:
+    """A v1.7.0 chart running a v1.6.2 image: its label says 1.7.0 (the gate on by default), the image runs 1.6.2,
+    where RayServiceIncrementalUpgrade is Alpha and off; a digest alone says no release: unknown."""
+    op = _operator("quay.io/kuberay/operator:v1.6.2", None)
+    op["metadata"]["labels"] = {"app.kubernetes.io/version": "v1.7.0"}
+    result = check_serving_upgrade_gate(_cfg(INCREMENTAL), _objects([op]))
+    assert result is not None and result.status == "fail", result.fact
+    assert "RayServiceIncrementalUpgrade off: its default" in result.fact and "label says v1.7.0" in result.fact
+    op = _operator("quay.io/kuberay/operator@sha256:" + "ef" * 32, None)
+    op["metadata"]["labels"] = {"app.kubernetes.io/version": "v1.7.0"}
+    result = check_serving_upgrade_gate(_cfg(INCREMENTAL), _objects([op]))
+    assert result is not None and result.status == "warn" and "not known" in result.fact, result.fact
+
+
 def test_no_operator_is_unknown_and_other_upgrades_need_no_gate() -> None:
     result = check_serving_upgrade_gate(_cfg(INCREMENTAL), _objects([]))
     assert result is not None and result.status == "warn" and "no kuberay-operator" in result.fact
