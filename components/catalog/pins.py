@@ -138,8 +138,10 @@ KUBERAY_FEATURE_GATES: tuple[FeatureGate, ...] = (
         MULTI_HOST_INDEXING,
         False,
         "the TPU webhook tpuray installs (TPU_WEBHOOK) sees KubeRay's indexing labels, skips its own replicaIndex "
-        "label and still requires pod affinity on replicaIndex, so the first pod of every multi-host replica never "
-        "schedules (ai-on-gke/kuberay-tpu-webhook main.go mutatePod and injectAffinity at 5da78aa; fixed in "
+        "label and still requires pod affinity on replicaIndex, which no pod then carries, so no pod of any "
+        "multi-host replica schedules, the first included: kube-scheduler lets a group's first pod through only "
+        "when it matches its own affinity term (ai-on-gke/kuberay-tpu-webhook main.go mutatePod and injectAffinity "
+        "at 5da78aa; kubernetes pkg/scheduler/framework/plugins/interpodaffinity/filtering.go; fixed in "
         "f82f9b4, WEBHOOK_INDEXING_RELEASE, which no published chart ships). Off, KubeRay takes its legacy path: no "
         "indexing labels, pods created one by one, and the webhook numbers them and labels replicaIndex, which Ray's "
         "autoscaler reads too (ray/autoscaler/_private/kuberay/node_provider.py REPLICA_INDEX_KEY)",
