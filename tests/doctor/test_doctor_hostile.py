@@ -22,7 +22,14 @@ from tpuray.components.config import StackConfig, load_stack_file
 from tpuray.components.doctor.checks import run_checks
 from tpuray.components.doctor.crd_schema import crd_problems, pruned_paths
 from tpuray.components.doctor.kuberay_checks import check_kuberay_crds
-from tpuray.components.doctor.reader import LIST_FILES, ClusterObjects, ReadError, SnapshotReader, parse_list
+from tpuray.components.doctor.reader import (
+    LIST_FILES,
+    OPTIONAL_LIST_FILES,
+    ClusterObjects,
+    ReadError,
+    SnapshotReader,
+    parse_list,
+)
 
 
 def doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -146,6 +153,10 @@ def _dev_zero(snapshot: Path) -> None:
     (snapshot / LIST_FILES["crds"]).symlink_to("/dev/zero")
 
 
+def _pods_as_ray_clusters(snapshot: Path) -> None:
+    (snapshot / OPTIONAL_LIST_FILES["ray_clusters"]).write_text((snapshot / LIST_FILES["pods"]).read_text())
+
+
 def _fifo(snapshot: Path) -> None:
     (snapshot / LIST_FILES["deployments"]).unlink()
     os.mkfifo(snapshot / LIST_FILES["deployments"])
@@ -169,6 +180,11 @@ HOSTILE = {
     "deep-json": (_deep, LIST_FILES["pods"], "nested deeper than"),
     "dev-zero": (_dev_zero, LIST_FILES["crds"], "not a regular file"),
     "fifo": (_fifo, LIST_FILES["deployments"], "not a regular file"),
+    "pods-saved-as-rayclusters": (
+        _pods_as_ray_clusters,
+        OPTIONAL_LIST_FILES["ray_clusters"],
+        "items[0] is a Pod; expected RayCluster objects",
+    ),
 }
 
 
@@ -408,3 +424,61 @@ def test_any_operator_args_are_read_as_go_reads_them(
         assert on is None and "exits on its arguments" in how, how
     else:
         assert on is expected, how
+
+
+# ---- the hypothesis corpus: any JSON where serving-pools-apart reads whose cluster a pod is ---------------------
+OWNER_FIELDS: dict[str, tuple[tuple[str | int, ...], type]] = {
+    "owner references": (("metadata", "ownerReferences"), list),
+    "owner reference": (("metadata", "ownerReferences", 0), dict),
+    "owner kind": (("metadata", "ownerReferences", 0, "kind"), str),
+    "owner name": (("metadata", "ownerReferences", 0, "name"), str),
+    "owner apiVersion": (("metadata", "ownerReferences", 0, "apiVersion"), str),
+    "owner controller": (("metadata", "ownerReferences", 0, "controller"), bool),
+}
+"""Field of the RayService's RayCluster -> (its path, the type the Kubernetes API gives it)."""
+
+
+@settings(max_examples=80, deadline=None)
+@given(field=st.sampled_from(sorted(OWNER_FIELDS)), value=JSON)
+def test_any_json_in_a_ray_cluster_s_owner_is_checked_or_fails_naming_it(field: str, value: Any) -> None:
+    """Whatever JSON a RayCluster's owner reference holds, serving-pools-apart runs to a result: a value of a type
+    the API never returns there fails it naming the RayCluster and the field; any other value that is not KubeRay's
+    own controller reference to the RayService makes the cluster another's, so sharing the pool fails."""
+    from tests.support.stacks import serving_values
+    from tpuray.components.config import parse_stack_config
+
+    cfg = parse_stack_config(serving_values({"replicas": 2, "minSlices": 1, "maxSlices": 3}), stack="dev")
+    assert cfg.serving is not None
+    ns, service = cfg.ray.namespace, cfg.serving.service_name(cfg.cluster.name)
+    ref = {"apiVersion": "ray.io/v1", "kind": "RayService", "name": service, "uid": "u", "controller": True}
+    owned = {"kind": "RayCluster", "metadata": {"namespace": ns, "name": f"{service}-x7k2p", "ownerReferences": [ref]}}
+    edited = json.loads(json.dumps(owned))
+    path, want = OWNER_FIELDS[field]
+    parent = edited
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    pods = []
+    for i, cluster in enumerate((f"{service}-x7k2p", f"{service}-b9m4q")):  # the owned one, then the edited one
+        pods.append(
+            {
+                "metadata": {"namespace": ns, "name": f"p{i}", "labels": {"ray.io/cluster": cluster}},
+                "spec": {"nodeName": "n", "containers": [{"name": "w", "resources": {"limits": {TPU_RESOURCE: "4"}}}]},
+                "status": {"phase": "Running"},
+            }
+        )
+    edited["metadata"]["name"] = f"{service}-b9m4q"
+    nodes = ({"metadata": {"name": "n", "labels": {GKE_NODEPOOL_LABEL: "serve-pool"}}},)
+    objs = ClusterObjects(nodes, tuple(pods), (), (), (), "v1.34.1-gke.1829001", "t", None, (owned, edited))
+    [result] = [r for r in run_checks(cfg, objs) if r.id == "serving-pools-apart"]
+    wrong = not isinstance(value, want) and (value is not None or isinstance(path[-1], int))  # null: missing
+    still_owned = edited["metadata"]["ownerReferences"] == [ref]
+    if wrong:
+        assert result.status == "fail" and f"{service}-b9m4q: {_json_path(path)} is a JSON" in result.fact
+    elif still_owned:
+        assert result.status == "pass", result.fact
+    else:  # another's cluster, or a nested field of a type the API never returns there, named
+        named = f"p1 (RayCluster {service}-b9m4q)" in result.fact or (
+            f"{service}-b9m4q: metadata.ownerReferences" in result.fact and "is a JSON" in result.fact
+        )
+        assert result.status == "fail" and named, result.fact
