@@ -268,6 +268,7 @@ _HOOK = "kuberay-tpu-mutating-webhook-cfg"
 FIELDS: dict[str, tuple[str, str, tuple[str | int, ...], type]] = {
     "operator image": ("deployments", "kuberay-operator", (*_C0, "image"), str),
     "operator args": ("deployments", "kuberay-operator", (*_C0, "args"), list),
+    "operator command": ("deployments", "kuberay-operator", (*_C0, "command"), list),
     "operator container name": (
         "deployments", "kuberay-operator", (*_C0, "name"), str
     ),
