@@ -94,7 +94,8 @@ def test_the_suite_fetches_into_its_cache_and_then_reads_it_from_there(
 ) -> None:
     _point_at(monkeypatch, served[1])
     assert crd_folder("kuberay-crds") == fresh_lookup / "kuberay-crds"
-    assert fetch_crds.missing(fresh_lookup) == []
+    assert {p.parent.name for p in fetch_crds.missing(fresh_lookup)} == {"kueue-crds", "gmp-crds"}  # one folder
+    assert crd_folder("gmp-crds") == fresh_lookup / "gmp-crds"
     find.cache_clear()
     _point_at(monkeypatch, {folder: "http://127.0.0.1:9" for folder in FOLDERS})  # a cached run needs no network
     assert crd_folder("gmp-crds") == fresh_lookup / "gmp-crds"
@@ -136,3 +137,14 @@ def test_without_network_the_suite_skips_on_one_line_and_fails_under_ci(
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match=r"tools/fetch_crds\.py"):
         crd_folder("kueue-crds")
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_a_skip_names_its_own_folders_source(folder: str, fresh_lookup: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each folder's skip line names the URL of that folder's files, never another's (KubeRay's comes first)."""
+    _point_at(monkeypatch, {f: f"http://127.0.0.1:9/{f}-source" for f in FOLDERS})
+    monkeypatch.setattr(crds, "FETCH_TIMEOUT", 5.0)
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        crd_folder(folder)
+    named = {f for f in FOLDERS if f"/{f}-source/" in str(skipped.value)}
+    assert named == {folder}, str(skipped.value)

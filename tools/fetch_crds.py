@@ -18,7 +18,7 @@ import importlib.util
 import os
 import sys
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -107,13 +107,17 @@ def missing(target: Path) -> list[Path]:
     ]
 
 
-def fetch(target: Path, bases: Mapping[str, str] | None = None, timeout: float = 60) -> list[Path]:
-    """Put every pinned file into ``target/<folder>/`` that is not already there with its checksum, and return the
-    paths written. ``bases`` replaces a folder's source URL (a mirror, or a local server in the tests). Each body is
-    checked before it is written, and written under a temporary name first, so a reader never sees a partial or
-    unverified file. Raises :class:`Unreachable` or :class:`ChecksumMismatch` naming the URL."""
+def fetch(
+    target: Path, bases: Mapping[str, str] | None = None, timeout: float = 60, folders: Sequence[str] | None = None
+) -> list[Path]:
+    """Put every pinned file (of ``folders``, else of every folder) into ``target/<folder>/`` that is not already
+    there with its checksum, and return the paths written. ``bases`` replaces a folder's source URL (a mirror, or a
+    local server in the tests). Each body is checked before it is written, and written under a temporary name first,
+    so a reader never sees a partial or unverified file. Raises :class:`Unreachable` or :class:`ChecksumMismatch`
+    naming the URL."""
     written = []
-    for folder, (base, files) in FILES.items():
+    for folder in FILES if folders is None else folders:
+        base, files = FILES[folder]
         base = (bases or {}).get(folder, base).rstrip("/")
         for name, sha in files.items():
             dest = target / folder / name

@@ -20,6 +20,7 @@ __all__ = [
     "INCREMENTAL_UPGRADE_DEFAULTS",
     "KUBERAY_CHART",
     "KUBERAY_FEATURE_GATES",
+    "KUBERAY_GATES",
     "KUEUE_CHART",
     "MULTI_HOST_INDEXING",
     "MULTI_HOST_INDEXING_DEFAULTS",
@@ -29,6 +30,7 @@ __all__ = [
     "WEBHOOK_INDEXING_RELEASE",
     "WEBHOOK_IRONWOOD_CHART",
     "FeatureGate",
+    "GateSpec",
     "WebhookPin",
     "feature_gate_default",
     "helm_feature_gates",
@@ -57,10 +59,69 @@ MULTI_HOST_INDEXING = "RayMultiHostIndexing"
 ``ray.io/worker-group-replica-name`` and ``ray.io/replica-host-index`` and reconciles a multi-host replica as a unit
 (ray-project/kuberay ``ray-operator/controllers/ray/common/pod.go`` and ``raycluster_controller.go`` at v1.7.0)."""
 
-MULTI_HOST_INDEXING_DEFAULTS: Mapping[str, bool] = MappingProxyType({"1.5": False, "1.6": True, "1.7": True})
-"""The gate's default by KubeRay minor release: ``defaultFeatureGates`` of ``ray-operator/pkg/features/features.go``
-at v1.5.0-v1.5.2 (Alpha, false), v1.6.0-v1.6.2 and v1.7.0 (Beta, true). Before 1.5 the gate does not exist (no
-indexing labels); after 1.7 it is not known here."""
+INCREMENTAL_UPGRADE = "RayServiceIncrementalUpgrade"
+"""KubeRay's feature gate of a RayService's ``NewClusterWithIncrementalUpgrade`` upgrade type: with it off the
+controller treats that type as no upgrade (``ray-operator/pkg/features/features.go``)."""
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """One KubeRay feature gate as a release registers it (``featuregate.FeatureSpec``)."""
+
+    default: bool
+    stage: str
+    """``Alpha`` or ``Beta``: which of the featuregate package's ``AllAlpha``/``AllBeta`` switches reaches it."""
+
+
+_A, _BON = GateSpec(False, "Alpha"), GateSpec(True, "Beta")
+KUBERAY_GATES: Mapping[str, Mapping[str, GateSpec]] = MappingProxyType(
+    {
+        "1.5": MappingProxyType(
+            {
+                "RayClusterStatusConditions": _BON,
+                "RayJobDeletionPolicy": _A,
+                MULTI_HOST_INDEXING: _A,
+                INCREMENTAL_UPGRADE: _A,
+            }
+        ),
+        "1.6": MappingProxyType(
+            {
+                "RayClusterStatusConditions": _BON,
+                "RayJobDeletionPolicy": _BON,
+                MULTI_HOST_INDEXING: _BON,
+                INCREMENTAL_UPGRADE: _A,
+                "RayCronJob": _A,
+                "AsyncJobInfoQuery": _A,
+            }
+        ),
+        "1.7": MappingProxyType(
+            {
+                "RayClusterStatusConditions": _BON,
+                "RayJobDeletionPolicy": _BON,
+                MULTI_HOST_INDEXING: _BON,
+                INCREMENTAL_UPGRADE: _BON,
+                "RayCronJob": _A,
+                "SidecarSubmitterRestart": _A,
+                "RayClusterNetworkPolicy": _A,
+                "GCSFaultToleranceEmbeddedStorage": _A,
+                "RayClusterMTLS": _A,
+                "RayClusterHistoryServer": _A,
+                "KubernetesWAS": _A,
+            }
+        ),
+    }
+)
+"""Every gate a KubeRay minor release registers, by minor: ``defaultFeatureGates`` of ray-project/kuberay
+``ray-operator/pkg/features/features.go``, the same at every patch release of a minor (v1.5.0-v1.5.2, v1.6.0-v1.6.2,
+v1.7.0). The operator exits on a ``--feature-gates`` naming any other (component-base ``featuregate``:
+"unrecognized feature gate"), except the package's own ``AllAlpha`` and ``AllBeta``. Before 1.5 neither gate tpuray
+reads exists; after 1.7 nothing is known here."""
+
+MULTI_HOST_INDEXING_DEFAULTS: Mapping[str, bool] = MappingProxyType(
+    {minor: gates[MULTI_HOST_INDEXING].default for minor, gates in KUBERAY_GATES.items()}
+)
+"""The gate's default by KubeRay minor release (:data:`KUBERAY_GATES`): Alpha and off in 1.5, Beta and on in 1.6 and
+1.7. Before 1.5 the gate does not exist (no indexing labels); after 1.7 it is not known here."""
 
 
 @dataclass(frozen=True)
@@ -77,8 +138,10 @@ KUBERAY_FEATURE_GATES: tuple[FeatureGate, ...] = (
         MULTI_HOST_INDEXING,
         False,
         "the TPU webhook tpuray installs (TPU_WEBHOOK) sees KubeRay's indexing labels, skips its own replicaIndex "
-        "label and still requires pod affinity on replicaIndex, so the first pod of every multi-host replica never "
-        "schedules (ai-on-gke/kuberay-tpu-webhook main.go mutatePod and injectAffinity at 5da78aa; fixed in "
+        "label and still requires pod affinity on replicaIndex, which no pod then carries, so no pod of any "
+        "multi-host replica schedules, the first included: kube-scheduler lets a group's first pod through only "
+        "when it matches its own affinity term (ai-on-gke/kuberay-tpu-webhook main.go mutatePod and injectAffinity "
+        "at 5da78aa; kubernetes pkg/scheduler/framework/plugins/interpodaffinity/filtering.go; fixed in "
         "f82f9b4, WEBHOOK_INDEXING_RELEASE, which no published chart ships). Off, KubeRay takes its legacy path: no "
         "indexing labels, pods created one by one, and the webhook numbers them and labels replicaIndex, which Ray's "
         "autoscaler reads too (ray/autoscaler/_private/kuberay/node_provider.py REPLICA_INDEX_KEY)",
@@ -96,13 +159,11 @@ def helm_feature_gates() -> list[dict[str, object]]:
     return [{"name": g.name, "enabled": g.enabled} for g in KUBERAY_FEATURE_GATES]
 
 
-INCREMENTAL_UPGRADE = "RayServiceIncrementalUpgrade"
-"""KubeRay's feature gate of a RayService's ``NewClusterWithIncrementalUpgrade`` upgrade type: with it off the
-controller treats that type as no upgrade (``ray-operator/pkg/features/features.go``)."""
-
-INCREMENTAL_UPGRADE_DEFAULTS: Mapping[str, bool] = MappingProxyType({"1.5": False, "1.6": False, "1.7": True})
-"""The gate's default by KubeRay minor release: ``features.go`` at v1.5 and v1.6 (Alpha, false) and v1.7.0 (Beta,
-true; ``helm-chart/kuberay-operator/values.yaml`` at v1.7.0 lists it enabled). Before 1.5 it does not exist."""
+INCREMENTAL_UPGRADE_DEFAULTS: Mapping[str, bool] = MappingProxyType(
+    {minor: gates[INCREMENTAL_UPGRADE].default for minor, gates in KUBERAY_GATES.items()}
+)
+"""The gate's default by KubeRay minor release (:data:`KUBERAY_GATES`): Alpha and off in 1.5 and 1.6, Beta and on in
+1.7 (``helm-chart/kuberay-operator/values.yaml`` at v1.7.0 lists it enabled). Before 1.5 it does not exist."""
 
 GATE_DEFAULTS: Mapping[str, Mapping[str, bool]] = MappingProxyType(
     {MULTI_HOST_INDEXING: MULTI_HOST_INDEXING_DEFAULTS, INCREMENTAL_UPGRADE: INCREMENTAL_UPGRADE_DEFAULTS}

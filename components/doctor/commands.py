@@ -95,7 +95,7 @@ def register(subparsers: Any) -> None:
         "--snapshot", metavar="DIR", default=None,
         help="read saved kubectl -o json output instead of a live cluster: nodes.json, pods.json, deployments.json, "
         "mutatingwebhookconfigurations.json, customresourcedefinitions.json, version.json; optional: "
-        "gatewayclasses.json",
+        "gatewayclasses.json, rayclusters.json",
     )  # fmt: skip
     doctor.add_argument("--kubeconfig", default=None, help="kubeconfig file (default $KUBECONFIG, ~/.kube/config)")
     doctor.add_argument("--context", default=None, help="kubeconfig context (default the current one)")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 from packaging.version import Version
 
 from tpuray.components.config import (
@@ -10,13 +14,15 @@ from tpuray.components.config import (
 )
 from tpuray.components.doctor.crd_schema import crd_problems, rendered_kinds
 from tpuray.components.doctor.objects import (
+    container_named,
+    container_names,
     deployment_ready,
     describe_hint,
     find_deployment,
+    image_tag,
     labels,
     meta,
     name,
-    running_version,
     version,
 )
 from tpuray.components.doctor.reader import ClusterObjects
@@ -26,12 +32,57 @@ from tpuray.components.planning.stack_plan import plan_stack
 
 __all__ = [
     "KUBERAY_OPERATOR_NAME",
+    "VERSION_LABEL",
+    "OperatorRelease",
     "check_kuberay_crds",
     "check_kuberay_operator",
     "check_operator_namespace",
+    "operator_release",
 ]
 
 KUBERAY_OPERATOR_NAME = "kuberay-operator"
+VERSION_LABEL = "app.kubernetes.io/version"
+"""The chart's label of the release it installed (``helm-chart/kuberay-operator/templates/_helpers.tpl``: the chart's
+appVersion), which says nothing of the image its values point the container at."""
+
+
+@dataclass(frozen=True)
+class OperatorRelease:
+    """The KubeRay release an operator Deployment runs, read from its container's image tag (the image is what
+    runs; Helm's ``image.tag`` can point a v1.7.0 chart at a v1.6.2 image, whose gate defaults differ)."""
+
+    release: str | None
+    """The image's tag where it reads as a version (``v1.7.0``, also from ``v1.7.0@sha256:...``); None where the
+    image has no tag (a digest alone), no version for a tag (``latest``), or no image: unknown."""
+    read: str
+    """What was read: the image, or why there is none."""
+    disagrees: str
+    """Where the Deployment's version label names another release than the image: saying both; else empty."""
+
+    @property
+    def said(self) -> str:
+        """The release with how it was read, for a check's fact."""
+        runs = self.release or "an unknown version"
+        return f"{runs} ({self.read}{'; ' + self.disagrees if self.disagrees else ''})"
+
+
+def operator_release(dep: Mapping[str, Any]) -> OperatorRelease:
+    path = container_named(dep, KUBERAY_OPERATOR_NAME)
+    if path is None:
+        names = ", ".join(container_names(dep)) or "none"
+        return OperatorRelease(None, f"no container {KUBERAY_OPERATOR_NAME} (containers: {names})", "")
+    image, tag = image_tag(dep, path)
+    if image is None:
+        return OperatorRelease(None, f"container {KUBERAY_OPERATOR_NAME} has no image", "")
+    release = tag if version(tag) is not None else None
+    read = f"image {image}" + ("" if release else f": {'tag ' + tag if tag else 'no tag'}, no version to read")
+    label = labels(dep).get(VERSION_LABEL)
+    if label is not None and release is None:  # the chart's word is no reading of the image
+        read += f" (its {VERSION_LABEL} label's {label} is the chart's, not the image's)"
+    disagrees = ""
+    if label is not None and release is not None and version(label) != version(release):
+        disagrees = f"its {VERSION_LABEL} label says {label}, which the image does not run"
+    return OperatorRelease(release, read, disagrees)
 
 
 def check_kuberay_operator(cfg: StackConfig, objs: ClusterObjects) -> CheckResult:
@@ -50,16 +101,26 @@ def check_kuberay_operator(cfg: StackConfig, objs: ClusterObjects) -> CheckResul
             src,
             fix_install,
         )
-    text, read = running_version(dep, KUBERAY_OPERATOR_NAME)
-    text = labels(dep).get("app.kubernetes.io/version") or text
-    have = version(text)
-    fact = f"the stack needs {needs}; {meta(dep).get('namespace', '?')}/{name(dep)} runs {text or 'an unknown version'}"
+    runs = operator_release(dep)
+    have = version(runs.release)
+    fact = f"the stack needs {needs}; {meta(dep).get('namespace', '?')}/{name(dep)} runs {runs.said}"
     if not deployment_ready(dep):
         return CheckResult("kuberay-operator", "fail", f"{fact}, with no ready replica", src, describe_hint(dep))
     if have is None:
-        return CheckResult("kuberay-operator", "warn", f"{fact} ({read}: unknown)", src, fix_install)
+        return CheckResult(
+            "kuberay-operator", "warn", fact, src, f"{fix_install}, or give the image a version tag beside its digest"
+        )
     if have < Version(floor):
         return CheckResult("kuberay-operator", "fail", fact, src, f"upgrade KubeRay (its chart and CRDs) to {floor}+")
+    if runs.disagrees:
+        return CheckResult(
+            "kuberay-operator",
+            "warn",
+            fact,
+            SRC_KUBERAY_HELM,
+            "run the image of the chart's own release (its image.tag value, which tpuray leaves at the chart's "
+            "default), or pin ray.helmChartVersion to the release the image runs",
+        )
     if have != version(ray.helm_chart_version):
         return CheckResult(
             "kuberay-operator",

@@ -28,6 +28,7 @@ __all__ = [
     "describe_hint",
     "env_of",
     "find_deployment",
+    "flag_at",
     "image_tag",
     "item_paths",
     "labels",
@@ -113,6 +114,14 @@ def text_at(obj: Mapping[str, Any], *path: str | int) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise FieldError(obj, _path(path), value, "a string")
+
+
+def flag_at(obj: Mapping[str, Any], *path: str | int) -> bool | None:
+    """The boolean at ``path`` of ``obj``, None where it is missing; :class:`FieldError` where it is another type."""
+    value = _at(obj, path)
+    if value is None or isinstance(value, bool):
+        return value
+    raise FieldError(obj, _path(path), value, "a boolean")
 
 
 def list_at(obj: Mapping[str, Any], *path: str | int) -> list[Any]:

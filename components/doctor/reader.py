@@ -15,10 +15,12 @@ file                              command
 ``customresourcedefinitions.json``      ``kubectl get customresourcedefinitions -o json``
 ``version.json``                  ``kubectl version -o json`` (its ``serverVersion``), or the API's ``/version``
 ``gatewayclasses.json``           ``kubectl get gatewayclasses -o json``: optional (an older snapshot lacks it)
+``rayclusters.json``              ``kubectl get rayclusters.ray.io -A -o json``: optional, as above
 ================================  ==========================================================================
 
 An optional file that is absent is "not read" (None in :class:`ClusterObjects`): the checks that need it say
-unknown, never pass. Live, GatewayClasses are listed only where their CRD is installed; without it there are none.
+unknown, or what they could tell without it, never a plain pass. Live, GatewayClasses and RayClusters are listed
+only where their CRD is installed; without it there are none.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ __all__ = [
     "GATEWAY_CLASS_CRD",
     "LIST_FILES",
     "LIST_KINDS",
+    "OPTIONAL_LISTS",
     "OPTIONAL_LIST_FILES",
     "OPTIONAL_SNAPSHOT_FILES",
+    "RAY_CLUSTER_CRD",
     "SNAPSHOT_FILES",
     "VERSION_FILE",
     "ClusterObjects",
@@ -57,7 +61,7 @@ LIST_FILES: Mapping[str, str] = {
     "crds": "customresourcedefinitions.json",
 }
 """Field of :class:`ClusterObjects` -> its file in a snapshot directory."""
-OPTIONAL_LIST_FILES: Mapping[str, str] = {"gateway_classes": "gatewayclasses.json"}
+OPTIONAL_LIST_FILES: Mapping[str, str] = {"gateway_classes": "gatewayclasses.json", "ray_clusters": "rayclusters.json"}
 """Field -> its file, for the lists a snapshot may lack: the field is then None (not read)."""
 LIST_KINDS: Mapping[str, str] = {
     "nodes": "Node",
@@ -66,6 +70,7 @@ LIST_KINDS: Mapping[str, str] = {
     "webhooks": "MutatingWebhookConfiguration",
     "crds": "CustomResourceDefinition",
     "gateway_classes": "GatewayClass",
+    "ray_clusters": "RayCluster",
 }
 """Field of :class:`ClusterObjects` -> the kind of its items (a pod list saved as nodes.json is refused)."""
 VERSION_FILE = "version.json"
@@ -79,6 +84,13 @@ GATEWAY_API_VERSION = "v1"
 incremental upgrade with ``sigs.k8s.io/gateway-api/apis/v1`` (``ray-operator/controllers/ray/rayservice_controller.go``;
 gateway-api v1.4.1 in ``ray-operator/go.mod``); GatewayClass is v1 in the same API (https://gateway-api.sigs.k8s.io/)."""
 GATEWAY_CLASS_CRD = f"gatewayclasses.{GATEWAY_API_GROUP}"
+RAY_CLUSTER_CRD = "rayclusters.ray.io"
+OPTIONAL_LISTS: Mapping[str, tuple[str, str, str, str]] = {
+    "gateway_classes": (GATEWAY_CLASS_CRD, GATEWAY_API_GROUP, GATEWAY_API_VERSION, "gatewayclasses"),
+    "ray_clusters": (RAY_CLUSTER_CRD, "ray.io", "v1", "rayclusters"),
+}
+"""Field -> (its CRD, API group, version, plural): the optional lists, each read live through its custom resource
+path (cluster-wide for every namespace)."""
 
 MAX_OBJECT_DEPTH = 2 * MAX_DEPTH
 """Nesting the doctor accepts in a list of API objects: a cluster's CRDs are not tpuray's, and their schemas (and the
@@ -107,6 +119,9 @@ class ClusterObjects:
     gateway_classes: tuple[dict[str, Any], ...] | None = None
     """Gateway API GatewayClasses; None where they were not read (a snapshot without ``gatewayclasses.json``), empty
     where the cluster has none (live: no GatewayClass CRD, or it does not serve v1)."""
+    ray_clusters: tuple[dict[str, Any], ...] | None = None
+    """KubeRay RayClusters of every namespace, whose owner references say which a RayService made; None where they
+    were not read, empty where the cluster has none."""
 
 
 class ClusterReader(Protocol):
@@ -193,15 +208,21 @@ class SnapshotReader:
             field: parse_list(self._load(name), str(self.directory / name), LIST_KINDS[field])
             for field, name in LIST_FILES.items()
         }
-        classes = OPTIONAL_LIST_FILES["gateway_classes"]
-        gateway_classes = (
-            parse_list(self._load(classes), str(self.directory / classes), LIST_KINDS["gateway_classes"])
-            if self._present(classes)
-            else None  # not read: the checks that need it say unknown
-        )
+        optional: dict[str, tuple[dict[str, Any], ...] | None] = {
+            field: (
+                parse_list(self._load(name), str(self.directory / name), LIST_KINDS[field])
+                if self._present(name)
+                else None  # not read: the checks that need it say unknown
+            )
+            for field, name in OPTIONAL_LIST_FILES.items()
+        }
         version = parse_version(self._load(VERSION_FILE), str(self.directory / VERSION_FILE))
         return ClusterObjects(
-            **lists, server_version=version, source=str(self.directory), gateway_classes=gateway_classes
+            **lists,
+            server_version=version,
+            source=str(self.directory),
+            gateway_classes=optional["gateway_classes"],
+            ray_clusters=optional["ray_clusters"],
         )
 
 
@@ -250,23 +271,29 @@ class LiveReader:
                 field: parse_list(self._get(call, where), f"{where}: {field}", LIST_KINDS[field])
                 for field, call in calls.items()
             }
-            gateway_classes: tuple[dict[str, Any], ...] | None = ()
-            # Only where the CRD is installed: without it the path 404s, and there can be no GatewayClass.
-            if any(c["metadata"].get("name") == GATEWAY_CLASS_CRD for c in lists["crds"]):
-                custom = client.CustomObjectsApi(api)
-                args = (GATEWAY_API_GROUP, GATEWAY_API_VERSION, "gatewayclasses")
-                # a 404 still: the CRD does not serve v1, so there is no v1 GatewayClass to find; a 403: this
-                # identity may not list them, which only a serving stack's check needs: not read (it says unknown)
-                doc = self._get(
-                    custom.list_cluster_custom_object, where, *args, answers={404: {"items": []}, 403: None}
-                )
-                gateway_classes = (
-                    None if doc is None else parse_list(doc, f"{where}: gateway_classes", LIST_KINDS["gateway_classes"])
-                )
+            optional: dict[str, tuple[dict[str, Any], ...] | None] = {}
+            custom = client.CustomObjectsApi(api)
+            installed = {c["metadata"].get("name") for c in lists["crds"]}
+            for field, (crd, *args) in OPTIONAL_LISTS.items():
+                optional[field] = ()
+                # Only where the CRD is installed: without it the path 404s, and there can be none.
+                if crd in installed:
+                    # a 404 still: the CRD does not serve that version, so there is none of it to find; a 403:
+                    # this identity may not list them, which only a serving stack's checks need: not read
+                    doc = self._get(
+                        custom.list_cluster_custom_object, where, *args, answers={404: {"items": []}, 403: None}
+                    )
+                    optional[field] = None if doc is None else parse_list(doc, f"{where}: {field}", LIST_KINDS[field])
             version = parse_version(self._get(client.VersionApi(api).get_code, where), f"{where}: /version")
         finally:
             api.close()  # type: ignore[no-untyped-call]
-        return ClusterObjects(**lists, server_version=version, source=where, gateway_classes=gateway_classes)
+        return ClusterObjects(
+            **lists,
+            server_version=version,
+            source=where,
+            gateway_classes=optional["gateway_classes"],
+            ray_clusters=optional["ray_clusters"],
+        )
 
     def _get(self, call: Callable[..., Any], where: str, *args: str, answers: Mapping[int, Any] | None = None) -> Any:
         """One list call's raw JSON (``_preload_content=False``: the checks read the API's own field names); an HTTP

@@ -5,19 +5,49 @@ pods on node pools of their own, never on training's (the Gateway API of the inc
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
 
 from tpuray.components.catalog.names import GKE_NODEPOOL_LABEL, RAY_CLUSTER_LABEL
 from tpuray.components.catalog.pins import INCREMENTAL_UPGRADE
 from tpuray.components.config import StackConfig
 from tpuray.components.config.serving import INCREMENTAL
-from tpuray.components.doctor.objects import labels, meta, name, running_tpu_pods, short, text_at
+from tpuray.components.doctor.objects import (
+    flag_at,
+    item_paths,
+    labels,
+    meta,
+    name,
+    running_tpu_pods,
+    short,
+    text_at,
+)
 from tpuray.components.doctor.operator_gates import operator_gate
-from tpuray.components.doctor.reader import ClusterObjects
+from tpuray.components.doctor.reader import OPTIONAL_LIST_FILES, ClusterObjects
 from tpuray.components.doctor.result import CheckResult, Status
 from tpuray.components.doctor.sources import SRC_RAYSERVICE_UPGRADE
 
-__all__ = ["check_serving_pools_apart", "check_serving_upgrade_gate"]
+__all__ = ["SERVICE_CLUSTER_SUFFIX", "check_serving_pools_apart", "check_serving_upgrade_gate", "made_by_service"]
+
+SERVICE_CLUSTER_SUFFIX = "[bcdfghjklmnpqrstvwxz2456789]{5}"
+"""What KubeRay appends to a RayService's name to name each of its RayClusters: ``GenerateRayClusterName`` is
+``<service>-`` plus ``rand.String(5)`` (ray-project/kuberay ``ray-operator/controllers/ray/utils/util.go``, v1.7.0),
+whose letters are k8s.io/apimachinery ``pkg/util/rand``'s ``alphanums`` (no vowels, no 0, 1 or 3; v0.36.0)."""
+
+
+def made_by_service(cluster: Mapping[str, Any], service: str) -> bool:
+    """The RayCluster ``cluster`` is one the RayService ``service`` made: KubeRay sets the RayService as its
+    controller owner (``constructRayClusterForRayService``: ``ctrl.SetControllerReference``, which sets
+    ``controller: true``; ``rayservice_controller.go``, v1.7.0), which no cluster a team applies itself carries."""
+    for ref in item_paths(cluster, "metadata", "ownerReferences"):
+        # every field read before deciding: one of a type the API never returns fails the check naming it
+        api, kind, owner = (text_at(cluster, *ref, key) for key in ("apiVersion", "kind", "name"))
+        controller = flag_at(cluster, *ref, "controller")
+        if (api or "").split("/", 1)[0] == "ray.io" and (kind, owner, controller) == ("RayService", service, True):
+            return True
+    return False
 
 
 def check_serving_upgrade_gate(cfg: StackConfig, objs: ClusterObjects) -> CheckResult | None:
@@ -44,20 +74,35 @@ def check_serving_pools_apart(cfg: StackConfig, objs: ClusterObjects) -> CheckRe
     if serving is None:
         return None
     service = serving.service_name(cfg.cluster.name)
+    namespace = cfg.ray.namespace
     node_pool = {name(n): str(labels(n).get(GKE_NODEPOOL_LABEL, "?")) for n in objs.nodes}
+    read = objs.ray_clusters is not None
+    clusters = {name(c): c for c in objs.ray_clusters or () if meta(c).get("namespace") == namespace}
+    by_name = re.compile(re.escape(f"{service}-") + SERVICE_CLUSTER_SUFFIX)
+
+    def serves(cluster: str) -> bool:
+        if not read:  # the name form alone: a team's cluster could still take such a name
+            return by_name.fullmatch(cluster) is not None
+        found = clusters.get(cluster)
+        return found is not None and made_by_service(found, service)
+
     kinds: dict[str, set[str]] = defaultdict(set)
     pods: dict[str, list[str]] = defaultdict(list)
-    for pod in running_tpu_pods(objs, cfg.ray.namespace):
-        # KubeRay names a RayService's clusters <service>-<suffix> (rayservice_controller.go, v1.7.0)
+    for pod in running_tpu_pods(objs, namespace):
         cluster = str(labels(pod).get(RAY_CLUSTER_LABEL, ""))
-        kind = "serving" if cluster.startswith(f"{service}-") else "training"
+        kind = "serving" if serves(cluster) else f"RayCluster {cluster or '?'}"
         pool = node_pool.get(text_at(pod, "spec", "nodeName") or "", "?")
-        kinds[pool].add(kind)
+        kinds[pool].add("serving" if kind == "serving" else "other")
         pods[pool].append(f"{meta(pod).get('namespace')}/{name(pod)} ({kind})")
-    shared = sorted(p for p, k in kinds.items() if k == {"serving", "training"})
-    fact = f"the RayService {service}'s TPU pods run on node pools no training pod runs on"
+    shared = sorted(p for p, k in kinds.items() if k == {"serving", "other"})
+    how = (
+        f"a pod is the RayService's where its RayCluster's controller owner is RayService {service}"
+        if read
+        else f"RayClusters not read: a pod is the RayService's by KubeRay's cluster name form {service}-xxxxx alone"
+    )
+    fact = f"the RayService {service}'s TPU pods run on node pools no other Ray cluster's TPU pod runs on ({how})"
     fix = (
-        f"give serving its own slice pool (serving.slicePool, now {serving.slice_pool}) and let no training job's "
+        f"give serving its own slice pool (serving.slicePool, now {serving.slice_pool}) and let no other cluster's "
         "node selector reach its nodes; then pulumi up"
     )
     if shared:
@@ -65,4 +110,13 @@ def check_serving_pools_apart(cfg: StackConfig, objs: ClusterObjects) -> CheckRe
         return CheckResult("serving-pools-apart", "fail", f"{fact}; shared: {found}", SRC_RAYSERVICE_UPGRADE, fix)
     serving_pools = sorted(p for p, k in kinds.items() if "serving" in k)
     said = f"serving runs on {short(serving_pools)}" if serving_pools else "no serving pod runs yet"
+    if serving_pools and not read:
+        unread = f"{fact}; {said}, but which clusters are the RayService's is not known"
+        return CheckResult("serving-pools-apart", "warn", unread, SRC_RAYSERVICE_UPGRADE, _READ_CLUSTERS)
     return CheckResult("serving-pools-apart", "pass", f"{fact}; {said}", SRC_RAYSERVICE_UPGRADE, fix)
+
+
+_READ_CLUSTERS = (
+    f"save {OPTIONAL_LIST_FILES['ray_clusters']} with kubectl get rayclusters.ray.io -A -o json (a snapshot), or let "
+    "the doctor's identity list rayclusters.ray.io"
+)

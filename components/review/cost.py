@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuray.components.catalog.data_file import loads_json
 from tpuray.components.catalog.names import POOL_LABEL
 from tpuray.components.catalog.safe_text import md_code, md_text, one_line
 from tpuray.components.catalog.topology import generation_of_machine_type
@@ -165,14 +166,15 @@ def cost_config_of(plan: Mapping[str, Any]) -> CostConfig:
     raw = (plan.get("config") or {}).get(f"{NAMESPACE}:cost")
     if raw is None:
         return CostConfig()
-    value = json.loads(raw) if isinstance(raw, str) else raw
+    # bounded: a hand-made plan's config string can nest past Python's recursion limit
+    value = loads_json(raw, what="its JSON text") if isinstance(raw, str) else raw
     return CostConfig.model_validate(value, by_name=False)
 
 
 def commitments_of(plan: Mapping[str, Any]) -> dict[str, str]:
     """The commitment term (``capacity.commitment``) of each reservation pool of the config a plan was made from."""
     raw = (plan.get("config") or {}).get(f"{NAMESPACE}:slicePools")
-    pools = json.loads(raw) if isinstance(raw, str) else raw
+    pools = loads_json(raw, what="its JSON text") if isinstance(raw, str) else raw
     out: dict[str, str] = {}
     for i, p in enumerate(pools if isinstance(pools, list) else []):
         capacity = p.get("capacity") if isinstance(p, Mapping) else None

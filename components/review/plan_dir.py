@@ -317,12 +317,21 @@ def load_plan_file(path: Path) -> dict[str, Any]:
     return cast(dict[str, Any], doc)
 
 
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list holding a non-string"
+    kinds = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string"}
+    return kinds.get(type(value), "an object")
+
+
 def plan_shape_problem(doc: Any) -> str | None:
     """What makes ``doc`` not the shape ``tpuray plan`` writes (the fields ``tpuray diff`` reads), or None."""
     if not isinstance(doc, dict) or not isinstance(doc.get("resources"), list):
         return "no resources list"
     if not isinstance(doc.get("stack", ""), str):
         return "stack is not a string"
+    if not isinstance(doc.get("config", {}), dict):
+        return f"config is not an object (it is {_json_kind(doc['config'])})"
     for i, r in enumerate(doc["resources"]):
         if not isinstance(r, dict):
             return f"resources[{i}] is not an object"
@@ -333,9 +342,9 @@ def plan_shape_problem(doc: Any) -> str | None:
             if not isinstance(r.get(key, {}), dict):
                 return f"resources[{i}].{key} is not an object"
         for key in ("replaceOnChanges", "aliasURNs"):
-            values = r.get("options", {}).get(key) or []
+            values = r.get("options", {}).get(key, [])  # tpuray plan leaves a key out where there is none: no null
             if not isinstance(values, list) or not all(isinstance(k, str) for k in values):
-                return f"resources[{i}].options.{key} is not a list of strings"
+                return f"resources[{i}].options.{key} is not a list of strings (it is {_json_kind(values)})"
     violations = doc.get("violations", [])
     if not isinstance(violations, list):
         return "violations is not a list"

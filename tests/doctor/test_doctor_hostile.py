@@ -22,7 +22,14 @@ from tpuray.components.config import StackConfig, load_stack_file
 from tpuray.components.doctor.checks import run_checks
 from tpuray.components.doctor.crd_schema import crd_problems, pruned_paths
 from tpuray.components.doctor.kuberay_checks import check_kuberay_crds
-from tpuray.components.doctor.reader import LIST_FILES, ClusterObjects, ReadError, SnapshotReader, parse_list
+from tpuray.components.doctor.reader import (
+    LIST_FILES,
+    OPTIONAL_LIST_FILES,
+    ClusterObjects,
+    ReadError,
+    SnapshotReader,
+    parse_list,
+)
 
 
 def doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -146,6 +153,10 @@ def _dev_zero(snapshot: Path) -> None:
     (snapshot / LIST_FILES["crds"]).symlink_to("/dev/zero")
 
 
+def _pods_as_ray_clusters(snapshot: Path) -> None:
+    (snapshot / OPTIONAL_LIST_FILES["ray_clusters"]).write_text((snapshot / LIST_FILES["pods"]).read_text())
+
+
 def _fifo(snapshot: Path) -> None:
     (snapshot / LIST_FILES["deployments"]).unlink()
     os.mkfifo(snapshot / LIST_FILES["deployments"])
@@ -169,6 +180,11 @@ HOSTILE = {
     "deep-json": (_deep, LIST_FILES["pods"], "nested deeper than"),
     "dev-zero": (_dev_zero, LIST_FILES["crds"], "not a regular file"),
     "fifo": (_fifo, LIST_FILES["deployments"], "not a regular file"),
+    "pods-saved-as-rayclusters": (
+        _pods_as_ray_clusters,
+        OPTIONAL_LIST_FILES["ray_clusters"],
+        "items[0] is a Pod; expected RayCluster objects",
+    ),
 }
 
 
@@ -252,6 +268,7 @@ _HOOK = "kuberay-tpu-mutating-webhook-cfg"
 FIELDS: dict[str, tuple[str, str, tuple[str | int, ...], type]] = {
     "operator image": ("deployments", "kuberay-operator", (*_C0, "image"), str),
     "operator args": ("deployments", "kuberay-operator", (*_C0, "args"), list),
+    "operator command": ("deployments", "kuberay-operator", (*_C0, "command"), list),
     "operator container name": (
         "deployments", "kuberay-operator", (*_C0, "name"), str
     ),
@@ -307,51 +324,162 @@ def test_any_json_where_a_check_reads_a_field_fails_that_check_naming_it_or_is_c
         assert any(r.status == "fail" and named in r.fact for r in results), [r.fact for r in results]
 
 
-GATE_ARGS = st.lists(
-    st.sampled_from(
-        [
-            "--feature-gates=RayMultiHostIndexing=false",
-            "--feature-gates=RayMultiHostIndexing=true",
-            "-feature-gates=RayCronJob=true,RayMultiHostIndexing=F",
-            "--feature-gates",
-            "RayMultiHostIndexing=TRUE",
-            "=",
-            "--feature-gates=",
-            "--enable-metrics=true",
-            "--feature-gates=RayMultiHostIndexing=yes",
-        ]
-    )
-    | st.text(max_size=12),
-    max_size=5,
+GATE_TOKENS = st.sampled_from(
+    [
+        "--feature-gates=RayMultiHostIndexing=false",
+        "--feature-gates=RayMultiHostIndexing=true",
+        "-feature-gates=RayCronJob=true,RayMultiHostIndexing=F",
+        "--feature-gates= RayMultiHostIndexing = False ,",
+        "--feature-gates=RayMultiHostIndexing=tRUE",  # strconv.ParseBool refuses it: the operator exits
+        "--feature-gates=AllBeta=false",
+        "--feature-gates=NoSuchGate=true",
+        "--feature-gates=RayMultiHostIndexing",
+        "--feature-gates",
+        "RayMultiHostIndexing=TRUE",
+        "RayMultiHostIndexing=false",
+        "=",
+        "--feature-gates=",
+        "--",  # Go's terminator: nothing after it is a flag
+        "-",
+        "positional",
+        "--enable-metrics",  # boolean: never takes the next argument
+        "--enable-metrics=maybe",
+        "--watch-namespace",  # takes the next argument, even one that looks like a flag
+        "-zap-devel",
+        "--no-such-flag",
+        "---feature-gates=RayMultiHostIndexing=false",
+        "-=x",
+    ]
 )
+GATE_ARGS = st.lists(st.one_of(GATE_TOKENS, GATE_TOKENS, GATE_TOKENS, st.text(max_size=12)), max_size=6)
+"""Operator command lines: mostly what Go and featuregate read differently from a naive scan, now and then any text."""
+_GO_TRUE, _GO_FALSE = {"1", "t", "T", "TRUE", "true", "True"}, {"0", "f", "F", "FALSE", "false", "False"}
+_V17_GATES = {
+    "RayClusterStatusConditions", "RayJobDeletionPolicy", "RayMultiHostIndexing", "RayServiceIncrementalUpgrade",
+    "RayCronJob", "SidecarSubmitterRestart", "RayClusterNetworkPolicy", "GCSFaultToleranceEmbeddedStorage",
+    "RayClusterMTLS", "RayClusterHistoryServer", "KubernetesWAS", "AllAlpha", "AllBeta",
+}  # fmt: skip
+"""The gates KubeRay v1.7.0 registers (ray-operator/pkg/features/features.go), and featuregate's own two."""
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(args=GATE_ARGS)
-def test_any_operator_args_are_read_as_go_reads_them(args: list[str], tmp_path: Path) -> None:
-    """The gate the doctor reads from the operator's args is the one Go's flag package and KubeRay's featuregate
-    would set: the last --feature-gates, and in it the last RayMultiHostIndexing; without one, v1.7.0's default."""
+def _go_reads(args: list[str]) -> bool | str:
+    """RayMultiHostIndexing as KubeRay v1.7.0 runs with ``args``, written out from Go's flag documentation and
+    featuregate's Set: True or False, or "exits"."""
+    from tpuray.components.doctor.operator_gates import OPERATOR_FLAGS
+
+    value, i = None, 0
+    while i < len(args) and args[i] != "--" and args[i].startswith("-") and args[i] != "-":
+        body = args[i][2:] if args[i].startswith("--") else args[i][1:]
+        i += 1
+        if body[:1] in ("-", "="):
+            return "exits"
+        flag, has, said = body.partition("=")
+        if flag not in OPERATOR_FLAGS:
+            return "exits"
+        if OPERATOR_FLAGS[flag]:
+            if has and said not in _GO_TRUE | _GO_FALSE:
+                return "exits"
+            continue
+        if not has:
+            if i == len(args):
+                return "exits"
+            said, i = args[i], i + 1
+        if flag == "feature-gates":
+            value = said
+    gates = {}
+    for item in filter(None, (value or "").split(",")):
+        if "=" not in item:
+            return "exits"
+        key, said = (part.strip() for part in item.split("=", 1))
+        if said not in _GO_TRUE | _GO_FALSE or key not in _V17_GATES:
+            return "exits"
+        gates[key] = said in _GO_TRUE
+    return gates.get("RayMultiHostIndexing", gates.get("AllBeta", True))  # Beta in 1.7, and on by default
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(args=GATE_ARGS, command=st.sampled_from([None, ["/manager"], ["manager"], ["/bin/sh", "-c"]]))
+def test_any_operator_args_are_read_as_go_reads_them(
+    args: list[str], command: list[str] | None, tmp_path: Path
+) -> None:
+    """The gate the doctor reads from the operator's command line is the one Go's flag package and KubeRay's
+    featuregate would set: parsing stops at ``--`` or the first non-flag argument, a non-boolean flag takes the next
+    argument, the last --feature-gates wins and in it the last RayMultiHostIndexing (AllBeta where it is not named),
+    without one v1.7.0's default; arguments the operator exits on, or a command that is not /manager, are unknown."""
     from tpuray.components.catalog.pins import MULTI_HOST_INDEXING
     from tpuray.components.doctor.operator_gates import operator_gate
 
     objects = _objects(tmp_path)
     deployments = json.loads(json.dumps(objects.deployments))
     operator = next(d for d in deployments if d["metadata"]["name"] == "kuberay-operator")
-    operator["spec"]["template"]["spec"]["containers"][0]["args"] = args
+    container = operator["spec"]["template"]["spec"]["containers"][0]
+    container["args"] = args
+    if command is not None:
+        container["command"] = command
     on, how = operator_gate(_cfg(tmp_path), replace(objects, deployments=tuple(deployments)), MULTI_HOST_INDEXING)
-    flag, rest = None, list(args)
-    while rest:  # the reference reading, written out: a bare flag takes the next argument as its value
-        arg = rest.pop(0)
-        if arg in ("--feature-gates", "-feature-gates"):
-            flag = rest.pop(0) if rest else ""
-        elif arg.startswith(("--feature-gates=", "-feature-gates=")):
-            flag = arg.split("=", 1)[1]
-    said = [
-        p.split("=", 1)[1].strip()
-        for p in (flag or "").split(",")
-        if p.split("=", 1)[0].strip() == "RayMultiHostIndexing" and "=" in p
-    ]
-    if not said:
-        assert on is True and "its default" in how
+    if command == ["/bin/sh", "-c"]:
+        assert on is None and "not /manager" in how
+        return
+    expected = _go_reads(args)
+    if expected == "exits":
+        assert on is None and "exits on its arguments" in how, how
     else:
-        assert on == {"1": True, "t": True, "true": True, "0": False, "f": False, "false": False}.get(said[-1].lower())
+        assert on is expected, how
+
+
+# ---- the hypothesis corpus: any JSON where serving-pools-apart reads whose cluster a pod is ---------------------
+OWNER_FIELDS: dict[str, tuple[tuple[str | int, ...], type]] = {
+    "owner references": (("metadata", "ownerReferences"), list),
+    "owner reference": (("metadata", "ownerReferences", 0), dict),
+    "owner kind": (("metadata", "ownerReferences", 0, "kind"), str),
+    "owner name": (("metadata", "ownerReferences", 0, "name"), str),
+    "owner apiVersion": (("metadata", "ownerReferences", 0, "apiVersion"), str),
+    "owner controller": (("metadata", "ownerReferences", 0, "controller"), bool),
+}
+"""Field of the RayService's RayCluster -> (its path, the type the Kubernetes API gives it)."""
+
+
+@settings(max_examples=80, deadline=None)
+@given(field=st.sampled_from(sorted(OWNER_FIELDS)), value=JSON)
+def test_any_json_in_a_ray_cluster_s_owner_is_checked_or_fails_naming_it(field: str, value: Any) -> None:
+    """Whatever JSON a RayCluster's owner reference holds, serving-pools-apart runs to a result: a value of a type
+    the API never returns there fails it naming the RayCluster and the field; any other value that is not KubeRay's
+    own controller reference to the RayService makes the cluster another's, so sharing the pool fails."""
+    from tests.support.stacks import serving_values
+    from tpuray.components.config import parse_stack_config
+
+    cfg = parse_stack_config(serving_values({"replicas": 2, "minSlices": 1, "maxSlices": 3}), stack="dev")
+    assert cfg.serving is not None
+    ns, service = cfg.ray.namespace, cfg.serving.service_name(cfg.cluster.name)
+    ref = {"apiVersion": "ray.io/v1", "kind": "RayService", "name": service, "uid": "u", "controller": True}
+    owned = {"kind": "RayCluster", "metadata": {"namespace": ns, "name": f"{service}-x7k2p", "ownerReferences": [ref]}}
+    edited = json.loads(json.dumps(owned))
+    path, want = OWNER_FIELDS[field]
+    parent = edited
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    pods = []
+    for i, cluster in enumerate((f"{service}-x7k2p", f"{service}-b9m4q")):  # the owned one, then the edited one
+        pods.append(
+            {
+                "metadata": {"namespace": ns, "name": f"p{i}", "labels": {"ray.io/cluster": cluster}},
+                "spec": {"nodeName": "n", "containers": [{"name": "w", "resources": {"limits": {TPU_RESOURCE: "4"}}}]},
+                "status": {"phase": "Running"},
+            }
+        )
+    edited["metadata"]["name"] = f"{service}-b9m4q"
+    nodes = ({"metadata": {"name": "n", "labels": {GKE_NODEPOOL_LABEL: "serve-pool"}}},)
+    objs = ClusterObjects(nodes, tuple(pods), (), (), (), "v1.34.1-gke.1829001", "t", None, (owned, edited))
+    [result] = [r for r in run_checks(cfg, objs) if r.id == "serving-pools-apart"]
+    wrong = not isinstance(value, want) and (value is not None or isinstance(path[-1], int))  # null: missing
+    still_owned = edited["metadata"]["ownerReferences"] == [ref]
+    if wrong:
+        assert result.status == "fail" and f"{service}-b9m4q: {_json_path(path)} is a JSON" in result.fact
+    elif still_owned:
+        assert result.status == "pass", result.fact
+    else:  # another's cluster, or a nested field of a type the API never returns there, named
+        named = f"p1 (RayCluster {service}-b9m4q)" in result.fact or (
+            f"{service}-b9m4q: metadata.ownerReferences" in result.fact and "is a JSON" in result.fact
+        )
+        assert result.status == "fail" and named, result.fact

@@ -100,6 +100,65 @@ def test_the_operator_s_gates_are_read_from_its_own_container(torch_tpu_stack: S
     assert kuberay.status == "pass" and "v1.7.0" in kuberay.fact and "1.24.0" not in kuberay.fact
 
 
+_GATE_OFF = "--feature-gates=RayMultiHostIndexing=false"
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "status", "said"),
+    [
+        (None, [_GATE_OFF], "pass", "RayMultiHostIndexing=false"),
+        (["/manager"], [_GATE_OFF], "pass", "RayMultiHostIndexing=false"),  # what the chart renders
+        (["/manager", _GATE_OFF], [], "pass", "RayMultiHostIndexing=false"),  # command's own args come first
+        # Go's flag parsing stops after "--" and at the first non-flag argument: the gate keeps its default
+        (None, ["--", _GATE_OFF], "fail", "its default"),
+        (None, ["--enable-metrics=true", "serve", _GATE_OFF], "fail", "its default"),
+        # a non-boolean flag takes the next argument whatever it is; a boolean one never does
+        (None, ["--watch-namespace", _GATE_OFF], "fail", "its default"),
+        (None, ["--enable-metrics", _GATE_OFF], "pass", "RayMultiHostIndexing=false"),
+        (None, ["--feature-gates=AllBeta=false"], "pass", "AllBeta=false, and RayMultiHostIndexing is Beta"),
+        # what the operator exits on: no gate runs, so the doctor cannot pass it
+        (None, ["--feature-gates=RayMultiHostIndexing=tRUE"], "warn", "invalid value of RayMultiHostIndexing=tRUE"),
+        (None, [_GATE_OFF + ",RayAutoscalerV3=true"], "warn", "unrecognized feature gate: RayAutoscalerV3"),
+        (None, ["--leader-elect", _GATE_OFF], "warn", "flag provided but not defined: -leader-elect"),
+        (None, ["--feature-gates"], "warn", "flag needs an argument: -feature-gates"),
+        (["/bin/sh", "-c", "/manager " + _GATE_OFF], [], "warn", "not /manager: its flags are not read"),
+    ],
+)
+def test_the_operator_s_command_line_is_read_as_go_parses_it(
+    torch_tpu_stack: StackConfig, command: list[str] | None, args: list[str], status: str, said: str
+) -> None:
+    """KubeRay v1.7.0 parses its arguments with Go's flag package (``ray-operator/main.go``, ``flag.Parse``) and
+    the gates with featuregate's ``Set``; with webhook 1.3.1, the indexing gate on fails, off passes, and an
+    operator that exits on its arguments is unknown (warn), never a pass."""
+    op = _operator(args=args)
+    if command is not None:
+        op["spec"]["template"]["spec"]["containers"][0]["command"] = command
+    result = check_tpu_webhook_version(torch_tpu_stack, _with_operator(cluster_objects("v1.3.1-gke.2", GOOD_ENV), op))
+    assert result is not None
+    assert (result.status, said in result.fact) == (status, True), result.fact
+
+
+@pytest.mark.parametrize(
+    ("image", "label", "status", "said"),
+    [
+        ("quay.io/kuberay/operator:v1.6.2", "v1.7.0", "warn", "label says v1.7.0, which the image does not run"),
+        ("quay.io/kuberay/operator:v1.7.0", "v1.7.0", "pass", "image quay.io/kuberay/operator:v1.7.0"),
+        ("quay.io/kuberay/operator@sha256:" + "cd" * 32, "v1.7.0", "warn", "no tag, no version to read"),
+        ("quay.io/kuberay/operator:latest", None, "warn", "tag latest, no version to read"),
+    ],
+)
+def test_the_operator_s_version_is_its_image_s_never_its_label(
+    torch_tpu_stack: StackConfig, image: str, label: str | None, status: str, said: str
+) -> None:
+    """Helm's image.tag can run a v1.6.2 image under a v1.7.0 chart, whose app.kubernetes.io/version label still
+    says v1.7.0: the image is what runs. A label that disagrees warns; an image with no version is unknown."""
+    op = _operator(image, [])
+    if label is not None:
+        op["metadata"]["labels"] = {"app.kubernetes.io/version": label}
+    result = check_kuberay_operator(torch_tpu_stack, _with_operator(cluster_objects("v1.3.1-gke.2", GOOD_ENV), op))
+    assert (result.status, said in result.fact) == (status, True), result.fact
+
+
 # ---- round 4: what the checks misread ----------------------------------------------------------------------------
 def _webhook(objs: ClusterObjects) -> dict[str, Any]:
     return next(d for d in objs.deployments if d["metadata"]["name"] == "kuberay-tpu-webhook")

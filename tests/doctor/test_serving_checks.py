@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.doctor_objects import OPERATOR
 from tests.support.doctor_snapshots import GKE_GATEWAY_CLASSES, gateway_api_crd, gateway_class, write_snapshot
-from tests.support.fake_kube_api import GATEWAY_CLASSES_PATH, serve, write_kubeconfig
+from tests.support.fake_kube_api import GATEWAY_CLASSES_PATH, RAY_CLUSTERS_PATH, serve, write_kubeconfig
 from tests.support.stacks import serving_values
 from tpuray.components.catalog.names import GKE_NODEPOOL_LABEL, RAY_CLUSTER_LABEL, TPU_RESOURCE
 from tpuray.components.config import StackConfig, parse_stack_config
@@ -70,6 +70,7 @@ def _objects(
     *,
     crds: list[dict[str, Any]] | None = None,
     gateway_classes: list[dict[str, Any]] | None = None,
+    ray_clusters: list[dict[str, Any]] | None = None,
 ) -> ClusterObjects:
     node_objs = tuple({"metadata": {"name": n, "labels": {GKE_NODEPOOL_LABEL: p}}} for n, p in (nodes or {}).items())
     return ClusterObjects(
@@ -81,6 +82,7 @@ def _objects(
         "v1.34.1-gke.1829001",
         "test",
         None if gateway_classes is None else tuple(gateway_classes),
+        None if ray_clusters is None else tuple(ray_clusters),
     )
 
 
@@ -103,6 +105,22 @@ def test_an_incremental_upgrade_needs_the_operators_gate_as_it_runs(
     assert said in result.fact and "RayServiceIncrementalUpgrade" in result.fact
 
 
+def test_the_upgrade_gate_follows_the_image_not_the_chart_s_label() -> None:
+    """A v1.7.0 chart running a v1.6.2 image: its label says 1.7.0 (the gate on by default), the image runs 1.6.2,
+    where RayServiceIncrementalUpgrade is Alpha and off; a digest alone says no release: unknown."""
+    op = _operator("quay.io/kuberay/operator:v1.6.2", None)
+    op["metadata"]["labels"] = {"app.kubernetes.io/version": "v1.7.0"}
+    result = check_serving_upgrade_gate(_cfg(INCREMENTAL), _objects([op]))
+    assert result is not None
+    assert result.status == "fail", result.fact
+    assert "RayServiceIncrementalUpgrade off: its default" in result.fact and "label says v1.7.0" in result.fact
+    op = _operator("quay.io/kuberay/operator@sha256:" + "ef" * 32, None)
+    op["metadata"]["labels"] = {"app.kubernetes.io/version": "v1.7.0"}
+    result = check_serving_upgrade_gate(_cfg(INCREMENTAL), _objects([op]))
+    assert result is not None
+    assert result.status == "warn" and "not known" in result.fact, result.fact
+
+
 def test_no_operator_is_unknown_and_other_upgrades_need_no_gate() -> None:
     result = check_serving_upgrade_gate(_cfg(INCREMENTAL), _objects([]))
     assert result is not None and result.status == "warn" and "no kuberay-operator" in result.fact
@@ -111,24 +129,69 @@ def test_no_operator_is_unknown_and_other_upgrades_need_no_gate() -> None:
     assert check_serving_upgrade_gate(plain, _objects([])) is None
 
 
+def _ray_cluster(name: str, namespace: str, owner: str | None) -> dict[str, Any]:
+    """A RayCluster; with ``owner``, as KubeRay makes it for that RayService (a controller owner reference)."""
+    refs = [{"apiVersion": "ray.io/v1", "kind": "RayService", "name": owner, "uid": "u", "controller": True}]
+    return {"metadata": {"namespace": namespace, "name": name, **({"ownerReferences": refs} if owner else {})}}
+
+
 def test_serving_and_training_pods_on_one_node_pool_fail_naming_the_pool_and_pods() -> None:
     cfg = _cfg()
     assert cfg.serving is not None
     ns, service = cfg.ray.namespace, cfg.serving.service_name(cfg.cluster.name)
     nodes = {"n-serve": "serve-pool", "n-train": "train-pool"}
+    clusters = [_ray_cluster(f"{service}-x7k2p", ns, service), _ray_cluster(cfg.cluster.name, ns, None)]
     apart = [
         _pod("s0", f"{service}-x7k2p", "n-serve", ns),
         _pod("t0", f"{cfg.cluster.name}", "n-train", ns),
     ]
-    result = check_serving_pools_apart(cfg, _objects([], apart, nodes))
+    result = check_serving_pools_apart(cfg, _objects([], apart, nodes, ray_clusters=clusters))
     assert result is not None and result.status == "pass" and "serve-pool" in result.fact
     shared = [*apart, _pod("t1", f"{cfg.cluster.name}", "n-serve", ns)]
-    result = check_serving_pools_apart(cfg, _objects([], shared, nodes))
+    result = check_serving_pools_apart(cfg, _objects([], shared, nodes, ray_clusters=clusters))
     assert result is not None and result.status == "fail"
-    assert "node pool serve-pool" in result.fact and f"{ns}/t1 (training)" in result.fact and "s0" in result.fact
+    assert "node pool serve-pool" in result.fact and f"{ns}/t1 (RayCluster {cfg.cluster.name})" in result.fact
+    assert "s0" in result.fact
     elsewhere = [*apart, _pod("t2", f"{cfg.cluster.name}", "n-serve", "other-namespace")]
-    result = check_serving_pools_apart(cfg, _objects([], elsewhere, nodes))
+    result = check_serving_pools_apart(cfg, _objects([], elsewhere, nodes, ray_clusters=clusters))
     assert result is not None and result.status == "pass"  # another namespace's pods are not the stack's
+
+
+@pytest.mark.parametrize(
+    ("canary", "owner", "read", "status"),
+    [
+        ("{service}-canary", None, True, "fail"),  # a team's own cluster on the serving pool
+        ("{service}-x7k2q", None, True, "fail"),  # KubeRay's name form, but no RayService owns it
+        ("{service}-x7k2q", "{service}-old", True, "fail"),  # owned by another RayService
+        ("{service}-x7k2q", "{service}", True, "pass"),  # the RayService's second cluster (an upgrade)
+        ("{service}-canary", None, False, "fail"),  # unread: not KubeRay's name form (vowels, six letters)
+        ("{service}-x7k2a", None, False, "fail"),  # unread: "a" is no letter of rand.String
+        ("{service}-x7k2q", None, False, "warn"),  # unread: the name form alone cannot tell
+    ],
+)
+def test_only_clusters_the_rayservice_owns_count_as_serving(
+    canary: str, owner: str | None, read: bool, status: str
+) -> None:
+    """KubeRay names a RayService's clusters ``<service>-`` plus five random letters and makes the RayService their
+    controller owner (v1.7.0: ``GenerateRayClusterName``, ``constructRayClusterForRayService``): the owner decides;
+    a name starting ``<service>-`` does not."""
+    cfg = _cfg()
+    assert cfg.serving is not None
+    ns, service = cfg.ray.namespace, cfg.serving.service_name(cfg.cluster.name)
+    other = canary.format(service=service)
+    clusters = [
+        _ray_cluster(f"{service}-x7k2p", ns, service),
+        _ray_cluster(other, ns, owner.format(service=service) if owner else None),
+    ]
+    pods = [_pod("s0", f"{service}-x7k2p", "n-serve", ns), _pod("c0", other, "n-serve", ns)]
+    objs = _objects([], pods, {"n-serve": "serve-pool"}, ray_clusters=clusters if read else None)
+    result = check_serving_pools_apart(cfg, objs)
+    assert result is not None
+    assert result.status == status, result.fact
+    if status == "fail":
+        assert f"{ns}/c0 (RayCluster {other})" in result.fact and "node pool serve-pool" in result.fact
+    if not read:
+        assert "RayClusters not read" in result.fact
 
 
 SERVING_IDS = {"serving-upgrade-gate", "serving-pools-apart", "serving-gateway-api", "serving-gateway-class"}
@@ -289,3 +352,16 @@ def test_the_live_reader_lists_gateway_classes_only_where_their_crd_is(
     assert (GATEWAY_CLASSES_PATH in api.gets) == listed
     assert objs.gateway_classes is not None
     assert {c["metadata"]["name"] for c in objs.gateway_classes} == classes
+
+
+@pytest.mark.parametrize("forbidden", [False, True])
+def test_the_live_reader_lists_ray_clusters_and_a_refusal_leaves_them_unread(tmp_path: Path, forbidden: bool) -> None:
+    """RayClusters are listed cluster-wide through ray.io/v1 where their CRD is installed; an identity RBAC does
+    not let list them reads the rest, and serving-pools-apart then says it read no owner."""
+    snapshot = write_snapshot(tmp_path / "s", "healthy")
+    with serve(snapshot, forbidden={RAY_CLUSTERS_PATH} if forbidden else set()) as api:
+        objs = LiveReader(str(write_kubeconfig(tmp_path / "kubeconfig", api.server)), "fake").read()
+    assert RAY_CLUSTERS_PATH in api.gets and api.writes == [] and objs.nodes
+    assert objs.ray_clusters == (None if forbidden else ())
+    [result] = [r for r in run_checks(_cfg(), objs) if r.id == "serving-pools-apart"]
+    assert ("RayClusters not read" in result.fact) == forbidden, result.fact

@@ -169,14 +169,29 @@ def _corrupt(plan: dict[str, Any], case: str) -> tuple[str, str]:
         i, pool = _node_pool(plan)
         pool["options"]["aliasURNs"] = 5
         return f"resources[{i}].options.aliasURNs", "not a list of strings"
+    if case == "aliases-null":
+        i, pool = _node_pool(plan)
+        pool["options"]["aliasURNs"] = None
+        return f"resources[{i}].options.aliasURNs", "not a list of strings (it is null)"
+    if case == "cost-deep":  # the config's JSON text, nested past Python's recursion limit
+        plan["config"]["tpuray:cost"] = '{"rates": ' + "[" * 5000 + "]" * 5000 + "}"
+        return "config.tpuray:cost", "nested deeper than 100 levels"
+    if case == "pools-deep":
+        plan["config"]["tpuray:slicePools"] = "[" * 5000 + "]" * 5000
+        return "config.tpuray:slicePools", "nested deeper than 100 levels"
     raise AssertionError(case)
 
 
-_CASES = ["nodeConfig", "nodeLocations", "count", "flavor-name", "node-labels", "rates", "commitment", "aliases"]
+_CASES = [
+    *("nodeConfig", "nodeLocations", "count", "flavor-name", "node-labels", "rates", "commitment"),
+    *("aliases", "aliases-null", "cost-deep", "pools-deep"),
+]
+_SHAPE_CASES = {"aliases", "aliases-null"}
+"""Refused by the plan file's shape check, whose line names the file but not which side of the diff it is."""
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(side=st.sampled_from(["base", "new"]), case=st.sampled_from(_CASES))
+@pytest.mark.parametrize("case", _CASES)
+@pytest.mark.parametrize("side", ["base", "new"])
 def test_a_refusal_names_the_plan_and_the_field(
     tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], side: str, case: str
 ) -> None:
@@ -188,7 +203,7 @@ def test_a_refusal_names_the_plan_and_the_field(
     path = tmp / ("a" if side == "base" else "b") / "plan.json"
     assert code == 2, err
     assert str(path) in err and field in err and problem in err, err
-    if case != "aliases":  # the file reader's refusal names the file; the diff's names the side too
+    if case not in _SHAPE_CASES:  # the file reader's refusal names the file; the diff's names the side too
         assert f"the {side} plan {path}: {field}" in err, err
     other = tmp / ("b" if side == "base" else "a") / "plan.json"
     assert str(other) not in err and "internal error" not in err and "Traceback" not in err
@@ -200,3 +215,70 @@ def test_plans_of_two_stacks_name_both_files_and_the_field(tmp_path: Path, capsy
     a, b = tmp_path / "a" / "plan.json", tmp_path / "b" / "plan.json"
     assert code == 2 and f"the base plan {a} and the new plan {b}: stack:" in err
     assert f"the base plan {a} is of stack 'dev' and the new plan {b} of stack 'prod'" in err
+
+
+# ---- the hypothesis corpus: any JSON wherever the diff reads a plan ------------------------------------------------
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats(allow_nan=False) | st.text(max_size=6),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+    max_leaves=12,
+)
+NESTED_TEXT = st.integers(0, 5000).flatmap(
+    lambda n: st.sampled_from(["[" * n + "]" * n, '{"a":' * n + "1" + "}" * n, '{"rates":' + "[" * n + "]" * n + "}"])
+)
+"""A config value's JSON text nested up to far past Python's recursion limit (the plan's config holds JSON text)."""
+
+
+def _pool_path(plan: dict[str, Any], *rest: str) -> tuple[str | int, ...]:
+    return ("resources", plan["resources"].index(_tpu_pool(plan)), *rest)
+
+
+HOSTILE_PATHS: dict[str, Any] = {
+    "stack": lambda p: ("stack",),
+    "resources": lambda p: ("resources",),
+    "config": lambda p: ("config",),
+    "cost": lambda p: ("config", "tpuray:cost"),
+    "slice pools": lambda p: ("config", "tpuray:slicePools"),
+    "violations": lambda p: ("violations",),
+    "a resource": lambda p: ("resources", 0),
+    "urn": lambda p: ("resources", 0, "urn"),
+    "type": lambda p: ("resources", 0, "type"),
+    "parent": lambda p: ("resources", 0, "parent"),
+    "options": lambda p: _pool_path(p, "options"),
+    "aliases": lambda p: _pool_path(p, "options", "aliasURNs"),
+    "replace on": lambda p: _pool_path(p, "options", "replaceOnChanges"),
+    "inputs": lambda p: _pool_path(p, "inputs"),
+    "node config": lambda p: _pool_path(p, "inputs", "nodeConfig"),
+    "machine type": lambda p: _pool_path(p, "inputs", "nodeConfig", "machineType"),
+    "autoscaling": lambda p: _pool_path(p, "inputs", "autoscaling"),
+    "node count": lambda p: _pool_path(p, "inputs", "nodeCount"),
+    "placement": lambda p: _pool_path(p, "inputs", "placementPolicy"),
+    "locations": lambda p: _pool_path(p, "inputs", "nodeLocations"),
+}
+"""Where a hand-edited or hostile plan can hold anything: each a function of the plan to a path in it."""
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    side=st.sampled_from(["base", "new"]),
+    where=st.sampled_from(sorted(HOSTILE_PATHS)),
+    value=JSON | NESTED_TEXT,
+)
+def test_a_hostile_plan_is_a_clean_error_never_an_internal_one(
+    tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], side: str, where: str, value: Any
+) -> None:
+    """Whatever JSON sits wherever the diff reads a plan (config strings nested past the recursion limit, a null
+    alias list, a count that is text), ``tpuray diff`` ends in a diff or in exit 2 with one clean line: never in
+    the CLI's internal error (exit 70) or a traceback."""
+    plans = {"base": _plan("prod-dws"), "new": _plan("prod-dws")}
+    path = HOSTILE_PATHS[where](plans[side])
+    parent: Any = plans[side]
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    code, _, _ = _diff_cli(tmp_path_factory.mktemp("d"), plans["base"], plans["new"])
+    err = capsys.readouterr().err
+    assert code in (0, 2), err
+    assert "internal error" not in err and "Traceback" not in err, err
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and err.startswith("error: "), err

@@ -7,11 +7,12 @@ files with its pinned SHA-256:
    ``python tools/fetch_crds.py`` put them);
 2. the cache, ``$XDG_CACHE_HOME/tpuray/crds/<versions>/<folder>`` (``~/.cache`` without it): outside the checkout,
    one directory per pin set;
-3. the cache after :func:`fetch_crds.fetch` filled it: the tool's own fetch-and-verify, once per session. Workers
-   take a file lock, so one fetches while the other waits, and a failed fetch leaves a note for the other worker of
-   the same run (xdist's run id), which then skips without trying again.
+3. the cache after :func:`fetch_crds.fetch` filled it with the folder's files: the tool's own fetch-and-verify, once
+   per session and folder. Workers take a file lock, so one fetches while the other waits, and a failed fetch leaves
+   a note for the other worker of the same run (xdist's run id), which then skips without trying again.
 
-No network skips the test, its reason one line naming the tool and ``TPURAY_SHARED_DIR``; under ``CI=true`` it
+No network skips the test, its reason one line naming the folder's own source, the tool and ``TPURAY_SHARED_DIR``
+(a folder is fetched alone, so a Kueue test never skips naming KubeRay's URL); under ``CI=true`` it
 fails instead. A checksum mismatch, fetched or in the shared folder, fails the test: it is never read and never
 skipped over.
 """
@@ -76,19 +77,19 @@ class Found:
     error: str | None = None
 
 
-def _fetch_into_cache() -> str | None:
-    """Fill the cache; None when it holds every pinned file, else the one-line reason it does not. Raises
-    :class:`fetch_crds.ChecksumMismatch`."""
+def _fetch_into_cache(folder: str) -> str | None:
+    """Fill the cache with ``folder``'s files; None when it holds them all, else the one-line reason it does not (the
+    URL of that folder that could not be reached). Raises :class:`fetch_crds.ChecksumMismatch`."""
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set in each xdist worker, the same for one run
-    note = cache / f".unreachable-{run}" if run else None
+    note = cache / f".unreachable-{folder}-{run}" if run else None
     with open(cache / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits here, then finds the files or the note
         if note is not None and note.is_file():
             return note.read_text()
         try:
-            fetch_crds.fetch(cache, timeout=FETCH_TIMEOUT)
+            fetch_crds.fetch(cache, timeout=FETCH_TIMEOUT, folders=[folder])
         except fetch_crds.Unreachable as e:
             reason = " ".join(str(e).split())
             if note is not None:
@@ -106,10 +107,10 @@ def find(folder: str) -> Found:
         return Found(error=f"{shared / folder}: {', '.join(changed)} differ from the pinned sha256; {HOW}")
     if not absent:
         return Found(path=shared / folder)
-    if not any(_wrong(cache_dir(), f) != ([], []) for f in fetch_crds.FILES):
+    if _wrong(cache_dir(), folder) == ([], []):
         return Found(path=cache_dir() / folder)
     try:
-        unreachable = _fetch_into_cache()
+        unreachable = _fetch_into_cache(folder)
     except fetch_crds.ChecksumMismatch as e:
         return Found(error=f"pinned CRD refused: {e}")
     if unreachable is None:

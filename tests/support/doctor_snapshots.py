@@ -239,6 +239,7 @@ def healthy() -> dict[str, Any]:
         LIST_FILES["webhooks"]: as_list([webhook]),
         LIST_FILES["crds"]: as_list(crds),
         OPTIONAL_LIST_FILES["gateway_classes"]: as_list([gateway_class(n) for n in GKE_GATEWAY_CLASSES]),
+        OPTIONAL_LIST_FILES["ray_clusters"]: as_list([]),
         VERSION_FILE: {
             "clientVersion": {"gitVersion": "v1.34.2"},
             "serverVersion": {"major": "1", "minor": "34", "gitVersion": "v1.34.1-gke.1829001"},

@@ -1,9 +1,9 @@
 """A fake Kubernetes API server on loopback for ``tpuray doctor`` tests.
 
 It serves a snapshot directory's files on the paths the Kubernetes Python client asks for a GET (an optional file
-the snapshot lacks, such as ``gatewayclasses.json``, as the API server answers a resource it does not serve), answers
-every other GET with a 404 Status, and records every request (a write gets a 405 and stays in ``writes``), so a test
-can assert the doctor only read. Bound to 127.0.0.1 only.
+the snapshot lacks, such as ``gatewayclasses.json`` or ``rayclusters.json``, as the API server answers a resource it
+does not serve), answers every other GET with a 404 Status, and records every request (a write gets a 405 and stays
+in ``writes``), so a test can assert the doctor only read. Bound to 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from tpuray.components.doctor.reader import (
     GATEWAY_API_VERSION,
     LIST_FILES,
     OPTIONAL_LIST_FILES,
+    OPTIONAL_LISTS,
     VERSION_FILE,
 )
 
 GATEWAY_CLASSES_PATH = f"/apis/{GATEWAY_API_GROUP}/{GATEWAY_API_VERSION}/gatewayclasses"
+RAY_CLUSTERS_PATH = "/apis/{}/{}/{}".format(*OPTIONAL_LISTS["ray_clusters"][1:])
 
 PATHS = {
     "/api/v1/nodes": LIST_FILES["nodes"],
@@ -36,6 +38,7 @@ PATHS = {
     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions": LIST_FILES["crds"],
     "/version": VERSION_FILE,
     GATEWAY_CLASSES_PATH: OPTIONAL_LIST_FILES["gateway_classes"],
+    RAY_CLUSTERS_PATH: OPTIONAL_LIST_FILES["ray_clusters"],
 }
 """API path -> the snapshot file that answers it."""
 
