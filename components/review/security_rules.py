@@ -17,6 +17,7 @@ from typing import Any
 from tpuray.components.catalog.images import parse_image
 from tpuray.components.catalog.metric_names import TPU_DEVICE_PLUGIN_METRICS_PORT
 from tpuray.components.catalog.names import (
+    IMAGE_STREAMING_NODE_ROLE,
     NODE_SERVICE_ACCOUNT_ROLE,
     RAY_AUTH_MODE_ENV,
     RAY_AUTH_TOKEN_ENV,
@@ -48,7 +49,6 @@ __all__ = [
 ]
 
 PROJECT_IAM_TYPES = ("gcp:projects/iAMMember:IAMMember", "gcp:projects/iAMBinding:IAMBinding")
-ALLOWED_PROJECT_ROLES = frozenset({NODE_SERVICE_ACCOUNT_ROLE})
 MIN_SOFT_DELETE_SECONDS = 7 * 86400
 
 
@@ -106,16 +106,44 @@ def check_shielded_nodes(res: Resource, ctx: RuleContext) -> list[str]:
     return found
 
 
-def check_project_roles(res: Resource, ctx: RuleContext) -> list[str]:
-    """Project-wide grants are limited to GKE's node role; everything else is granted on the resource (the image
-    repository, the bucket) it is for (CIS GKE v2.0.0 5.2.1; hardening guide, least-privilege service account)."""
-    role = res.props.get("role")
-    if role in ALLOWED_PROJECT_ROLES:
-        return []
-    return [
-        f"project-wide role {role!r}: grant it on the resource it is for (only {NODE_SERVICE_ACCOUNT_ROLE} "
-        "is granted project-wide)"
-    ]
+def _streams(resources: Sequence[Resource]) -> bool:
+    """A planned node pool streams its images (``nodeConfig.gcfsConfig.enabled``)."""
+    return any(
+        r.type == NODE_POOL and get_path(r.props, "nodeConfig", "gcfsConfig", "enabled") is True for r in resources
+    )
+
+
+def check_project_roles(resources: Sequence[Resource], ctx: RuleContext) -> list[tuple[str, str]]:
+    """Project-wide grants are limited to GKE's node role, and, where a node pool streams images, image streaming's
+    role to the same member (the node service account); everything else is granted on the resource (the image
+    repository, the bucket) it is for (CIS GKE v2.0.0 5.2.1; hardening guide, least-privilege service account;
+    GKE's image streaming page, "Requirements")."""
+    grants = [r for r in resources if r.type in PROJECT_IAM_TYPES]
+    nodes = [r.props.get("member") for r in grants if r.props.get("role") == NODE_SERVICE_ACCOUNT_ROLE]
+    streams = _streams(resources)
+    found = []
+    for r in grants:
+        role, member = r.props.get("role"), r.props.get("member")
+        if role == NODE_SERVICE_ACCOUNT_ROLE:
+            continue
+        if role == IMAGE_STREAMING_NODE_ROLE:
+            if not streams:
+                why = "no planned node pool streams images (nodeConfig.gcfsConfig), so nothing needs it"
+            elif member not in nodes:
+                why = f"granted to {member!r}, not to the node service account ({NODE_SERVICE_ACCOUNT_ROLE}'s member)"
+            else:
+                continue
+            found.append((r.urn or r.name, f"project-wide role {role!r}: {why}"))
+            continue
+        found.append(
+            (
+                r.urn or r.name,
+                f"project-wide role {role!r}: grant it on the resource it is for (only {NODE_SERVICE_ACCOUNT_ROLE}, "
+                f"and {IMAGE_STREAMING_NODE_ROLE} to the node service account where a node pool streams images, are "
+                "granted project-wide)",
+            )
+        )
+    return found
 
 
 # ---- Ray pods ---------------------------------------------------------------------------------------------------
@@ -288,12 +316,6 @@ SECURITY_RULES: tuple[Rule, ...] = (
         check_shielded_nodes,
     ),
     Rule(
-        "iam-no-project-wide-grants",
-        "Project-wide IAM grants are limited to GKE's node service account role.",
-        PROJECT_IAM_TYPES,
-        check_project_roles,
-    ),
-    Rule(
         "ray-token-auth",
         "Every Ray cluster requires Ray's auth token.",
         (RAY_CLUSTER, RAY_JOB),
@@ -424,6 +446,12 @@ def check_tpu_metrics_egress(resources: Sequence[Resource], ctx: RuleContext) ->
 
 
 SECURITY_STACK_RULES: tuple[StackRule, ...] = (
+    StackRule(
+        "iam-no-project-wide-grants",
+        "Project-wide IAM grants are limited to GKE's node service account role, and, where a node pool streams "
+        "images, image streaming's Service Usage Consumer role to the node service account.",
+        check_project_roles,
+    ),
     StackRule(
         "k8s-ray-namespace-default-deny",
         "Every namespace with a Ray cluster denies all ingress and egress by default.",
