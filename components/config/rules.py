@@ -199,7 +199,7 @@ def pool_rules(view: StackView) -> list[Problem]:
         seen.add(pool.name)
         for node_pool in pool.node_pool_names:
             # https://github.com/pulumi/pulumi-gcp/issues/1510 quotes GKE's rule: [a-z](?:[-a-z0-9]{0,38}[a-z0-9])?
-            if not _NODE_POOL_NAME.match(node_pool):
+            if not _NODE_POOL_NAME.fullmatch(node_pool):
                 found.append(Problem(f"{at}.name", f"node pool name {node_pool!r} is longer than 40 characters"))
             me = f"slicePools[{i}] ({pool.name})"
             owner = node_pools.setdefault(node_pool, me)
