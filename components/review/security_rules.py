@@ -119,30 +119,34 @@ def check_project_roles(resources: Sequence[Resource], ctx: RuleContext) -> list
     repository, the bucket) it is for (CIS GKE v2.0.0 5.2.1; hardening guide, least-privilege service account;
     GKE's image streaming page, "Requirements")."""
     grants = [r for r in resources if r.type in PROJECT_IAM_TYPES]
-    nodes = [r.props.get("member") for r in grants if r.props.get("role") == NODE_SERVICE_ACCOUNT_ROLE]
-    streams = _streams(resources)
-    found = []
-    for r in grants:
-        role, member = r.props.get("role"), r.props.get("member")
-        if role == NODE_SERVICE_ACCOUNT_ROLE:
-            continue
-        if role == IMAGE_STREAMING_NODE_ROLE:
-            if not streams:
-                why = "no planned node pool streams images (nodeConfig.gcfsConfig), so nothing needs it"
-            elif member not in nodes:
-                why = f"granted to {member!r}, not to the node service account ({NODE_SERVICE_ACCOUNT_ROLE}'s member)"
-            else:
-                continue
-            found.append((r.urn or r.name, f"project-wide role {role!r}: {why}"))
-            continue
-        found.append(
-            (
-                r.urn or r.name,
-                f"project-wide role {role!r}: grant it on the resource it is for (only {NODE_SERVICE_ACCOUNT_ROLE}, "
-                f"and {IMAGE_STREAMING_NODE_ROLE} to the node service account where a node pool streams images, are "
-                "granted project-wide)",
-            )
+    streaming = [r for r in grants if r.props.get("role") == IMAGE_STREAMING_NODE_ROLE]
+    found = [
+        (
+            r.urn or r.name,
+            f"project-wide role {r.props.get('role')!r}: grant it on the resource it is for (only "
+            f"{NODE_SERVICE_ACCOUNT_ROLE}, and {IMAGE_STREAMING_NODE_ROLE} to the node service account where a node "
+            "pool streams images, are granted project-wide)",
         )
+        for r in grants
+        if r.props.get("role") not in (NODE_SERVICE_ACCOUNT_ROLE, IMAGE_STREAMING_NODE_ROLE)
+    ]
+    if streaming and not _streams(resources):
+        why = "no planned node pool streams images (nodeConfig.gcfsConfig), so nothing needs it"
+        found += [(r.urn or r.name, f"project-wide role {IMAGE_STREAMING_NODE_ROLE!r}: {why}") for r in streaming]
+    elif streaming and not found:
+        # The members are the node service account's email, unknown in the first preview of a stack; CrossGuard
+        # skips a policy that reads an unknown value, so they are read last, once nothing else is wrong.
+        nodes = [r.props.get("member") for r in grants if r.props.get("role") == NODE_SERVICE_ACCOUNT_ROLE]
+        for r in streaming:
+            member = r.props.get("member")
+            if member not in nodes:
+                found.append(
+                    (
+                        r.urn or r.name,
+                        f"project-wide role {IMAGE_STREAMING_NODE_ROLE!r}: granted to {member!r}, not to the node "
+                        f"service account ({NODE_SERVICE_ACCOUNT_ROLE}'s member)",
+                    )
+                )
     return found
 
 

@@ -134,6 +134,45 @@ def test_image_streamings_role_is_allowed_exactly_where_a_pool_streams(plans: di
     assert STREAMING_ROLE in message and "no planned node pool streams images" in message
 
 
+def test_a_wide_grant_is_refused_in_a_first_preview_where_the_node_accounts_email_is_unknown(
+    plans: dict[str, Plan],
+) -> None:
+    """In a stack's first preview the node service account's email, every grant's member, is unknown, and
+    CrossGuard skips a policy that reads an unknown value: the roles are judged without reading a member."""
+    from pulumi_policy import PolicyResource, StackValidationArgs
+    from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
+
+    found: list[str] = []
+    for stack in ("dev", "prod"):
+        rs = copy.deepcopy(plans[stack].resources)
+        grants = [r for r in rs if r["type"] in PROJECT_IAM_TYPES]
+        for g in grants:
+            g["inputs"]["member"] = UNKNOWN_STRING_VALUE
+        grants[0]["inputs"]["role"] = "roles/editor"
+        args = StackValidationArgs(
+            [
+                PolicyResource(
+                    r["type"],
+                    unknown_checking_proxy(r["inputs"]),
+                    r["urn"],
+                    r["name"],
+                    None,  # type: ignore[arg-type]
+                    None,
+                    None,
+                    [],
+                    {},
+                )
+                for r in rs
+            ]
+        )
+
+        def report(message: str, urn: str | None = None) -> None:
+            found.append(message)
+
+        STACK_BY_NAME["iam-no-project-wide-grants"].validate(args, report)
+    assert len(found) == 2 and all("'roles/editor'" in m for m in found)
+
+
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_token_auth_rule(resource_of: Pick, plans: dict[str, Plan], stack: str) -> None:
     policy = BY_NAME["ray-token-auth"]
