@@ -190,9 +190,7 @@ class GkeCluster(pulumi.ComponentResource):
         )
         member = node_sa.email.apply(lambda e: f"serviceAccount:{e}")
         role_bindings: list[pulumi.Resource] = [
-            gcp.projects.IAMMember(
-                f"{name}-node-sa-{g.key}", project=plan.project, role=g.role, member=member, opts=child
-            )
+            gcp.projects.IAMMember(f"{name}-node-sa-{g.key}", project=g.project, role=g.role, member=member, opts=child)
             for g in plan.project_roles
         ]
         role_bindings += [

@@ -60,6 +60,11 @@ RAY_WORKER_SERVICE_ACCOUNT = "ray-worker"
 NODE_SERVICE_ACCOUNT_ROLE = "roles/container.defaultNodeServiceAccount"
 """The one project role GKE documents for node service accounts
 (https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts; CIS GKE 5.2.1)."""
+IMAGE_STREAMING_NODE_ROLE = "roles/serviceusage.serviceUsageConsumer"
+"""What image streaming needs of a node service account other than the default one, in the project that hosts the
+images (https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming, "Requirements"); without it the
+pods of a streaming node pool fail to start (terraform-google-modules/terraform-google-kubernetes-engine sa.tf,
+which grants it where ``enable_gcfs`` is on since v36.0.0)."""
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 """Every node's OAuth scope: GKE's default for a custom node service account, whose IAM roles then limit access
 (https://cloud.google.com/kubernetes-engine/docs/how-to/access-scopes)."""

@@ -55,7 +55,12 @@ _PATTERN_FORMS: dict[str, str] = {}
 
 def pattern(regex: str, form: str) -> str:
     """``regex``, for a ``Field(pattern=...)``, with ``form``: its valid form in words and an example, which a value
-    that does not match is told (pydantic's own message shows only the regex)."""
+    that does not match is told (pydantic's own message shows only the regex).
+
+    pydantic matches a ``pattern`` given as a string with the Rust ``regex`` crate (``ConfigDict.regex_engine``'s
+    default, ``rust-regex``): it searches anywhere in the value, so every pattern is anchored with ``^`` and ``$``,
+    and there ``$`` is the end of the text. A pattern matched with Python's ``re`` (a compiled one, or a rule's own)
+    uses ``fullmatch``: there ``$`` also matches before a final newline."""
     _PATTERN_FORMS[regex] = form
     return regex
 
@@ -70,7 +75,7 @@ NAME_PATTERN = pattern(
     "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit (an RFC 1035 "
     "label), e.g. 'tpu-dev'",
 )
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+_DURATION = re.compile(r"^\s*([0-9]+)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

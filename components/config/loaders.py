@@ -102,7 +102,7 @@ def pulumi_values(raw: Mapping[str, str], string_keys: Collection[str], source: 
 
 def stack_of_file(path: str | Path) -> str | None:
     """``Pulumi.<stack>.yaml`` -> ``<stack>``; None for other file names."""
-    m = re.match(r"^Pulumi\.(.+)\.ya?ml$", Path(path).name)
+    m = re.fullmatch(r"Pulumi\.(.+)\.ya?ml", Path(path).name)
     return m.group(1) if m else None
 
 

@@ -18,6 +18,7 @@ from tpuray.components.catalog.resource_names import derived_bucket_name
 from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.catalog.tpu_locations import location_problems
 from tpuray.components.config.base import (
+    ConfigError,
     Problem,
 )
 from tpuray.components.config.cluster import (
@@ -33,7 +34,11 @@ from tpuray.components.config.slice_pool import SlicePoolConfig, required_gke_ve
 from tpuray.components.config.stack_view import StackView, view_of_values
 from tpuray.components.config.startup_rules import startup_rules
 from tpuray.components.config.value_types import bucket_name_problem
-from tpuray.components.config.workload import TRAIN_BYTES_PER_PARAMETER
+from tpuray.components.config.workload import (
+    TRAIN_BYTES_PER_PARAMETER,
+    require_builtin_settings,
+    require_entrypoint_sharding,
+)
 
 
 def not_a_pool(name: str, view: StackView) -> str:
@@ -199,7 +204,7 @@ def pool_rules(view: StackView) -> list[Problem]:
         seen.add(pool.name)
         for node_pool in pool.node_pool_names:
             # https://github.com/pulumi/pulumi-gcp/issues/1510 quotes GKE's rule: [a-z](?:[-a-z0-9]{0,38}[a-z0-9])?
-            if not _NODE_POOL_NAME.match(node_pool):
+            if not _NODE_POOL_NAME.fullmatch(node_pool):
                 found.append(Problem(f"{at}.name", f"node pool name {node_pool!r} is longer than 40 characters"))
             me = f"slicePools[{i}] ({pool.name})"
             owner = node_pools.setdefault(node_pool, me)
@@ -305,20 +310,24 @@ def backend_rules(view: StackView) -> list[Problem]:
     return found
 
 
+def _trained_pool(view: StackView) -> SlicePoolConfig | None:
+    """The pool the training job runs on (``workload.slicePool``, else the first pool), if it is valid on its own
+    (when it is not, its own error says why)."""
+    workload, pools = view.workload, view.pools
+    if workload is None or not pools:
+        return None
+    if workload.slice_pool is None:
+        return pools[0][1] if pools[0][0] == 0 else None
+    return next((p for _, p in pools if p.name == workload.slice_pool), None)
+
+
 def model_fit_rules(view: StackView) -> list[Problem]:
     """The model's training state, sharded as ``workload.parallelism`` says, fits each chip of the pool the job
     runs on, and one copy of the model's ``fsdp * tensor`` devices tiles a slice (the data axis takes the rest).
     Per chip: the per-device share (``training_state_bytes_per_chip``) times the mesh devices on a chip (two per
     tpu7x chip under TorchTPU, each holding its own share), against the chip's HBM."""
-    workload, pools = view.workload, view.pools
-    if workload is None or not pools:
-        return []
-    target = workload.slice_pool
-    if target is None:  # the first pool; when it is not valid on its own, its own error says why
-        pool = pools[0][1] if pools[0][0] == 0 else None
-    else:
-        pool = next((p for _, p in pools if p.name == target), None)
-    if pool is None:
+    workload, pool = view.workload, _trained_pool(view)
+    if workload is None or pool is None:
         return []
     s, par = pool.tpu_slice, workload.parallelism
     devices = s.chips * workload.mesh_devices_per_chip(s)
@@ -350,6 +359,31 @@ def model_fit_rules(view: StackView) -> list[Problem]:
             "vocabSize) or pick a generation with more HBM",
         )
     ]
+
+
+def builtin_job_rules(view: StackView) -> list[Problem]:
+    """What the stack's own training RayJob, the built-in GPT job, refuses when it starts on the cluster, refused
+    here by the very functions its CLI calls (``tpuray.workloads.gpt.cli``: its settings, then its sharding on the
+    ``--topology`` and ``--num-slices`` the RayJob passes, ``planning.entrypoint``), so the two never disagree;
+    nothing when ``workload.entrypoint`` says the job is the user's own. A ``workload.parallelism`` that
+    :func:`model_fit_rules` already refuses is not refused twice."""
+    workload, pool = view.workload, _trained_pool(view)
+    if workload is None or pool is None or workload.entrypoint is not None:
+        return []
+    if any(p.path == "workload.parallelism" for p in model_fit_rules(view)):
+        return []
+    par = workload.parallelism
+    try:
+        require_builtin_settings(workload)
+        require_entrypoint_sharding(workload.backend, pool.tpu_slice, pool.slices, par.fsdp, par.tensor)
+    except ConfigError as e:
+        return [
+            Problem(
+                p.path, f"{p.message} (or, if the training job is your own, set workload.entrypoint to its command)"
+            )
+            for p in e.problems
+        ]
+    return []
 
 
 def namespace_rules(view: StackView) -> list[Problem]:
@@ -531,6 +565,7 @@ RULES: tuple[Callable[[StackView], list[Problem]], ...] = (
     capacity_rules,
     monitoring_rules,
     model_fit_rules,
+    builtin_job_rules,
     namespace_rules,
     backend_rules,
     head_fit_rules,

@@ -16,14 +16,24 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from tpuray.components.catalog.text import short_repr
 from tpuray.components.config.base import NAME_PATTERN, ConfigModel, field_problem
 
 UpgradeType = Literal["NewCluster", "NewClusterWithIncrementalUpgrade", "None"]
 """KubeRay v1.7's ``RayServiceUpgradeType`` values, spelled as KubeRay spells them."""
 INCREMENTAL: UpgradeType = "NewClusterWithIncrementalUpgrade"
 
-IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", re.ASCII)
-"""Ray Serve's ``import_path``, held to its ``module:attribute`` form (``my_pkg.app:deployment``)."""
+IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
+"""Ray Serve's ``import_path`` as Ray 2.60 imports it (``ray/_common/utils.py``, ``import_module_and_attr``, which
+``ray/serve/_private/application_state.py`` ``build_serve_application`` calls through ``import_attr``): the text
+before the one colon is passed whole to ``importlib.import_module`` and the text after it whole to ``getattr``, so
+a dotted module of identifiers, one colon and ONE attribute (``chat.app:builder.app`` asks the module for an attribute
+named ``builder.app``). Matched with ``fullmatch``: ``$`` would also match before a final newline, and Ray's
+``getattr(module, "app\n")`` fails."""
+IMPORT_PATH_FORM = (
+    "module:attribute as Ray Serve imports it: a dotted module of Python identifiers, one colon, then one attribute "
+    "name with no dots or spaces (e.g. my_pkg.app:app; Ray looks the whole text after the colon up as one attribute)"
+)
 
 MAX_RAY_SERVICE_NAME = 47
 """KubeRay v1.7 ``ray-operator/controllers/ray/utils/constant.go``: ``MaxRayServiceNameLength =
@@ -90,7 +100,7 @@ class ServingConfig(ConfigModel):
     name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=30)] = Field(
         default="serve", description="the Serve application; the RayService is <cluster.name>-<name>"
     )
-    import_path: str = Field(description="Ray Serve import path, module:attribute")
+    import_path: str = Field(description="Ray Serve import path, module:attribute (one attribute after the colon)")
     slice_pool: str = Field(description="the slice pool it runs on (not the training pool)")
     replicas: Annotated[int, Field(ge=1, le=64)] = Field(default=1, description="slices at start (whole slices)")
     min_slices: Annotated[int, Field(ge=0, le=64)] | None = Field(
@@ -109,8 +119,8 @@ class ServingConfig(ConfigModel):
     @field_validator("import_path")
     @classmethod
     def _import_path(cls, v: str) -> str:
-        if not IMPORT_PATH.match(v):
-            raise ValueError(f"{v!r} is not module:attribute (a dotted module, a colon, an attribute: my_pkg.app:app)")
+        if not IMPORT_PATH.fullmatch(v):
+            raise ValueError(f"{short_repr(v)} is not {IMPORT_PATH_FORM}")
         return v
 
     @model_validator(mode="after")

@@ -105,7 +105,7 @@ def view_of_values(values: Mapping[str, Any], stack: str | None = None) -> Stack
     project = values.get("project")
     zone_ok = zone is None or (isinstance(zone, str) and _valid_part_of(Zone, zone))
     return StackView(
-        region=region if isinstance(region, str) and REGION.match(region) else None,
+        region=region if isinstance(region, str) and REGION.fullmatch(region) else None,
         zone=zone if zone_ok else None,
         zone_invalid=not zone_ok,
         project=project if isinstance(project, str) and _valid_part_of(ProjectId, project) else None,

@@ -53,8 +53,10 @@ def safe_load(text: str) -> Any:
 
 # Go's yaml.v3 (resolve.go, yamlStyleFloat) reads a plain scalar like 1e3, 1E+3 or 2.5e3 as a float; PyYAML follows
 # YAML 1.1, which wants a dot and a signed exponent, and leaves those strings: a stack that Pulumi reads as a number
-# would fail here. The strict loader resolves them as yaml.v3 does (quoted, they stay strings in both).
-_YAML_V3_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+# would fail here. The strict loader resolves them as yaml.v3 does (quoted, they stay strings in both). PyYAML's
+# resolver calls ``match``: ``\Z`` is Go's ``$`` (the end of the text; Python's ``$`` also matches before a final
+# newline).
+_YAML_V3_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?\Z")
 
 
 class _StrictLoader(SafeLoader):

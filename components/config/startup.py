@@ -125,7 +125,9 @@ class FuseMountConfig(ConfigModel):
     file_cache_capacity: (
         Annotated[
             str,
-            Field(pattern=pattern(r"^(-1|\d+(Mi|Gi|Ti))$", "a size in Mi, Gi or Ti, e.g. 100Gi, or -1 for no limit")),
+            Field(
+                pattern=pattern(r"^(-1|[0-9]+(Mi|Gi|Ti))$", "a size in Mi, Gi or Ti, e.g. 100Gi, or -1 for no limit")
+            ),
         ]
         | None
     ) = Field(default=None, description="file cache size (e.g. 100Gi, -1: unlimited); unset: no file cache")

@@ -23,7 +23,7 @@ class CertManagerConfig(ConfigModel):
         "once per cluster, https://cert-manager.io/docs/installation/helm/)",
     )
     chart_version: Annotated[
-        str, Field(pattern=pattern(r"^v\d+\.\d+\.\d+$", f"a chart version vX.Y.Z, e.g. {CERT_MANAGER_CHART}"))
+        str, Field(pattern=pattern(r"^v[0-9]+\.[0-9]+\.[0-9]+$", f"a chart version vX.Y.Z, e.g. {CERT_MANAGER_CHART}"))
     ] = Field(default=CERT_MANAGER_CHART, description="jetstack/cert-manager chart version")
 
 

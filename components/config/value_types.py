@@ -115,8 +115,8 @@ ProjectId = Annotated[str, AfterValidator(_checked(_project_id))]
 
 # ---- zones and machine types -------------------------------------------------------------------------------
 # https://cloud.google.com/compute/docs/regions-zones : a zone is <region>-<letter>, e.g. us-east5-a.
-REGION = re.compile(pattern(r"^[a-z]+-[a-z]+\d+$", "a GCP region: lowercase words and a number, e.g. us-central2"))
-_ZONE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
+REGION = re.compile(pattern(r"^[a-z]+-[a-z]+[0-9]+$", "a GCP region: lowercase words and a number, e.g. us-central2"))
+_ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
 
 
 def _zone(value: str) -> str | None:
@@ -153,7 +153,7 @@ def _gke_version(value: str) -> str | None:
 
 GkeVersion = Annotated[str, AfterValidator(_checked(_gke_version))]
 
-_SEMVER = re.compile(r"^\d+\.\d+\.\d+$")
+_SEMVER = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 SemVer = Annotated[
     str, AfterValidator(_checked(lambda v: None if _SEMVER.fullmatch(v) else f"{_show(v)} is not X.Y.Z"))
 ]
@@ -352,8 +352,10 @@ RunName = Annotated[str, AfterValidator(_checked(_run_name))]
 # MO..SU with an optional signed ordinal.
 _RRULE_KEYS = frozenset({"FREQ", "INTERVAL", "BYDAY", "BYMONTHDAY", "BYMONTH", "BYSETPOS", "WKST", "COUNT", "UNTIL"})
 _RRULE_FREQS = frozenset({"DAILY", "WEEKLY", "MONTHLY"})
-_WEEKDAY = re.compile(r"[+-]?(?:[1-9]|[1-4]\d|5[0-3])?(?:MO|TU|WE|TH|FR|SA|SU)")
-_SIGNED_INT = re.compile(r"[+-]?[1-9]\d{0,2}")
+_WEEKDAY = re.compile(r"[+-]?(?:[1-9]|[1-4][0-9]|5[0-3])?(?:MO|TU|WE|TH|FR|SA|SU)")
+_SIGNED_INT = re.compile(r"[+-]?[1-9][0-9]{0,2}")
+_DIGITS = re.compile(r"[0-9]+")
+"""ASCII digits only, as RFC 5545 spells DIGIT: ``str.isdigit`` and ``\\d`` take any Unicode digit."""
 
 
 def _rrule(value: str) -> str | None:
@@ -370,7 +372,8 @@ def _rrule(value: str) -> str | None:
         parts[key] = val
     if parts.get("FREQ") not in _RRULE_FREQS or not value.startswith("FREQ="):
         return f"{_show(value)}: FREQ must come first and be DAILY, WEEKLY or MONTHLY"
-    if "INTERVAL" in parts and not (parts["INTERVAL"].isdigit() and 1 <= int(parts["INTERVAL"]) <= 999):
+    interval = parts.get("INTERVAL")
+    if interval is not None and not (_DIGITS.fullmatch(interval) and 1 <= int(interval) <= 999):
         return f"{_show(value)}: INTERVAL must be a positive integer"
     if "BYDAY" in parts and not all(_WEEKDAY.fullmatch(d) for d in parts["BYDAY"].split(",")):
         return f"{_show(value)}: BYDAY takes MO, TU, WE, TH, FR, SA, SU (optionally with an ordinal, e.g. 1SA)"
@@ -388,7 +391,8 @@ UtcTime = Annotated[
     str,
     Field(
         pattern=pattern(
-            r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$", "an RFC 3339 UTC time to the second, e.g. 2026-01-03T02:00:00Z"
+            r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$",
+            "an RFC 3339 UTC time to the second, e.g. 2026-01-03T02:00:00Z",
         ),
         description="RFC 3339 UTC time, e.g. 2026-01-03T02:00:00Z",
     ),

@@ -25,6 +25,12 @@ from tpuray.components.config.value_types import (
 )
 
 _NO_EDGE_SPACE = pattern(r"^\S(.*\S)?$", "a path with no space at its start or end")
+_COMMAND = pattern(
+    r"^[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$",
+    "a command line of printable characters on one line, no space at its start or end, e.g. python train.py",
+)
+BUILTIN_ENTRYPOINT = "python -m tpuray.workloads.train"
+"""The built-in GPT job: what the stack's training RayJob runs unless ``workload.entrypoint`` names the user's own."""
 
 
 class CheckpointConfig(ConfigModel):
@@ -115,6 +121,12 @@ class WorkloadConfig(ConfigModel):
     )
     model: ModelConfig = ModelConfig()
     parallelism: ParallelismConfig = ParallelismConfig()
+    entrypoint: Annotated[str, Field(max_length=4096, pattern=_COMMAND)] | None = Field(
+        default=None,
+        description=f"the training RayJob's command when the job is your own (e.g. python train.py), run as given; "
+        f"unset: the built-in GPT job ({BUILTIN_ENTRYPOINT} with this section), and what it refuses at its start "
+        "(a sharding it cannot run) is refused here",
+    )
 
     @model_validator(mode="after")
     def _parallelism(self) -> WorkloadConfig:
@@ -176,6 +188,13 @@ def require_data_parallel(workload: WorkloadConfig, runner: str) -> None:
                 )
             ]
         )
+
+
+def require_builtin_settings(workload: WorkloadConfig) -> None:
+    """What the built-in job refuses of its settings before it knows its slice (its CLI's ``settings``), as
+    ``ConfigError``; the stack's config check calls the same."""
+    if workload.backend != "xla":  # sharded, it runs SPMD only: never unsharded quietly
+        require_data_parallel(workload, f"the built-in entrypoint on backend {workload.backend}")
 
 
 def require_entrypoint_sharding(backend: str, tpu_slice: TpuSlice, num_slices: int, fsdp: int, tensor: int) -> None:

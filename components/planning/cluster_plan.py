@@ -12,7 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tpuray.components.catalog.images import ArtifactRepository
-from tpuray.components.catalog.names import NODE_SERVICE_ACCOUNT_ROLE, SYSTEM_POOL, workload_identity_pool
+from tpuray.components.catalog.names import (
+    IMAGE_STREAMING_NODE_ROLE,
+    NODE_SERVICE_ACCOUNT_ROLE,
+    SYSTEM_POOL,
+    workload_identity_pool,
+)
 from tpuray.components.planning.component_args import AuthorizedNetwork, GkeClusterArgs, Maintenance
 
 __all__ = [
@@ -27,8 +32,9 @@ __all__ = [
     "plan_cluster",
 ]
 
-# The one project role GKE documents for node service accounts (logs, metrics, autoscaling metrics). Images are
-# read with roles/artifactregistry.reader on each image repository, never project-wide.
+# The one project role GKE documents for node service accounts (logs, metrics, autoscaling metrics); image streaming
+# adds IMAGE_STREAMING_NODE_ROLE in the projects of the streamed images, and only there. Images are read with
+# roles/artifactregistry.reader on each image repository, never project-wide.
 NODE_SA_ROLES = (NODE_SERVICE_ACCOUNT_ROLE,)
 IMAGE_READER_ROLE = "roles/artifactregistry.reader"
 SYSTEM_NODE_LABELS = {"tpuray.io/role": "system"}
@@ -64,10 +70,11 @@ class Nat:
 
 @dataclass(frozen=True)
 class ProjectRoleGrant:
-    """A project role of the node service account; ``key`` names its IAM member stably."""
+    """A project role of the node service account in ``project``; ``key`` names its IAM member stably."""
 
     key: str
     role: str
+    project: str
 
 
 @dataclass(frozen=True)
@@ -173,7 +180,13 @@ def plan_cluster(args: GkeClusterArgs) -> ClusterPlan:
         nat=nat,
         node_account_id=c.node_service_account_id,
         node_account_display_name=f"GKE nodes of {c.name}",
-        project_roles=tuple(ProjectRoleGrant(_role_key(r), r) for r in NODE_SA_ROLES),
+        project_roles=(
+            *(ProjectRoleGrant(_role_key(r), r, args.project) for r in NODE_SA_ROLES),
+            *(
+                ProjectRoleGrant(f"{_role_key(IMAGE_STREAMING_NODE_ROLE)}-{p}", IMAGE_STREAMING_NODE_ROLE, p)
+                for p in dict.fromkeys(args.streamed_image_projects)
+            ),
+        ),
         image_reads=tuple(
             ImageReadGrant(f"{r.project}-{r.location}-{r.repository}", r) for r in args.image_repositories
         ),

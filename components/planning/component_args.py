@@ -98,6 +98,9 @@ class GkeClusterArgs:
     image_repositories: list[ArtifactRepository]
     """Artifact Registry repositories of the stack's images: the nodes may read these and no others."""
     resource_labels: dict[str, str] = field(default_factory=dict)
+    streamed_image_projects: tuple[str, ...] = ()
+    """The projects whose images the TPU nodes stream (``startup.images.streaming``): the node service account gets
+    ``IMAGE_STREAMING_NODE_ROLE`` in each, and in no project where nothing streams."""
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,19 @@ from __future__ import annotations
 import shlex
 
 from tpuray.components.config import SlicePoolConfig, WorkloadConfig
+from tpuray.components.config.workload import BUILTIN_ENTRYPOINT
 
 __all__ = ["train_entrypoint"]
 
 
 def train_entrypoint(workload: WorkloadConfig, pool: SlicePoolConfig, run_name: str, checkpoint_dir: str | None) -> str:
     """``python -m tpuray.workloads.train`` on ``pool``'s slice shape: data parallel over its slices, or sharded as
-    ``workload.parallelism`` asks (the trainer runs that on one host and refuses what it cannot run)."""
+    ``workload.parallelism`` asks (the trainer runs that on one host and refuses what it cannot run, and config
+    check refuses the same first); or the user's own command, ``workload.entrypoint``, as given."""
+    if workload.entrypoint is not None:
+        return workload.entrypoint
     args = [
-        "python",
-        "-m",
-        "tpuray.workloads.train",
+        *shlex.split(BUILTIN_ENTRYPOINT),
         "--topology",
         str(pool.tpu_slice),
         "--num-slices",

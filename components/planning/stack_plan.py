@@ -183,6 +183,12 @@ def _gke(cfg: StackConfig, labels: Mapping[str, str]) -> GkeClusterArgs:
         maintenance=Maintenance(window=m.window, exclusions=tuple(m.exclusions)),
         image_repositories=image_repositories([cfg.ray.image, cfg.ray.worker_image or cfg.ray.image]),
         resource_labels=dict(labels),
+        # only the TPU node pools stream, and they pull the worker image (planning.startup)
+        streamed_image_projects=tuple(
+            r.project
+            for r in image_repositories([cfg.ray.worker_image or cfg.ray.image])
+            if cfg.startup.images.streaming
+        ),
     )
 
 

@@ -1,11 +1,11 @@
 """Every Ray pod of a plan, as KubeRay, the TPU webhook and GKE will make it, against the node pool it is planned onto.
 
-A stack rule (it reads the node pools, the RayClusters, the RayJobs and the NetworkPolicies of one plan); same
-shape as the other rule modules (Pulumi wire values, no Pulumi import, types from :mod:`.rule_types`), and
+A stack rule (it reads the node pools, the RayClusters, RayJobs and RayServices, and the NetworkPolicies of one
+plan); same shape as the other rule modules (Pulumi wire values, no Pulumi import, types from :mod:`.rule_types`), and
 :mod:`.rules` adds it to ``STACK_RULES``, so ``tpuray plan`` and the policy pack run it.
 
-The pods: each RayCluster's (or RayJob's own cluster's) head and worker groups, and a RayJob's submitter. Each gets
-what is added to it before the scheduler sees it:
+The pods: each RayCluster's (and each RayJob's or RayService's own cluster's) head and worker groups, and a
+RayJob's submitter. Each gets what is added to it before the scheduler sees it:
 
 - KubeRay's labels (ray-project/kuberay v1.7.0 ray-operator/controllers/ray/common/pod.go, ``labelPod``:
   ``ray.io/cluster``, ``ray.io/node-type``, ``ray.io/group``, ...) and, on a head with in-tree autoscaling, the
@@ -47,7 +47,7 @@ from tpuray.components.catalog.quantity import parse_quantity
 from tpuray.components.catalog.wire import as_int, as_list, get_path
 from tpuray.components.planning.network_policy import allowed_ingress_ports
 from tpuray.components.review.policy_rules import slice_of, tpu_pool
-from tpuray.components.review.resource_types import NETWORK_POLICY, NODE_POOL, RAY_CLUSTER, RAY_JOB
+from tpuray.components.review.resource_types import NETWORK_POLICY, NODE_POOL, RAY_CLUSTER, RAY_JOB, RAY_SERVICE
 from tpuray.components.review.rule_types import Resource, RuleContext, StackRule
 
 __all__ = ["POD_FIT_STACK_RULES", "NodePoolView", "PlannedPod", "node_pools_of", "planned_pods", "pod_problems"]
@@ -249,18 +249,32 @@ def _cluster_pods(urn: str, at: str, cluster: str, spec: Mapping[str, Any]) -> l
     return pods
 
 
+_CLUSTER_SPECS: tuple[tuple[str, str, str], ...] = (
+    (RAY_CLUSTER, "RayCluster", ""),
+    (RAY_JOB, "RayJob", "rayClusterSpec"),
+    (RAY_SERVICE, "RayService", "rayClusterConfig"),
+)
+"""Each KubeRay kind that makes a RayCluster, and where its spec holds that cluster's spec ("": the spec is it).
+KubeRay names the cluster of a RayJob or a RayService ``<name>-`` plus five random characters (v1.7.0
+ray-operator/controllers/ray/utils/util.go ``GenerateRayClusterName``; rayservice_controller.go
+``constructRayClusterForRayService`` copies ``rayClusterConfig`` into it as it is, and a NewCluster upgrade makes a
+second cluster of the same spec)."""
+
+
 def planned_pods(resources: Sequence[Resource]) -> list[PlannedPod]:
+    """Every Ray pod the plan's RayClusters, RayJobs and RayServices make, and each RayJob's submitter."""
     out: list[PlannedPod] = []
     for r in resources:
         spec = r.props.get("spec") or {}
         name = str(get_path(r.props, "metadata", "name") or r.name)
-        if r.type == RAY_CLUSTER:
-            out += _cluster_pods(r.urn or r.name, f"RayCluster {name} spec", name, spec)
-        elif r.type == RAY_JOB:
-            inner = spec.get("rayClusterSpec")
+        for kind_type, kind, inner_key in _CLUSTER_SPECS:
+            if r.type != kind_type:
+                continue
+            inner = spec.get(inner_key) if inner_key else spec
             if isinstance(inner, Mapping):
-                # KubeRay names a job's own cluster <job>-<random suffix> (utils.GenerateRayClusterName)
-                out += _cluster_pods(r.urn or r.name, f"RayJob {name} spec.rayClusterSpec", f"{name}-xxxxx", inner)
+                at = f"{kind} {name} spec" + (f".{inner_key}" if inner_key else "")
+                out += _cluster_pods(r.urn or r.name, at, name if not inner_key else f"{name}-xxxxx", inner)
+        if r.type == RAY_JOB:
             submitter = spec.get("submitterPodTemplate")
             if isinstance(submitter, Mapping):
                 out.append(
@@ -464,10 +478,11 @@ def check_pods_fit(resources: Sequence[Resource], ctx: RuleContext) -> list[tupl
 POD_FIT_STACK_RULES: tuple[StackRule, ...] = (
     StackRule(
         "ray-pods-fit-their-node-pools",
-        "Every planned Ray pod (head, worker groups, RayJob submitter), with what KubeRay, the TPU webhook and GKE "
-        "add, is admitted by a planned node pool's labels and taints, fits its machine type's allocatable (GKE's "
-        "reservations and a DaemonSet headroom taken off), meets its required pod affinity, mounts each path once "
-        "and clear of the image's and Ray's, and listens only on ports a planned NetworkPolicy admits.",
+        "Every planned Ray pod (the head and worker groups of each RayCluster, RayJob and RayService, each RayJob's "
+        "submitter), with what KubeRay, the TPU webhook and GKE add, is admitted by a planned node pool's labels and "
+        "taints, fits its machine type's allocatable (GKE's reservations and a DaemonSet headroom taken off), meets "
+        "its required pod affinity, mounts each path once and clear of the image's and Ray's, and listens only on "
+        "ports a planned NetworkPolicy admits.",
         check_pods_fit,
     ),
 )

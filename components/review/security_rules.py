@@ -17,6 +17,7 @@ from typing import Any
 from tpuray.components.catalog.images import parse_image
 from tpuray.components.catalog.metric_names import TPU_DEVICE_PLUGIN_METRICS_PORT
 from tpuray.components.catalog.names import (
+    IMAGE_STREAMING_NODE_ROLE,
     NODE_SERVICE_ACCOUNT_ROLE,
     RAY_AUTH_MODE_ENV,
     RAY_AUTH_TOKEN_ENV,
@@ -48,7 +49,6 @@ __all__ = [
 ]
 
 PROJECT_IAM_TYPES = ("gcp:projects/iAMMember:IAMMember", "gcp:projects/iAMBinding:IAMBinding")
-ALLOWED_PROJECT_ROLES = frozenset({NODE_SERVICE_ACCOUNT_ROLE})
 MIN_SOFT_DELETE_SECONDS = 7 * 86400
 
 
@@ -106,16 +106,48 @@ def check_shielded_nodes(res: Resource, ctx: RuleContext) -> list[str]:
     return found
 
 
-def check_project_roles(res: Resource, ctx: RuleContext) -> list[str]:
-    """Project-wide grants are limited to GKE's node role; everything else is granted on the resource (the image
-    repository, the bucket) it is for (CIS GKE v2.0.0 5.2.1; hardening guide, least-privilege service account)."""
-    role = res.props.get("role")
-    if role in ALLOWED_PROJECT_ROLES:
-        return []
-    return [
-        f"project-wide role {role!r}: grant it on the resource it is for (only {NODE_SERVICE_ACCOUNT_ROLE} "
-        "is granted project-wide)"
+def _streams(resources: Sequence[Resource]) -> bool:
+    """A planned node pool streams its images (``nodeConfig.gcfsConfig.enabled``)."""
+    return any(
+        r.type == NODE_POOL and get_path(r.props, "nodeConfig", "gcfsConfig", "enabled") is True for r in resources
+    )
+
+
+def check_project_roles(resources: Sequence[Resource], ctx: RuleContext) -> list[tuple[str, str]]:
+    """Project-wide grants are limited to GKE's node role, and, where a node pool streams images, image streaming's
+    role to the same member (the node service account); everything else is granted on the resource (the image
+    repository, the bucket) it is for (CIS GKE v2.0.0 5.2.1; hardening guide, least-privilege service account;
+    GKE's image streaming page, "Requirements")."""
+    grants = [r for r in resources if r.type in PROJECT_IAM_TYPES]
+    streaming = [r for r in grants if r.props.get("role") == IMAGE_STREAMING_NODE_ROLE]
+    found = [
+        (
+            r.urn or r.name,
+            f"project-wide role {r.props.get('role')!r}: grant it on the resource it is for (only "
+            f"{NODE_SERVICE_ACCOUNT_ROLE}, and {IMAGE_STREAMING_NODE_ROLE} to the node service account where a node "
+            "pool streams images, are granted project-wide)",
+        )
+        for r in grants
+        if r.props.get("role") not in (NODE_SERVICE_ACCOUNT_ROLE, IMAGE_STREAMING_NODE_ROLE)
     ]
+    if streaming and not _streams(resources):
+        why = "no planned node pool streams images (nodeConfig.gcfsConfig), so nothing needs it"
+        found += [(r.urn or r.name, f"project-wide role {IMAGE_STREAMING_NODE_ROLE!r}: {why}") for r in streaming]
+    elif streaming and not found:
+        # The members are the node service account's email, unknown in the first preview of a stack; CrossGuard
+        # skips a policy that reads an unknown value, so they are read last, once nothing else is wrong.
+        nodes = [r.props.get("member") for r in grants if r.props.get("role") == NODE_SERVICE_ACCOUNT_ROLE]
+        for r in streaming:
+            member = r.props.get("member")
+            if member not in nodes:
+                found.append(
+                    (
+                        r.urn or r.name,
+                        f"project-wide role {IMAGE_STREAMING_NODE_ROLE!r}: granted to {member!r}, not to the node "
+                        f"service account ({NODE_SERVICE_ACCOUNT_ROLE}'s member)",
+                    )
+                )
+    return found
 
 
 # ---- Ray pods ---------------------------------------------------------------------------------------------------
@@ -288,12 +320,6 @@ SECURITY_RULES: tuple[Rule, ...] = (
         check_shielded_nodes,
     ),
     Rule(
-        "iam-no-project-wide-grants",
-        "Project-wide IAM grants are limited to GKE's node service account role.",
-        PROJECT_IAM_TYPES,
-        check_project_roles,
-    ),
-    Rule(
         "ray-token-auth",
         "Every Ray cluster requires Ray's auth token.",
         (RAY_CLUSTER, RAY_JOB),
@@ -424,6 +450,12 @@ def check_tpu_metrics_egress(resources: Sequence[Resource], ctx: RuleContext) ->
 
 
 SECURITY_STACK_RULES: tuple[StackRule, ...] = (
+    StackRule(
+        "iam-no-project-wide-grants",
+        "Project-wide IAM grants are limited to GKE's node service account role, and, where a node pool streams "
+        "images, image streaming's Service Usage Consumer role to the node service account.",
+        check_project_roles,
+    ),
     StackRule(
         "k8s-ray-namespace-default-deny",
         "Every namespace with a Ray cluster denies all ingress and egress by default.",

@@ -138,6 +138,26 @@ def test_gke_cluster_existing_network_private_nats_only_its_subnet() -> None:
     assert nat["subnetworks"][0]["name"].endswith("/subnetworks/gke")
 
 
+@pytest.mark.parametrize("streaming", [True, False])
+def test_gke_cluster_grants_image_streamings_role_only_where_the_worker_image_streams(streaming: bool) -> None:
+    """GKE's image streaming page ("Requirements"): a node service account other than the default needs Service
+    Usage Consumer in the project that hosts the images; the worker image lives in a project of its own here."""
+    cfg = stack(
+        ray={"workerImage": "us-docker.pkg.dev/tpuray-images/tpuray/worker:0.1.0"},
+        startup={"images": {"streaming": streaming, "containerFileSystemApiEnabled": True}},
+    )
+    rec, _ = er.run(build_cluster(cfg))
+    grants = {
+        (r["inputs"]["role"], r["inputs"]["project"]): r["inputs"]["member"]
+        for r in rec.of_type("gcp:projects/iAMMember:IAMMember")
+    }
+    node_role = ("roles/container.defaultNodeServiceAccount", "tpuray-test-proj")
+    streaming_role = ("roles/serviceusage.serviceUsageConsumer", "tpuray-images")
+    assert sorted(grants) == sorted([node_role, streaming_role] if streaming else [node_role])
+    assert len(set(grants.values())) == 1  # both to the node service account
+    assert all(r["parent"].endswith("GkeCluster::gke") for r in rec.of_type("gcp:projects/iAMMember:IAMMember"))
+
+
 # ---- TpuSlicePool -------------------------------------------------------------------------------------
 def build_pool(cfg: StackConfig, index: int = 0) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from tests.support.stacks import SERVE_POOL, serving_values, shipped_values
 from tpuray.components.config import ConfigError, parse_stack_config
@@ -52,10 +55,75 @@ def test_an_unknown_strategy_names_kuberays() -> None:
         assert valid in msg
 
 
-@pytest.mark.parametrize("bad", ["chat.app", "chat/app:app", "chat.app:", ":app", "chat app:app", "chat.app:app:x"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "chat.app",
+        "chat/app:app",
+        "chat.app:",
+        ":app",
+        "chat app:app",
+        "chat.app:app:x",
+        "chat.app:app\n",  # a final newline: Python's $ matches before it, Ray's getattr(module, "app\n") fails
+        "chat.app:builder.app",  # Ray asks the module for one attribute named "builder.app"
+        "chat.app\n:app",
+        " chat.app:app",
+    ],
+)
 def test_import_path_must_be_module_colon_attribute(bad: str) -> None:
     [(path, msg)] = problems_of(serving_values({"importPath": bad}))
-    assert path == "serving.importPath" and "module:attribute" in msg
+    assert path == "serving.importPath" and "module:attribute" in msg and "one attribute" in msg
+
+
+def _accepts(import_path: str) -> bool:
+    try:
+        ServingConfig.model_validate({"importPath": import_path, "slicePool": "serve"})
+    except ValidationError:
+        return False
+    return True
+
+
+_IDENTIFIER = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
+
+
+@settings(deadline=None)
+@given(module=st.lists(_IDENTIFIER, min_size=1, max_size=4), attribute=_IDENTIFIER)
+def test_every_dotted_module_and_one_attribute_is_accepted(module: list[str], attribute: str) -> None:
+    assert _accepts(f"{'.'.join(module)}:{attribute}")
+
+
+# the characters an import path is made of, and those that break one
+_PATH_TEXT = st.text(alphabet="ab_1.: \n\t", max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tail=_PATH_TEXT)
+def test_an_accepted_import_path_is_one_ray_resolves(tail: str) -> None:
+    """Whatever the config accepts, Ray 2.60's own ``import_attr`` (the function Serve builds the application
+    with) resolves to the object the path names as Python code would define it: the module of that dotted name,
+    and the attribute chain after the colon, each name without surrounding space. The module's first part is unique
+    to the test, so no real module is shadowed."""
+    utils = pytest.importorskip("ray._common.utils")  # the workload extra's Ray
+    import_path = f"tpuray_probe_{tail}"
+    if not _accepts(import_path):
+        return
+    module_text, attribute_text = import_path.split(":", 1)
+    parts = [p.strip() for p in module_text.split(".")]
+    names = [".".join(parts[: i + 1]) for i in range(len(parts))]
+    *owners, last = [a.strip() for a in attribute_text.split(".")]
+    target = object()
+    added = {n: types.ModuleType(n) for n in names if n not in sys.modules}
+    sys.modules.update(added)
+    try:
+        holder: object = sys.modules[names[-1]]
+        for owner in owners:  # "builder.app": an object named builder holding app
+            setattr(holder, owner, types.SimpleNamespace())
+            holder = getattr(holder, owner)
+        setattr(holder, last, target)
+        assert utils.import_attr(import_path) is target
+    finally:
+        for n in added:
+            del sys.modules[n]
 
 
 def test_serving_on_the_training_pool_is_refused() -> None:

@@ -22,6 +22,7 @@ from tpuray.components.config.value_types import (
     ProjectId,
     RayAuthToken,
     Rrule,
+    SemVer,
     Zone,
 )
 
@@ -150,3 +151,21 @@ def test_value_types_refuse_trailing_newlines_and_control_characters(kind: Any, 
 def test_impossible_gke_versions_are_refused(bad: str) -> None:
     with pytest.raises(ValidationError, match="GKE version"):
         TypeAdapter(GkeVersion).validate_python(bad)
+
+
+# A digit outside ASCII: Python's \d and str.isdigit take it (and int() reads "٣" as 3), the cloud does not.
+@pytest.mark.parametrize(
+    ("kind", "value", "said"),
+    [
+        (Zone, "us-east\u0665-a", "not a zone"),
+        (SemVer, "1.\u0662.3", "not X.Y.Z"),
+        (Rrule, "FREQ=MONTHLY;BYMONTHDAY=1\u0661", "BYMONTHDAY"),  # int() reads it as 11
+        (Rrule, "FREQ=MONTHLY;BYDAY=1\u0661SA", "BYDAY"),
+        (Rrule, "FREQ=DAILY;INTERVAL=\u0663", "INTERVAL must be a positive integer"),
+        (Rrule, "FREQ=DAILY;INTERVAL=\u00b2", "INTERVAL must be a positive integer"),  # isdigit, yet int() fails
+    ],
+)
+def test_a_digit_outside_ascii_is_refused_naming_the_form(kind: Any, value: str, said: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        TypeAdapter(kind).validate_python(value)
+    assert said in str(e.value)

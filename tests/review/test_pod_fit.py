@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from tests.support.paths import ROOT
 from tests.support.policy_runs import stack_violations
 from tpuray.components.catalog.machine_types import schedulable
-from tpuray.components.review.plan import Plan
+from tpuray.components.review.plan import Plan, render_stack
 from tpuray.components.review.pod_fit import check_pods_fit, node_pools_of
-from tpuray.components.review.resource_types import NODE_POOL, RAY_CLUSTER, RAY_JOB
+from tpuray.components.review.resource_types import NODE_POOL, RAY_CLUSTER, RAY_JOB, RAY_SERVICE
 from tpuray.components.review.rule_types import Resource, RuleContext
 from tpuray.components.review.rules import check_resources
 
@@ -182,3 +185,53 @@ def test_the_autoscaler_counts_with_the_resources_autoscaler_options_give_it(pla
     cluster_spec(rs)["autoscalerOptions"]["resources"] = {"requests": {"cpu": "2", "memory": "1Gi"}}
     (message,) = found(rs)
     assert "KubeRay's autoscaler 2000m, 1024Mi" in message and "8250m CPU of 7410m" in message
+
+
+# ---- a RayService's pods --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def serving_plan(tmp_path_factory: pytest.TempPathFactory) -> Plan:
+    """The dev stack serving from a pool of v5e 1x1 slices (one chip on a ct5lp-hightpu-1t host), its workers at
+    ``ray.workerMemory``'s default 64Gi: the RayService's worker group is the only pod on that pool."""
+    doc = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    doc["config"]["tpuray:slicePools"].append(
+        {"name": "v5e-serve", "generation": "v5e", "topology": "1x1", "slices": 2, "capacity": {"type": "spot"}}
+    )
+    doc["config"]["tpuray:serving"] = {"name": "chat", "importPath": "chat.app:app", "slicePool": "v5e-serve"}
+    stack_file: Path = tmp_path_factory.mktemp("serving") / "Pulumi.dev.yaml"
+    stack_file.write_text(yaml.safe_dump(doc))
+    return render_stack("dev", ROOT, stack_file=stack_file)
+
+
+def service_spec(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    (s,) = [r for r in rs if r["type"] == RAY_SERVICE]
+    spec: dict[str, Any] = s["inputs"]["spec"]["rayClusterConfig"]
+    return spec
+
+
+def test_a_serving_worker_larger_than_its_host_is_refused_as_a_ray_cluster_worker_is(serving_plan: Plan) -> None:
+    """64Gi and the GCS FUSE sidecar's 256Mi on a host that offers its pods less: the RayService's worker group
+    fails the rule through the policy pack and ``tpuray plan``, and only it (its head and the training pods fit)."""
+    host = schedulable("ct5lp-hightpu-1t", image_streaming=False)
+    assert host is not None and host.memory_mib < 64 * 1024 + 256  # the case holds on the catalog's figures
+    rs = resources(serving_plan)
+    (message,) = found(rs)
+    assert "RayService tpuray-dev-chat spec.rayClusterConfig.workerGroupSpecs[v5e-serve]" in message
+    assert f"{64 * 1024 + 256}Mi memory of {host.memory_mib}Mi" in message and "ct5lp-hightpu-1t" in message
+    assert "GCS FUSE sidecar 250m, 256Mi" in message
+    assert [v.rule for v in serving_plan.violations] == [RULE]  # tpuray plan refuses the stack on it
+
+    # the same group, asked to fit, passes: the rule reads the RayService's requests, not a fixed verdict
+    (c,) = service_spec(rs)["workerGroupSpecs"][0]["template"]["spec"]["containers"]
+    room = f"{host.memory_mib - 256}Mi"
+    c["resources"] = {part: {**c["resources"][part], "memory": room} for part in ("requests", "limits")}
+    assert found(rs) == []
+
+
+def test_a_serving_head_goes_through_the_same_rule(serving_plan: Plan) -> None:
+    rs = resources(serving_plan)
+    service_spec(rs)["workerGroupSpecs"] = []
+    head_spec = service_spec(rs)["headGroupSpec"]["template"]["spec"]
+    head_spec["nodeSelector"] = {"cloud.google.com/gke-nodepool": "nowhere"}
+    (message,) = found(rs)
+    assert message.startswith("RayService tpuray-dev-chat spec.rayClusterConfig.headGroupSpec:")
+    assert "no node pool of the plan admits it" in message

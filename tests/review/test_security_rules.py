@@ -31,7 +31,6 @@ def test_security_rules_are_in_the_pack() -> None:
         "gke-control-plane-not-public",
         "gke-legacy-auth-off",
         "gke-shielded-nodes",
-        "iam-no-project-wide-grants",
         "ray-token-auth",
         "ray-pod-security-restricted",
         "ray-namespace-not-system",
@@ -44,6 +43,7 @@ def test_security_rules_are_in_the_pack() -> None:
     assert BY_NAME["ray-token-auth"].enforcement_level == EnforcementLevel.MANDATORY
     assert sorted(STACK_BY_NAME) == sorted(r.name for r in STACK_RULES)
     assert sorted(STACK_BY_NAME) == [
+        "iam-no-project-wide-grants",
         "k8s-ray-namespace-default-deny",
         "ray-pods-fit-their-node-pools",
         "ray-tpu-metrics-egress",
@@ -97,14 +97,80 @@ def test_shielded_nodes_rule(resource_of: Pick) -> None:
     assert any("enableShieldedNodes" in m for m in violations(policy, cluster))
 
 
-def test_project_wide_grants_rule(resource_of: Pick) -> None:
-    policy = BY_NAME["iam-no-project-wide-grants"]
-    grant = resource_of("prod", PROJECT_IAM_TYPES[0], None)
-    assert grant["inputs"]["role"] == "roles/container.defaultNodeServiceAccount"
-    assert violations(policy, grant) == []
+def test_project_wide_grants_rule(plans: dict[str, Plan]) -> None:
+    """GKE's node role passes; any other role granted project-wide fails, through the stack policy."""
+    rs = copy.deepcopy(plans["dev"].resources)  # dev streams no images
+    grants = [r for r in rs if r["type"] in PROJECT_IAM_TYPES]
+    assert [g["inputs"]["role"] for g in grants] == ["roles/container.defaultNodeServiceAccount"]
+    assert stack_violations("iam-no-project-wide-grants", rs) == []
     for role in ("roles/artifactregistry.reader", "roles/editor", "roles/storage.admin"):
-        grant["inputs"]["role"] = role
-        assert any(role in m for m in violations(policy, grant))
+        grants[0]["inputs"]["role"] = role
+        (message,) = stack_violations("iam-no-project-wide-grants", rs)
+        assert role in message and "grant it on the resource it is for" in message
+
+
+STREAMING_ROLE = "roles/serviceusage.serviceUsageConsumer"
+
+
+def test_image_streamings_role_is_allowed_exactly_where_a_pool_streams(plans: dict[str, Plan]) -> None:
+    """prod streams its worker image: the node service account holds Service Usage Consumer (GKE's image streaming
+    page, "Requirements") and passes; the same grant without a streaming pool, or to another member, fails."""
+    rs = copy.deepcopy(plans["prod"].resources)
+    grants = {r["inputs"]["role"]: r for r in rs if r["type"] in PROJECT_IAM_TYPES}
+    assert sorted(grants) == sorted(["roles/container.defaultNodeServiceAccount", STREAMING_ROLE])
+    assert stack_violations("iam-no-project-wide-grants", rs) == []
+
+    other = copy.deepcopy(rs)
+    grant = next(r for r in other if r["type"] in PROJECT_IAM_TYPES and r["inputs"]["role"] == STREAMING_ROLE)
+    grant["inputs"]["member"] = "serviceAccount:someone@tpuray-prod-project.iam.gserviceaccount.com"
+    (message,) = stack_violations("iam-no-project-wide-grants", other)
+    assert STREAMING_ROLE in message and "not to the node service account" in message
+
+    pools = [r for r in rs if r["type"] == kinds.NODE_POOL and "gcfsConfig" in r["inputs"]["nodeConfig"]]
+    assert pools  # the TPU pools stream
+    for r in pools:
+        r["inputs"]["nodeConfig"]["gcfsConfig"] = {"enabled": False}
+    (message,) = stack_violations("iam-no-project-wide-grants", rs)
+    assert STREAMING_ROLE in message and "no planned node pool streams images" in message
+
+
+def test_a_wide_grant_is_refused_in_a_first_preview_where_the_node_accounts_email_is_unknown(
+    plans: dict[str, Plan],
+) -> None:
+    """In a stack's first preview the node service account's email, every grant's member, is unknown, and
+    CrossGuard skips a policy that reads an unknown value: the roles are judged without reading a member."""
+    from pulumi_policy import PolicyResource, StackValidationArgs
+    from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
+
+    found: list[str] = []
+    for stack in ("dev", "prod"):
+        rs = copy.deepcopy(plans[stack].resources)
+        grants = [r for r in rs if r["type"] in PROJECT_IAM_TYPES]
+        for g in grants:
+            g["inputs"]["member"] = UNKNOWN_STRING_VALUE
+        grants[0]["inputs"]["role"] = "roles/editor"
+        args = StackValidationArgs(
+            [
+                PolicyResource(
+                    r["type"],
+                    unknown_checking_proxy(r["inputs"]),
+                    r["urn"],
+                    r["name"],
+                    None,  # type: ignore[arg-type]
+                    None,
+                    None,
+                    [],
+                    {},
+                )
+                for r in rs
+            ]
+        )
+
+        def report(message: str, urn: str | None = None) -> None:
+            found.append(message)
+
+        STACK_BY_NAME["iam-no-project-wide-grants"].validate(args, report)
+    assert len(found) == 2 and all("'roles/editor'" in m for m in found)
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])

@@ -41,7 +41,7 @@ from tpuray.components.config import (
     validated_as,
 )
 from tpuray.components.config.value_types import RunName
-from tpuray.components.config.workload import require_data_parallel, require_entrypoint_sharding
+from tpuray.components.config.workload import require_builtin_settings, require_entrypoint_sharding
 from tpuray.workloads.api.runtime import RuntimeMismatch
 from tpuray.workloads.gpt.data import DatasetError, TokenFile, open_dataset
 from tpuray.workloads.gpt.loop import CheckpointError, GptJob, train_gpt
@@ -258,8 +258,7 @@ def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Sett
     else:
         base = (stack.workload if stack else WorkloadConfig()).model_dump(by_alias=True)
     workload = _validated(WorkloadConfig, base, args, WORKLOAD_FLAGS, "workload")
-    if workload.backend != "xla":  # sharded, it runs SPMD only: never unsharded quietly
-        require_data_parallel(workload, f"the built-in entrypoint on backend {workload.backend}")
+    require_builtin_settings(workload)  # sharded off xla, it runs SPMD only: never unsharded quietly
     return Settings(workload, _validated(RunSettings, {}, args, RUN_FLAGS, "run"))
 
 
