@@ -169,8 +169,14 @@ def runtime_ports(tpu_slice: TpuSlice, backend: RuntimeBackend) -> tuple[PortRan
 
 
 def union_ports(slices: Iterable[TpuSlice], backend: RuntimeBackend) -> list[tuple[int, int]]:
-    """Every port any of ``slices`` listens on under ``backend``, as sorted, merged ``(first, last)`` ranges."""
-    spans = sorted({(r.first, r.last) for s in slices for r in runtime_ports(s, backend)})
+    """Every port any of ``slices`` listens on under ``backend``, as sorted, merged ``(first, last)`` ranges: the
+    per-process ranges and the row's single listeners.
+
+    >>> union_ports([TpuSlice.parse("tpu7x:2x2x2")], "torch_tpu")
+    [(8080, 8095), (8471, 8478), (36423, 36423)]
+    """
+    single = {(port, port) for _, port in RUNTIMES[backend].single_listeners}
+    spans = sorted({(r.first, r.last) for s in slices for r in runtime_ports(s, backend)} | single)
     merged: list[tuple[int, int]] = []
     for first, last in spans:
         if merged and first <= merged[-1][1] + 1:
