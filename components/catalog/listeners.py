@@ -18,8 +18,10 @@ Pure Python, no Pulumi. Each pod's listeners come from four places, each written
   container already names ``MEGASCALE_NUM_SLICES``. Both runtimes set these in each process before it binds
   (PyTorch/XLA: tpuray's per-chip env; TorchTPU: its C++ glue from the slice-builder list, and Ray then torch_tpu's
   ``AssignMegascalePorts`` for the multislice port), so they are listed as the webhook's values, not as listeners.
-- the ports the pod's other containers declare (sidecars in the template). GKE's injected GCS FUSE sidecar declares
-  none.
+- the ports the pod's other containers declare: sidecars in the template, and native sidecars (init containers with
+  ``restartPolicy: Always``, which keep running beside the Ray container). GKE's GCS FUSE sidecars declare none
+  (GoogleCloudPlatform/gcs-fuse-csi-driver ``pkg/webhook/sidecar_spec.go``, ``GetSidecarContainerSpec`` and
+  ``GetMetadataPrefetchSidecarContainerSpec`` set no ``Ports``).
 """
 
 from __future__ import annotations

@@ -152,7 +152,12 @@ def _cluster(urn: str, at: str, spec: Mapping[str, Any], serve: list[Listener] |
         ray, sidecars = containers[0], containers[1:]
         params = g.get("rayStartParams") or {}
         base = ray_listeners({str(k): str(v) for k, v in params.items()}, head=is_head) + (serve or [])
-        for c in sidecars:
+        native = [
+            c
+            for c in as_list(get_path(g, "template", "spec", "initContainers"))
+            if isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
+        ]
+        for c in [*sidecars, *native]:
             base += _container_ports(c, f"container {c.get('name')}")
         problems = _metrics_problems(ray, params)
         s = None if is_head else slices[i - 1]

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.support.plans import ROOT
 from tests.support.stacks import SERVING, serving_values
@@ -174,11 +176,18 @@ def test_a_sidecar_port_on_a_runtime_port_is_caught() -> None:
     worker["template"]["spec"]["containers"].append(
         {"name": "proxy", "image": "envoy", "ports": [{"name": "admin", "containerPort": 8474}]}
     )
+    worker["template"]["spec"]["initContainers"] = [
+        {"name": "setup", "image": "x", "ports": [{"containerPort": 8081}]},  # exits before Ray starts
+        {"name": "agent", "image": "x", "restartPolicy": "Always", "ports": [{"containerPort": 52365}]},
+    ]
     found = [m for _, m in check_listeners(resources, RuleContext())]
     assert found == [
+        "RayCluster tpuray-torchtpu spec.workerGroupSpecs[ironwood]: Ray's dashboard agent "
+        "(dashboard-agent-listen-port) (52365) and container agent port 52365 (52365) both listen on port 52365 "
+        "under torch_tpu: the second to start cannot bind it",
         "RayCluster tpuray-torchtpu spec.workerGroupSpecs[ironwood]: container proxy port admin (8474) and "
         "TorchTPU's tpu-slicebuilder (8471-8478) both listen on port 8474 under torch_tpu: the second to start "
-        "cannot bind it"
+        "cannot bind it",
     ]
 
 
@@ -239,3 +248,19 @@ def test_the_torch_tpu_coordinator_is_rank_zeros_megascale_port() -> None:
     assert torch_tpu_coordinator_port() == port == 8080 and debug == 8081
     assert RAY_METRICS_PORT not in range(8080, 8080 + 2 * 8)
     assert Listener(port, port, "x").ports == range(8080, 8081)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 60), st.integers(0, 5), st.booleans()).map(
+            lambda t: Listener(t[0], t[0] + t[1], f"l{t}", binds=t[2])
+        ),
+        max_size=8,
+    )
+)
+def test_clashes_are_exactly_the_binding_pairs_that_share_a_port(listeners: list[Listener]) -> None:
+    found = {(a, b): ports for a, b, ports in clashes(listeners)}
+    for i, a in enumerate(listeners):
+        for b in listeners[i + 1 :]:
+            shared = sorted(set(a.ports) & set(b.ports)) if a.binds and b.binds else []
+            assert found.get((a, b), []) == shared
