@@ -129,7 +129,8 @@ Not shared by the processes of one host: ``MEGASCALE_PORT`` is the port each pro
 every process of a host needs its own. Ray 2.60 gives each worker ``8081 + LOCAL_RANK`` "to prevent port bind
 collisions when multiple workers share a single TPU host" (``ray/train/torch/config.py``,
 ``_set_tpu_multislice_env_vars``) and the KubeRay TPU webhook 1.3.1 gives each TPU container ``8081 + container``
-(``main.go`` at 5da78aa, ``megascalePortBase``); tpuray gives PyTorch/XLA's per-chip process ``8081 + chip``
+on tpu7x, 8081 before, where the container already names ``MEGASCALE_NUM_SLICES`` (``main.go`` at 5da78aa,
+``megascalePortBase``); tpuray gives PyTorch/XLA's per-chip process ``8081 + chip``
 (:mod:`tpuray.components.catalog.runtime_ports`)."""
 TORCH_TPU_MEGASCALE_BASE_PORT = 8080
 """torch_tpu 0.2.0 overwrites each multislice process's ``MEGASCALE_PORT`` with ``8080 + 2 * i`` and

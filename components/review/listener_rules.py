@@ -10,7 +10,8 @@ slice, Serve's on a RayService, the TPU webhook's per TPU container, and the por
 A pod's runtime is the one its worker image's tag names (``-xla``, ``-torch-tpu``), else TorchTPU where its Ray
 container names tpuray's TorchTPU env callback (``RAY_TRAIN_CALLBACKS``), else PyTorch/XLA SPMD on a RayService's
 workers (the serving path); otherwise each runtime is checked. A group's processes open their multislice ports
-where a job may span slices: the group keeps more than one slice, or another group of the cluster has its shape.
+where a job may span slices: the group keeps more than one slice, or another group of the cluster has its shape (never
+on a RayService, whose replicas each own one slice).
 Also checked: the Ray container's port named ``metrics`` is Ray's metrics export port, since KubeRay v1.7.0 adds
 one at 8080 where it has none and the head Service, the PodMonitorings and the NetworkPolicy follow that port.
 """
@@ -172,7 +173,8 @@ def _cluster(urn: str, at: str, spec: Mapping[str, Any], serve: list[Listener] |
             out.append(PodListeners(urn, where, None, tuple(base), tuple(problems)))
             continue
         replicas = max(as_int(g.get("maxReplicas")) or 0, as_int(g.get("replicas")) or 0)
-        multislice = replicas > 1 or slices.count(s) > 1
+        # a RayService's slices are Serve replicas, one whole slice each: no job spans them
+        multislice = serve is None and (replicas > 1 or slices.count(s) > 1)
         hooked = [w for k, c in enumerate(tpu) for w in webhook_listeners(s, k, _env(c))]
         for name, rt in _runtimes(ray, serve is not None):
             mine = runtime_listeners(rt, s, multislice=multislice)

@@ -197,6 +197,8 @@ def test_serve_listens_on_every_serving_pod_and_a_clash_with_it_is_caught(tmp_pa
     serving = [p for p in pod_listeners(resources) if p.where.startswith("RayService")]
     assert len(serving) == 2 and all(any(x.what.startswith("Serve's HTTP") for x in p.listeners) for p in serving)
     assert {p.runtime for p in serving} == {None, "xla (SPMD)"}
+    # four slices, but each a Serve replica of its own: no process opens a multislice port
+    assert not [x for p in serving for x in p.listeners if x.what.endswith("tpu-megascale")]
     assert [v.message for v in plan.violations if v.rule == RULE] == []
     (svc,) = [r for r in resources if r.type.endswith(":RayService")]
     svc.props["spec"]["serveConfigV2"] = svc.props["spec"]["serveConfigV2"].replace("8000", str(RAY_METRICS_PORT))
