@@ -355,6 +355,9 @@ def runtimes_page() -> str:
         lambda r: f"`{r.process_group}`" + f" (`{r.emulated_process_group}` on the emulated slice)",
     )
     out += row("compile cache", lambda r: f"`{r.compile_cache}`")
+    out += row(
+        "one process's listeners", lambda r: ", ".join(f"{n} {port}" for n, port in r.single_listeners) or "none"
+    )
     for spec in RUNTIME_EXAMPLES:
         s = TpuSlice.parse(spec)
         out += (

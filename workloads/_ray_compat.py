@@ -13,6 +13,7 @@ Read from the ray 2.60.0 wheel (files under ``site-packages/ray/``, named at eac
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,6 +35,7 @@ __all__ = [
     "install_torch_device_manager",
     "is_node_start_timeout",
     "live_node_ids",
+    "megascale_coordinator_port",
     "normalize_torchtpu_topology",
     "quiet_train_report_log",
     "raylet_pid",
@@ -304,6 +306,28 @@ TRAIN_CALLBACKS_ENV = RAY_TRAIN_CALLBACKS_ENV
 """Ray Train V2 builds every trainer's callbacks from this variable first, a comma list of ``module.Class`` names
 of ``RayTrainCallback`` subclasses (``_initialize_env_callbacks``, called by ``_create_default_callbacks`` before
 its own ``BackendSetupCallback``): a cluster can add a callback to scripts that import nothing of it."""
+
+
+@contextmanager
+def megascale_coordinator_port(port: int) -> Iterator[None]:
+    """Within the block, Ray's TorchTPU backend gives a multislice group ``port`` as its MegaScale coordinator's.
+
+    Ray 2.60's ``_TorchBackend._setup_tpu_multislice`` (``ray/train/torch/config.py``) runs in the Train controller,
+    after the worker group callbacks' ``after_worker_group_start``, and reads the port from that process's
+    ``MEGASCALE_PORT`` (default ``DEFAULT_MEGASCALE_PORT``, 8081): it writes ``MEGASCALE_COORDINATOR_ADDRESS =
+    <rank 0's host>:<port>`` into every worker with ``os.environ.update``, overwriting whatever a callback set there,
+    and each worker's ``MEGASCALE_PORT = port + LOCAL_RANK``. So the port is set in the controller, for the start
+    only, and the controller's own value is put back after."""
+    key = "MEGASCALE_PORT"
+    saved = os.environ.get(key)
+    os.environ[key] = str(port)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
 
 
 def worker_group_callback_base() -> type[Any]:

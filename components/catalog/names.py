@@ -134,7 +134,8 @@ Not shared by the processes of one host: ``MEGASCALE_PORT`` is the port each pro
 every process of a host needs its own. Ray 2.60 gives each worker ``8081 + LOCAL_RANK`` "to prevent port bind
 collisions when multiple workers share a single TPU host" (``ray/train/torch/config.py``,
 ``_set_tpu_multislice_env_vars``) and the KubeRay TPU webhook 1.3.1 gives each TPU container ``8081 + container``
-(``main.go`` at 5da78aa, ``megascalePortBase``); tpuray gives PyTorch/XLA's per-chip process ``8081 + chip``
+on tpu7x, 8081 before, where the container already names ``MEGASCALE_NUM_SLICES`` (``main.go`` at 5da78aa,
+``megascalePortBase``); tpuray gives PyTorch/XLA's per-chip process ``8081 + chip``
 (:mod:`tpuray.components.catalog.runtime_ports`)."""
 TORCH_TPU_MEGASCALE_BASE_PORT = 8080
 """torch_tpu 0.2.0 overwrites each multislice process's ``MEGASCALE_PORT`` with ``8080 + 2 * i`` and
@@ -156,7 +157,30 @@ TorchTPU runs one worker per device."""
 RAY_DASHBOARD_PORT = 8265
 RAY_GCS_PORT = 6379
 RAY_CLIENT_PORT = 10001
-RAY_METRICS_PORT = 8080
+KUBERAY_DEFAULT_METRICS_PORT = 8080
+"""Where KubeRay v1.7.0 starts Ray's metrics export on a pod whose ``rayStartParams`` name no ``metrics-export-port``
+(``ray-operator/controllers/ray/utils/constant.go`` ``DefaultMetricsPort = 8080``, set in ``common/pod.go``), and
+the container port named ``metrics`` it adds where the Ray container has none of that name: inside torch_tpu's
+multislice range (:data:`TORCH_TPU_MEGASCALE_BASE_PORT`), so tpuray never leaves it to KubeRay."""
+RAY_METRICS_PORT = 9800
+"""Ray's metrics export port on every Ray pod tpuray plans (``rayStartParams`` ``metrics-export-port`` and the Ray
+container's port named ``metrics``, so KubeRay adds neither), which the head Service (KubeRay copies the head
+container's ports, ``common/service.go`` ``getPortsFromCluster``), the PodMonitorings and the NetworkPolicy read.
+
+Not KubeRay's 8080 (:data:`KUBERAY_DEFAULT_METRICS_PORT`): torch_tpu 0.2.0 binds 8080 + 2 * local rank and the next
+port in every process of a job across slices (:data:`TORCH_TPU_MEGASCALE_BASE_PORT`). 9800 is clear of every
+listener a Ray pod has (:mod:`tpuray.components.catalog.listeners` lists them; the review's listener rule checks
+every planned pod): TorchTPU's 8070 + device (its own launcher's slice builders, ``TORCH_TPU_BASE_PORT``), 8080-8095
+(megascale, 8 devices per tpu7x host), 8471 + device and 36423 (its split-compile handshake, ``_internal/distributed/
+handshake.py``); PyTorch/XLA's 8471, 8476 + chip and 8081 + chip; libtpu's runtime metrics service on 8431
+(``localhost:8431`` in libtpu 0.0.52); the TPU webhook's 8471 + container and 8081 + container (kuberay-tpu-webhook
+``main.go`` at 5da78aa) and its own 443; Ray 2.60's GCS 6379, tpuray's pinned 6380-6383, dashboard 8265, client
+10001 and its per-client servers 23000-24000 (``ray/util/client/server/proxier.py``), dashboard agent 52365, the
+worker ports 10002-19999 (``ray start`` defaults; tpuray pins fewer, :data:`RAY_WORKER_PORT_RANGE`); Serve's HTTP
+8000, gRPC 9000 and HAProxy stats 8404 (``ray/serve/_private/constants.py``). And it is below Linux's ephemeral
+range (32768-60999, ``net.ipv4.ip_local_port_range``), where the ports Ray and torch pick at random come from."""
+RAY_METRICS_PORT_NAME = "metrics"
+"""The Ray container's port KubeRay looks for by name (``utils.MetricsPortName``) before adding its own at 8080."""
 RAY_SERVE_HTTP_PORT = 8000
 """Ray Serve's HTTP proxy port (Ray 2.60 ``python/ray/serve/_private/constants.py`` ``DEFAULT_HTTP_PORT``); KubeRay's
 Serve service targets it."""
@@ -164,9 +188,12 @@ HEAD_PORTS = (
     ("gcs-server", RAY_GCS_PORT),
     ("dashboard", RAY_DASHBOARD_PORT),
     ("client", RAY_CLIENT_PORT),
-    ("metrics", RAY_METRICS_PORT),
+    (RAY_METRICS_PORT_NAME, RAY_METRICS_PORT),
 )
-"""Ports of the Ray head container (KubeRay's defaults)."""
+"""Ports of the Ray head container (KubeRay's defaults, but for the metrics port: :data:`RAY_METRICS_PORT`)."""
+WORKER_PORTS = (*TPU_RUNTIME_PORTS, (RAY_METRICS_PORT_NAME, RAY_METRICS_PORT))
+"""Ports of a TPU worker's Ray container: the runtime's first ports and Ray's metrics port (named, so that KubeRay
+adds no ``metrics`` port at 8080 of its own)."""
 TPU_PROCESS_BASE_PORT = 8476
 """First per-chip PJRT process port: the chip ``r`` of a host listens on ``8476 + r`` (torch_xla
 ``_internal/tpu.py``; ``TPU_PROCESS_ADDRESSES`` lists every host at these ports)."""

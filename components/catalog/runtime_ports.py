@@ -36,7 +36,9 @@ from tpuray.components.catalog.names import (
 )
 
 __all__ = [
+    "TORCH_TPU_HANDSHAKE_PORT",
     "PortRange",
+    "torch_tpu_coordinator_port",
     "torch_tpu_megascale_ports",
     "torch_tpu_ports",
     "xla_megascale_port",
@@ -74,6 +76,24 @@ def torch_tpu_megascale_ports(local_rank: int) -> tuple[int, int]:
         raise ValueError(f"local rank {local_rank}: local ranks are numbered from 0 on each host")
     port = TORCH_TPU_MEGASCALE_BASE_PORT + 2 * local_rank
     return port, port + 1
+
+
+def torch_tpu_coordinator_port() -> int:
+    """The port the MegaScale coordinator of a multislice TorchTPU job listens on: local rank 0's ``MEGASCALE_PORT``
+    after torch_tpu 0.2.0's overwrite, 8080.
+
+    libtpu runs the coordinator in one task of the job, on that task's own MegaScale port ("This task is the
+    coordinator", libtpu 0.0.52), and a ``MEGASCALE_COORDINATOR_ADDRESS`` without a port gets "each process's own
+    MEGASCALE_PORT" appended, so torch_tpu's hint is ``<MASTER_ADDR>:8080`` (``_internal/distributed/
+    device_mesh.py``). ``MASTER_ADDR`` is rank 0's host, where rank 0 is local rank 0, and ``AssignMegascalePorts``
+    gives local rank ``i`` ``MEGASCALE_PORT = 8080 + 2 * i`` (:func:`torch_tpu_megascale_ports`): so 8080. Ray 2.60's
+    8081 (``DEFAULT_MEGASCALE_PORT``) is, after that overwrite, rank 0's ``MEGASCALE_DEBUG_PORT``."""
+    return torch_tpu_megascale_ports(0)[0]
+
+
+TORCH_TPU_HANDSHAKE_PORT = 36423
+"""The split compiler's handshake server, on the coordinator rank (torch_tpu 0.2.0 ``_internal/distributed/
+handshake.py``: ``_DEFAULT_HANDSHAKE_PORT``, read from ``TORCH_TPU_INTERNAL_HANDSHAKE_PORT``)."""
 
 
 def _processes(n: int) -> int:

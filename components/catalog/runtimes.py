@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from tpuray.components.catalog.runtime_ports import PortRange, torch_tpu_ports, xla_ports
+from tpuray.components.catalog.runtime_ports import TORCH_TPU_HANDSHAKE_PORT, PortRange, torch_tpu_ports, xla_ports
 from tpuray.components.catalog.topology import TpuSlice
 
 __all__ = [
@@ -72,6 +72,8 @@ class Runtime:
     compile)."""
     port_ranges: Callable[[int], tuple[PortRange, ...]]
     """Its listeners on one host, given the processes on the host."""
+    single_listeners: tuple[tuple[str, int], ...] = ()
+    """Its listeners of one port each, opened by one process of a job (beside the per-process ranges)."""
 
     def devices_per_chip(self, s: TpuSlice) -> int:
         """Runtime devices on one chip of ``s``: the mesh devices a chip holds."""
@@ -137,6 +139,9 @@ RUNTIMES: dict[RuntimeBackend, Runtime] = {
         # read by torch_tpu 0.2.0's C++ glue (tier3_compilation_cache.cc), a gs:// root
         compile_cache="TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT",
         port_ranges=torch_tpu_ports,
+        # the split compiler's handshake server on the coordinator rank (torch_tpu 0.2.0
+        # _internal/distributed/handshake.py, _DEFAULT_HANDSHAKE_PORT, TORCH_TPU_INTERNAL_HANDSHAKE_PORT)
+        single_listeners=(("split-compile handshake", TORCH_TPU_HANDSHAKE_PORT),),
     ),
 }
 BACKENDS: tuple[RuntimeBackend, ...] = tuple(RUNTIMES)
@@ -165,8 +170,14 @@ def runtime_ports(tpu_slice: TpuSlice, backend: RuntimeBackend) -> tuple[PortRan
 
 
 def union_ports(slices: Iterable[TpuSlice], backend: RuntimeBackend) -> list[tuple[int, int]]:
-    """Every port any of ``slices`` listens on under ``backend``, as sorted, merged ``(first, last)`` ranges."""
-    spans = sorted({(r.first, r.last) for s in slices for r in runtime_ports(s, backend)})
+    """Every port any of ``slices`` listens on under ``backend``, as sorted, merged ``(first, last)`` ranges: the
+    per-process ranges and the row's single listeners.
+
+    >>> union_ports([TpuSlice.parse("tpu7x:2x2x2")], "torch_tpu")
+    [(8080, 8095), (8471, 8478), (36423, 36423)]
+    """
+    single = {(port, port) for _, port in RUNTIMES[backend].single_listeners}
+    spans = sorted({(r.first, r.last) for s in slices for r in runtime_ports(s, backend)} | single)
     merged: list[tuple[int, int]] = []
     for first, last in spans:
         if merged and first <= merged[-1][1] + 1:

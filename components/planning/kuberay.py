@@ -36,8 +36,8 @@ from tpuray.components.catalog.names import (
     SUBMITTER_ROLE_LABEL,
     TORCH_TPU_ENV_CALLBACK,
     TPU_RESOURCE,
-    TPU_RUNTIME_PORTS,
     WEBHOOK_POD_LABEL,
+    WORKER_PORTS,
 )
 from tpuray.components.catalog.runtimes import RUNTIMES, RuntimeBackend
 from tpuray.components.catalog.topology import TpuSlice
@@ -305,7 +305,7 @@ def worker_group_spec(p: RayClusterParams, g: TpuWorkerGroup) -> dict[str, Any]:
                     {
                         "name": "ray-worker",
                         "image": p.worker_image,
-                        "ports": _ports(TPU_RUNTIME_PORTS),
+                        "ports": _ports(WORKER_PORTS),
                         **({"env": env} if env else {}),
                         "resources": {
                             "requests": {"cpu": p.worker_cpu, "memory": p.worker_memory, TPU_RESOURCE: tpu},

@@ -7,7 +7,8 @@ Deny by default (ingress and egress), then allow exactly:
   runtime's ports between the hosts of a slice and across slices, per process, as
   :mod:`tpuray.components.catalog.runtimes` derives them for the stack's backend (PyTorch/XLA: 8471, the
   per-chip PJRT process ports 8476+ and a megascale port per chip, 8081+; TorchTPU: a slice builder per device,
-  8471+, and the two megascale ports torch_tpu gives each device, 8080+), every port listed on its own (below);
+  8471+, the two megascale ports torch_tpu gives each device, 8080+, and its split compiler's handshake on the
+  coordinator rank, 36423), every port listed on its own (below);
 - to the head's dashboard/job port: the RayJob submitter pods and the KubeRay operator's namespace;
 - to every Ray pod's metrics port: Managed Service for Prometheus collectors (tpuray's PodMonitoring);
 - out of every Ray pod: DNS, the GKE metadata server (Workload Identity tokens, also for the GCS FUSE sidecar) and
@@ -45,11 +46,10 @@ it honours ``endPort``, so no GKE version tpuray supports (1.30 and later) can b
 range it ignored would cut Ray's calls between nodes. So every allowed port is listed on its own, and Ray's worker
 ports are pinned to a small range (:data:`~tpuray.components.catalog.names.RAY_WORKER_PORT_RANGE`, 256 ports). The
 peers rule lists the 9 head and node ports, the 256 worker ports and the runtime's (17 for PyTorch/XLA on an 8-chip
-host, 24 for TorchTPU on a tpu7x host, 8080 among them being Ray's metrics port too): at most 288 entries in each of
-its two directions, about 20 KB of the policy object, far below the Kubernetes object size limit. Cilium makes each
-listed port a port rule of its own (``parsePorts`` again), so its cap of 40 ports per port rule does not apply; it
-keeps a policy-map entry per allowed peer identity and port on each pod, a number tpuray does not bound (the
-cluster's Ray pods times these ports).
+host, 25 for TorchTPU on a tpu7x host): at most 290 entries in each of its two directions, about 20 KB of the
+policy object, far below the Kubernetes object size limit. Cilium makes each listed port a port rule of its own
+(``parsePorts`` again), so its cap of 40 ports per port rule does not apply; it keeps a policy-map entry per allowed
+peer identity and port on each pod, a number tpuray does not bound (the cluster's Ray pods times these ports).
 """
 
 from __future__ import annotations

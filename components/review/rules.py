@@ -1,15 +1,16 @@
 """The registry of review rules: every resource rule and stack rule, and the function that runs them.
 
 The rule modules (:mod:`.policy_rules`, :mod:`.security_rules`, :mod:`.maintenance_rules`, :mod:`.pod_fit`,
-:mod:`.serving_rules`) build on the shared types of :mod:`.rule_types` and import nothing from here; this module
-gathers them. ``tpuray plan`` runs :func:`check_resources` over the resources it collected; :mod:`.policy_pack` makes
-each rule a CrossGuard policy.
+:mod:`.serving_rules`, :mod:`.listener_rules`) build on the shared types of :mod:`.rule_types` and import nothing from
+here; this module gathers them. ``tpuray plan`` runs :func:`check_resources` over the resources it collected;
+:mod:`.policy_pack` makes each rule a CrossGuard policy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tpuray.components.review.listener_rules import LISTENER_STACK_RULES
 from tpuray.components.review.maintenance_rules import MAINTENANCE_STACK_RULES
 from tpuray.components.review.pod_fit import POD_FIT_STACK_RULES
 from tpuray.components.review.policy_rules import PLATFORM_RULES
@@ -26,9 +27,10 @@ STACK_RULES: tuple[StackRule, ...] = (
     *MAINTENANCE_STACK_RULES,
     *POD_FIT_STACK_RULES,
     *SERVING_STACK_RULES,
+    *LISTENER_STACK_RULES,
 )
-"""Every rule over a whole stack: security, maintenance, every planned Ray pod against its node pool, and whether a
-serving upgrade fits its pool."""
+"""Every rule over a whole stack: security, maintenance, every planned Ray pod against its node pool, whether a
+serving upgrade fits its pool, and one listener per port in every planned Ray pod."""
 
 
 def check_resources(resources: Iterable[Resource], ctx: RuleContext | None = None) -> list[Violation]:

@@ -15,13 +15,14 @@ from tpuray.components.catalog.names import (
     HEAD_PORTS,
     RAY_CLUSTER_POD_LABEL,
     RAY_DASHBOARD_PORT,
+    RAY_METRICS_PORT,
     RAY_NODE_PORTS,
     RAY_SERVICE_ACCOUNT,
     RAY_WORKER_PORT_RANGE,
     RAY_WORKER_SERVICE_ACCOUNT,
     SUBMITTER_ROLE_LABEL,
     TPU_PROCESS_BASE_PORT,
-    TPU_RUNTIME_PORTS,
+    WORKER_PORTS,
 )
 from tpuray.components.catalog.runtimes import RuntimeBackend, union_ports
 from tpuray.components.catalog.topology import TpuSlice
@@ -112,7 +113,7 @@ def test_every_ray_port_is_pinned_and_allowed_between_the_pods_of_a_cluster() ->
     declared = {p["containerPort"] for pod in (head, worker) for p in pod["template"]["spec"]["containers"][0]["ports"]}
     assert pinned | declared <= opened
     assert pinned == {port for _, port in RAY_NODE_PORTS}
-    assert declared == {port for _, port in HEAD_PORTS} | {port for _, port in TPU_RUNTIME_PORTS}
+    assert declared == {port for _, port in HEAD_PORTS} | {port for _, port in WORKER_PORTS}
     peer_rule = next(p for p in policies if p["metadata"]["name"] == "tpu-ray-peers")["spec"]["ingress"][0]
     # no port ranges (an engine that ignores endPort opens the first port only): every worker port and every
     # per-chip process port listed on its own
@@ -171,7 +172,7 @@ def test_only_the_submitter_and_the_operator_reach_the_head_besides_its_peers() 
     assert job_api["spec"]["ingress"][0]["from"] == [{"podSelector": {"matchLabels": SUBMITTER_ROLE_LABEL}}]
     # the metrics port, to Managed Prometheus' collectors
     metrics = next(p for p in policies if p["metadata"]["name"] == "tpu-ray-metrics")["spec"]["ingress"]
-    assert metrics[0]["ports"] == [{"protocol": "TCP", "port": 8080}]
+    assert metrics[0]["ports"] == [{"protocol": "TCP", "port": RAY_METRICS_PORT}] and RAY_METRICS_PORT != 8080
     assert metrics[0]["from"][0]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "gmp-system"}}
     # what leaves the namespace: DNS, the metadata server, HTTPS; nothing else
     egress = next(p for p in policies if p["metadata"]["name"] == "ray-platform-egress")["spec"]["egress"]

@@ -102,6 +102,7 @@ def test_network_policy_admits_every_port_the_envs_name_and_no_xla_port(plan: Pl
     needed = _env_ports()
     assert needed == set(range(8471, 8479)) | set(range(8080, 8096))
     assert needed <= ingress and needed <= egress
+    assert {36423} <= ingress & egress  # torch_tpu's split-compile handshake on the coordinator rank
     assert not ingress & set(range(8476 - 8, 8471)) and 8479 not in ingress and 8096 not in ingress
     # between the right pods: the cluster's own Ray pods, both ways
     (peers,) = [p["spec"] for p in policies if p["metadata"]["name"].endswith("-ray-peers")]

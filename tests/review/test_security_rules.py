@@ -45,6 +45,7 @@ def test_security_rules_are_in_the_pack() -> None:
     assert sorted(STACK_BY_NAME) == [
         "iam-no-project-wide-grants",
         "k8s-ray-namespace-default-deny",
+        "one-listener-per-port",
         "ray-pods-fit-their-node-pools",
         "ray-tpu-metrics-egress",
         "serving-upgrade-capacity",

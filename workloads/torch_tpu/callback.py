@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuray.components.catalog.names import EMULATED_SLICE_ENV, TORCH_TPU_ENV_CALLBACK
+from tpuray.components.catalog.runtime_ports import torch_tpu_coordinator_port
 from tpuray.components.catalog.runtimes import RUNTIMES
 from tpuray.components.catalog.slice_labels import slice_from_labels
 from tpuray.components.catalog.topology import TopologyError, TpuSlice
@@ -158,18 +159,28 @@ def _one_per_device(group: Sequence[Seat]) -> str:
 class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ignore[misc]
     """Sets the TorchTPU env on every TPU worker before Ray's ``tpu_dist`` process group starts (see the module).
 
+    Across slices it also points Ray's ``MEGASCALE_COORDINATOR_ADDRESS`` at the port torch_tpu's coordinator listens
+    on, rank 0's ``MEGASCALE_PORT`` after torch_tpu's own overwrite
+    (:func:`~tpuray.components.catalog.runtime_ports.torch_tpu_coordinator_port`, 8080), where Ray 2.60 would name
+    8081, rank 0's debug port by then. Ray writes the address into every worker after this callback, overwriting what
+    a worker's env holds, so the port is given to Ray itself, in the controller, for the start
+    (:func:`tpuray.workloads._ray_compat.megascale_coordinator_port`).
+
     If the start then fails (torch_tpu cannot start its runtime, the env is refused), the callback shuts the worker
     group down: Ray 2.60 marks the group started before its backend runs, and would keep the slice's placement
     group reserved, paid slices included, until the job ends.
     """
 
     _group: Any = None
+    _start: contextlib.ExitStack | None = None
 
     @contextmanager
     def on_worker_group_start(self) -> Iterator[None]:
         self._group = None
+        self._start = contextlib.ExitStack()
         try:
-            yield
+            with self._start:
+                yield
         except BaseException:
             shutdown = getattr(self._group, "shutdown", None)
             if shutdown is not None:
@@ -177,6 +188,7 @@ class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ig
             raise
         finally:
             self._group = None
+            self._start = None
 
     def after_worker_group_start(self, worker_group: Any) -> None:
         import ray
@@ -198,6 +210,8 @@ class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ig
 
             log.warning(NOTICE)  # once per run, in the driver
         slices = len({s.slice_name for s in seats})
+        if slices > 1 and self._start is not None:
+            self._start.enter_context(_ray_compat.megascale_coordinator_port(torch_tpu_coordinator_port()))
         ray.get(
             [
                 worker_group.execute_single_async(i, _enable_cache, s.actor_index, r.tpu_slice, slices)

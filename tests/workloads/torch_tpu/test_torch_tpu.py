@@ -315,3 +315,48 @@ def test_a_failed_start_releases_the_slice(monkeypatch: pytest.MonkeyPatch) -> N
         cb.after_worker_group_start(failed)
         raise RuntimeError("torch_tpu could not start")  # as Ray's backend raises after the callback
     assert failed.shut  # Ray 2.60 would keep the slice reserved
+
+
+class _BackendGroup:
+    """What Ray's ``_TorchBackend._setup_tpu_multislice`` calls on a worker group: it records each worker's env."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.envs = n, [dict[str, str]() for _ in range(n)]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def execute_single_async(self, i: int, fn: Any, tpu_env_vars: dict[str, str]) -> None:
+        self.envs[i] = dict(tpu_env_vars)
+
+
+@pytest.mark.parametrize("slices", [1, 2])
+def test_across_slices_ray_names_the_port_torch_tpus_coordinator_listens_on(
+    monkeypatch: pytest.MonkeyPatch, slices: int
+) -> None:
+    """Ray 2.60's own backend, run after the callback as Ray runs it, points every worker's
+    MEGASCALE_COORDINATOR_ADDRESS at rank 0's host and MEGASCALE_PORT once torch_tpu has overwritten it (8080,
+    torch_tpu_coordinator_port), not at Ray's 8081 (rank 0's MEGASCALE_DEBUG_PORT by then); the controller's own
+    MEGASCALE_PORT is put back after the start, and a single slice is left as Ray has it."""
+    import ray
+    from ray.train.torch.config import _TorchBackend
+
+    from tpuray.components.catalog.runtime_ports import torch_tpu_coordinator_port, torch_tpu_megascale_ports
+
+    monkeypatch.setattr(ray, "get", lambda refs: list(refs) if refs is not None else None)
+    monkeypatch.setenv("MEGASCALE_PORT", "1234")  # the controller's own value, e.g. one the TPU webhook injected
+    seats = _rank_seats("tpu7x:2x2x2", slices, 7)
+    cb = torch_tpu.TorchTpuEnvCallback()
+    backend = _BackendGroup(len(seats))
+    with cb.on_worker_group_start():
+        cb.after_worker_group_start(_FakeGroup(seats))
+        _TorchBackend()._setup_tpu_multislice(backend, "10.0.0.0", 2)  # type: ignore[arg-type]
+    assert os.environ["MEGASCALE_PORT"] == "1234"
+    addresses = {e["MEGASCALE_COORDINATOR_ADDRESS"] for e in backend.envs}
+    if slices == 1:
+        assert addresses == {"10.0.0.0:1234"}  # Ray's, from the controller's env: one slice needs no coordinator
+        return
+    coordinator = torch_tpu_coordinator_port()
+    assert addresses == {f"10.0.0.0:{coordinator}"}
+    assert coordinator == torch_tpu_megascale_ports(0)[0] == 8080  # rank 0's MEGASCALE_PORT after torch_tpu's overwrite
+    assert {e["MEGASCALE_SLICE_ID"] for e in backend.envs} == {"0", "1"}
