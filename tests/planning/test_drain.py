@@ -47,7 +47,7 @@ def test_every_tpu_worker_drains_within_its_capacity_types_grace_period(capacity
 def test_spot_drains_inside_the_kubelets_shutdown_share(period: int) -> None:
     """After the notice the kubelet gives non-system pods the node's shutdown less the critical pods' share (15 of
     GKE's 30 s, 105 of the 120 s a spot pool asks for): the drain deadline leaves the hook's start-up inside it."""
-    cap = Spot(type="spot", shutdown_grace_period=period)
+    cap = Spot.model_validate({"type": "spot", "shutdownGracePeriod": period})
     spot, window = drain_plan(cap), drain_window(cap)
     assert window.node_shutdown is not None and window.node_shutdown.grace_seconds == period
     assert spot.deadline_seconds < window.node_shutdown.pods_seconds and spot.deadline_seconds < spot.grace_seconds
