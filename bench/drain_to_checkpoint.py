@@ -20,8 +20,9 @@ events themselves:
   (the newest change time of the files of the checkpoint Ray Train persisted in the run's directory).
 
 ``drain_to_checkpoint_s`` is their sum, from the notice (the hook's start) to the last byte. The baselines of the same
-run: ``periodic_save_s``, the first periodic checkpoint's save (what a checkpoint costs without a drain), and
-``poll_s``, the watch's poll interval (the most the poll part can add). ``ratio`` is the drain path over the
+run: ``periodic_save_s``, the first periodic checkpoint's save (what a checkpoint costs without a drain),
+``poll_s``, the watch's poll interval (the most the poll part can add), and ``cli_import_s``, a fresh interpreter
+importing Ray's CLI (how much of the CLI's part is its own start-up). ``ratio`` is the drain path over the
 periodic save. ``registered_s`` (after the last byte) is when Ray Train's controller had registered the checkpoint,
 which a restart needs. Each repeat drains the host once, then kills its workers (the job ends: no failures allowed)
 and replaces the host, as GKE replaces a preempted VM.
@@ -128,8 +129,9 @@ def _registered(run_dir: Path, step: int) -> float | None:
         return None
 
 
-def one_drain(cluster: Any, storage: Path, name: str, every: int) -> dict[str, Any]:
-    """Train, drain the slice's host after the first periodic checkpoint, and time each part of the drain."""
+def one_drain(cluster: Any, storage: Path, name: str, every: int, replace: bool) -> dict[str, Any]:
+    """Train, drain the slice's host after the first periodic checkpoint, and time each part of the drain; then take
+    the host away (and, with ``replace``, bring up a new one)."""
     import ray
     from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig
 
@@ -186,6 +188,10 @@ def one_drain(cluster: Any, storage: Path, name: str, every: int) -> dict[str, A
                 return
             time.sleep(0.01)
 
+    t = time.time()  # a baseline: the CLI's own start-up (a fresh interpreter importing Ray's CLI), under the same load
+    subprocess.run([sys.executable, "-c", "import ray.scripts.scripts"], check=True, env=env)
+    cli_import_s = time.time() - t
+
     t_notice = time.time()
     lookup = subprocess.run([sys.executable, "-c", NODE_ID_SCRIPT], capture_output=True, text=True, env=env)
     if lookup.returncode != 0:
@@ -218,15 +224,17 @@ def one_drain(cluster: Any, storage: Path, name: str, every: int) -> dict[str, A
     for pid in cluster.worker_pids(host):  # the drain deadline is over: GKE takes the VM away
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    cluster.replace_host(host)
     thread.join(timeout=300)
     if thread.is_alive():
         raise RuntimeError("the run did not end after its host was taken away")
+    if replace:  # GKE's replacement VM, for the next repeat
+        cluster.replace_host(host)
     return {
         "drain_step": drain_step,
         "drain_to_checkpoint_s": round(last_byte - t_notice, 4),
         **parts,
         "cli_return_s": round(t_cli_return - t_cli, 4),
+        "cli_import_s": round(cli_import_s, 4),
         "registered_s": round(registered - last_byte, 4),
         "step_s": round(in_flight["t1"] - in_flight["t"], 4),
         "periodic_save_s": round(periodic_save_s, 4),
@@ -261,12 +269,12 @@ def main() -> None:
         ray.init(address=cluster.address, log_to_driver=False)
         _ray_compat.ready_train_autoscaling_coordinator()
         for i in range(args.repeats):
-            runs.append(one_drain(cluster, Path(tmp), f"drain{i}", args.every))
+            runs.append(one_drain(cluster, Path(tmp), f"drain{i}", args.every, replace=i + 1 < args.repeats))
             print(json.dumps(runs[-1]), file=sys.stderr)
         ray.shutdown()
 
     def med(key: str) -> float:
-        return round(median(r[key] for r in runs), 4)
+        return round(float(median(r[key] for r in runs)), 4)
 
     total, periodic = med("drain_to_checkpoint_s"), med("periodic_save_s")
     emit(
@@ -282,12 +290,16 @@ def main() -> None:
             "drain_to_checkpoint_s": total,
             "parts_s": {k: med(k) for k in PARTS},
             "cli_return_s": med("cli_return_s"),
+            "cli_import_s": med("cli_import_s"),
             "registered_after_s": med("registered_s"),
             "step_s": med("step_s"),
             "periodic_save_s": periodic,
             "poll_s": runs[0]["poll_s"],
             "ratio": round(total / periodic, 2) if periodic > 0 else None,
-            "note": "medians over the repeats; ratio: drain notice to safe checkpoint over the periodic save",
+            "note": (
+                "medians over the repeats, each on its own (the median parts need not sum to the median total; each "
+                "run's parts sum to its total); ratio: drain notice to safe checkpoint over the periodic save"
+            ),
             "runs": runs,
         },
         record_it=args.record,
