@@ -9,6 +9,10 @@ N seconds, while the training side checkpoints at its next step boundary.
 
 ``ray drain-node`` defaults ``--node-id`` to ``ray.get_runtime_context().get_node_id()``, which fails in a fresh
 CLI process (Ray is not initialised there), so the hook looks the node up through a short-lived driver first.
+
+Each pool's :class:`DrainWindow` (what takes its pods away, the spot node's graceful shutdown, the grace period and
+deadline, the ``maxRunDuration`` margin) and a floor of the training job's checkpoint write against it
+(:func:`pool_drains`) are what ``tpuray plan`` prints and warns on.
 """
 
 from __future__ import annotations
