@@ -126,6 +126,15 @@ class TpuSlicePool(pulumi.ComponentResource):
                 if p.secondary_boot_disk
                 else None
             ),
+            # the longer graceful node shutdown after a Spot VM's preemption notice (config.capacity.Spot)
+            kubelet_config=(
+                gcp.container.NodePoolNodeConfigKubeletConfigArgs(
+                    shutdown_grace_period_seconds=p.node_shutdown.grace_seconds,
+                    shutdown_grace_period_critical_pods_seconds=p.node_shutdown.critical_pods_seconds,
+                )
+                if p.node_shutdown is not None
+                else None
+            ),
         )
         return gcp.container.NodePool(
             f"{name}-{p.name}",

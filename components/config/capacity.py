@@ -64,6 +64,42 @@ FLEX_START_GKE = GkeMinimum(
     "https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start",
 )
 
+SPOT_SHUTDOWN_SOURCE = "https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms"
+"""GKE's Spot VMs concept page, "Termination and graceful shutdown of Spot VMs": after the preemption notice GKE
+gives pods 30 s by default, the first 15 s to non-system pods and the rest to critical system pods; a Standard node
+pool can extend it to 120 s through its node system configuration when the cluster's control plane runs GKE
+1.35.0-gke.1171000 or later."""
+
+SPOT_SHUTDOWN_GKE = GkeMinimum(
+    "spot-shutdown", "a 120 s graceful shutdown of Spot VMs", "1.35.0-gke.1171000", SPOT_SHUTDOWN_SOURCE
+)
+
+MAX_RUN_MARGIN_SECONDS = 420
+"""How long before ``maxRunDuration`` ends a flex-start/queued job checkpoints: tpuray's 5-minute checkpoint budget
+(:attr:`CapacityType.drain_grace_seconds`) plus 2 minutes for the VM's boot, which ``maxRunDuration`` counts (from VM
+creation) and the workers' clock (``/proc/uptime``) does not."""
+
+
+@dataclass(frozen=True)
+class NodeShutdownSpec:
+    """The kubelet's graceful node shutdown a node pool asks for (``nodeConfig.kubeletConfig``'s
+    ``shutdownGracePeriodSeconds`` and ``shutdownGracePeriodCriticalPodsSeconds``, GKE's ``NodeKubeletConfig``;
+    pulumi-gcp 10.2's ``NodePoolNodeConfigKubeletConfigArgs``, which allows them on Spot and preemptible pools
+    only). Non-system pods get the difference (Kubernetes' graceful node shutdown,
+    https://kubernetes.io/docs/concepts/cluster-administration/node-shutdown/)."""
+
+    grace_seconds: int
+    critical_pods_seconds: int
+
+    @property
+    def pods_seconds(self) -> int:
+        """What non-system pods get of it."""
+        return self.grace_seconds - self.critical_pods_seconds
+
+
+SPOT_DEFAULT_SHUTDOWN = NodeShutdownSpec(30, 15)
+"""GKE's graceful node shutdown of a Spot VM when the node pool asks for none (:data:`SPOT_SHUTDOWN_SOURCE`)."""
+
 
 class CapacityType(ConfigModel):
     """What every capacity type says of itself; the defaults are plain on-demand VMs.
@@ -104,7 +140,22 @@ class CapacityType(ConfigModel):
     drain_deadline_seconds: ClassVar[int] = 270
     """What the preStop hook tells Ray is left: the grace less the hook's start-up and the container's shutdown."""
     price_basis: ClassVar[PriceBasis] = "on-demand"
-    gke_minimum: ClassVar[GkeMinimum | None] = None
+    disruption: ClassVar[str] = "host maintenance, a node upgrade or Kueue preemption"
+    """What takes this capacity's pods away, said in the plan beside its drain window."""
+
+    @property
+    def gke_minimum(self) -> GkeMinimum | None:
+        """A GKE version this pool's capacity needs beyond its slice's (None: nothing more)."""
+        return None
+
+    def drain_seconds(self) -> tuple[int, int]:
+        """The worker pods' grace period and the drain deadline the preStop hook gives Ray (``planning.drain``)."""
+        return self.drain_grace_seconds, self.drain_deadline_seconds
+
+    @property
+    def node_shutdown(self) -> NodeShutdownSpec | None:
+        """The kubelet's graceful node shutdown the node pool asks for (None: GKE's default)."""
+        return None
 
     @property
     def reservation_affinity(self) -> ReservationAffinitySpec | None:
@@ -144,12 +195,44 @@ class Spot(CapacityType):
         {"nodeConfig.spot": True},
         {"nodeConfig.preemptible": True},
     )
-    # Compute Engine stops a preempted VM 30 s after the notice, and the kubelet's graceful node shutdown gives
-    # non-system pods about 15 s of it, best effort (https://cloud.google.com/kubernetes-engine/docs/how-to/preemptible-vms,
-    # https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms): the deadline must fit in those 15 s.
+    shutdown_grace_period: Literal[30, 120] = Field(
+        default=120,
+        description="seconds GKE gives the node after a preemption notice (the kubelet's shutdownGracePeriodSeconds, "
+        "15 of them for critical system pods): 120 needs GKE 1.35.0-gke.1171000 or later (cluster.minMasterVersion); "
+        "30 is GKE's default",
+    )
+
+    # GKE's graceful node shutdown gives non-system pods the first 15 s of the 30 s after the notice, best effort
+    # (SPOT_SHUTDOWN_SOURCE, https://cloud.google.com/kubernetes-engine/docs/how-to/preemptible-vms): the deadline
+    # must fit in those 15 s, less the hook's own start-up.
     drain_grace_seconds: ClassVar[int] = 30
     drain_deadline_seconds: ClassVar[int] = 10
+    # With 120 s (critical system pods keep their 15 s), non-system pods get 105 s; the deadline leaves 15 s for the
+    # hook's start-up and the container's shutdown, as 10 of 15 does above.
+    extended_drain_grace_seconds: ClassVar[int] = 105
+    extended_drain_deadline_seconds: ClassVar[int] = 90
     price_basis: ClassVar[PriceBasis] = "spot"
+    disruption: ClassVar[str] = "a Spot VM preemption notice"
+
+    @property
+    def extended(self) -> bool:
+        return self.shutdown_grace_period > 30
+
+    @property
+    def gke_minimum(self) -> GkeMinimum | None:
+        return SPOT_SHUTDOWN_GKE if self.extended else None
+
+    def drain_seconds(self) -> tuple[int, int]:
+        if self.extended:
+            return self.extended_drain_grace_seconds, self.extended_drain_deadline_seconds
+        return self.drain_grace_seconds, self.drain_deadline_seconds
+
+    @property
+    def node_shutdown(self) -> NodeShutdownSpec | None:
+        # Only the longer period is declared: 30 s is GKE's default, and leaving it unset keeps such pools as they are.
+        if not self.extended:
+            return None
+        return NodeShutdownSpec(self.shutdown_grace_period, SPOT_DEFAULT_SHUTDOWN.critical_pods_seconds)
 
 
 class Reservation(CapacityType):
@@ -195,7 +278,11 @@ class _FlexStartVms(CapacityType):
 
     flex_start: ClassVar[bool] = True
     price_basis: ClassVar[PriceBasis] = "flex-start"
-    gke_minimum: ClassVar[GkeMinimum | None] = FLEX_START_GKE
+    disruption: ClassVar[str] = "the end of maxRunDuration, host maintenance or Kueue preemption"
+
+    @property
+    def gke_minimum(self) -> GkeMinimum | None:
+        return FLEX_START_GKE
 
     @property
     def reservation_affinity(self) -> ReservationAffinitySpec:

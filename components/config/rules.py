@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from packaging.version import Version
@@ -181,6 +181,18 @@ def max_nodes(cluster: ClusterConfig, pools: Iterable[SlicePoolConfig]) -> int:
     return cluster.system_nodes * (3 if cluster.regional else 1) + sum(p.slices * p.tpu_slice.hosts for p in pools)
 
 
+def _gke_needs(pools: Sequence[tuple[int, SlicePoolConfig]], version: str) -> str:
+    """What needs a GKE version above ``version``, pool by pool: its TPU generation or its capacity's feature."""
+    needs = []
+    for i, p in pools:
+        if not gke_version_meets(version, p.tpu_slice.min_gke_version):
+            needs.append(f"slicePools[{i}]: TPU {p.tpu_slice.generation} from {p.tpu_slice.min_gke_version}")
+        m = p.capacity.gke_minimum
+        if m is not None and not gke_version_meets(version, m.version):
+            needs.append(f"slicePools[{i}].capacity: {m.what} from {m.version}")
+    return "; ".join(needs)
+
+
 def pool_rules(view: StackView) -> list[Problem]:
     """Zones, node pool names, versions and address room of the slice pools."""
     region, zone, zone_invalid, cluster, pools = view.region, view.zone, view.zone_invalid, view.cluster, view.pools
@@ -243,8 +255,9 @@ def pool_rules(view: StackView) -> list[Problem]:
             found.append(
                 Problem(
                     "cluster.minMasterVersion",
-                    f"{cluster.min_master_version} is older than {need}, which the TPU generations of this stack need: "
-                    f"give {gke_alias_for(need)} or a later alias, or leave it unset for the release channel's default",
+                    f"{cluster.min_master_version} is older than {need}, which this stack's pools need "
+                    f"({_gke_needs(pools, cluster.min_master_version)}): give {gke_alias_for(need)} or a later alias, "
+                    "or leave it unset for the release channel's default",
                 )
             )
     nodes = max_nodes(cluster, [p for _, p in pools]) if cluster is not None else None

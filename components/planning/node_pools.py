@@ -10,7 +10,8 @@ below are testable without a resource engine:
 - placement: COMPACT with ``tpu_topology`` (multi-host v4/v5e/v5p/v6e), a HIGH_THROUGHPUT workload policy named
   in ``policy_name`` with no type (multi-host tpu7x), nothing for single-host (GKE rejects a topology there);
 - capacity: the fields the pool's capacity type sets (``config.capacity``: spot, reservation affinity, flex-start,
-  queued provisioning, max run duration, no auto-repair, starting empty and location policy ANY for flex-start VMs);
+  queued provisioning, max run duration, no auto-repair, starting empty and location policy ANY for flex-start VMs,
+  the kubelet's longer graceful node shutdown for spot VMs);
 - labels and taints: the pool's :class:`~tpuray.components.planning.scheduling.PoolScheduling`.
 """
 
@@ -23,7 +24,7 @@ from tpuray.components.catalog.names import TPU_TAINT, Taint
 from tpuray.components.catalog.resource_names import bounded_name
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config import SlicePoolConfig
-from tpuray.components.config.capacity import ReservationAffinitySpec
+from tpuray.components.config.capacity import NodeShutdownSpec, ReservationAffinitySpec
 from tpuray.components.config.startup import ImagePullConfig
 from tpuray.components.planning.scheduling import PoolScheduling
 from tpuray.components.planning.startup import node_pool_startup_fields
@@ -31,6 +32,7 @@ from tpuray.components.planning.startup import node_pool_startup_fields
 __all__ = [
     "AutoscalingSpec",
     "NodePoolSpec",
+    "NodeShutdownSpec",
     "PlacementSpec",
     "ReservationAffinitySpec",
     "WorkloadPolicySpec",
@@ -105,6 +107,8 @@ class NodePoolSpec:
     """A disk image with the worker image preloaded (``secondary_boot_disks``, mode ``CONTAINER_IMAGE_CACHE``)."""
     image_type: str | None = None
     """The node image; set (COS_CONTAINERD) only where streaming or a preloaded image needs it."""
+    node_shutdown: NodeShutdownSpec | None = None
+    """``node_config.kubelet_config``'s graceful node shutdown (spot pools with the longer period); None: GKE's."""
 
     @property
     def max_nodes(self) -> int:
@@ -172,6 +176,7 @@ def slice_pool_node_pools(
         # Flex-start nodes are not repaired in place (GKE docs for flex-start and queued provisioning).
         "auto_repair": not cap.flex_start,
         "capacity": cap.type,
+        "node_shutdown": cap.node_shutdown,
         "taints": scheduling.node_taints,
         **node_pool_startup_fields(images),  # the image pull path (planning.startup)
     }

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tpuray.components.config import NAMESPACE, SECRET_KEYS, StackConfig, load_stack_file
+from tpuray.components.planning.drain import CHECKPOINT_WRITE_BYTES_PER_S, PoolDrain, pool_drains
 from tpuray.components.planning.stack_plan import StackPlan, plan_stack
 from tpuray.components.planning.startup import startup_markdown
 from tpuray.components.review import resource_types
@@ -38,10 +39,13 @@ from tpuray.components.review.svg import render_svg
 __all__ = [
     "DASHBOARD_FILE",
     "DASHBOARD_PICTURE",
+    "DRAIN_RULE",
     "PICTURE",
     "STARTUP_FILE",
     "Plan",
     "dashboards",
+    "drain_lines",
+    "drain_warning",
     "find_root",
     "render_stack",
     "summary",
@@ -52,6 +56,8 @@ PICTURE = "topology.svg"
 DASHBOARD_FILE = "dashboard.json"
 DASHBOARD_PICTURE = "dashboard.svg"
 STARTUP_FILE = "startup.md"
+DRAIN_RULE = "drain-window-checkpoint"
+"""The advisory finding of a training pool whose drain window cannot hold the job's checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -107,8 +113,11 @@ def plan_from_run(stack: str, cfg: StackConfig, run: dict[str, Any]) -> Plan:
     found = check_resources(resources)
     # the config too: a reservation pool's commitment term (capacity.commitment) picks its price
     cost, over_budget = budget_check({"stack": stack, "resources": run["resources"], "config": config}, stack_plan.cost)
+    stack_urn = f"urn:pulumi:{stack}::{run.get('project', '')}::stack"
     if over_budget:  # the budget rule reads the config's budget, so it runs here rather than in the pack
-        found.append(Violation(BUDGET_RULE, f"urn:pulumi:{stack}::{run.get('project', '')}::stack", over_budget))
+        found.append(Violation(BUDGET_RULE, stack_urn, over_budget))
+    # the drain windows read the workload's model from the config, as the budget does: here, advisory
+    found += [Violation(DRAIN_RULE, stack_urn, drain_warning(d), advisory=True) for d in pool_drains(cfg) if not d.fits]
     return Plan(
         stack=stack,
         config=cfg,
@@ -155,7 +164,56 @@ def summary(plan: Plan) -> str:
     from tpuray.components.review.cost import pools_summary
 
     table = summary_table(plan.stack, plan.resources, plan.pools)
-    return "\n".join([table, *pools_summary(plan.cost), *training_state_lines(plan)])
+    return "\n".join([table, *pools_summary(plan.cost), *training_state_lines(plan), *drain_lines(plan.config)])
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def drain_lines(cfg: StackConfig) -> list[str]:
+    """Per pool, how long its workers have to checkpoint once told to go, and the training job's checkpoint on its
+    pool against it (``planning.drain``: the window is the drain deadline; the estimate a floor of the write)."""
+    lines = ["drain windows (a checkpoint must be on disk within the drain deadline the preStop hook gives Ray):"]
+    for d in pool_drains(cfg):
+        w = d.window
+        text = f"- {d.pool} ({d.capacity}): on {w.disruption}, "
+        if w.node_shutdown is not None:
+            how = "asked for" if w.declared else "GKE's default"
+            text += (
+                f"graceful node shutdown {w.node_shutdown.grace_seconds} s ({how}; "
+                f"{w.node_shutdown.pods_seconds} s for the pods), "
+            )
+        text += f"pod grace {w.drain.grace_seconds} s, drain deadline {w.drain.deadline_seconds} s"
+        if w.max_run_margin_seconds is not None:
+            text += f"; checkpoints {w.max_run_margin_seconds} s before maxRunDuration ends"
+        lines.append(text)
+        if d.checkpoint is not None:
+            c = d.checkpoint
+            verdict = "fits" if d.fits else "does NOT fit"
+            lines.append(
+                f"  the training job's checkpoint: {c.parameters:,} parameters, {_mb(c.bytes)}, at least "
+                f"{c.seconds:,.2f} s to write at {_mb(CHECKPOINT_WRITE_BYTES_PER_S)}/s (one writer to Cloud Storage "
+                f"FUSE): {verdict} the {w.seconds} s deadline"
+            )
+    return lines
+
+
+def drain_warning(d: PoolDrain) -> str:
+    """Why pool ``d``'s drain window cannot hold the training job's checkpoint, and what would help."""
+    assert d.checkpoint is not None  # only the training pool has an estimate
+    c, w = d.checkpoint, d.window
+    fix = (
+        "give the pool capacity.shutdownGracePeriod: 120 (GKE 1.35.0-gke.1171000 or later), "
+        if w.node_shutdown is not None and not w.declared
+        else ""
+    )
+    return (
+        f"slice pool {d.pool} ({d.capacity}): the training job's checkpoint ({c.parameters:,} parameters, "
+        f"{_mb(c.bytes)}) takes at least {c.seconds:,.1f} s to write at {_mb(CHECKPOINT_WRITE_BYTES_PER_S)}/s, more "
+        f"than the {w.seconds} s drain deadline after {w.disruption}: a drain loses the steps since the last periodic "
+        f"checkpoint; {fix}train on capacity with a longer grace period, or keep workload.checkpointEvery small"
+    )
 
 
 def training_state_lines(plan: Plan) -> list[str]:

@@ -79,8 +79,10 @@ REPLACES: dict[str, tuple[str, ...]] = {
 }
 
 RECREATES_NODES: dict[str, tuple[str, ...]] = {
-    # Updated in place by the provider, but GKE moves the pool: every VM of the slice is recreated.
-    NODE_POOL: ("nodeLocations", "nodeConfig.imageType"),
+    # Updated in place by the provider, but GKE moves the pool: every VM of the slice is recreated. A node system
+    # configuration change (kubeletConfig, linuxNodeConfig) is rolled out by recreating the pool's nodes too
+    # (https://cloud.google.com/kubernetes-engine/docs/how-to/node-system-config, "Before you begin").
+    NODE_POOL: ("nodeLocations", "nodeConfig.imageType", "nodeConfig.kubeletConfig", "nodeConfig.linuxNodeConfig"),
     CLUSTER: ("nodeLocations",),
 }
 

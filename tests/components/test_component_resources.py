@@ -269,6 +269,18 @@ def _capacity_inputs(cap: str, i: dict[str, Any]) -> None:
         assert nc["maxRunDuration"] == "21600s"
     if cap == "queued":
         assert i["queuedProvisioning"] == {"enabled": True}
+    # spot pools ask GKE for the longer graceful node shutdown after a preemption notice (config.capacity.Spot)
+    shutdown = {"shutdownGracePeriodSeconds": 120.0, "shutdownGracePeriodCriticalPodsSeconds": 15.0}
+    assert nc.get("kubeletConfig") == (shutdown if cap == "spot" else None)
+
+
+def test_a_spot_pool_on_gkes_default_shutdown_declares_no_kubelet_config() -> None:
+    p = pool(TpuSlice.parse("v5e", "2x2"), "spot", name="tpu").model_dump(by_alias=True)
+    p["capacity"]["shutdownGracePeriod"] = 30
+    cfg = stack(slicePools=[p], region="us-east5", zone="us-east5-a")
+    rec, _ = er.run(build_pool(cfg))
+    [reg] = rec.of_type(NODE_POOL)
+    assert reg["inputs"]["nodeConfig"]["spot"] is True and "kubeletConfig" not in reg["inputs"]["nodeConfig"]
 
 
 # ---- RayPlatform / RayTpuCluster / RayTpuJob -----------------------------------------------------------

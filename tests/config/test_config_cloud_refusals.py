@@ -14,7 +14,7 @@ import yaml
 
 from tests.support.crds import crd_folder
 from tests.support.slices import kueue_of
-from tests.support.stacks import minimal_values, problems_by_path
+from tests.support.stacks import minimal_values, problems_by_path, shipped_values
 from tpuray.components.catalog.cloud_limits import GKE_MAX_NODES_PER_CLUSTER, KUEUE_MAX_FLAVORS_PER_RESOURCE_GROUP
 from tpuray.components.catalog.gke_versions import gke_version_meets
 from tpuray.components.catalog.topology import FLEX_START_MIN_GKE_VERSION
@@ -279,3 +279,27 @@ def test_alias_comparison() -> None:
 def test_the_shipped_stacks_still_load() -> None:
     for stack in ("dev", "prod", "prod-dws"):
         assert isinstance(load_stack_file(ROOT / f"Pulumi.{stack}.yaml"), StackConfig)
+
+
+@pytest.mark.parametrize("version", ["1.34", "1.35.0"])
+def test_a_spot_pools_longer_shutdown_needs_its_gke_floor_named_at_the_pool(version: str) -> None:
+    """A spot pool asks for the 120 s graceful shutdown by default, which GKE gives from 1.35.0-gke.1171000: an older
+    minMasterVersion is refused naming the pool's capacity and what needs the version; GKE's 30 s needs nothing."""
+    values = shipped_values("dev")
+    values["cluster"]["minMasterVersion"] = version
+    if version == "1.35.0":  # the alias counts as its newest patch, past the floor
+        assert parse_stack_config(values, stack="dev").master_version == version
+        return
+    found = problems_by_path(values, "dev")["cluster.minMasterVersion"]
+    assert "older than 1.35.0-gke.1171000" in found and "give 1.35.0 or a later alias" in found
+    assert "slicePools[0].capacity: a 120 s graceful shutdown of Spot VMs from 1.35.0-gke.1171000" in found
+    values["slicePools"][0]["capacity"]["shutdownGracePeriod"] = 30
+    assert parse_stack_config(values, stack="dev").master_version == version
+
+
+@pytest.mark.parametrize("period", [0, 60, 121, "120"])
+def test_a_spot_shutdown_period_is_gkes_30_or_its_longer_120(period: object) -> None:
+    values = shipped_values("dev")
+    values["slicePools"][0]["capacity"]["shutdownGracePeriod"] = period
+    found = problems_by_path(values, "dev")
+    assert "slicePools[0].capacity.shutdownGracePeriod" in found, found

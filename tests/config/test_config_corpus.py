@@ -37,6 +37,7 @@ from tpuray.components.catalog.resource_names import (
 )
 from tpuray.components.catalog.tpu_locations import TPU_REGIONS, TPU_ZONES, zones_of
 from tpuray.components.cli import main
+from tpuray.components.config import load_stack_file
 from tpuray.components.config.value_types import bucket_name_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -880,9 +881,22 @@ def test_notification_channels_named_by_project_number(stack: str, number: int, 
     assert_accepted(stack_text(stack, setter("monitoring", "idleAlert", "notificationChannels", value=[name])))
 
 
+FLOOR_MINOR = {"dev": 35, "prod": 33}
+"""Each stack's GKE floor's minor: dev's spot pool's 120 s shutdown needs 1.35.0-gke.1171000, prod's flex-start pool
+1.33.0-gke.1712000 (``StackConfig.required_master_version``, checked below)."""
+
+
+def test_the_floor_minors_are_the_stacks_own() -> None:
+    for stack, minor in FLOOR_MINOR.items():
+        required = load_stack_file(ROOT / f"Pulumi.{stack}.yaml").required_master_version
+        assert required.startswith(f"1.{minor}.0-gke."), (stack, required)
+
+
 @CORPUS
-@given(stacks, st.integers(33, 45), st.booleans())
-def test_minor_and_patch_aliases_at_or_above_the_floor(stack: str, minor: int, patch: bool) -> None:
-    """GKE resolves 1.X and 1.X.Y to their newest patch: prod's floor is 1.33.0-gke.1712000 (flex-start)."""
+@given(stacks, st.integers(0, 10), st.booleans())
+def test_minor_and_patch_aliases_at_or_above_the_floor(stack: str, above: int, patch: bool) -> None:
+    """GKE resolves 1.X and 1.X.Y to their newest patch, so each alias from the stack's floor's minor up (to the
+    version pattern's 1.45) is accepted."""
+    minor = FLOOR_MINOR[stack] + above
     version = f"1.{minor}.0" if patch else f"1.{minor}"
     assert_accepted(stack_text(stack, setter("cluster", "minMasterVersion", value=version)))

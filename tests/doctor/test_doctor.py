@@ -74,10 +74,11 @@ def test_text_report_names_each_failure_with_fix_and_source(
         "gke-version.v6e",
         "gke-version.tpu7x",
         "gke-version.flex-start",
+        "gke-version.spot-shutdown",
     ]
     assert "1.34.0-gke.2201000" in out and "v1.31.1-gke.1678000" in out
-    assert out.count("fix: ") == 3 and out.count("source: https://") == 3
-    assert out.strip().endswith("3 failed")
+    assert out.count("fix: ") == 4 and out.count("source: https://") == 4
+    assert out.strip().endswith("4 failed")
 
 
 @pytest.mark.parametrize(

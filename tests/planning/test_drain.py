@@ -21,7 +21,7 @@ import pytest
 from tests.support.slices import CAPACITIES, pool, ray_params, worker_group
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config.capacity import Reservation, Spot, capacity_class
-from tpuray.components.planning.drain import DRAIN_REASON, DrainPlan, drain_plan, pre_stop_command
+from tpuray.components.planning.drain import DRAIN_REASON, DrainPlan, drain_plan, drain_window, pre_stop_command
 from tpuray.components.planning.kuberay import ray_cluster_spec
 
 
@@ -43,11 +43,17 @@ def test_every_tpu_worker_drains_within_its_capacity_types_grace_period(capacity
     assert "lifecycle" not in spec["headGroupSpec"]["template"]["spec"]["containers"][0]
 
 
-def test_spot_drains_inside_the_kubelets_shutdown_share() -> None:
-    """Spot VMs stop 30 s after the notice and the kubelet gives pods about 15 of them: the deadline fits."""
-    spot = drain_plan(Spot)
-    assert spot.grace_seconds <= 30 and spot.deadline_seconds < 15
-    assert drain_plan(Reservation).deadline_seconds > spot.deadline_seconds
+@pytest.mark.parametrize("period", [30, 120])
+def test_spot_drains_inside_the_kubelets_shutdown_share(period: int) -> None:
+    """After the notice the kubelet gives non-system pods the node's shutdown less the critical pods' share (15 of
+    GKE's 30 s, 105 of the 120 s a spot pool asks for): the drain deadline leaves the hook's start-up inside it."""
+    cap = Spot.model_validate({"type": "spot", "shutdownGracePeriod": period})
+    spot, window = drain_plan(cap), drain_window(cap)
+    assert window.node_shutdown is not None and window.node_shutdown.grace_seconds == period
+    assert spot.deadline_seconds < window.node_shutdown.pods_seconds and spot.deadline_seconds < spot.grace_seconds
+    assert window.declared == (period == 120) and (cap.node_shutdown is not None) == (period == 120)
+    assert window.seconds == spot.deadline_seconds
+    assert drain_plan(Reservation(type="reservation", name="r")).deadline_seconds > spot.deadline_seconds
     with pytest.raises(ValueError, match="capacity type 'preemptible'; valid choices: on-demand, spot"):
         capacity_class("preemptible")
 

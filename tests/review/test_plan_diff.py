@@ -30,6 +30,8 @@ from tpuray.components.review.resource_types import CLUSTER, NODE_POOL, RAY_CLUS
         (NODE_POOL, "queuedProvisioning.enabled", "replace"),
         (NODE_POOL, "initialNodeCount", "replace"),
         (NODE_POOL, "nodeLocations", "recreates-nodes"),
+        # a node system configuration (a spot pool's graceful shutdown) is rolled out by recreating the nodes
+        (NODE_POOL, "nodeConfig.kubeletConfig.shutdownGracePeriodSeconds", "recreates-nodes"),
         (NODE_POOL, "nodeConfig.labels.team", None),
         (NODE_POOL, "autoscaling.maxNodeCount", None),
         (NODE_POOL, "nodeCount", None),

@@ -241,8 +241,9 @@ def healthy() -> dict[str, Any]:
         OPTIONAL_LIST_FILES["gateway_classes"]: as_list([gateway_class(n) for n in GKE_GATEWAY_CLASSES]),
         OPTIONAL_LIST_FILES["ray_clusters"]: as_list([]),
         VERSION_FILE: {
-            "clientVersion": {"gitVersion": "v1.34.2"},
-            "serverVersion": {"major": "1", "minor": "34", "gitVersion": "v1.34.1-gke.1829001"},
+            "clientVersion": {"gitVersion": "v1.35.2"},
+            # 1.35: the spot pool's 120 s graceful node shutdown needs 1.35.0-gke.1171000 (config.capacity.Spot)
+            "serverVersion": {"major": "1", "minor": "35", "gitVersion": "v1.35.1-gke.1616000"},
         },
     }
 
@@ -332,7 +333,11 @@ FIXTURES: dict[str, tuple[Callable[[dict[str, Any]], None] | None, set[str], int
     "missing-webhook": (_missing_webhook, {"tpu-webhook"}, 1),
     "wrong-topology-label": (_wrong_topology_label, {"tpu-node-labels.v6e-train"}, 1),
     "too-few-nodes": (_too_few_nodes, {"tpu-node-count.v6e-train"}, 1),
-    "old-gke": (_old_gke, {"gke-version.v6e", "gke-version.tpu7x", "gke-version.flex-start"}, 1),
+    "old-gke": (
+        _old_gke,
+        {"gke-version.v6e", "gke-version.tpu7x", "gke-version.flex-start", "gke-version.spot-shutdown"},
+        1,
+    ),
     "old-kuberay": (_old_kuberay, {"kuberay-operator", "kuberay-crds"}, 1),
     "kueue-missing": (_kueue_missing, {"kueue-controller", "kueue-crds"}, 1),
     "torch-mismatch": (_torch_mismatch, {"worker-torch-pair"}, 1),

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tpuray.components.catalog.names import MAX_RUN_ENV
+from tpuray.components.config.capacity import MAX_RUN_MARGIN_SECONDS
 
 __all__ = [
     "DEFAULT_MARGIN_S",
@@ -46,10 +48,9 @@ __all__ = [
     "vm_uptime_s",
 ]
 
-DEFAULT_MARGIN_S = 420.0
-"""How long before ``maxRunDuration`` ends a flex-start/queued job checkpoints: tpuray's 5-minute checkpoint
-budget (the grace period of :mod:`tpuray.components.planning.drain`) plus 2 minutes for the VM's boot, which
-``maxRunDuration`` counts (from VM creation) and ``/proc/uptime`` does not."""
+DEFAULT_MARGIN_S = float(MAX_RUN_MARGIN_SECONDS)
+"""How long before ``maxRunDuration`` ends a flex-start/queued job checkpoints
+(:data:`tpuray.components.config.capacity.MAX_RUN_MARGIN_SECONDS`, which ``tpuray plan`` shows as the window)."""
 
 CAUSES = ("drain", "deadline")
 
@@ -116,6 +117,9 @@ class DrainWatch:
         self._stop = threading.Event()
         self.deadline_ms: int | None = None
         """The drain's deadline (UNIX ms) once it drains; None without a deadline."""
+        self.observed_at: float | None = None
+        """When the poll that first saw the drain returned (``time.time()``: wall clock, so it compares with the
+        drain's other events across processes); None until then."""
         self.errors = 0
         self._thread = threading.Thread(target=self._loop, name="tpuray-drain-watch", daemon=True)
         self._thread.start()
@@ -130,7 +134,8 @@ class DrainWatch:
         except Exception:  # a GCS hiccup must not end the watch; the next poll retries
             self.errors += 1
             return False
-        if self.node_id in nodes:
+        if self.node_id in nodes and not self._hit.is_set():
+            self.observed_at = time.time()
             self.deadline_ms = int(nodes[self.node_id]) or None
             self._hit.set()
         return self.draining

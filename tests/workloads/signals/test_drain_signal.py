@@ -8,6 +8,7 @@ element-wise mean), so a rank that would decide alone deadlocks or disagrees, an
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -195,8 +196,15 @@ def test_drain_watch_sees_its_own_node_only() -> None:
         assert calls.acquire(timeout=30) and calls.acquire(timeout=30)
         assert watch.errors >= 1 and not watch.draining  # a failed poll is retried, not fatal
         del nodes["boom"]
+        assert watch.observed_at is None
+        before = time.time()
         nodes["my-node"] = 1_700_000_000_000
         assert watch.poll_once() and watch.draining and watch.deadline_ms == 1_700_000_000_000
+        after = time.time()
+        # when the drain was first seen (by the thread or this poll), on the clock the drain's other events use
+        seen = watch.observed_at
+        assert seen is not None and before <= seen <= after
+        assert watch.poll_once() and watch.observed_at == seen  # a later poll does not move it
     finally:
         watch.stop()
     with pytest.raises(ValueError, match="poll_s"):
