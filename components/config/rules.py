@@ -36,7 +36,6 @@ from tpuray.components.config.startup_rules import startup_rules
 from tpuray.components.config.value_types import bucket_name_problem
 from tpuray.components.config.workload import (
     TRAIN_BYTES_PER_PARAMETER,
-    require_builtin_settings,
     require_entrypoint_sharding,
 )
 
@@ -376,8 +375,8 @@ def model_fit_rules(view: StackView) -> list[Problem]:
 
 def builtin_job_rules(view: StackView) -> list[Problem]:
     """What the stack's own training RayJob, the built-in GPT job, refuses when it starts on the cluster, refused
-    here by the very functions its CLI calls (``tpuray.workloads.gpt.cli``: its settings, then its sharding on the
-    ``--topology`` and ``--num-slices`` the RayJob passes, ``planning.entrypoint``), so the two never disagree;
+    here by the very function its CLI calls (``tpuray.workloads.gpt.cli``: its sharding on the ``--topology`` and
+    ``--num-slices`` the RayJob passes, ``planning.entrypoint``), so the two never disagree;
     nothing when ``workload.entrypoint`` says the job is the user's own. A ``workload.parallelism`` that
     :func:`model_fit_rules` already refuses is not refused twice."""
     workload, pool = view.workload, _trained_pool(view)
@@ -387,7 +386,6 @@ def builtin_job_rules(view: StackView) -> list[Problem]:
         return []
     par = workload.parallelism
     try:
-        require_builtin_settings(workload)
         require_entrypoint_sharding(workload.backend, pool.tpu_slice, pool.slices, par.fsdp, par.tensor)
     except ConfigError as e:
         return [

@@ -174,41 +174,26 @@ class WorkloadConfig(ConfigModel):
         return per_device * self.mesh_devices_per_chip(tpu_slice)
 
 
-def require_data_parallel(workload: WorkloadConfig, runner: str) -> None:
-    """Raise ``ConfigError`` on ``workload.parallelism`` above 1 for ``runner``, which trains data parallel only:
-    a sharded stack is never trained unsharded without a word."""
-    p = workload.parallelism
-    if p.degree > 1:
-        raise ConfigError(
-            [
-                (
-                    "workload.parallelism",
-                    f"fsdp={p.fsdp} x tensor={p.tensor}: {runner} trains data parallel only; shard your own train "
-                    "function with tpuray.workloads.sharding (docs/sharding.md), or set fsdp: 1 and tensor: 1 here",
-                )
-            ]
-        )
-
-
-def require_builtin_settings(workload: WorkloadConfig) -> None:
-    """What the built-in job refuses of its settings before it knows its slice (its CLI's ``settings``), as
-    ``ConfigError``; the stack's config check calls the same."""
-    if workload.backend != "xla":  # sharded, it runs SPMD only: never unsharded quietly
-        require_data_parallel(workload, f"the built-in entrypoint on backend {workload.backend}")
-
-
 def require_entrypoint_sharding(backend: str, tpu_slice: TpuSlice, num_slices: int, fsdp: int, tensor: int) -> None:
-    """Raise ``ConfigError`` on a sharded job the built-in entrypoint does not run (it runs PyTorch/XLA SPMD on one
-    host), naming what it runs instead."""
+    """Raise ``ConfigError`` on a sharded job the built-in entrypoint does not run, naming what it runs instead: on
+    PyTorch/XLA, SPMD on one host; on TorchTPU, FSDP2 and tensor parallelism inside each slice, one worker per
+    device (``tpuray.workloads.gpt.fsdp2_loop``), tensor parallelism on a mesh with no data axis."""
     if fsdp * tensor == 1:
         return
     why = None
-    if backend != "xla":
-        why = f"backend {backend}: it runs sharded on PyTorch/XLA SPMD only (backend: xla)"
+    if backend == "torch_tpu":
+        devices = RUNTIMES["torch_tpu"].devices_per_host(tpu_slice) * tpu_slice.hosts
+        if devices % (fsdp * tensor):
+            why = f"fsdp x tensor does not divide the {devices} TorchTPU devices of a {tpu_slice} slice"
+        elif tensor > 1 and (fsdp * tensor < devices or num_slices > 1):
+            why = (
+                f"tensor={tensor} leaves a data axis ({devices // (fsdp * tensor) * num_slices} replicas), and its "
+                f"gradients are averaged across replicas only through FSDP2: set fsdp x tensor = {devices}, one slice"
+            )
     elif tpu_slice.hosts * num_slices > 1:
         why = (
-            f"{num_slices} x {tpu_slice} is {tpu_slice.hosts * num_slices} hosts: it runs sharded on one host "
-            "(a single-host slice, one slice)"
+            f"{num_slices} x {tpu_slice} is {tpu_slice.hosts * num_slices} hosts: it runs PyTorch/XLA SPMD on one host "
+            "(a single-host slice, one slice); TorchTPU (backend: torch_tpu) shards across hosts and slices"
         )
     elif tpu_slice.chips % (fsdp * tensor):
         why = f"fsdp x tensor does not divide the slice's {tpu_slice.chips} chips"

@@ -31,9 +31,10 @@ def single_host_slices() -> dict[str, Any]:
 
 
 def torch_tpu() -> dict[str, Any]:
-    """The TorchTPU fixture stack (one tpu7x slice) sharded fsdp: 2."""
+    """The TorchTPU fixture stack (two tpu7x 2x2x2 slices, 16 devices each) sharded fsdp: 4 x tensor: 2, which
+    leaves a data axis beside tensor parallelism."""
     values = stack_values(safe_load(TORCH_TPU.read_text())["config"])
-    return with_value(values, "workload.parallelism", {"fsdp": 2})
+    return with_value(values, "workload.parallelism", {"fsdp": 4, "tensor": 2})
 
 
 CASES = {"prod fsdp 4": prod_fsdp4, "several single-host slices": single_host_slices, "torch_tpu": torch_tpu}
@@ -43,9 +44,9 @@ STACKS = {"prod fsdp 4": "prod", "several single-host slices": "dev", "torch_tpu
 @pytest.mark.parametrize(
     ("case", "why"),
     [
-        ("prod fsdp 4", "2 x v5p:4x4x4 is 32 hosts: it runs sharded on one host"),
+        ("prod fsdp 4", "2 x v5p:4x4x4 is 32 hosts: it runs PyTorch/XLA SPMD on one host"),
         ("several single-host slices", "2 x v5e:2x2 is 2 hosts"),
-        ("torch_tpu", "the built-in entrypoint on backend torch_tpu trains data parallel only"),
+        ("torch_tpu", "tensor=2 leaves a data axis (4 replicas)"),
     ],
 )
 def test_a_sharding_the_built_in_job_refuses_at_its_start_is_refused_by_config_check(case: str, why: str) -> None:
@@ -72,12 +73,26 @@ def test_config_check_calls_the_jobs_own_functions(monkeypatch: pytest.MonkeyPat
     def refuse(*_: Any) -> None:
         raise ConfigError([("workload.parallelism", "refused by the job")])
 
-    monkeypatch.setattr(config_rules, "require_builtin_settings", accept)
     monkeypatch.setattr(config_rules, "require_entrypoint_sharding", accept)
     for case, make in CASES.items():
         parse_stack_config(make(), stack=STACKS[case])
     monkeypatch.setattr(config_rules, "require_entrypoint_sharding", refuse)
     assert "refused by the job" in problems_by_path(shipped_values("dev"))["workload.parallelism"]
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "why"),
+    [
+        ({"fsdp": 16}, None),  # FSDP2 over each slice's 16 devices, replicas across the two slices
+        ({"fsdp": 8, "tensor": 2}, "tensor=2 leaves a data axis (2 replicas)"),  # the second slice's
+    ],
+)
+def test_torch_tpu_shards_across_hosts_and_slices_with_fsdp2(parallelism: dict[str, int], why: str | None) -> None:
+    values = with_value(torch_tpu(), "workload.parallelism", parallelism)
+    if why is None:
+        parse_stack_config(values, stack="torch-tpu")
+    else:
+        assert why in problems_by_path(values, stack="torch-tpu")["workload.parallelism"]
 
 
 def test_the_shipped_stacks_pass() -> None:

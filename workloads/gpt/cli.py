@@ -41,9 +41,10 @@ from tpuray.components.config import (
     validated_as,
 )
 from tpuray.components.config.value_types import RunName
-from tpuray.components.config.workload import require_builtin_settings, require_entrypoint_sharding
+from tpuray.components.config.workload import require_entrypoint_sharding
 from tpuray.workloads.api.runtime import RuntimeMismatch
 from tpuray.workloads.gpt.data import DatasetError, TokenFile, open_dataset
+from tpuray.workloads.gpt.fsdp2_loop import train_gpt_fsdp2
 from tpuray.workloads.gpt.loop import CheckpointError, GptJob, train_gpt
 from tpuray.workloads.gpt.metrics import ModelShape
 from tpuray.workloads.gpt.sharded import train_gpt_sharded
@@ -258,7 +259,6 @@ def settings(args: argparse.Namespace, stack: StackConfig | None = None) -> Sett
     else:
         base = (stack.workload if stack else WorkloadConfig()).model_dump(by_alias=True)
     workload = _validated(WorkloadConfig, base, args, WORKLOAD_FLAGS, "workload")
-    require_builtin_settings(workload)  # sharded off xla, it runs SPMD only: never unsharded quietly
     return Settings(workload, _validated(RunSettings, {}, args, RUN_FLAGS, "run"))
 
 
@@ -455,7 +455,10 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         run_config = _run_config(s.run, storage)
         cache = _local_cache(args, storage)
         require_entrypoint_sharding(w.backend, tpu_slice, num_slices, fsdp, tensor)
-        if fsdp * tensor > 1:  # PyTorch/XLA SPMD: one worker driving the host's chips
+        if fsdp * tensor > 1 and w.backend == "torch_tpu":  # FSDP2 and DTensor, one worker per device
+            config = {"job": job, "fsdp": fsdp, "tensor": tensor, "num_slices": num_slices}
+            job_trainer = trainer(train_gpt_fsdp2, config, tpu_slice, num_slices, run_config, backend="torch_tpu")
+        elif fsdp * tensor > 1:  # PyTorch/XLA SPMD: one worker driving the host's chips
             config = {"job": job, "fsdp": fsdp, "tensor": tensor}
             pjrt = "CPU" if args.local else None
             job_trainer = trainer(train_gpt_sharded, config, tpu_slice, 1, run_config, spmd=True, pjrt_device=pjrt)

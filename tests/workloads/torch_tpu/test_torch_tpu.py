@@ -249,7 +249,7 @@ def test_per_device_scaling_on_tpu7x_needs_ray_counting_devices(monkeypatch: pyt
     assert (v6e.num_workers, v6e.resources_per_worker) == (16, {"TPU": 1, "CPU": 1 / 4})
 
 
-def test_gpt_trainer_runs_ray_s_own_path_with_the_callback() -> None:
+def test_gpt_trainer_runs_ray_s_own_path_with_the_callback(monkeypatch: pytest.MonkeyPatch) -> None:
     from ray.train import RunConfig
 
     from tpuray.workloads.gpt.loop import GptJob
@@ -257,14 +257,22 @@ def test_gpt_trainer_runs_ray_s_own_path_with_the_callback() -> None:
 
     s = TpuSlice.parse("v6e:4x4")
     job = GptJob(ModelShape(64, 1, 16, 2, 8), 4, 1, 1e-3, 2, str(s))
+    from ray.train.v2._internal.callbacks.env_callback import _initialize_env_callbacks
+
     from tpuray.workloads.gpt.loop import train_gpt
     from tpuray.workloads.launch import trainer as launch_trainer
 
+    monkeypatch.setenv("RAY_TRAIN_CALLBACKS", "mine.Callback")
     rc = RunConfig(name="r", storage_path="/tmp/x")
     trainer = launch_trainer(train_gpt, {"job": job}, s, 1, rc, backend="torch_tpu")
     assert trainer.scaling_config.num_workers == s.devices
     assert trainer.backend_config.backend == "tpu_dist"  # Ray's own choice for TPU workers (torch_trainer.py)
-    assert [type(c) for c in trainer.run_config.callbacks] == [torch_tpu.TorchTpuEnvCallback]
+    # ahead of Ray's own callbacks (its backend's start among them), where the stack's pods name it; a user's kept
+    assert os.environ["RAY_TRAIN_CALLBACKS"] == f"{torch_tpu.CALLBACK_PATH},mine.Callback"
+    assert not trainer.run_config.callbacks
+    monkeypatch.setenv("RAY_TRAIN_CALLBACKS", torch_tpu.CALLBACK_PATH)
+    launch_trainer(train_gpt, {"job": job}, s, 1, rc, backend="torch_tpu")
+    assert [type(c) for c in _initialize_env_callbacks()] == [torch_tpu.TorchTpuEnvCallback]  # named once
 
 
 def test_each_runtime_refuses_the_other_and_a_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
