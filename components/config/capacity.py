@@ -105,6 +105,14 @@ class CapacityType(ConfigModel):
     """What the preStop hook tells Ray is left: the grace less the hook's start-up and the container's shutdown."""
     price_basis: ClassVar[PriceBasis] = "on-demand"
     gke_minimum: ClassVar[GkeMinimum | None] = None
+    # ---- elastic training (workload.elastic) -------------------------------------------------------------------
+    lost_slice_returns: ClassVar[bool] = True
+    """A slice lost while a job runs can come back to the running job, so training on the rest can grow again."""
+    lost_slice_return: ClassVar[str] = (
+        "GKE recreates the VMs of a static pool (its managed instance group keeps its size) and the cluster "
+        "autoscaler adds nodes for the replacement pods of an autoscaled one"
+    )
+    """How a lost slice comes back (or, where it cannot, why not): the config error and docs/elastic.md say it."""
 
     @property
     def reservation_affinity(self) -> ReservationAffinitySpec | None:
@@ -150,6 +158,10 @@ class Spot(CapacityType):
     drain_grace_seconds: ClassVar[int] = 30
     drain_deadline_seconds: ClassVar[int] = 10
     price_basis: ClassVar[PriceBasis] = "spot"
+    lost_slice_return: ClassVar[str] = (
+        "GKE recreates a preempted spot VM when Compute Engine has spot capacity for it again, which may take a "
+        "while (https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms)"
+    )
 
 
 class Reservation(CapacityType):
@@ -175,6 +187,9 @@ class Reservation(CapacityType):
     # A TPU reservation comes with a committed use contract ("You can only use a reservation for TPUs if you have a
     # committed use discount", https://cloud.google.com/tpu/docs/consumption-options).
     price_basis: ClassVar[PriceBasis] = "committed"
+    lost_slice_return: ClassVar[str] = (
+        "the reservation keeps the capacity: a VM lost to host maintenance or a failure is recreated in it"
+    )
 
     @property
     def reservation_value(self) -> str:
@@ -217,6 +232,10 @@ class FlexStart(_FlexStartVms):
         "nodeConfig.reservationAffinity",
     )
     wire_signatures: ClassVar[tuple[Mapping[str, object], ...]] = ({"nodeConfig.flexStart": True},)
+    lost_slice_return: ClassVar[str] = (
+        "the cluster autoscaler asks for new flex-start VMs for the replacement pods (a flex-start pool always "
+        "autoscales) and they come when DWS finds the capacity; each VM lives at most maxRunDuration"
+    )
 
     @property
     def node_pool_max_run_seconds(self) -> int:
@@ -256,6 +275,14 @@ class Queued(_FlexStartVms):
     )
     needs_kueue: ClassVar[bool] = True
     in_shared_cluster: ClassVar[bool] = False
+    # Kueue v0.19.2 creates one ProvisioningRequest per admitted workload (pkg/controller/admissionchecks/
+    # provisioning/controller.go, syncOwnedProvisionRequest) and GKE creates the nodes once for it; a lost node is
+    # not auto-repaired (flex-start) and nothing asks GKE for it again while the workload stays admitted.
+    lost_slice_returns: ClassVar[bool] = False
+    lost_slice_return: ClassVar[str] = (
+        "queued provisioning creates a slice's nodes once, for the ProvisioningRequest Kueue made when it admitted "
+        "the job; nothing asks GKE for a lost slice's nodes again while the job runs, so the job could only shrink"
+    )
 
     @property
     def provisioning_request_max_run_seconds(self) -> int | None:
