@@ -11,6 +11,7 @@ Prints progress on stderr and one JSON summary line on stdout.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -463,8 +464,17 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             pjrt = "CPU" if args.local else None
             job_trainer = trainer(train_gpt_sharded, config, tpu_slice, 1, run_config, spmd=True, pjrt_device=pjrt)
         else:
+            bounds = w.elastic.bounds(num_slices) if w.elastic is not None else None  # (min, max) slices
+            job = dataclasses.replace(job, elastic=bounds)
             job_trainer = trainer(
-                train_gpt, {"job": job}, tpu_slice, num_slices, run_config, backend=w.backend, compile_cache_dir=cache
+                train_gpt,
+                {"job": job},
+                tpu_slice,
+                bounds[1] if bounds else num_slices,
+                run_config,
+                backend=w.backend,
+                compile_cache_dir=cache,
+                min_slices=bounds[0] if bounds else None,
             )
         result = job_trainer.fit()
         if run_dir is not None:
