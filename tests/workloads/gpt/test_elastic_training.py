@@ -194,3 +194,26 @@ def test_each_resize_is_in_the_events_and_the_goodput_breakdown(tmp_path: Path) 
     d = gp.as_dict()
     assert [(r["from"], r["to"]) for r in d["resizes"]] == [(3, 2), (2, 3)]
     assert "resizes" not in compute_goodput([e for e in logged if e["e"] not in ("size", "resize")]).as_dict()
+
+
+@pytest.mark.parametrize(
+    ("elastic", "num_slices", "want"),
+    [
+        (None, 3, None),
+        ({"minSlices": 1}, 3, (1, 3)),
+        ({"minSlices": 1, "maxSlices": 2}, 3, (1, 2)),
+        ({"minSlices": 2}, 4, (2, 4)),
+        ({"minSlices": 1}, 1, None),
+        ({"minSlices": 2, "maxSlices": 3}, 2, None),
+    ],
+)
+def test_the_entrypoint_takes_the_stacks_bounds_on_the_slices_it_runs_on(
+    elastic: dict[str, int] | None, num_slices: int, want: tuple[int, int] | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tpuray.components.config import WorkloadConfig
+    from tpuray.workloads.gpt.cli import elastic_bounds
+
+    w = WorkloadConfig.model_validate({"elastic": elastic} if elastic else {}, by_name=False)
+    assert elastic_bounds(w, num_slices) == want
+    said = capsys.readouterr().err
+    assert ("trains at a fixed size" in said) == (elastic is not None and want is None)
