@@ -27,9 +27,8 @@ periodic save. ``registered_s`` (after the last byte) is when Ray Train's contro
 which a restart needs. Each repeat drains the host once, then kills its workers (the job ends: no failures allowed)
 and replaces the host, as GKE replaces a preempted VM.
 
-Only PyTorch/XLA runs here: TorchTPU registers its device only on a TPU, so it has no emulated slice
-(``tpuray.workloads.launch.EMULATION_REFUSED``); on a TPU the same parts apply, with the save and the step at the
-chips' speed.
+``--backend torch_tpu`` runs it on TorchTPU's stand-in (``tpuray.workloads.emulation.torch_tpu_standin``), recorded as
+``drain_to_checkpoint_torch_tpu``; on a TPU the same parts apply, with the save and the step at the chips' speed.
 
 Prints one JSON line. ``--record`` writes it to docs/figures.json.
 
@@ -55,6 +54,7 @@ from typing import Any
 
 from figures import add_record_flag, emit
 
+from tpuray.components.catalog.runtimes import RuntimeBackend
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.config.capacity import Spot
 from tpuray.components.planning.drain import NODE_ID_SCRIPT, drain_node_args, drain_plan
@@ -129,7 +129,9 @@ def _registered(run_dir: Path, step: int) -> float | None:
         return None
 
 
-def one_drain(cluster: Any, storage: Path, name: str, every: int, replace: bool) -> dict[str, Any]:
+def one_drain(
+    cluster: Any, storage: Path, name: str, every: int, replace: bool, backend: RuntimeBackend = "xla"
+) -> dict[str, Any]:
     """Train, drain the slice's host after the first periodic checkpoint, and time each part of the drain; then take
     the host away (and, with ``replace``, bring up a new one)."""
     import ray
@@ -165,7 +167,7 @@ def one_drain(cluster: Any, storage: Path, name: str, every: int, replace: bool)
 
     def fit() -> None:
         try:
-            ended.append(launch.trainer(train_fn, {"job": job}, SLICE, 1, rc).fit())
+            ended.append(launch.trainer(train_fn, {"job": job}, SLICE, 1, rc, backend=backend).fit())
         except Exception as e:  # the end this bench causes: the drained host's workers are killed
             ended.append(e)
 
@@ -260,16 +262,14 @@ def main() -> None:
 
     from tpuray.workloads import _ray_compat
     from tpuray.workloads.emulation.cluster import EmulatedCluster
-    from tpuray.workloads.launch import EMULATION_REFUSED
 
-    if args.backend in EMULATION_REFUSED:
-        raise SystemExit(f"backend {args.backend}: {EMULATION_REFUSED[args.backend]}")
     runs = []
     with tempfile.TemporaryDirectory(prefix="tpuray-drain-bench-") as tmp, EmulatedCluster(SLICE) as cluster:
         ray.init(address=cluster.address, log_to_driver=False)
         _ray_compat.ready_train_autoscaling_coordinator()
         for i in range(args.repeats):
-            runs.append(one_drain(cluster, Path(tmp), f"drain{i}", args.every, replace=i + 1 < args.repeats))
+            last = i + 1 == args.repeats
+            runs.append(one_drain(cluster, Path(tmp), f"drain{i}", args.every, replace=not last, backend=args.backend))
             print(json.dumps(runs[-1]), file=sys.stderr)
         ray.shutdown()
 
@@ -278,11 +278,10 @@ def main() -> None:
 
     total, periodic = med("drain_to_checkpoint_s"), med("periodic_save_s")
     emit(
-        "drain_to_checkpoint",
+        "drain_to_checkpoint" + ("" if args.backend == "xla" else f"_{args.backend}"),
         {
             "bench": "drain_to_checkpoint",
-            "runtime": "xla",
-            "not_measured": {"torch_tpu": EMULATION_REFUSED["torch_tpu"]},
+            "runtime": args.backend,
             "slice": str(SLICE),
             "repeats": args.repeats,
             "checkpoint_every": args.every,

@@ -156,6 +156,14 @@ class CapacityType(ConfigModel):
     def node_shutdown(self) -> NodeShutdownSpec | None:
         """The kubelet's graceful node shutdown the node pool asks for (None: GKE's default)."""
         return None
+    # ---- elastic training (workload.elastic) -------------------------------------------------------------------
+    lost_slice_returns: ClassVar[bool] = True
+    """A slice lost while a job runs can come back to the running job, so training on the rest can grow again."""
+    lost_slice_return: ClassVar[str] = (
+        "GKE recreates the VMs of a static pool (its managed instance group keeps its size) and the cluster "
+        "autoscaler adds nodes for the replacement pods of an autoscaled one"
+    )
+    """How a lost slice comes back (or, where it cannot, why not): the config error and docs/elastic.md say it."""
 
     @property
     def reservation_affinity(self) -> ReservationAffinitySpec | None:
@@ -233,6 +241,10 @@ class Spot(CapacityType):
         if not self.extended:
             return None
         return NodeShutdownSpec(self.shutdown_grace_period, SPOT_DEFAULT_SHUTDOWN.critical_pods_seconds)
+    lost_slice_return: ClassVar[str] = (
+        "GKE recreates a preempted spot VM when Compute Engine has spot capacity for it again, which may take a "
+        "while (https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms)"
+    )
 
 
 class Reservation(CapacityType):
@@ -258,6 +270,9 @@ class Reservation(CapacityType):
     # A TPU reservation comes with a committed use contract ("You can only use a reservation for TPUs if you have a
     # committed use discount", https://cloud.google.com/tpu/docs/consumption-options).
     price_basis: ClassVar[PriceBasis] = "committed"
+    lost_slice_return: ClassVar[str] = (
+        "the reservation keeps the capacity: a VM lost to host maintenance or a failure is recreated in it"
+    )
 
     @property
     def reservation_value(self) -> str:
@@ -304,6 +319,10 @@ class FlexStart(_FlexStartVms):
         "nodeConfig.reservationAffinity",
     )
     wire_signatures: ClassVar[tuple[Mapping[str, object], ...]] = ({"nodeConfig.flexStart": True},)
+    lost_slice_return: ClassVar[str] = (
+        "the cluster autoscaler asks for new flex-start VMs for the replacement pods (a flex-start pool always "
+        "autoscales) and they come when DWS finds the capacity; each VM lives at most maxRunDuration"
+    )
 
     @property
     def node_pool_max_run_seconds(self) -> int:
@@ -343,6 +362,14 @@ class Queued(_FlexStartVms):
     )
     needs_kueue: ClassVar[bool] = True
     in_shared_cluster: ClassVar[bool] = False
+    # Kueue v0.19.2 creates one ProvisioningRequest per admitted workload (pkg/controller/admissionchecks/
+    # provisioning/controller.go, syncOwnedProvisionRequest) and GKE creates the nodes once for it; a lost node is
+    # not auto-repaired (flex-start) and nothing asks GKE for it again while the workload stays admitted.
+    lost_slice_returns: ClassVar[bool] = False
+    lost_slice_return: ClassVar[str] = (
+        "queued provisioning creates a slice's nodes once, for the ProvisioningRequest Kueue made when it admitted "
+        "the job; nothing asks GKE for a lost slice's nodes again while the job runs, so the job could only shrink"
+    )
 
     @property
     def provisioning_request_max_run_seconds(self) -> int | None:

@@ -570,6 +570,86 @@ def queued_job_slices_rules(view: StackView) -> list[Problem]:
     return found
 
 
+# ---- elastic training (workload.elastic) ------------------------------------------------------------------------
+def _job_pool(view: StackView) -> tuple[int, SlicePoolConfig] | None:
+    """The training job's pool with its index: ``workload.slicePool``, else the first pool (None where that pool
+    is not valid on its own: its own error says why)."""
+    target = view.workload_pool
+    for i, p in view.pools:
+        if (target is None and i == 0) or p.name == target:
+            return i, p
+    return None
+
+
+def elastic_rules(view: StackView) -> list[Problem]:
+    """``workload.elastic``'s bounds are whole slices of the job's pool, and a slice the job loses can come back.
+
+    Ray Train 2.60 resizes a TPU job by whole slices only (``ScalingConfig._validate_tpu_config`` refuses bounds
+    that are not multiples of a slice's workers; ``ElasticScalingPolicy._get_strict_tpu_worker_count`` counts intact
+    slices), so a one-slice pool has nothing to shrink to. A capacity type whose lost slice cannot return
+    (``CapacityType.lost_slice_returns``) would leave the job smaller for the rest of its run.
+    """
+    elastic = view.workload.elastic if view.workload is not None else None
+    found = _job_pool(view)
+    if elastic is None or found is None:
+        return []
+    i, pool = found
+    at, lo, hi = "workload.elastic", *elastic.bounds(pool.slices)
+    if pool.slices == 1:
+        return [
+            Problem(
+                at,
+                f"pool {pool.name!r} holds one slice: elastic training grows and shrinks by whole slices and needs a "
+                f"pool of at least two; remove workload.elastic, or raise slicePools[{i}].slices",
+            )
+        ]
+    problems: list[Problem] = []
+    if not pool.tpu_slice.multi_host:
+        # "Multislice only supports multi-host TPU slice node pools"
+        # (https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice); tpu_scaling_config refuses it too
+        problems.append(
+            Problem(
+                at,
+                f"pool {pool.name!r}'s {pool.tpu_slice} is a single-host slice, and GKE Multislice joins only "
+                "multi-host slices into one job: elastic training needs a multi-host topology; remove "
+                "workload.elastic, or use a multi-host topology",
+            )
+        )
+    if hi > pool.slices:
+        problems.append(
+            Problem(
+                f"{at}.maxSlices",
+                f"{hi} exceeds pool {pool.name!r}'s {pool.slices} slices; valid: 1 to {pool.slices}, or unset",
+            )
+        )
+    elif lo > pool.slices:
+        problems.append(
+            Problem(
+                f"{at}.minSlices",
+                f"{lo} exceeds pool {pool.name!r}'s {pool.slices} slices; valid: 1 to {pool.slices - 1}",
+            )
+        )
+    elif lo == hi:
+        problems.append(
+            Problem(
+                f"{at}.minSlices",
+                f"{lo} equals the most slices ({hi}): the job would never resize; valid: 1 to {hi - 1}, or remove "
+                "workload.elastic for a fixed size",
+            )
+        )
+    cap = pool.capacity
+    if not cap.lost_slice_returns:
+        problems.append(
+            Problem(
+                at,
+                f"pool {pool.name!r} is {cap.type} capacity, where a lost slice cannot come back: "
+                f"{cap.lost_slice_return}; train elastically on on-demand, spot, reservation or flex-start capacity, "
+                "or remove workload.elastic",
+            )
+        )
+    return problems
+
+
 RULES: tuple[Callable[[StackView], list[Problem]], ...] = (
     pool_rules,
     control_plane_rules,
@@ -584,6 +664,7 @@ RULES: tuple[Callable[[StackView], list[Problem]], ...] = (
     torch_tpu_head_image_rules,
     tpu_webhook_pin_rules,
     queued_job_slices_rules,
+    elastic_rules,
     startup_rules,  # last, as the stack model ran them: they read the worker image, GKE version and mounts
 )
 """Every cross-section rule, each taking the one :class:`StackView`, in the order their problems are listed."""

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from pydantic import (
     Field,
+    field_validator,
     model_validator,
 )
 
@@ -106,6 +107,42 @@ class ParallelismConfig(ConfigModel):
         return self.fsdp * self.tensor
 
 
+# ---- elastic training: the bounds of the job's size, in whole slices ------------------------------------------
+def _whole_slices(value: object) -> object:
+    """A slice count as written: a whole number (a TPU job grows and shrinks by whole slices only)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{value!r} is not a whole number of slices; valid: an integer such as 1 or 2")
+    return value
+
+
+class ElasticConfig(ConfigModel):
+    """Train on fewer slices while some are lost, and grow back when they return: Ray Train's elastic
+    ``ScalingConfig(num_workers=(min, max))``, both bounds whole slices of the job's pool (the cross-section rule
+    ``elastic_rules`` checks them against the pool and its capacity type)."""
+
+    min_slices: Annotated[int, Field(ge=1, le=64)] = Field(
+        description="fewest slices the job trains on; below it the job waits for slices to return"
+    )
+    max_slices: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        default=None, description="most slices the job trains on; defaults to the pool's slices"
+    )
+
+    _whole = field_validator("min_slices", "max_slices", mode="before")(lambda v: v if v is None else _whole_slices(v))
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ElasticConfig:
+        if self.max_slices is not None and self.min_slices > self.max_slices:
+            raise field_problem(
+                "minSlices",
+                f"{self.min_slices} exceeds maxSlices={self.max_slices}; valid: 1 <= minSlices <= maxSlices",
+            )
+        return self
+
+    def bounds(self, pool_slices: int) -> tuple[int, int]:
+        """``(min, max)`` slices on a pool of ``pool_slices`` slices."""
+        return self.min_slices, self.max_slices if self.max_slices is not None else pool_slices
+
+
 class WorkloadConfig(ConfigModel):
     """Defaults of the training entrypoint (``python -m tpuray.workloads.train``)."""
 
@@ -126,6 +163,9 @@ class WorkloadConfig(ConfigModel):
         description=f"the training RayJob's command when the job is your own (e.g. python train.py), run as given; "
         f"unset: the built-in GPT job ({BUILTIN_ENTRYPOINT} with this section), and what it refuses at its start "
         "(a sharding it cannot run) is refused here",
+    )
+    elastic: ElasticConfig | None = Field(
+        default=None, description="train through slice loss between these bounds (docs/elastic.md); unset: fixed size"
     )
 
     @model_validator(mode="after")

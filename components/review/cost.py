@@ -21,7 +21,7 @@ from tpuray.components.catalog.names import POOL_LABEL
 from tpuray.components.catalog.safe_text import md_code, md_text, one_line
 from tpuray.components.catalog.topology import generation_of_machine_type
 from tpuray.components.catalog.wire import get_path
-from tpuray.components.config import NAMESPACE, CostConfig
+from tpuray.components.config import NAMESPACE, CostConfig, WorkloadConfig
 from tpuray.components.config.capacity import CommitmentTerm, capacity_of_node_pool
 from tpuray.components.pricing.table import (
     HOURS_PER_MONTH,
@@ -40,6 +40,7 @@ __all__ = [
     "BUDGET_RULE",
     "CostChange",
     "CostDiff",
+    "ElasticCost",
     "PoolCost",
     "ServingCost",
     "StackCost",
@@ -117,12 +118,41 @@ class ServingCost:
 
 
 @dataclass(frozen=True)
+class ElasticCost:
+    """The training job's elastic bounds (``workload.elastic``) on its pool, and what each size costs to run."""
+
+    pool: str
+    min_slices: int
+    max_slices: int
+    chips_per_slice: int
+    price: PriceRow | Unpriced | None
+    """Its pool's price; None where the plan declares no node pool of that pool (unknown, not $0)."""
+
+    @property
+    def sizes(self) -> range:
+        return range(self.min_slices, self.max_slices + 1)
+
+    @property
+    def billed_whole(self) -> bool:
+        """A committed (reservation) price is paid for the reserved chips whether a slice runs or not."""
+        return self.price is not None and self.price.basis == "committed"
+
+    def usd_per_hour(self, slices: int) -> float | None:
+        """The chips of ``slices`` running slices at the pool's price; None when unpriced."""
+        if not isinstance(self.price, PriceRow):
+            return None
+        return slices * self.chips_per_slice * self.price.usd_per_chip_hour
+
+
+@dataclass(frozen=True)
 class StackCost:
     stack: str
     pools: tuple[PoolCost, ...]
     budget_usd_per_hour: float | None = None
     serving: tuple[ServingCost, ...] = ()
     """The RayServices' steady state and upgrade peak (their pools' cost is in ``pools`` already)."""
+    elastic: ElasticCost | None = None
+    """The training job's size between its elastic bounds (None: the job has a fixed size)."""
 
     @property
     def unpriced(self) -> tuple[PoolCost, ...]:
@@ -214,7 +244,38 @@ def cost_of_plan(plan: Mapping[str, Any], cost: CostConfig | None = None) -> Sta
         term = terms.get(pool) if price_basis(capacity) == "committed" else None
         price = chip_hour_price(gen_name, region, capacity, supplied, term)
         pools.append(PoolCost(pool, gen_name, region, capacity, lo, hi, price, term))
-    return StackCost(str(plan.get("stack") or "?"), tuple(pools), cost.budget_usd_per_hour, _serving(plan, pools))
+    return StackCost(
+        str(plan.get("stack") or "?"),
+        tuple(pools),
+        cost.budget_usd_per_hour,
+        _serving(plan, pools),
+        _elastic(plan, pools),
+    )
+
+
+def _config_value(plan: Mapping[str, Any], key: str) -> Any:
+    raw = (plan.get("config") or {}).get(f"{NAMESPACE}:{key}")
+    return json.loads(raw) if isinstance(raw, str) else raw
+
+
+def _elastic(plan: Mapping[str, Any], pools: Sequence[PoolCost]) -> ElasticCost | None:
+    """The job's elastic bounds from the config a plan was made from (``workload.elastic``, its pool's
+    ``slices``), priced at the pool's chip-hour price; chips per slice from the declared node pools."""
+    workload, slice_pools = _config_value(plan, "workload"), _config_value(plan, "slicePools")
+    if not isinstance(workload, Mapping) or not isinstance(slice_pools, list) or not slice_pools:
+        return None
+    elastic = WorkloadConfig.model_validate(workload, by_name=False).elastic
+    if elastic is None:
+        return None
+    name = workload.get("slicePool") or slice_pools[0].get("name")
+    pool = next((p for p in slice_pools if isinstance(p, Mapping) and p.get("name") == name), None)
+    if pool is None:
+        return None
+    slices = int(pool.get("slices", 1))
+    lo, hi = elastic.bounds(slices)
+    declared = next((p for p in pools if p.pool == name), None)
+    chips = declared.max_chips // slices if declared is not None else 0
+    return ElasticCost(str(name), lo, hi, chips, declared.price if declared is not None else None)
 
 
 def _serving(plan: Mapping[str, Any], pools: Sequence[PoolCost]) -> tuple[ServingCost, ...]:
@@ -274,6 +335,35 @@ def _price_json(p: PoolCost) -> dict[str, Any]:
     return {"usd_per_chip_hour": None, "unpriced": p.price.detail}
 
 
+def _elastic_json(e: ElasticCost | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return {
+        "pool": e.pool,
+        "min_slices": e.min_slices,
+        "max_slices": e.max_slices,
+        "chips_per_slice": e.chips_per_slice,
+        "billed_whole": e.billed_whole,
+        "sizes": [{"slices": n, "chips": n * e.chips_per_slice, "usd_per_hour": e.usd_per_hour(n)} for n in e.sizes],
+    }
+
+
+def elastic_lines(e: ElasticCost | None) -> list[str]:
+    """The job's elastic bounds and the cost of each size, as ``tpuray plan`` prints them and ``cost.md`` lists
+    them; an unpriced pool says so, never $0."""
+    if e is None:
+        return []
+    head = f"elastic training on {one_line(e.pool)}: {e.min_slices}-{e.max_slices} slices"
+    if not isinstance(e.price, PriceRow):  # an unknown price is said, never $0
+        out = [f"{head} of {e.chips_per_slice} chips: {e.price if e.price else 'unpriced (no node pool declared)'}"]
+    else:
+        sizes = ", ".join(f"{n} slice{'s' if n > 1 else ''} {_usd(e.usd_per_hour(n))}/h" for n in e.sizes)
+        out = [f"{head}: {sizes}"]
+    if e.billed_whole:
+        out.append("  (a reservation bills its reserved chips whether a slice runs or not: the full size's cost)")
+    return out
+
+
 def cost_json(c: StackCost) -> str:
     """``cost.json``: every pool, the stack, the month (730 h) and the budget; unpriced values are null."""
     violation = budget_violation(c)
@@ -306,6 +396,7 @@ def cost_json(c: StackCost) -> str:
             "usd_per_month_max": _month(c.usd_per_hour_max),
             "unpriced_pools": [p.pool for p in c.unpriced],
         },
+        "elastic": _elastic_json(c.elastic),
         "budget": {
             "usd_per_hour": c.budget_usd_per_hour,
             "result": "none" if c.budget_usd_per_hour is None else ("fail" if violation else "pass"),
@@ -362,6 +453,8 @@ def cost_markdown(c: StackCost) -> str:
         else:
             lines.append(f"- {md_text(p.pool)}: {md_text(p.price.detail)}")
     lines.append("")
+    if c.elastic is not None:
+        lines += [*(md_text(line.strip()) for line in elastic_lines(c.elastic)), ""]
     violation = budget_violation(c)
     if c.budget_usd_per_hour is None:
         lines.append("Budget: none set (cost.budgetUsdPerHour).")
@@ -476,4 +569,4 @@ def pools_summary(c: StackCost) -> Sequence[str]:
     out.append(
         f"  stack: {_usd(c.usd_per_hour_min)}-{_usd(c.usd_per_hour_max)}/h, {_usd(_month(c.usd_per_hour_max))}/month"
     )
-    return out
+    return out + [f"  {line}" for line in elastic_lines(c.elastic)]

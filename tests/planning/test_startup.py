@@ -47,8 +47,10 @@ def test_the_key_follows_the_image_digest_and_the_slice_shape_not_the_learning_r
     other_shape = prod_config(with_value(base, "slicePools", pools))
     assert cache_key(other_shape) != key and "v5p-32-2x2x4-x2" in cache_key(other_shape)
     pools[0]["topology"], pools[0]["slices"] = "4x4x4", 1
-    # a multislice program differs
-    assert "v5p-128-4x4x4-x1" in cache_key(prod_config(with_value(base, "slicePools", pools)))
+    # a multislice program differs (one slice: prod's elastic bounds go too, a one-slice pool has none)
+    fixed = {k: v for k, v in base["workload"].items() if k != "elastic"}
+    one_slice = with_value(with_value(base, "slicePools", pools), "workload", fixed)
+    assert "v5p-128-4x4x4-x1" in cache_key(prod_config(one_slice))
 
 
 def test_the_key_is_backend_runtime_shape_image() -> None:

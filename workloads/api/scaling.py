@@ -20,7 +20,12 @@ __all__ = ["GENERATION_PIN", "USE_GPU_WITH_XLA", "ray_pins_slice", "tpu_scaling_
 
 
 def tpu_scaling_config(
-    topology: str | TpuSlice, *, num_slices: int = 1, backend: RuntimeBackend = "xla", **kwargs: Any
+    topology: str | TpuSlice,
+    *,
+    num_slices: int = 1,
+    min_slices: int | None = None,
+    backend: RuntimeBackend = "xla",
+    **kwargs: Any,
 ) -> ScalingConfig:
     """Ray Train's ``ScalingConfig`` for ``num_slices`` whole slices of ``topology``, one worker per chip.
 
@@ -38,6 +43,12 @@ def tpu_scaling_config(
     ``tpu7x:2x2x2``), for Ray's own TorchTPU path. Ray sizes TPU requests by chip unless this process has
     ``RAY_TPU_RESOURCE_PER_CHIP`` set to the devices per chip (``ray/_private/accelerators/tpu.py``; a tpuray
     stack sets it on every Ray pod of a tpu7x TorchTPU stack); without it a per-device run is refused here.
+
+    ``min_slices``: train elastically between ``min_slices`` and ``num_slices`` whole slices (a stack's
+    ``workload.elastic``): Ray Train's ``ScalingConfig(num_workers=(min_workers, max_workers))``, both bounds
+    multiples of a slice's workers as Ray 2.60's TPU check requires (``ray/train/v2/api/config.py``), and its
+    ``ElasticScalingPolicy`` then restarts the worker group on the intact slices it finds, checking every
+    ``elastic_resize_monitor_interval_s`` (a keyword argument here) whether lost slices came back.
     """
     s = TpuSlice.parse(topology) if isinstance(topology, str) else topology
     if backend not in BACKENDS:
@@ -53,6 +64,13 @@ def tpu_scaling_config(
     workers_per_host = runtime.workers_per_host(s)
     if not isinstance(num_slices, int) or num_slices < 1:
         raise ValueError(f"num_slices must be a whole number of slices >= 1, got {num_slices!r}")
+    if min_slices is not None and (
+        isinstance(min_slices, bool) or not isinstance(min_slices, int) or not 1 <= min_slices < num_slices
+    ):
+        raise ValueError(
+            f"min_slices={min_slices!r}: elastic bounds are whole slices; valid: an integer from 1 to num_slices - 1 "
+            f"({num_slices - 1}), or None for a fixed size"
+        )
     if num_slices > 1 and not s.multi_host:
         raise ValueError(
             f"num_slices={num_slices}: {s} is a single-host slice and GKE Multislice only joins multi-host "
@@ -71,8 +89,12 @@ def tpu_scaling_config(
         kwargs.setdefault("placement_strategy", "STRICT_PACK")
     if not ray_pins_slice(s):
         resources[f"accelerator_type:{s.ray_accelerator_type}"] = GENERATION_PIN
+    per_slice = runtime.workers_per_slice(s)
+    workers: int | tuple[int, int] = per_slice * num_slices
+    if min_slices is not None:
+        workers = (per_slice * min_slices, per_slice * num_slices)
     return ScalingConfig(
-        num_workers=runtime.workers_per_slice(s) * num_slices,
+        num_workers=workers,
         use_tpu=True,
         topology=s.topology,
         accelerator_type=s.ray_accelerator_type,

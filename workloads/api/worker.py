@@ -62,7 +62,11 @@ class Runtime(Protocol):
 
 @dataclass(frozen=True)
 class ChipInfo:
-    """Where this PyTorch/XLA worker's chip sits in the job; :func:`chip` returns it inside the train function."""
+    """Where this PyTorch/XLA worker's chip sits in the job; :func:`chip` returns it inside the train function.
+
+    It describes the live worker group: an elastic job (``tpu_scaling_config(min_slices=...)``) restarts its group
+    at each resize and the backend binds a new one, so ``num_slices`` and ``world_size`` are the slices training
+    now (the mesh over them: :func:`tpuray.workloads.sharding.mesh.live_mesh`)."""
 
     rank: int
     """The XLA rank: ``slice_index * chips_per_slice + CLOUD_TPU_TASK_ID``; also the process-group rank."""
@@ -77,6 +81,11 @@ class ChipInfo:
     slice_name: str
     collective: Collective
     """``xla`` on TPUs; ``gloo`` on the emulated slice."""
+
+    @property
+    def chips_per_slice(self) -> int:
+        """Chips of one slice: the job's chips over its live slices."""
+        return self.world_size // self.num_slices
 
     @property
     def device(self) -> torch.device:

@@ -300,17 +300,32 @@ class EmulatedCluster:
     def replace_host(self, node_id: str, timeout_s: float = 60) -> str:
         """Take a host away (its raylet and workers are killed) and bring up a new one with the same slice name,
         worker id and resources, like GKE recreating a preempted TPU VM; returns the new node id."""
+        (new,) = self.bring_back([self.take_host(node_id)], timeout_s)
+        return new
+
+    def take_host(self, node_id: str) -> HostNode:
+        """Take a host away, its raylet and workers killed, like GKE taking a TPU VM; returns what
+        :meth:`bring_back` needs to bring its replacement up later (an elastic run trains on without it)."""
         node, spec = self._hosts.pop(node_id)
         # SIGTERM, as the kubelet stops a pod: the raylet unregisters from Ray's GCS on the way out, so the GCS
         # drops the host at once instead of after its health checks fail (about 15 s of a dead node looking idle).
         self._cluster.remove_node(node, allow_graceful=True)
-        new = self._add_host(spec, next(s for s, _ in self.layout if s.pod_type == spec.labels[RAY_POD_TYPE_LABEL]))
+        return spec
+
+    def bring_back(self, specs: Sequence[HostNode], timeout_s: float = 60) -> list[str]:
+        """New hosts with taken hosts' slice names, worker ids and resources, all started at once (as GKE brings a
+        slice's VMs back together); returns their node ids once every one is up."""
+        new = [
+            self._add_host(spec, next(s for s, _ in self.layout if s.pod_type == spec.labels[RAY_POD_TYPE_LABEL]))
+            for spec in specs
+        ]
         deadline = time.monotonic() + timeout_s
         from tpuray.workloads._ray_compat import live_node_ids
 
-        while new not in live_node_ids(self._cluster):
+        while not set(new) <= set(live_node_ids(self._cluster)):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the replacement for host {spec.labels[RAY_WORKER_ID_LABEL]} did not register")
+                ids = ", ".join(spec.labels[RAY_WORKER_ID_LABEL] for spec in specs)
+                raise TimeoutError(f"the replacements for hosts {ids} did not register")
             time.sleep(0.1)
         return new
 

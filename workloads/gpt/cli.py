@@ -11,6 +11,7 @@ Prints progress on stderr and one JSON summary line on stdout.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -65,7 +66,7 @@ from tpuray.workloads.signals.goodput import (
     record_job_event,
 )
 
-__all__ = ["RunSettings", "Settings", "build_parser", "main", "settings"]
+__all__ = ["RunSettings", "Settings", "build_parser", "elastic_bounds", "main", "settings"]
 
 
 class RunSettings(BaseModel):
@@ -463,14 +464,41 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             pjrt = "CPU" if args.local else None
             job_trainer = trainer(train_gpt_sharded, config, tpu_slice, 1, run_config, spmd=True, pjrt_device=pjrt)
         else:
+            bounds = elastic_bounds(w, num_slices)
+            job = dataclasses.replace(job, elastic=bounds)
             job_trainer = trainer(
-                train_gpt, {"job": job}, tpu_slice, num_slices, run_config, backend=w.backend, compile_cache_dir=cache
+                train_gpt,
+                {"job": job},
+                tpu_slice,
+                bounds[1] if bounds else num_slices,
+                run_config,
+                backend=w.backend,
+                compile_cache_dir=cache,
+                min_slices=bounds[0] if bounds else None,
             )
         result = job_trainer.fit()
         if run_dir is not None:
             record_job_event(run_dir, JOB_END)
         wall = time.perf_counter() - t0
         return _summary(result, job, tpu_slice, num_slices, w.backend, bool(args.local), wall, price)
+
+
+def elastic_bounds(w: WorkloadConfig, num_slices: int) -> tuple[int, int] | None:
+    """The job's ``(min, max)`` slices from ``workload.elastic`` on the ``num_slices`` slices it runs on (the most
+    it may hold); None for a fixed-size job, said on stderr where the stack asked for elasticity but the job runs
+    on no more slices than its minimum."""
+    if w.elastic is None:
+        return None
+    lo, hi = w.elastic.bounds(num_slices)
+    hi = min(hi, num_slices)
+    if lo >= hi:
+        print(
+            f"note: workload.elastic.minSlices={lo} but the job runs on {num_slices} slice(s): it trains at a fixed "
+            "size, with nothing to shrink to",
+            file=sys.stderr,
+        )
+        return None
+    return lo, hi
 
 
 def _local_cache(args: argparse.Namespace, storage: str) -> str | None:

@@ -2,6 +2,11 @@
 
 Every batch is a pure function of ``(seed, step, rank)``, so a resumed run sees exactly the batches it would
 have seen without the interruption, and two workers never read the same stream.
+
+An elastic job (its size changes between attempts) reads by global batch instead (``rows``): the ``global_batch``
+rows of a step are a pure function of ``(seed, step, global_batch)``, and each live worker takes a contiguous range
+of them, however many workers there are. A tokenised file is read in epochs of a seeded permutation of its
+sequences, so within an epoch every sequence is read once, whatever the sizes the run went through.
 """
 
 from __future__ import annotations
@@ -26,6 +31,16 @@ class TokenBatches(Protocol):
         """``[batch_size, seq_len + 1]`` token ids for worker ``rank`` of ``world`` at ``step``."""
         ...
 
+    def rows(self, step: int, lo: int, hi: int, global_batch: int, seq_len: int) -> Batch:
+        """Rows ``lo..hi-1`` (``[hi - lo, seq_len + 1]`` token ids) of the ``global_batch`` rows of ``step``,
+        the same whichever worker asks and however many there are."""
+        ...
+
+
+def _check_rows(lo: int, hi: int, global_batch: int) -> None:
+    if not 0 <= lo <= hi <= global_batch:
+        raise ValueError(f"rows {lo}..{hi}: outside the global batch of {global_batch} rows")
+
 
 def _rng(seed: int, step: int, rank: int) -> np.random.Generator:
     return np.random.default_rng([seed, step, rank])
@@ -49,6 +64,18 @@ class SyntheticTokens:
         stride = rng.integers(1, self.max_stride + 1, size=(batch_size, 1))
         t = np.arange(seq_len + 1)[None, :]
         return ((start + t * stride) % self.vocab_size).astype(np.int64)
+
+    def rows(self, step: int, lo: int, hi: int, global_batch: int, seq_len: int) -> Batch:
+        _check_rows(lo, hi, global_batch)
+        rng = np.random.default_rng([self.seed, step, global_batch, _GLOBAL])  # the whole step's rows, then a range
+        start = rng.integers(0, self.vocab_size, size=(global_batch, 1))[lo:hi]
+        stride = rng.integers(1, self.max_stride + 1, size=(global_batch, 1))[lo:hi]
+        t = np.arange(seq_len + 1)[None, :]
+        return ((start + t * stride) % self.vocab_size).astype(np.int64)
+
+
+_GLOBAL = 1 << 31
+"""A seed word no per-rank stream uses (ranks are small), so the global rows are not a rank's batch."""
 
 
 class TokenFile:
@@ -112,6 +139,39 @@ class TokenFile:
             self._checked.add((rank, world))
         starts = _rng(self.seed, step, rank).integers(lo, lo + share - seq_len, size=batch_size)
         return np.stack([np.asarray(self.tokens[s : s + seq_len + 1], dtype=np.int64) for s in starts])
+
+    def sequences(self, seq_len: int) -> int:
+        """Sequences of an epoch: the file cut into windows of ``seq_len + 1`` tokens, each starting where the
+        previous one's inputs end (its last token is the next one's first input)."""
+        return (self.tokens.size - 1) // seq_len
+
+    def epoch_order(self, epoch: int, seq_len: int) -> npt.NDArray[np.int64]:
+        """The window each position of ``epoch`` reads: a permutation seeded by ``(seed, epoch)``."""
+        n = self.sequences(seq_len)
+        if n < 1:
+            raise DatasetError(
+                f"dataset {str(self.path)!r} has {self.tokens.size} tokens, fewer than one sequence of {seq_len + 1}"
+            )
+        return np.random.default_rng([self.seed, epoch, _GLOBAL]).permutation(n).astype(np.int64)
+
+    def rows(self, step: int, lo: int, hi: int, global_batch: int, seq_len: int) -> Batch:
+        _check_rows(lo, hi, global_batch)
+        n = self.sequences(seq_len)
+        out = []
+        order: tuple[int, npt.NDArray[np.int64]] | None = None
+        for g in range(step * global_batch + lo, step * global_batch + hi):  # the run's g-th sequence
+            epoch, at = divmod(g, n) if n > 0 else (0, 0)
+            if order is None or order[0] != epoch:
+                order = (epoch, self.epoch_order(epoch, seq_len))
+            w = int(order[1][at]) * seq_len
+            out.append(np.asarray(self.tokens[w : w + seq_len + 1], dtype=np.int64))
+        batch = np.stack(out) if out else np.zeros((0, seq_len + 1), np.int64)
+        if batch.size and (batch.min() < 0 or batch.max() >= self.vocab_size):
+            raise DatasetError(
+                f"dataset {str(self.path)!r} has token ids in [{batch.min()}, {batch.max()}] but the model's "
+                f"vocabulary is [0, {self.vocab_size}); raise model.vocabSize or re-tokenise"
+            )
+        return batch
 
 
 def open_dataset(path: str | None, vocab_size: int, seed: int = 0) -> TokenBatches:

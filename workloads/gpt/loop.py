@@ -61,6 +61,8 @@ class GptJob:
     """The run's directory (``<storage path>/<run name>``) on a file system: its goodput log goes there."""
     run_name: str = "train"
     """The ``run`` tag of the exported metrics."""
+    elastic: tuple[int, int] | None = None
+    """An elastic job's ``(min, max)`` slices (:mod:`tpuray.workloads.gpt.elastic`); None: a fixed size."""
 
     @property
     def fingerprint(self) -> str:
@@ -161,6 +163,7 @@ def train_gpt(config: dict[str, Any]) -> None:
     import ray.train
     import torch
 
+    from tpuray.workloads.gpt import elastic
     from tpuray.workloads.gpt.data import open_dataset
     from tpuray.workloads.gpt.model import GPT
 
@@ -206,15 +209,22 @@ def train_gpt(config: dict[str, Any]) -> None:
     signal = CheckpointSignal(
         watch_node=c.first_on_host, every=job.drain_check_every, mean_over_ranks=_over_ranks(c)
     )  # one drain watcher per host: the agreement spreads its flag
+    plan = elastic.elastic_step(job.elastic, job.batch_size_per_chip, job.slice_spec, c)  # None: a fixed size
+    if plan is not None:
+        elastic.record_size(rec, plan, state, start)
     rec.prep_done(start)
     for step in range(start, job.steps):
         with rec.step(step) as timer:
-            with timer.loading():
-                batch = data.batch(step, c.rank, c.world_size, job.batch_size_per_chip, job.model.seq_len)
-                tokens = torch.from_numpy(batch)
-            with autocast:
-                loss = model.loss(tokens.to(device))
-            loss.backward()  # type: ignore[no-untyped-call]
+            if plan is not None:  # the global batch kept at the live size (gpt/elastic.py)
+                seq = job.model.seq_len
+                loss = elastic.accumulate(plan, model, data, step, seq, device, autocast, timer.loading)
+            else:
+                with timer.loading():
+                    batch = data.batch(step, c.rank, c.world_size, job.batch_size_per_chip, job.model.seq_len)
+                    tokens = torch.from_numpy(batch)
+                with autocast:
+                    loss = model.loss(tokens.to(device))
+                loss.backward()  # type: ignore[no-untyped-call]
             c.optimizer_step(opt)
             opt.zero_grad(set_to_none=True)
             c.sync()
@@ -276,6 +286,7 @@ def train_gpt(config: dict[str, Any]) -> None:
                     "losses": history,
                     "resumes": resumes,
                     "drains": list(drains),
+                    **({elastic.SLICES_KEY: plan.slices} if plan is not None else {}),
                 }
                 torch.save(state_out, Path(tmp) / STATE_FILE)
                 checkpoint = ray.train.Checkpoint.from_directory(tmp)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from tpuray.components.catalog.gpt_sharding import AXES
 
-__all__ = ["MeshError", "MeshPlan", "dcn_mesh_shape", "mesh_plan", "rank_layout"]
+__all__ = ["MeshError", "MeshPlan", "dcn_mesh_shape", "live_mesh", "mesh_plan", "rank_layout"]
 
 
 class MeshError(ValueError):
@@ -78,6 +78,15 @@ def mesh_plan(devices_per_slice: int, num_slices: int = 1, fsdp: int = 1, tensor
     shape = (devices_per_slice // (fsdp * tensor) * num_slices, fsdp, tensor)
     dcn = dcn_mesh_shape(shape, num_slices)
     return MeshPlan(shape=shape, dcn_shape=(dcn[0], dcn[1], dcn[2]))
+
+
+def live_mesh(fsdp: int = 1, tensor: int = 1) -> MeshPlan:
+    """The mesh of the live worker group, inside a train function run with ``XlaChipConfig``: its slices now
+    (after an elastic resize the data axis is the one that shrank or grew; FSDP and tensor groups stay in a slice)."""
+    from tpuray.workloads.api.worker import chip
+
+    info = chip()
+    return mesh_plan(info.chips_per_slice, info.num_slices, fsdp, tensor)
 
 
 def rank_layout(plan: MeshPlan) -> list[list[list[int]]]:

@@ -20,6 +20,13 @@ directory and does the same arithmetic:
 
 Productive time is the steps that count, less their data loading and start-up excess. Only the recording rank
 writes (one writer; all ranks run the same steps).
+
+An elastic run (its worker group resized between attempts) records each attempt's live slices (``size``) and each
+resize (``resize``: from, to, the step it resumed at, the cause). Steps at a reduced size are productive at their own
+rate: they count as productive time, split by live slices (``productive_s_by_slices``), and
+``full_size_equivalent_s`` scales each size's share by its slices over the most, the time the same work would have
+taken at full size. The split of elapsed time is unchanged: the time to shrink or grow back is the attempts'
+recovery and start-up, as for any restart.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ EVENTS_FILE = "tpuray-goodput-events.jsonl"
 JOB_START, JOB_END = "job_start", "job_end"
 ATTEMPT_START, TPU_READY, PREP_END = "attempt_start", "tpu_ready", "prep_end"
 RESTORE, SAVE, STEP = "restore", "save", "step"
+SIZE, RESIZE = "size", "resize"
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,20 @@ class Goodput:
     restarts: int
     time_to_first_step_s: float | None = None
     """The latest attempt's start (the job's start, for the first) to the end of its first step; None until then."""
+    productive_s_by_slices: dict[int, float] = field(default_factory=dict)
+    """An elastic run's productive seconds by live slice count (empty for a fixed-size run)."""
+    max_slices: int | None = None
+    """An elastic run's most slices (None for a fixed-size run)."""
+    resizes: tuple[dict[str, Any], ...] = ()
+    """An elastic run's resizes: ``from``, ``to``, ``step``, ``cause`` and the time ``t``, in order."""
+
+    @property
+    def full_size_equivalent_s(self) -> float | None:
+        """The productive time at full size the run's work is worth: each size's seconds times its share of the
+        most slices; None for a fixed-size run."""
+        if self.max_slices is None:
+            return None
+        return sum(t * n / self.max_slices for n, t in self.productive_s_by_slices.items())
 
     @property
     def goodput(self) -> float:
@@ -72,12 +94,20 @@ class Goodput:
         return self.productive_s / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "goodput_pct": round(100 * self.goodput, 2),
             "productive_s": round(self.productive_s, 3),
             "elapsed_s": round(self.elapsed_s, 3),
             "badput_s": {k: round(v, 3) for k, v in self.badput_s.items()},
         }
+        if self.max_slices is not None:  # an elastic run: what ran at which size, and each resize
+            equivalent = self.full_size_equivalent_s or 0.0
+            out["productive_s_by_slices"] = {
+                str(n): round(t, 3) for n, t in sorted(self.productive_s_by_slices.items())
+            }
+            out["full_size_equivalent_s"] = round(equivalent, 3)
+            out["resizes"] = [dict(r) for r in self.resizes]
+        return out
 
 
 def read_events(path: str | Path) -> list[dict[str, Any]]:
@@ -106,12 +136,15 @@ class _Attempt:
     saves: list[tuple[float, float]] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     last: float = 0.0
+    slices: int | None = None
 
 
 def compute_goodput(events: Sequence[dict[str, Any]], now: float | None = None) -> Goodput:
     """The split of a run's events (pure): see the module's docstring for each bucket."""
     job_start = next((e["t"] for e in events if e["e"] == JOB_START), None)
     attempts: list[_Attempt] = []
+    max_slices: int | None = None
+    resizes: list[dict[str, Any]] = []
     for e in events:
         kind = e["e"]
         if kind == ATTEMPT_START:
@@ -132,6 +165,10 @@ def compute_goodput(events: Sequence[dict[str, Any]], now: float | None = None) 
             a.saves.append((e["t"], e["t1"]))
         elif kind == STEP:
             a.steps.append(e)
+        elif kind == SIZE:
+            a.slices, max_slices = int(e["slices"]), int(e["max"])
+        elif kind == RESIZE:
+            resizes.append({k: e[k] for k in ("from", "to", "step", "cause", "t")})
     starts = [e["t"] for e in events]
     begin = job_start if job_start is not None else min(starts, default=0.0)
     ends = [e["t"] for e in events if e["e"] == JOB_END]
@@ -140,6 +177,7 @@ def compute_goodput(events: Sequence[dict[str, Any]], now: float | None = None) 
         end = max(end, now)
     bad = dict.fromkeys(mn.BADPUT_BUCKETS, 0.0)
     productive = 0.0
+    by_slices: dict[int, float] = {}
     first_step_s: float | None = None
     for i, a in enumerate(attempts):
         origin = begin if i == 0 else a.start
@@ -164,6 +202,8 @@ def compute_goodput(events: Sequence[dict[str, Any]], now: float | None = None) 
             bad[mn.BADPUT_PROGRAM_STARTUP] += startup
             bad[mn.BADPUT_DATA_LOADING_SYNC] += data
             productive += sum(durations) - startup - data
+            if a.slices is not None:
+                by_slices[a.slices] = by_slices.get(a.slices, 0.0) + sum(durations) - startup - data
         if redo_from is not None:  # the attempt was cut off
             if lost:  # from the first step the next attempt redid until the attempt's last sign of life
                 lost_from = lost[0]["t"]
@@ -178,6 +218,9 @@ def compute_goodput(events: Sequence[dict[str, Any]], now: float | None = None) 
         badput_s=bad,
         restarts=max(0, len(attempts) - 1),
         time_to_first_step_s=first_step_s if attempts and attempts[-1].steps else None,
+        productive_s_by_slices=by_slices,
+        max_slices=max_slices,
+        resizes=tuple(resizes),
     )
 
 
@@ -214,6 +257,14 @@ class GoodputRecorder:
 
     def tpu_ready(self) -> None:
         self._write({"e": TPU_READY, "t": time.time()})
+
+    def size(self, slices: int, max_slices: int) -> None:
+        """An elastic run's attempt runs on ``slices`` of at most ``max_slices`` slices."""
+        self._write({"e": SIZE, "t": time.time(), "slices": slices, "max": max_slices})
+
+    def resized(self, before: int, after: int, step: int, cause: str) -> None:
+        """The worker group went from ``before`` to ``after`` slices, resuming at ``step``, because of ``cause``."""
+        self._write({"e": RESIZE, "t": time.time(), "from": before, "to": after, "step": step, "cause": cause})
 
     def prep_done(self, start_step: int = 0) -> None:
         """Preparation is over; the steps begin at ``start_step`` (the restored checkpoint's step, or 0)."""

@@ -43,7 +43,11 @@ from tpuray.workloads.placement.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST
 from tpuray.workloads.xla import frameworks, portable
 from tpuray.workloads.xla.runtime import XlaRuntime
 
-__all__ = ["XlaChipConfig", "apply_assignment", "check_scaling_config", "join_process_group"]
+__all__ = ["MEGASCALE_PREFIX", "XlaChipConfig", "apply_assignment", "check_scaling_config", "join_process_group"]
+
+MEGASCALE_PREFIX = "MEGASCALE_"
+"""The multislice variables libtpu reads (``MEGASCALE_COORDINATOR_ADDRESS``, ``_NUM_SLICES``, ``_SLICE_ID``,
+``_PORT``, as ``ray.util.tpu.get_tpu_coordinator_env_vars`` writes them)."""
 
 
 def check_scaling_config(backend_config: Any, scaling: Any) -> None:
@@ -81,7 +85,7 @@ def check_scaling_config(backend_config: Any, scaling: Any) -> None:
         raise ValueError(
             f"ScalingConfig.resources_per_worker['TPU'] = {per_worker} with XlaChipConfig: must be {tpu}; {hint}"
         )
-    for field in ("num_workers", "min_workers"):
+    for field in ("num_workers", "min_workers", "max_workers"):
         n = getattr(scaling, field, None)
         if isinstance(n, int) and n % per_slice:
             raise ValueError(
@@ -94,9 +98,16 @@ def check_scaling_config(backend_config: Any, scaling: Any) -> None:
 
 
 def apply_assignment(assignment: ChipAssignment) -> dict[str, str]:
-    """Set the chip's environment in this worker process (before anything starts the XLA runtime)."""
+    """Set the chip's environment in this worker process (before anything starts the XLA runtime).
+
+    Everything comes from the live worker group, at every start (a resize restarts the group): the ``MEGASCALE_*``
+    a pod or an earlier start left are dropped first, so a replacement pod whose env still says three slices, or
+    a group shrunk to one slice (which sets none), never reaches libtpu with stale values. Ray fixed the same for
+    JAX by recomputing them from the live group (ray-project/ray#62893)."""
     for key in RAY_SUBHOST_VARS:
         os.environ.pop(key, None)  # Ray's 1-chip defaults would describe a standalone chip
+    for key in [k for k in os.environ if k.startswith(MEGASCALE_PREFIX)]:
+        os.environ.pop(key)
     os.environ.update(assignment.env)
     # A worker holding a TPU chip runs PyTorch/XLA on it: without PJRT_DEVICE torch_xla would pick the host CPU
     # when it finds no TPU, and the run would train there without a word. The emulation sets CPU explicitly.
