@@ -55,6 +55,8 @@ def _variant(name: str, backend: str, slices: int, tmp: Path) -> Plan:
         ray["image"] = ray["workerImage"]
     for pool in v["slicePools"]:
         pool["slices"] = slices
+    if slices == 1:  # elastic training needs a pool of several slices; this shape has one
+        v.get("workload", {}).pop("elastic", None)
     try:
         return render_stack(name, ROOT, stack_file=_write(v, tmp, name))
     except ConfigError as e:

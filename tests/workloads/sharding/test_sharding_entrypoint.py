@@ -1,5 +1,5 @@
-"""The built-in entrypoint trains sharded where it can (PyTorch/XLA SPMD on one host) and refuses the rest rather
-than train it unsharded."""
+"""The built-in entrypoint trains sharded where it can (PyTorch/XLA SPMD on one host; TorchTPU's FSDP2 and tensor
+parallelism inside each slice) and refuses the rest rather than train it unsharded."""
 
 from __future__ import annotations
 
@@ -16,20 +16,20 @@ from tpuray.components.config.workload import require_entrypoint_sharding as che
 from tpuray.workloads.gpt import cli as train
 
 
-def test_the_entrypoint_takes_parallelism_on_xla_and_refuses_it_on_torch_tpu() -> None:
-    assert train.settings(train.build_parser().parse_args(["--fsdp", "2"])).workload.parallelism.fsdp == 2
-    args = train.build_parser().parse_args(["--fsdp", "2", "--backend", "torch_tpu"])
-    with pytest.raises(ConfigError, match=r"workload\.parallelism: fsdp=2 x tensor=1: the built-in entrypoint on"):
-        train.settings(args)
+def test_the_entrypoint_takes_parallelism_on_both_runtimes() -> None:
+    for backend in ("xla", "torch_tpu"):
+        args = train.build_parser().parse_args(["--fsdp", "2", "--backend", backend])
+        assert train.settings(args).workload.parallelism.fsdp == 2
     assert train.settings(train.build_parser().parse_args(["--fsdp", "1"])).workload.parallelism.degree == 1
 
 
 @pytest.mark.parametrize(
     ("backend", "spec", "slices", "why"),
     [
-        ("xla", "v5p:2x2x2", 1, "2 hosts: it runs sharded on one host"),
-        ("xla", "v5e:2x2", 2, "2 hosts: it runs sharded on one host"),
-        ("torch_tpu", "v5e:2x2", 1, "backend torch_tpu"),
+        ("xla", "v5p:2x2x2", 1, "2 hosts: it runs PyTorch/XLA SPMD on one host"),
+        ("xla", "v5e:2x2", 2, "2 hosts: it runs PyTorch/XLA SPMD on one host"),
+        ("torch_tpu", "v5e:2x2", 2, r"tensor=2 leaves a data axis \(2 replicas\)"),
+        ("torch_tpu", "v5e:2x4", 1, r"tensor=2 leaves a data axis \(2 replicas\)"),
         ("xla", "v6e:1x1", 1, "does not divide the slice's 1 chips"),
     ],
 )
@@ -44,6 +44,8 @@ def test_single_host_spmd_and_data_parallel_pass() -> None:
     check_sharded("xla", TpuSlice.parse("v5e:2x2"), 1, 2, 2)
     check_sharded("xla", TpuSlice.parse("v6e:2x4"), 1, 8, 1)
     check_sharded("torch_tpu", TpuSlice.parse("v5p:2x2x2"), 4, 1, 1)  # data parallel: the other path
+    check_sharded("torch_tpu", TpuSlice.parse("v5p:2x2x2"), 2, 8, 1)  # FSDP2 across the two hosts, DP across slices
+    check_sharded("torch_tpu", TpuSlice.parse("v5e:2x2"), 1, 2, 2)  # FSDP2 x tensor over the whole slice
 
 
 def test_the_rayjob_entrypoint_carries_parallelism_to_the_trainer() -> None:
