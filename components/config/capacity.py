@@ -156,6 +156,7 @@ class CapacityType(ConfigModel):
     def node_shutdown(self) -> NodeShutdownSpec | None:
         """The kubelet's graceful node shutdown the node pool asks for (None: GKE's default)."""
         return None
+
     # ---- elastic training (workload.elastic) -------------------------------------------------------------------
     lost_slice_returns: ClassVar[bool] = True
     """A slice lost while a job runs can come back to the running job, so training on the rest can grow again."""
@@ -241,6 +242,7 @@ class Spot(CapacityType):
         if not self.extended:
             return None
         return NodeShutdownSpec(self.shutdown_grace_period, SPOT_DEFAULT_SHUTDOWN.critical_pods_seconds)
+
     lost_slice_return: ClassVar[str] = (
         "GKE recreates a preempted spot VM when Compute Engine has spot capacity for it again, which may take a "
         "while (https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms)"
