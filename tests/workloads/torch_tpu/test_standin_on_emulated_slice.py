@@ -110,3 +110,29 @@ def test_a_ray_native_fsdp2_script_trains_on_one_and_two_slices_and_restores_acr
     ranks = _ranks(tmp_path / "two", 2 * two.devices)
     _check(ranks, two, 2)
     assert all(r["restore_diff"] == 0.0 for r in ranks)
+
+
+def test_the_readmes_torch_tpu_script_trains_on_the_stand_in(tmp_path: Path) -> None:
+    """The README's TorchTPU example, exactly, under the command the README gives."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- emulate-torch-tpu-example -->\s*```python\n(.*?)```", text, re.S)
+    assert m, "README.md lost its TorchTPU example"
+    script = tmp_path / "your_tpu_script.py"
+    script.write_text(m.group(1))
+    imports = set(re.findall(r"^(?:from|import) ([\w.]+)", m.group(1), re.M))
+    assert imports and not {i for i in imports if i.split(".")[0] == "tpuray"}  # Ray's own API only
+    emulate = [sys.executable, "-m", "tpuray.workloads.emulate", "--topology", "v5e:2x2", "--backend", "torch_tpu"]
+    proc = subprocess.run(
+        [*emulate, "--", sys.executable, str(script)],
+        cwd=tmp_path,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")}, "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (proc.stdout + proc.stderr).count(NOTICE) == 1
+    result = ast.literal_eval([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
+    assert result["loss"] < 0.1 * result["first_loss"]
