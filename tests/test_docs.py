@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
 def _load(path: Path) -> ModuleType:
@@ -199,8 +200,8 @@ def test_the_readme_installs_as_ci_does() -> None:
     assert _main_install(README.read_text()) == ci
 
 
-def test_the_readme_follows_one_slice_pool_through_at_most_eight_files_that_exist() -> None:
-    section = README.read_text().split("## Following one slice pool", 1)[1].split("\n## ", 1)[0]
+def test_the_architecture_page_follows_one_slice_pool_through_at_most_eight_files_that_exist() -> None:
+    section = ARCHITECTURE.read_text().split("## Following one slice pool", 1)[1].split("\n## ", 1)[0]
     steps = re.findall(r"^\d+\. (?:\[)?`([^`]+)`", section, flags=re.M)
     assert 2 <= len(steps) <= 8, steps
     files = [s for s in steps if not s.startswith("Pulumi.")]
@@ -234,8 +235,8 @@ def test_the_architecture_map_names_every_module_and_only_modules_that_exist() -
     assert not stale, f"{page.name} names modules that do not exist: {stale}"
 
 
-def test_the_readme_follows_the_backend_choice_through_at_most_six_files_that_read_it() -> None:
-    section = README.read_text().split("## Following the backend choice", 1)[1].split("\n## ", 1)[0]
+def test_the_architecture_page_follows_the_backend_choice_through_at_most_six_files_that_read_it() -> None:
+    section = ARCHITECTURE.read_text().split("## Following the backend choice", 1)[1].split("\n## ", 1)[0]
     steps = re.findall(r"^\d+\. (?:the runtime's folder: )?(?:\[)?`([^`]+)`", section, flags=re.M)
     assert 2 <= len(steps) <= 6, steps
     files = [s for s in steps if not s.startswith("Pulumi.")]
