@@ -161,7 +161,10 @@ def test_two_replicas_own_two_slices_through_a_lost_host_a_config_update_and_a_d
     kept_replica = next(r for r in slices if r != lost_replica)
     client = _Client(handle)
     client.start()
-    time.sleep(0.5)
+    deadline = time.monotonic() + WAIT_S
+    while not client.answers and time.monotonic() < deadline:  # the client is answered before the host goes
+        time.sleep(0.05)
+    assert client.answers, f"the client got no answer within {WAIT_S} s; failures: {client.failures}"
     t1 = time.monotonic()
     new_node = cluster.replace_host(cluster.host_node_id(lost_slice, 0))
     deadline = time.monotonic() + WAIT_S
