@@ -234,10 +234,38 @@ def asked_scaling_config(worker_group: Any) -> Any:
     return getattr(getattr(worker_group, "_train_run_context", None), "scaling_config", None)
 
 
+def asked_process_group(worker_group: Any) -> str | None:
+    """The ``torch.distributed`` backend the run's ``TorchConfig`` names (``tpu_dist`` on Ray's TorchTPU path,
+    where ``TorchTrainer`` fills it in for ``use_tpu``; ``ray/train/v2/torch/torch_trainer.py``), from the worker
+    group's ``_train_run_context``; ``None`` if absent."""
+    config = getattr(getattr(worker_group, "_train_run_context", None), "backend_config", None)
+    backend = getattr(config, "backend", None)
+    return backend if isinstance(backend, str) else None
+
+
 # ---- Ray Train V2's trainer (ray/train/v2/api/data_parallel_trainer.py) ------------------------------------
 
 _TRAINER_MODULE = "ray/train/v2/api/data_parallel_trainer.py"
 _trainer_checks: list[Callable[[Any, Any], None]] = []
+
+
+def lead_callbacks_with(trainer: Any, callback: Any) -> Any:
+    """Have ``trainer`` (a Ray Train V2 ``DataParallelTrainer``) run ``callback`` first among its callbacks, where
+    ``RAY_TRAIN_CALLBACKS`` puts the callbacks it names (``_create_default_callbacks``, called by ``fit()``), unless
+    that variable names one of its class already; ``RunConfig.callbacks`` run after Ray's own, its backend's start
+    among them. Only this trainer: no process env is changed."""
+    create = getattr(trainer, "_create_default_callbacks", None)
+    if create is None:
+        raise _missing("DataParallelTrainer._create_default_callbacks", _TRAINER_MODULE)
+
+    def leading() -> list[Any]:
+        callbacks: list[Any] = create()
+        if any(type(c) is type(callback) for c in callbacks):
+            return callbacks
+        return [callback, *callbacks]
+
+    trainer._create_default_callbacks = leading
+    return trainer
 
 
 def check_trainer_configs(check: Callable[[Any, Any], None]) -> None:

@@ -4,13 +4,12 @@ example GPT trainer's CLI (``python -m tpuray.workloads.train``) calls it, and s
 
 - ``xla``: :class:`~tpuray.workloads.XlaChipConfig` workers, one per chip.
 - ``torch_tpu``: Ray's own TorchTPU path (its default ``TorchConfig``: ``tpu_dist``), one worker per device, with
-  :class:`~tpuray.workloads.torch_tpu.TorchTpuEnvCallback` named in this driver's ``RAY_TRAIN_CALLBACKS`` unless it
-  is already (a tpuray stack sets it on every Ray pod).
+  :class:`~tpuray.workloads.torch_tpu.TorchTpuEnvCallback` first among the trainer's callbacks, unless
+  ``RAY_TRAIN_CALLBACKS`` names it already (a tpuray stack sets it on every Ray pod).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -104,13 +103,10 @@ def trainer(
             run_config=run_config,
         )
     if backend == "torch_tpu":
-        from tpuray.workloads.torch_tpu import CALLBACK_PATH
+        from tpuray.workloads.torch_tpu import TorchTpuEnvCallback
 
-        # Named in RAY_TRAIN_CALLBACKS, as the stack's pods name it: Ray Train 2.60 runs those callbacks ahead of its
-        # own, so the env is set before its backend starts tpu_dist, and RunConfig.callbacks after them, too late
-        # (ray/train/v2/api/data_parallel_trainer.py, _create_default_callbacks, read when fit() runs).
-        named = [c.strip() for c in os.environ.get(_ray_compat.TRAIN_CALLBACKS_ENV, "").split(",") if c.strip()]
-        if CALLBACK_PATH not in named:
-            os.environ[_ray_compat.TRAIN_CALLBACKS_ENV] = ",".join([CALLBACK_PATH, *named])
-        return TorchTrainer(train_fn, train_loop_config=dict(config), scaling_config=scaling, run_config=run_config)
+        # First among the trainer's callbacks, where RAY_TRAIN_CALLBACKS (which a stack's pods set) puts it: Ray Train
+        # 2.60 runs RunConfig.callbacks after its own, too late to set the env before its backend starts tpu_dist.
+        job = TorchTrainer(train_fn, train_loop_config=dict(config), scaling_config=scaling, run_config=run_config)
+        return _ray_compat.lead_callbacks_with(job, TorchTpuEnvCallback())
     raise ValueError(f"backend {backend!r}: valid choices are {', '.join(BACKENDS)}")

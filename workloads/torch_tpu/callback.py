@@ -195,6 +195,8 @@ class TorchTpuEnvCallback(_ray_compat.worker_group_callback_base()):  # type: ig
 
         if not worker_group.get_resources_per_worker().get("TPU", 0):
             return  # not a TPU run
+        if _ray_compat.asked_process_group(worker_group) not in (None, RUNTIMES["torch_tpu"].process_group):
+            return  # a TPU run of another runtime (PyTorch/XLA's XlaChipConfig), where a stack's pods name this too
         self._group = worker_group
         n = len(worker_group)
         seats: list[Seat] = ray.get([worker_group.execute_single_async(i, probe, i, "torch_tpu") for i in range(n)])

@@ -210,6 +210,25 @@ def test_apply_keeps_a_variable_already_set(monkeypatch: pytest.MonkeyPatch) -> 
     assert standin is False  # a TPU host: never the stand-in
 
 
+def test_callback_leaves_a_pytorch_xla_tpu_run_alone() -> None:
+    """A stack's pods name the callback for every trainer: a PyTorch/XLA run on TPU workers (XlaChipConfig's process
+    group) gets nothing from it, and no stand-in."""
+    from types import SimpleNamespace
+
+    from tpuray.workloads.xla import XlaChipConfig
+
+    class Group:
+        _train_run_context = SimpleNamespace(backend_config=XlaChipConfig())
+
+        def get_resources_per_worker(self) -> dict[str, float]:
+            return {"TPU": 1}
+
+        def execute_single_async(self, *a: Any) -> Any:
+            raise AssertionError("a PyTorch/XLA run: nothing to ask the workers")
+
+    torch_tpu.TorchTpuEnvCallback().after_worker_group_start(Group())
+
+
 def test_callback_leaves_runs_without_tpus_alone() -> None:
     class Group:
         def get_resources_per_worker(self) -> dict[str, float]:
@@ -257,22 +276,22 @@ def test_gpt_trainer_runs_ray_s_own_path_with_the_callback(monkeypatch: pytest.M
 
     s = TpuSlice.parse("v6e:4x4")
     job = GptJob(ModelShape(64, 1, 16, 2, 8), 4, 1, 1e-3, 2, str(s))
-    from ray.train.v2._internal.callbacks.env_callback import _initialize_env_callbacks
-
     from tpuray.workloads.gpt.loop import train_gpt
     from tpuray.workloads.launch import trainer as launch_trainer
 
-    monkeypatch.setenv("RAY_TRAIN_CALLBACKS", "mine.Callback")
+    monkeypatch.setenv("RAY_TRAIN_CALLBACKS", "")
     rc = RunConfig(name="r", storage_path="/tmp/x")
     trainer = launch_trainer(train_gpt, {"job": job}, s, 1, rc, backend="torch_tpu")
     assert trainer.scaling_config.num_workers == s.devices
     assert trainer.backend_config.backend == "tpu_dist"  # Ray's own choice for TPU workers (torch_trainer.py)
-    # ahead of Ray's own callbacks (its backend's start among them), where the stack's pods name it; a user's kept
-    assert os.environ["RAY_TRAIN_CALLBACKS"] == f"{torch_tpu.CALLBACK_PATH},mine.Callback"
-    assert not trainer.run_config.callbacks
-    monkeypatch.setenv("RAY_TRAIN_CALLBACKS", torch_tpu.CALLBACK_PATH)
-    launch_trainer(train_gpt, {"job": job}, s, 1, rc, backend="torch_tpu")
-    assert [type(c) for c in _initialize_env_callbacks()] == [torch_tpu.TorchTpuEnvCallback]  # named once
+    # first, ahead of Ray's own callbacks (its backend's start among them), where the stack's pods name it
+    first, *rest = trainer._create_default_callbacks()
+    assert type(first) is torch_tpu.TorchTpuEnvCallback and not trainer.run_config.callbacks
+    assert not [c for c in rest if type(c) is torch_tpu.TorchTpuEnvCallback]
+    assert os.environ["RAY_TRAIN_CALLBACKS"] == ""  # nothing of the process changed: the next trainer is its own
+    monkeypatch.setenv("RAY_TRAIN_CALLBACKS", torch_tpu.CALLBACK_PATH)  # named by the stack: not twice
+    named = launch_trainer(train_gpt, {"job": job}, s, 1, rc, backend="torch_tpu")._create_default_callbacks()
+    assert [type(c) for c in named].count(torch_tpu.TorchTpuEnvCallback) == 1
 
 
 def test_each_runtime_refuses_the_other_and_a_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
