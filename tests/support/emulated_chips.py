@@ -36,6 +36,12 @@ def emulated_chip(rank: int, world: int, port: int) -> Iterator[Any]:
 def on_two_chips(target: Callable[..., None], *runs: tuple[Any, ...]) -> list[Any]:
     """Each run of ``runs`` on two emulated chips of its own, all at once: ``target(rank, 2, port, *run, out)`` in a
     spawned process per chip; returns what every chip put on ``out``."""
+    return on_chips(2, target, *runs)
+
+
+def on_chips(chips: int, target: Callable[..., None], *runs: tuple[Any, ...]) -> list[Any]:
+    """:func:`on_two_chips` with ``chips`` chips a run (one: a fresh process whose autograd engine starts with the
+    XLA device, which one that already ran a CPU backward never gets)."""
     import multiprocessing as mp
 
     from tpuray.workloads.emulation.cluster import _free_port
@@ -45,7 +51,7 @@ def on_two_chips(target: Callable[..., None], *runs: tuple[Any, ...]) -> list[An
     procs = []
     for run in runs:
         port = _free_port()
-        procs += [ctx.Process(target=target, args=(r, 2, port, *run, out)) for r in range(2)]
+        procs += [ctx.Process(target=target, args=(r, chips, port, *run, out)) for r in range(chips)]
     for p in procs:
         p.start()
     results = [out.get(timeout=300) for _ in procs]
