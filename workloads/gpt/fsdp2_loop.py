@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from tpuray.workloads import _ray_compat, runtime
-from tpuray.workloads.gpt.loop import GptJob, check_fingerprint
+from tpuray.workloads.gpt.loop import GptJob, over_ranks
 from tpuray.workloads.gpt.metrics import speed_metrics
-from tpuray.workloads.gpt.sharded import HISTORY_FILE
+from tpuray.workloads.gpt.sharded import HISTORY_FILE, read_history
 from tpuray.workloads.signals.drain import CheckpointSignal
 from tpuray.workloads.signals.goodput import GoodputRecorder
 
@@ -46,13 +46,7 @@ def _restore(where: str, model: Any, opt: Any, fingerprint: str) -> dict[str, An
     from torch.distributed.checkpoint import state_dict_loader
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
-    try:
-        history: dict[str, Any] = json.loads((Path(where) / HISTORY_FILE).read_text())
-    except (OSError, ValueError) as e:
-        from tpuray.workloads.gpt.loop import CheckpointError
-
-        raise CheckpointError(f"checkpoint {where!r} has no readable {HISTORY_FILE} ({e})") from None
-    check_fingerprint(where, history.get("fingerprint"), fingerprint)
+    history = read_history(where, fingerprint)
     state = _state(model, opt)
     state_dict_loader.load(state, checkpoint_id=where)  # every rank reads its own shards, in place
     set_model_state_dict(model, state["model"])
@@ -106,7 +100,7 @@ def train_gpt_fsdp2(config: dict[str, Any]) -> None:
             log.info(f"resumed from step {start}")
     # the data-parallel job's rows: replica r (its data and fsdp coordinates) takes devices r*tensor .. +tensor-1
     replica = rank // tensor
-    signal = CheckpointSignal(watch_node=c.first_on_host, every=job.drain_check_every, mean_over_ranks=_over(c))
+    signal = CheckpointSignal(watch_node=c.first_on_host, every=job.drain_check_every, mean_over_ranks=over_ranks(c))
     first_step_s: float | None = None
     t_steps, n_steps = 0.0, 0
     pending: list[torch.Tensor] = []
@@ -178,13 +172,3 @@ def _replica_spread(model: Any, place: int, world: int) -> float:
     for at, digest in seen:
         by_place.setdefault(at, set()).add(digest)
     return 0.0 if all(len(d) == 1 for d in by_place.values()) else 1.0
-
-
-def _over(c: Any) -> Any:
-    import torch
-
-    def mean(values: list[float]) -> list[float]:
-        out: list[float] = c.mean(torch.tensor(values, dtype=torch.float32, device=c.device)).tolist()
-        return out
-
-    return mean

@@ -24,7 +24,7 @@ from tpuray.workloads.signals.drain import CheckpointSignal
 from tpuray.workloads.signals.goodput import GoodputRecorder
 from tpuray.workloads.signals.training_metrics import report_step_metrics, xla_compiles
 
-__all__ = ["CheckpointError", "GptJob", "check_fingerprint", "train_gpt", "xla_on_tpu"]
+__all__ = ["CheckpointError", "GptJob", "check_fingerprint", "over_ranks", "train_gpt", "xla_on_tpu"]
 
 STATE_FILE = "state.pt"
 
@@ -207,7 +207,7 @@ def train_gpt(config: dict[str, Any]) -> None:
     step_times: list[float] = []
     # a draining node or the end of the VMs' run time makes every rank checkpoint at the same step boundary
     signal = CheckpointSignal(
-        watch_node=c.first_on_host, every=job.drain_check_every, mean_over_ranks=_over_ranks(c)
+        watch_node=c.first_on_host, every=job.drain_check_every, mean_over_ranks=over_ranks(c)
     )  # one drain watcher per host: the agreement spreads its flag
     plan = elastic.elastic_step(job.elastic, job.batch_size_per_chip, job.slice_spec, c)  # None: a fixed size
     if plan is not None:
@@ -300,7 +300,8 @@ def _cache_report() -> dict[str, Any] | None:
     return cache_report()
 
 
-def _over_ranks(c: Runtime) -> Any:
+def over_ranks(c: Runtime) -> Any:
+    """The drain signal's collective for runtime ``c``: the element-wise mean of a list of floats over all ranks."""
     import torch
 
     device = c.device if c.autocast_device == "tpu" else "cpu"  # torch_tpu's mean reduces in place on its device

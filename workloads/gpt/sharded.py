@@ -24,7 +24,7 @@ from tpuray.workloads.gpt.loop import CheckpointError, GptJob, check_fingerprint
 from tpuray.workloads.gpt.metrics import speed_metrics
 from tpuray.workloads.signals.goodput import GoodputRecorder
 
-__all__ = ["HISTORY_FILE", "train_gpt_sharded"]
+__all__ = ["HISTORY_FILE", "read_history", "train_gpt_sharded"]
 
 HISTORY_FILE = "history.json"
 """Beside the shards: the model's fingerprint, the losses so far and the steps the run resumed from."""
@@ -32,7 +32,8 @@ HISTORY_FILE = "history.json"
 log = logging.getLogger(__name__)
 
 
-def _history(where: str, fingerprint: str) -> dict[str, Any]:
+def read_history(where: str, fingerprint: str) -> dict[str, Any]:
+    """The run's history beside a sharded checkpoint at ``where``, refused if unreadable or another model's."""
     file = Path(where) / HISTORY_FILE
     try:
         history: dict[str, Any] = json.loads(file.read_text())
@@ -80,7 +81,7 @@ def train_gpt_sharded(config: dict[str, Any]) -> None:
     ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
         with rec.restoring(), ckpt.as_directory() as where:
-            history = _history(where, job.fingerprint)
+            history = read_history(where, job.fingerprint)
             start = load_sharded(where, model, opt)
         losses, resumes = list(history["losses"])[:start], [*history["resumes"], start]
         log.info(f"resumed from step {start}")
