@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_BASE_PORT",
     "EMULATED_XLA_FLAGS",
     "LOCAL_WORKER_ENV",
+    "MEGASCALE_PREFIX",
     "RAY_SUBHOST_VARS",
     "DeviceSeat",
     "bounds_size",
@@ -51,6 +52,10 @@ __all__ = [
 
 DEFAULT_BASE_PORT = TPU_PROCESS_BASE_PORT
 """torch_xla's default first TPU client port on each host; chip ``c`` listens on ``base_port + c``."""
+
+MEGASCALE_PREFIX = "MEGASCALE_"
+"""The multislice variables libtpu reads (``MEGASCALE_COORDINATOR_ADDRESS``, ``_NUM_SLICES``, ``_SLICE_ID``,
+``_PORT``): a worker drops any it finds before its start sets the live group's (or none, on one slice)."""
 
 RAY_SUBHOST_VARS = ("TPU_HOST_BOUNDS", "TPU_CHIPS_PER_HOST_BOUNDS")
 """Variables Ray sets for a 1-chip actor (``1,1,1`` each: a standalone chip). They contradict the slice-wide

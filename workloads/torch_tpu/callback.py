@@ -16,8 +16,10 @@ it is submitted; ``tpuray.workloads.train``'s
 ``--backend torch_tpu`` passes the same callback itself. Once Ray has given the workers their ranks, and before its
 backend creates the process group, the callback asks each worker where it runs and sets, on every worker of each
 slice, the env of :func:`tpuray.workloads.placement.worker_env.torch_tpu_env`, and TorchTPU's tier-3 compile cache root
-under the stack's cache key (:func:`tpuray.workloads.api.compile_cache.enable_torch_tpu`). A variable already set is
-kept, as ``set_tpu_launch_env`` keeps it.
+under the stack's cache key (:func:`tpuray.workloads.api.compile_cache.enable_torch_tpu`). What follows from the slice's
+shape alone is kept where already set, as ``set_tpu_launch_env`` keeps it; what depends on which workers are live
+(the slice-builder address list, ``MEGASCALE_*``) comes from the live group at every start, so a resized elastic
+group never starts on what a pod carried.
 
 torch_tpu has no CPU mode (it registers its device only when it finds a TPU): on an emulated host the callback
 installs the stand-in (:mod:`tpuray.workloads.emulation.torch_tpu_standin`) in each worker, and says once what it is
@@ -45,7 +47,7 @@ from tpuray.workloads import _ray_compat
 from tpuray.workloads.api.worker import bind
 from tpuray.workloads.placement.probe import probe
 from tpuray.workloads.placement.seats import PlacementError, Seat, slice_of
-from tpuray.workloads.placement.worker_env import DeviceSeat, torch_tpu_env
+from tpuray.workloads.placement.worker_env import MEGASCALE_PREFIX, DeviceSeat, torch_tpu_env
 from tpuray.workloads.torch_tpu.runtime import TorchTpuRuntime
 
 __all__ = ["CALLBACK_PATH", "TorchTpuEnvCallback", "slice_envs"]
@@ -55,13 +57,25 @@ log = logging.getLogger(__name__)
 CALLBACK_PATH = TORCH_TPU_ENV_CALLBACK
 """What the stack puts in ``RAY_TRAIN_CALLBACKS`` on every Ray pod of a ``backend: torch_tpu`` stack."""
 
+LIVE_GROUP_KEYS = frozenset({"TORCH_TPU_SLICEBUILDER_ADDRESSES"})
+"""What :func:`~tpuray.workloads.placement.worker_env.torch_tpu_env` derives from the live workers' hosts: always
+set; the rest follows from the slice's shape alone, and a value the pod or user set is kept."""
+
 
 def _apply(env: dict[str, str], first_on_host: bool = True, seat: tuple[TpuSlice, int, int] | None = None) -> bool:
     """Run on each worker: set what is unset, and bind TorchTPU's runtime for the train function's per-worker API.
     On an emulated host (``seat``: the worker's slice, host and device there) it installs the stand-in first
     (:mod:`tpuray.workloads.emulation.torch_tpu_standin`); returns whether this worker runs it."""
+    # What depends on which workers are live comes from the live group at every start (an elastic resize restarts
+    # the group), never from a pod: a replacement pod can still carry the ``MEGASCALE_*`` of a larger job, and Ray
+    # 2.60 writes them only across slices, after this (Ray recomputes them for JAX, ray-project/ray#62893).
+    for key in [k for k in os.environ if k.startswith(MEGASCALE_PREFIX)]:
+        os.environ.pop(key)
     for key, value in env.items():
-        os.environ.setdefault(key, value)
+        if key in LIVE_GROUP_KEYS:
+            os.environ[key] = value
+        else:
+            os.environ.setdefault(key, value)
     standin = False
     if os.environ.get(EMULATED_SLICE_ENV) and seat is not None:
         from tpuray.workloads.emulation import standin_mesh, torch_tpu_standin

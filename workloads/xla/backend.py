@@ -39,15 +39,11 @@ from tpuray.workloads.api.scaling import USE_GPU_WITH_XLA
 from tpuray.workloads.api.worker import ChipInfo, Collective, bind, chip
 from tpuray.workloads.placement.probe import free_port, probe
 from tpuray.workloads.placement.seats import ChipAssignment, PlacementError, Seat, assign_chips, slice_of
-from tpuray.workloads.placement.worker_env import DEFAULT_BASE_PORT, RAY_SUBHOST_VARS
+from tpuray.workloads.placement.worker_env import DEFAULT_BASE_PORT, MEGASCALE_PREFIX, RAY_SUBHOST_VARS
 from tpuray.workloads.xla import frameworks, portable
 from tpuray.workloads.xla.runtime import XlaRuntime
 
-__all__ = ["MEGASCALE_PREFIX", "XlaChipConfig", "apply_assignment", "check_scaling_config", "join_process_group"]
-
-MEGASCALE_PREFIX = "MEGASCALE_"
-"""The multislice variables libtpu reads (``MEGASCALE_COORDINATOR_ADDRESS``, ``_NUM_SLICES``, ``_SLICE_ID``,
-``_PORT``, as ``ray.util.tpu.get_tpu_coordinator_env_vars`` writes them)."""
+__all__ = ["XlaChipConfig", "apply_assignment", "check_scaling_config", "join_process_group"]
 
 
 def check_scaling_config(backend_config: Any, scaling: Any) -> None:

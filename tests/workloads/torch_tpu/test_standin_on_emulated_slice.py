@@ -35,6 +35,15 @@ def test_the_fsdp2_script_imports_nothing_of_tpuray() -> None:
     assert "ray.train.torch" in imported and not {m for m in imported if m.split(".")[0] == "tpuray"}
 
 
+STALE_MEGASCALE = {
+    "MEGASCALE_NUM_SLICES": "3",
+    "MEGASCALE_SLICE_ID": "2",
+    "MEGASCALE_COORDINATOR_ADDRESS": "10.0.0.99:8080",
+    "MEGASCALE_PORT": "8099",
+}
+"""A replacement pod's multislice env from a larger, older job."""
+
+
 def _stack(tmp_path: Path, name: str, topology: str, slices: int) -> Path:
     """The dev stack on ``backend: torch_tpu``, with its pool reshaped."""
     doc = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
@@ -62,7 +71,9 @@ def _emulate(stack: Path, out: Path, tpu_slice: TpuSlice, slices: int, *restore:
             *script,
             *map(str, restore),
         ],
-        env={k: v for k, v in os.environ.items() if not k.startswith("RAY_")},  # what the stack gives, nothing more
+        # what the stack gives, nothing more, but for a pod's stale multislice env: a replacement pod can still say
+        # three slices; every worker must hold the live group's, or none on one slice
+        env={k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | STALE_MEGASCALE,
         capture_output=True,
         text=True,
         timeout=500,
@@ -95,6 +106,7 @@ def _check(ranks: list[dict[str, Any]], tpu_slice: TpuSlice, slices: int) -> Non
         if slices > 1:
             assert env["MEGASCALE_NUM_SLICES"] == str(slices) and env["MEGASCALE_SLICE_ID"] == str(rank // per_slice)
             coordinators.add(env["MEGASCALE_COORDINATOR_ADDRESS"])
+            assert env["MEGASCALE_COORDINATOR_ADDRESS"] != STALE_MEGASCALE["MEGASCALE_COORDINATOR_ADDRESS"]
         else:
             assert not [k for k in env if k.startswith("MEGASCALE_")]
     assert len(coordinators) == (1 if slices > 1 else 0)  # one coordinator for the job

@@ -210,6 +210,18 @@ def test_apply_keeps_a_variable_already_set(monkeypatch: pytest.MonkeyPatch) -> 
     assert standin is False  # a TPU host: never the stand-in
 
 
+def test_apply_takes_what_depends_on_the_live_workers_from_the_live_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an elastic resize a replacement pod can carry a larger job's multislice env and another group's address
+    list: the start drops the one (Ray writes the live group's after, across slices) and replaces the other."""
+    monkeypatch.setenv("MEGASCALE_NUM_SLICES", "3")
+    monkeypatch.setenv("MEGASCALE_COORDINATOR_ADDRESS", "10.0.0.99:8080")
+    monkeypatch.setenv("TORCH_TPU_SLICEBUILDER_ADDRESSES", "10.0.0.99:8476")
+    monkeypatch.delenv(EMULATED_SLICE_ENV, raising=False)
+    torch_tpu._apply({"TORCH_TPU_SLICEBUILDER_ADDRESSES": "10.0.0.1:8476,10.0.0.1:8477"})
+    assert not [k for k in os.environ if k.startswith("MEGASCALE_")]
+    assert os.environ["TORCH_TPU_SLICEBUILDER_ADDRESSES"] == "10.0.0.1:8476,10.0.0.1:8477"
+
+
 def test_callback_leaves_a_pytorch_xla_tpu_run_alone() -> None:
     """A stack's pods name the callback for every trainer: a PyTorch/XLA run on TPU workers (XlaChipConfig's process
     group) gets nothing from it, and no stand-in."""

@@ -15,8 +15,9 @@ from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads import XlaChipConfig, chip, tpu_scaling_config
 from tpuray.workloads.api.worker import bind
 from tpuray.workloads.placement.seats import Seat, assign_chips
+from tpuray.workloads.placement.worker_env import MEGASCALE_PREFIX
 from tpuray.workloads.sharding import live_mesh
-from tpuray.workloads.xla.backend import MEGASCALE_PREFIX, apply_assignment, check_scaling_config
+from tpuray.workloads.xla.backend import apply_assignment, check_scaling_config
 
 V5P = TpuSlice.parse("v5p:2x2x2")  # two hosts of four chips
 
