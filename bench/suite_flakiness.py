@@ -1,0 +1,166 @@
+"""How often each slow test passes: whole clean CI runs in a row, and the slow tests with the fast loop beside them.
+
+A green run on a developer's machine says little about CI's when a test's outcome depends on how fast its job runs
+against how fast something else arrives. This bench runs, one after the other on this machine:
+
+* ``--ci-runs`` whole CI runs (``CI=true bash .ci/run``), each in a fresh clone of ``HEAD``, so each installs
+  everything from the registries and runs the README's test command, as CI does: every slow test runs in each;
+* ``--loaded-runs`` runs of the slow tests (``pytest -m slow``) in this checkout with the fast loop
+  (``pytest -m "not slow"``) running again and again beside them, on the same cores.
+
+Each run writes pytest's JUnit XML; the bench reads every test's outcome from it and prints, per slow test, its pass
+rate over the runs it ran in (a skip is not a run), the tests below 100%, each run's exit status and time, and the
+loaded runs' slow-test seconds over the median CI run's (the baseline, measured in the same bench: a CI run's
+slow tests run beside nothing but each other). ``TPURAY_SHARED_DIR`` must name the CRDs' folder, as for ``.ci/run``.
+
+    python bench/suite_flakiness.py [--ci-runs 3] [--loaded-runs 1] [--record]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from figures import add_record_flag, emit
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def junit_key(classname: str, name: str) -> str:
+    """A test's key as JUnit XML names it (``tests.a.test_b.TestC::test_d[x]``), without the ``@group`` that
+    pytest-xdist's ``--dist loadgroup`` appends to a grouped test's name."""
+    head, at, group = name.rpartition("@")
+    if at and "]" not in group:
+        name = head
+    return f"{classname}::{name}"
+
+
+def nodeid_key(nodeid: str) -> str:
+    """The :func:`junit_key` of a pytest node id (``tests/a/test_b.py::TestC::test_d[x]``)."""
+    path, *rest = nodeid.split("::")
+    module = path.removesuffix(".py").replace("/", ".")
+    return junit_key(".".join([module, *rest[:-1]]), rest[-1])
+
+
+def outcomes(report: Path) -> dict[str, tuple[str, float]]:
+    """Every test's outcome in a JUnit XML report, ``passed``, ``failed`` (a failure or an error) or ``skipped``,
+    and its seconds (setup, call and teardown)."""
+    out: dict[str, tuple[str, float]] = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        key = junit_key(case.get("classname", ""), case.get("name", ""))
+        tags = {child.tag for child in case}
+        outcome = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+        before, seconds = out.get(key, ("passed", 0.0))
+        # a teardown error after a pass is a second entry of the same test: failed wins, the times add up
+        worst = "failed" if "failed" in (before, outcome) else outcome
+        out[key] = (worst, seconds + float(case.get("time", "0")))
+    return out
+
+
+def slow_tests() -> list[str]:
+    """The slow tests' keys, as pytest collects them here."""
+    got = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "slow", "--collect-only", "-q", "-p", "no:cacheprovider", "-n", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [nodeid_key(line) for line in got.stdout.splitlines() if "::" in line]
+
+
+def ci_run(report: Path) -> dict[str, Any]:
+    """One whole CI run in a fresh clone of ``HEAD``; the README's test command writes ``report``."""
+    with tempfile.TemporaryDirectory(prefix="tpuray-ci-") as d:
+        clone = Path(d) / "tpuray"
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        # CI's own environment: not this bench's venv (.ci/run makes its own with python3 from PATH)
+        path = [e for e in os.environ.get("PATH", "").split(os.pathsep) if not e.startswith(sys.prefix)]
+        env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {
+            "CI": "true",
+            "PATH": os.pathsep.join(path),
+            "PYTEST_ADDOPTS": f"--junitxml={report}",
+        }
+        t0 = time.monotonic()
+        with open(report.with_suffix(".log"), "w") as log:
+            rc = subprocess.run(
+                ["bash", ".ci/run"], cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT
+            ).returncode
+        return {"kind": "ci", "rc": rc, "seconds": round(time.monotonic() - t0)}
+
+
+def loaded_run(report: Path) -> dict[str, Any]:
+    """The slow tests in this checkout with the fast loop run again and again beside them."""
+    t0 = time.monotonic()
+    slow = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-m", "slow", "-p", "no:cacheprovider", f"--junitxml={report}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    fast_loops: list[int] = []
+    while slow.poll() is None:
+        fast = subprocess.run(
+            [sys.executable, "-m", "pytest", "-m", "not slow", "-q", "-p", "no:cacheprovider"],
+            cwd=ROOT,
+            capture_output=True,
+        )
+        fast_loops.append(fast.returncode)
+    seconds = round(time.monotonic() - t0)
+    return {"kind": "slow beside the fast loop", "rc": slow.returncode, "seconds": seconds, "fast_loops": fast_loops}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ci-runs", type=int, default=3, help="whole clean CI runs, in a row")
+    p.add_argument("--loaded-runs", type=int, default=1, help="slow-test runs with the fast loop beside them")
+    add_record_flag(p)
+    args = p.parse_args()
+    if not os.environ.get("TPURAY_SHARED_DIR"):
+        p.error("TPURAY_SHARED_DIR must name the folder that holds kuberay-crds/, as for .ci/run")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    slow = slow_tests()
+    runs: list[dict[str, Any]] = []
+    results: list[dict[str, tuple[str, float]]] = []
+    # kept after the bench: each run's report and a CI run's log, for the run that failed
+    d = tempfile.mkdtemp(prefix="tpuray-flaky-")
+    for i, run in enumerate([ci_run] * args.ci_runs + [loaded_run] * args.loaded_runs):
+        report = Path(d) / f"run-{i}.xml"
+        runs.append(run(report))
+        results.append(outcomes(report) if report.exists() else {})
+        print(f"run {i}: {runs[-1]} (report: {report})", file=sys.stderr)
+    rates: dict[str, float | None] = {}
+    for key in slow:
+        ran = [r[key][0] for r in results if key in r and r[key][0] != "skipped"]
+        rates[key] = round(sum(o == "passed" for o in ran) / len(ran), 3) if ran else None  # None: never ran
+    for done, result in zip(runs, results, strict=True):
+        # the slow tests' own time: the baseline the loaded runs compare with (a CI run also installs and lints)
+        done["slow_test_seconds"] = round(sum(result[k][1] for k in slow if k in result))
+    quiet = sorted(r["slow_test_seconds"] for r in runs if r["kind"] == "ci")
+    loaded = [r["slow_test_seconds"] for r in runs if r["kind"] != "ci"]
+    emit(
+        "suite_flakiness",
+        {
+            "commit": head.strip(),
+            "slow_tests": len(slow),
+            "runs": runs,
+            "slow_runs_passed_in_a_row": next((i for i, r in enumerate(runs) if r["rc"] != 0), len(runs)),
+            "below_100_percent": {k: v for k, v in rates.items() if v != 1.0},
+            "pass_rate": rates,
+            "loaded_over_quiet_slow_seconds": round(max(loaded) / quiet[len(quiet) // 2], 3)
+            if loaded and quiet and quiet[len(quiet) // 2]
+            else None,
+        },
+        record_it=args.record,
+    )
+
+
+if __name__ == "__main__":
+    main()
