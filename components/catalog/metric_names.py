@@ -64,6 +64,9 @@ TRAIN_TIME_TO_FIRST_STEP: Final = "tpuray_train_time_to_first_step_seconds"
 start, after a restart) until its first optimizer step ended: TPU initialisation, training prep, checkpoint restore
 and the first step's compilation together (:mod:`tpuray.workloads.signals.goodput`)."""
 
+TRAIN_LIVE_SLICES: Final = "tpuray_train_live_slices"
+"""An elastic run's live slices (``workload.elastic``): each step of the line is a resize; fixed-size runs export
+none."""
 TRAIN_RUN_TAG: Final = "run"
 """Tag on every training metric: the run's name (``RunConfig.name``)."""
 TRAIN_SLICE_TAG: Final = "tpu_slice"
@@ -85,6 +88,7 @@ TRAIN_METRICS: Final = (
     TRAIN_PRODUCTIVE,
     TRAIN_ELAPSED,
     TRAIN_TIME_TO_FIRST_STEP,
+    TRAIN_LIVE_SLICES,
 )
 
 # ---- goodput buckets: Google's ML goodput definitions --------------------------------------------------------

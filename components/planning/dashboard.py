@@ -5,7 +5,7 @@ shape, not the pool), each row a collapsible group of PromQL charts:
 
 - per chip: duty cycle, TensorCore utilisation, HBM used against the generation's HBM per chip (the catalog's);
 - training: step time, tokens/s per chip, MFU against the catalog's peak bf16 TFLOP/s per chip;
-- goodput and badput by cause;
+- goodput and badput by cause; where the job trains elastically (``workload.elastic``), its live slices;
 - where Kueue admits the pool: admission wait and (queued pools) slice provisioning time.
 
 The dashboard JSON is the Cloud Monitoring API's ``Dashboard`` object
@@ -180,6 +180,7 @@ MFU = m.ray_exported(m.TRAIN_MFU)
 GOODPUT = m.ray_exported(m.TRAIN_GOODPUT)
 BADPUT = m.ray_exported(m.TRAIN_BADPUT)
 TIME_TO_FIRST_STEP = m.ray_exported(m.TRAIN_TIME_TO_FIRST_STEP)
+LIVE_SLICES = m.ray_exported(m.TRAIN_LIVE_SLICES)
 IDLE_METRICS = {"dutyCycle": RAY_DUTY_CYCLE, "tensorcoreUtilization": RAY_TENSORCORE}
 """The config's ``idleAlert.metric`` -> the per-chip gauge it watches."""
 TRAINING_KEYS = frozenset({"stepTime", "tokensPerChip", "mfu", "goodput", "badput", "timeToFirstStep"})
@@ -244,6 +245,14 @@ def _training_panels(slices: Sequence[TpuSlice]) -> list[Panel]:
     ]  # fmt: skip
 
 
+def _live_slices_panel(slices: Sequence[TpuSlice]) -> Panel:
+    """An elastic job's live slices (``workload.elastic``): a step down is a lost slice, a step up its return."""
+    run = m.TRAIN_RUN_TAG
+    return Panel("liveSlices", "Live slices of elastic runs (each step is a resize)",
+                 f"max by ({run}) ({LIVE_SLICES}{{{training_selector(slices)}}})", "1", False, (LIVE_SLICES,),
+                 "${" + run + "}")  # fmt: skip
+
+
 def _kueue_panels(pools: Sequence[SlicePoolConfig], cluster_queue: str) -> list[Panel]:
     """Kueue's histograms are per ClusterQueue (one per stack), so these charts are the queue's, shown in each
     pool's row for reading beside its chips."""
@@ -281,6 +290,8 @@ def dashboard_plan(cfg: StackConfig, stack: str) -> DashboardPlan:
     for group in _shape_groups(cfg):
         slices = [p.tpu_slice for p in group]
         panels = _tpu_panels(slices[0]) + _training_panels(slices)
+        if cfg.workload.elastic is not None:
+            panels.append(_live_slices_panel(slices))
         if cluster_queue is not None:
             panels += _kueue_panels(group, cluster_queue)
         rows.append(PoolRow(tuple(p.name for p in group), slices[0], tuple(panels)))

@@ -74,6 +74,8 @@ def test_every_pool_has_a_row_with_its_shapes_panels(name: str) -> None:
             assert p.per_chip and f'TpuType="{s.gke_accelerator}"' in p.query and f'"{s.topology}"' in p.query
         for p in row.panels[3:9]:
             assert f'tpu_slice="{s}"' in p.query
+        # an elastic job's live slices, where the stack trains elastically (prod)
+        assert ("liveSlices" in keys) == (cfg.workload.elastic is not None)
         kueue = [k for k in keys if k in ("admissionWait", "sliceProvisioning")]
         queued = pool.capacity.type == "queued"
         assert kueue == (["admissionWait", "sliceProvisioning"] if queued else ["admissionWait"] * cfg.kueue.enabled)
@@ -116,7 +118,8 @@ def test_a_pool_no_panel_covers_is_an_error() -> None:
     with pytest.raises(DashboardError, match="v6e-flex"):
         check_coverage(DashboardPlan(plan.display_name, (plan.rows[0], wrong)), cfg.slice_pools)
     # and a row missing a training panel
-    short = PoolRow(plan.rows[1].pools, plan.rows[1].tpu_slice, plan.rows[1].panels[:-1])
+    training = tuple(p for p in plan.rows[1].panels if p.key != "timeToFirstStep")
+    short = PoolRow(plan.rows[1].pools, plan.rows[1].tpu_slice, training)
     with pytest.raises(DashboardError, match="v6e-flex"):
         check_coverage(DashboardPlan(plan.display_name, (plan.rows[0], short)), cfg.slice_pools)
     check_coverage(plan, cfg.slice_pools)
@@ -322,6 +325,10 @@ def test_every_query_parses_and_finds_its_series_on_a_real_prometheus(tmp_path: 
             exporter.set(exposition(cfg, 3).replace(" 50.0\n", " 0.0\n"))
             prom.wait_for_scrapes(5)
             assert len(prom.series(alert.query)) == hosts
+            # prod's elastic job: its live-slices query parses (prod-dws's queued capacity cannot train elastically)
+            prod = dashboard_plan(shipped_config("prod"), "prod")
+            live = next(p for r in prod.rows for p in r.panels if p.key == "liveSlices")
+            assert prom.query(live.query)["status"] == "success", live.query
             # and a broken query is refused by the same API (so "success" above means it parsed)
             assert prom.query("ray_tpu_duty_cycle{TpuType=}")["status"] == "error"
     finally:

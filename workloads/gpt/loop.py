@@ -267,6 +267,7 @@ def train_gpt(config: dict[str, Any]) -> None:
                 mfu=metrics.get("mfu"),
                 compiles=xla_compiles() if c.autocast_device == "xla" else None,
                 goodput=gp,
+                live_slices=plan.slices if plan is not None else None,
             )
         if done == job.steps:
             metrics |= {"losses": history, "resumes": resumes, "param_spread": _digest_spread(model, c.mean)}

@@ -30,6 +30,7 @@ _HELP = {
     mn.TRAIN_PRODUCTIVE: "Productive training seconds",
     mn.TRAIN_ELAPSED: "Elapsed seconds since the run's first start",
     mn.TRAIN_TIME_TO_FIRST_STEP: "Seconds from the run's latest start until its first step ended",
+    mn.TRAIN_LIVE_SLICES: "Slices an elastic run trains on now (each change is a resize)",
 }
 
 
@@ -61,12 +62,14 @@ def report_step_metrics(
     mfu: float | None = None,
     compiles: int | None = None,
     goodput: Goodput | None = None,
+    live_slices: int | None = None,
 ) -> dict[str, float]:
     """Set the run's gauges; returns what was set (name -> value; badput as ``name{bucket}``).
 
     ``run`` and ``tpu_slice`` become the ``run`` and ``tpu_slice`` tags. ``mfu`` only where it means something
     (real chips): None exports nothing. ``goodput`` (:meth:`GoodputRecorder.goodput`) gives goodput, badput by
-    bucket, productive and elapsed seconds, restarts and checkpoint save/restore seconds.
+    bucket, productive and elapsed seconds, restarts and checkpoint save/restore seconds. ``live_slices``: an elastic
+    run's live slices (None for a fixed-size run: nothing exported).
     """
     tags = {mn.TRAIN_RUN_TAG: run, mn.TRAIN_SLICE_TAG: tpu_slice}
     values: dict[str, float | None] = {
@@ -74,6 +77,7 @@ def report_step_metrics(
         mn.TRAIN_TOKENS_PER_CHIP: tokens_per_s_per_chip,
         mn.TRAIN_MFU: mfu,
         mn.TRAIN_COMPILES: float(compiles) if compiles is not None else None,
+        mn.TRAIN_LIVE_SLICES: float(live_slices) if live_slices is not None else None,
     }
     if goodput is not None:
         values |= {

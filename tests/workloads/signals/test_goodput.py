@@ -129,3 +129,6 @@ def test_the_trainers_gauges_carry_the_time_to_first_step(monkeypatch: pytest.Mo
     assert done[mn.TRAIN_TIME_TO_FIRST_STEP] == pytest.approx(7.0)
     assert gauges[mn.TRAIN_TIME_TO_FIRST_STEP].sets == [(7.0, {mn.TRAIN_RUN_TAG: "r1", mn.TRAIN_SLICE_TAG: "v6e:2x4"})]
     assert set(mn.TRAIN_METRICS) <= set(training_metrics._HELP)  # every exported name has its help text
+    assert mn.TRAIN_LIVE_SLICES not in done  # a fixed-size run: no live slices
+    done = training_metrics.report_step_metrics("r1", "v6e:2x4", live_slices=2)
+    assert gauges[mn.TRAIN_LIVE_SLICES].sets == [(2.0, {mn.TRAIN_RUN_TAG: "r1", mn.TRAIN_SLICE_TAG: "v6e:2x4"})]
