@@ -156,6 +156,37 @@ def test_the_workers_mean_loss_is_the_global_batchs_at_any_size(slices: int, b: 
     assert float(torch.stack(losses).mean()) == pytest.approx(global_mean, rel=1e-5)
 
 
+@pytest.mark.parametrize("b", [1, 3])
+def test_in_lockstep_every_worker_runs_as_many_forwards_and_the_padding_weighs_nothing(b: int) -> None:
+    """FSDP2's forwards and backwards are collectives: 1 row per chip at 3 slices is 1.5 per worker at 2 (forwards
+    of 1 and 2), 3 rows per chip 4.5 (forwards 3+1 and 3+2); a worker with fewer runs its first one again, weighted
+    0, so its loss and gradient are those of its own rows."""
+    data = SyntheticTokens(SHAPE.vocab_size, seed=1)
+    for r in range(CHIPS * 2):
+        p = plan(r, 2, b=b)
+        torch.manual_seed(0)
+        loose = GPT(SHAPE)
+        torch.manual_seed(0)
+        tight = Counted(SHAPE)
+        want = accumulate(p, loose, data, 0, 8, "cpu", NULL(), NULL)
+        got = accumulate(p, tight, data, 0, 8, "cpu", NULL(), NULL, lockstep=True)
+        assert len(tight.forwards) == p.accumulation == 2 and float(got) == float(want)
+        for a, z in zip(loose.parameters(), tight.parameters(), strict=True):
+            assert a.grad is not None and z.grad is not None and torch.equal(a.grad, z.grad)
+
+
+class Counted(GPT):
+    """The GPT, counting its forwards."""
+
+    def __init__(self, shape: ModelShape) -> None:
+        super().__init__(shape)
+        self.forwards: list[int] = []
+
+    def loss(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.forwards.append(len(tokens))
+        return super().loss(tokens)
+
+
 def test_the_live_size_comes_from_the_worker_group() -> None:
     c = SimpleNamespace(name="xla", world_size=16, rank=3)
     p = elastic_step((1, 3), 2, "v5p:2x2x2", c)
