@@ -13,7 +13,8 @@ a run through resizes trains the same model as an unbroken one:
   resize (from, to, step, cause) in the run's events (:meth:`GoodputRecorder.resized
   <tpuray.workloads.signals.goodput.GoodputRecorder.resized>`), which the goodput breakdown reads.
 
-The data-parallel checkpoint is the whole replicated state, written by rank 0, so it restores at any size.
+The data-parallel checkpoint is the whole replicated state, written by rank 0, so it restores at any size; TorchTPU's
+sharded job (:mod:`tpuray.workloads.gpt.fsdp2_loop`) uses the same pieces, its DCP checkpoint resharded on restore.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ so a permuted layout writes every shard at another's offset and a checkpoint the
 The batch of each step is the data-parallel job's (every device's rows, the ``tensor`` ranks of one replica
 sharing theirs), so the sharded run trains on the same data. Each worker writes its own DCP shards into the
 directory it reports; Ray Train gathers them into one checkpoint, with the run's history beside them.
+
+An elastic job (``GptJob.elastic``, whole slices) builds the mesh of the slices live at each start, so the ``data``
+axis (HSDP's replicas) is the live slice count, and keeps the global batch of the most slices with
+:mod:`tpuray.workloads.gpt.elastic`'s accumulation; DCP restores the checkpoint of any size onto the live mesh.
 """
 
 from __future__ import annotations

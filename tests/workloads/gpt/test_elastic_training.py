@@ -196,6 +196,22 @@ def test_the_live_size_comes_from_the_worker_group() -> None:
         elastic_step((1, 3), 2, "v5p:2x2x2", SimpleNamespace(name="xla", world_size=12, rank=0))
 
 
+def test_torch_tpus_sharded_job_takes_the_live_slices_as_its_data_axis() -> None:
+    from tpuray.workloads.gpt.fsdp2_loop import live_plan
+    from tpuray.workloads.gpt.loop import GptJob
+    from tpuray.workloads.sharding.mesh import MeshError
+
+    job = GptJob(SHAPE, 4, 2, 1e-2, 2, "v5e:2x2", elastic=(1, 3))
+    for slices in (1, 2, 3):
+        mesh, p = live_plan(job, 4, 1, 3, SimpleNamespace(name="torch_tpu", world_size=4 * slices, rank=1))
+        assert mesh.shape == (slices, 4, 1) and mesh.dcn_shape == (slices, 1, 1)
+        assert p is not None and (p.slices, p.global_batch, p.world) == (slices, 24, 4 * slices)
+    fixed, none = live_plan(GptJob(SHAPE, 4, 2, 1e-2, 2, "v5e:2x2"), 2, 2, 1, SimpleNamespace())
+    assert fixed.shape == (1, 2, 2) and none is None
+    with pytest.raises(MeshError, match=r"workload\.parallelism\.tensor=2 with workload\.elastic"):
+        live_plan(job, 2, 2, 3, SimpleNamespace(name="torch_tpu", world_size=8, rank=0))
+
+
 def test_each_resize_is_in_the_events_and_the_goodput_breakdown(tmp_path: Path) -> None:
     """Attempt 1 on 3 slices, attempt 2 on 2 (a slice lost), attempt 3 back on 3: the resizes with from, to, step
     and cause; the steps at 2 slices productive, worth 2/3 of their time at full size."""
