@@ -48,5 +48,7 @@ def test_a_checkpoint_from_two_slices_resumes_on_one_as_the_unbroken_run(tmp_pat
     assert kept["optimizer_diff"] == 0.0  # AdamW's moments and step, resharded from 8 ranks onto 4
     for a, b in zip(before[SAVE_AT:], kept["losses"], strict=True):
         assert abs(a - b) <= 1e-4 * abs(a), (before, kept["losses"])
-    # a global batch of the live slices only: other rows, another gradient
-    assert abs(shrunk["losses"][-1] - before[-1]) > 1e-3 * abs(before[-1]), (before, shrunk["losses"])
+    # a global batch of the live slices only (other rows, another gradient) fails the check above at both steps
+    # (measured: 9e-3 and 1e-3 relative)
+    for a, b in zip(before[SAVE_AT:], shrunk["losses"], strict=True):
+        assert abs(a - b) > 1e-4 * abs(a), (before, shrunk["losses"])
