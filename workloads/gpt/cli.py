@@ -457,8 +457,19 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         cache = _local_cache(args, storage)
         require_entrypoint_sharding(w.backend, tpu_slice, num_slices, fsdp, tensor)
         if fsdp * tensor > 1 and w.backend == "torch_tpu":  # FSDP2 and DTensor, one worker per device
-            config = {"job": job, "fsdp": fsdp, "tensor": tensor, "num_slices": num_slices}
-            job_trainer = trainer(train_gpt_fsdp2, config, tpu_slice, num_slices, run_config, backend="torch_tpu")
+            bounds = elastic_bounds(w, num_slices)  # the data axis grows and shrinks by whole slices
+            job = dataclasses.replace(job, elastic=bounds)
+            most = bounds[1] if bounds else num_slices
+            config = {"job": job, "fsdp": fsdp, "tensor": tensor, "num_slices": most}
+            job_trainer = trainer(
+                train_gpt_fsdp2,
+                config,
+                tpu_slice,
+                most,
+                run_config,
+                backend="torch_tpu",
+                min_slices=bounds[0] if bounds else None,
+            )
         elif fsdp * tensor > 1:  # PyTorch/XLA SPMD: one worker driving the host's chips
             config = {"job": job, "fsdp": fsdp, "tensor": tensor}
             pjrt = "CPU" if args.local else None

@@ -13,7 +13,8 @@ a run through resizes trains the same model as an unbroken one:
   resize (from, to, step, cause) in the run's events (:meth:`GoodputRecorder.resized
   <tpuray.workloads.signals.goodput.GoodputRecorder.resized>`), which the goodput breakdown reads.
 
-The data-parallel checkpoint is the whole replicated state, written by rank 0, so it restores at any size.
+The data-parallel checkpoint is the whole replicated state, written by rank 0, so it restores at any size; TorchTPU's
+sharded job (:mod:`tpuray.workloads.gpt.fsdp2_loop`) uses the same pieces, its DCP checkpoint resharded on restore.
 """
 
 from __future__ import annotations
@@ -108,19 +109,29 @@ def accumulate(
     device: Any,
     autocast: AbstractContextManager[Any],
     loading: Callable[[], AbstractContextManager[Any]],
+    lockstep: bool = False,
 ) -> torch.Tensor:
     """Forward and backward this worker's rows of ``step`` in micro-batches, gradients accumulated; returns its
     weighted loss, whose mean over the live workers is the global batch's mean loss (as the runtime's gradient
-    mean is its mean gradient). ``loading`` times the blocking data reads (the goodput step timer's)."""
+    mean is its mean gradient). ``loading`` times the blocking data reads (the goodput step timer's).
+
+    ``lockstep``: every worker runs :attr:`ElasticStep.accumulation` forwards, one with fewer rows repeating its
+    first micro-batch weighted 0, for a model whose forward and backward are collectives (FSDP2 all-gathers
+    parameters in each forward and reduce-scatters gradients in each backward, so ranks must run as many)."""
     import torch
 
+    batches = plan.micro_batches()
+    own = len(batches)
+    if lockstep:
+        batches += [batches[0]] * (plan.accumulation - own)
     total: torch.Tensor | None = None
-    for lo, hi in plan.micro_batches():
+    for i, (lo, hi) in enumerate(batches):
         with loading():
             tokens = torch.from_numpy(data.rows(step, lo, hi, plan.global_batch, seq_len))
         with autocast:
             loss = model.loss(tokens.to(device))
-        weighted = loss * ((hi - lo) * plan.world / plan.global_batch)
+        share = (hi - lo) * plan.world / plan.global_batch if i < own else 0.0
+        weighted = loss * share
         weighted.backward()
         total = weighted.detach() if total is None else total + weighted.detach()
     assert total is not None  # every worker has a row (ElasticStep checks it)

@@ -13,6 +13,10 @@ so a permuted layout writes every shard at another's offset and a checkpoint the
 The batch of each step is the data-parallel job's (every device's rows, the ``tensor`` ranks of one replica
 sharing theirs), so the sharded run trains on the same data. Each worker writes its own DCP shards into the
 directory it reports; Ray Train gathers them into one checkpoint, with the run's history beside them.
+
+An elastic job (``GptJob.elastic``, whole slices) builds the mesh of the slices live at each start, so the ``data``
+axis (HSDP's replicas) is the live slice count, and keeps the global batch of the most slices with
+:mod:`tpuray.workloads.gpt.elastic`'s accumulation; DCP restores the checkpoint of any size onto the live mesh.
 """
 
 from __future__ import annotations
@@ -21,17 +25,28 @@ import json
 import logging
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpuray.workloads import _ray_compat, runtime
+from tpuray.workloads.gpt import elastic
+from tpuray.workloads.gpt.elastic import ElasticStep
 from tpuray.workloads.gpt.loop import GptJob, over_ranks
 from tpuray.workloads.gpt.metrics import speed_metrics
 from tpuray.workloads.gpt.sharded import HISTORY_FILE, read_history
+from tpuray.workloads.sharding.mesh import MeshError, MeshPlan
 from tpuray.workloads.signals.drain import CheckpointSignal
 from tpuray.workloads.signals.goodput import GoodputRecorder
 
-__all__ = ["train_gpt_fsdp2"]
+if TYPE_CHECKING:
+    import torch
+
+    from tpuray.workloads.api.worker import Runtime
+    from tpuray.workloads.gpt.data import TokenBatches
+
+__all__ = ["live_plan", "restore", "save", "sharded_gpt", "step_loss", "train_gpt_fsdp2"]
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +57,11 @@ def _state(model: Any, opt: Any) -> dict[str, Any]:
     return {"model": get_model_state_dict(model), "optimizer": get_optimizer_state_dict(model, opt)}
 
 
-def _restore(where: str, model: Any, opt: Any, fingerprint: str) -> dict[str, Any]:
+def restore(where: str, model: Any, opt: Any, fingerprint: str) -> dict[str, Any]:
+    """Load the DCP checkpoint at ``where`` into the sharded ``model`` and ``opt`` in place (on any mesh: each rank
+    reads the parts of the global tensors its shards cover, AdamW's moments included); returns the run's history
+    beside it. ``get_optimizer_state_dict`` initialises the moments of an optimizer that has not stepped yet, so
+    they exist to be loaded into (torch 2.9 ``distributed/checkpoint/state_dict.py``, ``_init_optim_state``)."""
     from torch.distributed.checkpoint import state_dict_loader
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
@@ -54,21 +73,94 @@ def _restore(where: str, model: Any, opt: Any, fingerprint: str) -> dict[str, An
     return history
 
 
+def save(where: str, model: Any, opt: Any, history: dict[str, Any], rank: int) -> None:
+    """Write this rank's shards of ``model`` and ``opt`` into ``where`` (rank 0 also the DCP index and ``history``
+    beside them)."""
+    from torch.distributed.checkpoint import state_dict_saver
+
+    state_dict_saver.save(_state(model, opt), checkpoint_id=where)
+    if rank == 0:
+        (Path(where) / HISTORY_FILE).write_text(json.dumps(history))
+
+
+def live_plan(job: GptJob, fsdp: int, tensor: int, num_slices: int, c: Runtime) -> tuple[MeshPlan, ElasticStep | None]:
+    """The mesh of the live worker group and this worker's share of every step: a fixed-size job's mesh spans
+    ``num_slices``; an elastic one's (``job.elastic``) the whole slices of the group Ray Train started, its ``data``
+    axis (HSDP's replicas) growing and shrinking with them while ``fsdp`` stays inside a slice, the global batch
+    kept by gradient accumulation (:mod:`tpuray.workloads.gpt.elastic`)."""
+    from tpuray.components.catalog.runtimes import RUNTIMES
+    from tpuray.components.catalog.topology import TpuSlice
+    from tpuray.workloads.sharding import mesh_plan
+
+    if job.elastic is not None and tensor > 1:
+        raise MeshError(
+            f"workload.parallelism.tensor={tensor} with workload.elastic: at more than one slice the mesh has a data "
+            "axis, and this path averages gradients across replicas only through FSDP2 over fsdp; set tensor: 1 "
+            "(fsdp inside a slice), or remove workload.elastic"
+        )
+    plan = elastic.elastic_step(job.elastic, job.batch_size_per_chip, job.slice_spec, c)
+    s = TpuSlice.parse(job.slice_spec)
+    slices = plan.slices if plan is not None else num_slices
+    return mesh_plan(RUNTIMES["torch_tpu"].devices_per_host(s) * s.hosts, slices, fsdp, tensor), plan
+
+
+def sharded_gpt(job: GptJob, plan: MeshPlan, fsdp: int, tensor: int, device: Any) -> tuple[Any, Any]:
+    """The job's GPT, identical on every rank before it is sharded over ``plan``'s mesh, and its AdamW."""
+    import torch
+
+    from tpuray.workloads.gpt.model import GPT
+    from tpuray.workloads.sharding.fsdp2 import device_mesh, shard_gpt
+
+    mesh = device_mesh(plan, device.type)
+    torch.manual_seed(job.seed)  # identical initial weights on every rank, before they are sharded
+    model = GPT(job.model).to(device)
+    shard_gpt(model, mesh, fsdp, tensor)  # in place: FSDP2 and DTensor swap the parameters
+    opt = torch.optim.AdamW(model.parameters(), lr=job.learning_rate, weight_decay=0.01)
+    return model, opt
+
+
+def step_loss(
+    job: GptJob,
+    model: Any,
+    data: TokenBatches,
+    step: int,
+    c: Runtime,
+    tensor: int,
+    plan: ElasticStep | None,
+    loading: Callable[[], AbstractContextManager[Any]],
+) -> torch.Tensor:
+    """Forward and backward this rank's rows of ``step``; returns its loss, whose mean over the ranks is the step's.
+    Fixed size: the data-parallel job's rows, replica r (its data and fsdp coordinates) taking devices r*tensor ..
+    +tensor-1. Elastic: this rank's rows of the kept global batch, in lockstep micro-batches (FSDP2's forward and
+    backward are collectives), weighted so that FSDP2's gradient mean over the ranks is the global batch's."""
+    import numpy as np
+    import torch
+
+    seq = job.model.seq_len
+    if plan is not None:
+        return elastic.accumulate(plan, model, data, step, seq, c.device, nullcontext(), loading, lockstep=True)
+    replica, world = c.rank // tensor, c.world_size
+    with loading():
+        rows = [
+            data.batch(step, d, world, job.batch_size_per_chip, seq)
+            for d in range(replica * tensor, (replica + 1) * tensor)
+        ]
+        tokens = torch.from_numpy(np.concatenate(rows)).to(c.device)
+    loss: torch.Tensor = model.loss(tokens)
+    loss.backward()  # type: ignore[no-untyped-call]
+    return loss
+
+
 def train_gpt_fsdp2(config: dict[str, Any]) -> None:
     """Train ``config["job"]`` sharded ``config["fsdp"] x config["tensor"]`` over ``config["num_slices"]`` slices of
-    TorchTPU devices, one per worker."""
-    import numpy as np
+    TorchTPU devices, one per worker (an elastic job: over the slices Ray Train gives it, at most that many)."""
     import ray.train
     import torch
     import torch.distributed as dist
-    from torch.distributed.checkpoint import state_dict_saver
 
-    from tpuray.components.catalog.runtimes import RUNTIMES
     from tpuray.components.catalog.topology import TpuSlice
     from tpuray.workloads.gpt.data import open_dataset
-    from tpuray.workloads.gpt.model import GPT
-    from tpuray.workloads.sharding import mesh_plan
-    from tpuray.workloads.sharding.fsdp2 import device_mesh, rank_bytes, shard_gpt
+    from tpuray.workloads.sharding.fsdp2 import rank_bytes
 
     t_start, wall_start = time.perf_counter(), time.time()
     _ray_compat.quiet_train_report_log()
@@ -81,25 +173,21 @@ def train_gpt_fsdp2(config: dict[str, Any]) -> None:
     if job.cpu_threads:
         torch.set_num_threads(job.cpu_threads)
     s = TpuSlice.parse(job.slice_spec)
-    plan = mesh_plan(RUNTIMES["torch_tpu"].devices_per_host(s) * s.hosts, num_slices, fsdp, tensor)
-    device = c.device
-    mesh = device_mesh(plan, device.type)
+    plan, grow = live_plan(job, fsdp, tensor, num_slices, c)
     data = open_dataset(job.dataset, job.model.vocab_size, job.seed)
-    torch.manual_seed(job.seed)  # identical initial weights on every rank, before they are sharded
-    model = GPT(job.model).to(device)
-    shard_gpt(model, mesh, fsdp, tensor)  # in place: FSDP2 and DTensor swap the parameters
-    opt = torch.optim.AdamW(model.parameters(), lr=job.learning_rate, weight_decay=0.01)
+    model, opt = sharded_gpt(job, plan, fsdp, tensor, c.device)
     start, losses, resumes = 0, [], []
+    history: dict[str, Any] | None = None
     ckpt = ray.train.get_checkpoint()
     if ckpt is not None:
         with rec.restoring(), ckpt.as_directory() as where:
-            history = _restore(where, model, opt, job.fingerprint)
+            history = restore(where, model, opt, job.fingerprint)
         start = int(history["step"])
         losses, resumes = list(history["losses"])[:start], [*history["resumes"], start]
         if rank == 0:
             log.info(f"resumed from step {start}")
-    # the data-parallel job's rows: replica r (its data and fsdp coordinates) takes devices r*tensor .. +tensor-1
-    replica = rank // tensor
+    if grow is not None:
+        elastic.record_size(rec, grow, history, start)
     signal = CheckpointSignal(watch_node=c.first_on_host, every=job.drain_check_every, mean_over_ranks=over_ranks(c))
     first_step_s: float | None = None
     t_steps, n_steps = 0.0, 0
@@ -108,14 +196,7 @@ def train_gpt_fsdp2(config: dict[str, Any]) -> None:
     for step in range(start, job.steps):
         t = time.perf_counter()
         with rec.step(step) as timer:
-            with timer.loading():
-                rows = [
-                    data.batch(step, d, world, job.batch_size_per_chip, job.model.seq_len)
-                    for d in range(replica * tensor, (replica + 1) * tensor)
-                ]
-                tokens = torch.from_numpy(np.concatenate(rows)).to(device)
-            loss = model.loss(tokens)
-            loss.backward()  # type: ignore[no-untyped-call]
+            loss = step_loss(job, model, data, step, c, tensor, grow, timer.loading)
             opt.step()
             opt.zero_grad(set_to_none=True)
             pending.append(loss.detach())
@@ -145,11 +226,11 @@ def train_gpt_fsdp2(config: dict[str, Any]) -> None:
             }
         if rank == 0:
             log.info(f"step {done}/{job.steps} loss {losses[-1]:.3f}" + (f" ({signal.reason})" if out_of_turn else ""))
+        out = {"fingerprint": job.fingerprint, "step": done, "losses": losses, "resumes": resumes}
+        if grow is not None:
+            out[elastic.SLICES_KEY] = grow.slices
         with tempfile.TemporaryDirectory(prefix="tpuray-ckpt-") as tmp, rec.saving():
-            state_dict_saver.save(_state(model, opt), checkpoint_id=tmp)  # this rank's shards (and rank 0 the index)
-            if rank == 0:
-                history_out = {"fingerprint": job.fingerprint, "step": done, "losses": losses, "resumes": resumes}
-                (Path(tmp) / HISTORY_FILE).write_text(json.dumps(history_out))
+            save(tmp, model, opt, out, rank)
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp))
     signal.close()
 

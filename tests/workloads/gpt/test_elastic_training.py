@@ -156,6 +156,37 @@ def test_the_workers_mean_loss_is_the_global_batchs_at_any_size(slices: int, b: 
     assert float(torch.stack(losses).mean()) == pytest.approx(global_mean, rel=1e-5)
 
 
+@pytest.mark.parametrize("b", [1, 3])
+def test_in_lockstep_every_worker_runs_as_many_forwards_and_the_padding_weighs_nothing(b: int) -> None:
+    """FSDP2's forwards and backwards are collectives: 1 row per chip at 3 slices is 1.5 per worker at 2 (forwards
+    of 1 and 2), 3 rows per chip 4.5 (forwards 3+1 and 3+2); a worker with fewer runs its first one again, weighted
+    0, so its loss and gradient are those of its own rows."""
+    data = SyntheticTokens(SHAPE.vocab_size, seed=1)
+    for r in range(CHIPS * 2):
+        p = plan(r, 2, b=b)
+        torch.manual_seed(0)
+        loose = GPT(SHAPE)
+        torch.manual_seed(0)
+        tight = Counted(SHAPE)
+        want = accumulate(p, loose, data, 0, 8, "cpu", NULL(), NULL)
+        got = accumulate(p, tight, data, 0, 8, "cpu", NULL(), NULL, lockstep=True)
+        assert len(tight.forwards) == p.accumulation == 2 and float(got) == float(want)
+        for a, z in zip(loose.parameters(), tight.parameters(), strict=True):
+            assert a.grad is not None and z.grad is not None and torch.equal(a.grad, z.grad)
+
+
+class Counted(GPT):
+    """The GPT, counting its forwards."""
+
+    def __init__(self, shape: ModelShape) -> None:
+        super().__init__(shape)
+        self.forwards: list[int] = []
+
+    def loss(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.forwards.append(len(tokens))
+        return super().loss(tokens)
+
+
 def test_the_live_size_comes_from_the_worker_group() -> None:
     c = SimpleNamespace(name="xla", world_size=16, rank=3)
     p = elastic_step((1, 3), 2, "v5p:2x2x2", c)
@@ -163,6 +194,22 @@ def test_the_live_size_comes_from_the_worker_group() -> None:
     assert elastic_step(None, 2, "v5p:2x2x2", c) is None
     with pytest.raises(ValueError, match="not whole v5p:2x2x2 slices between 1 and 3"):
         elastic_step((1, 3), 2, "v5p:2x2x2", SimpleNamespace(name="xla", world_size=12, rank=0))
+
+
+def test_torch_tpus_sharded_job_takes_the_live_slices_as_its_data_axis() -> None:
+    from tpuray.workloads.gpt.fsdp2_loop import live_plan
+    from tpuray.workloads.gpt.loop import GptJob
+    from tpuray.workloads.sharding.mesh import MeshError
+
+    job = GptJob(SHAPE, 4, 2, 1e-2, 2, "v5e:2x2", elastic=(1, 3))
+    for slices in (1, 2, 3):
+        mesh, p = live_plan(job, 4, 1, 3, SimpleNamespace(name="torch_tpu", world_size=4 * slices, rank=1))
+        assert mesh.shape == (slices, 4, 1) and mesh.dcn_shape == (slices, 1, 1)
+        assert p is not None and (p.slices, p.global_batch, p.world) == (slices, 24, 4 * slices)
+    fixed, none = live_plan(GptJob(SHAPE, 4, 2, 1e-2, 2, "v5e:2x2"), 2, 2, 1, SimpleNamespace())
+    assert fixed.shape == (1, 2, 2) and none is None
+    with pytest.raises(MeshError, match=r"workload\.parallelism\.tensor=2 with workload\.elastic"):
+        live_plan(job, 2, 2, 3, SimpleNamespace(name="torch_tpu", world_size=8, rank=0))
 
 
 def test_each_resize_is_in_the_events_and_the_goodput_breakdown(tmp_path: Path) -> None:
