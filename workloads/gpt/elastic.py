@@ -74,6 +74,12 @@ class ElasticStep:
         return [(a, min(hi, a + self.micro)) for a in range(lo, hi, self.micro)]
 
     @property
+    def rows_per_worker(self) -> float:
+        """The global batch's rows per live worker: what a step's throughput counts per chip (more than the
+        per-chip batch below the most slices)."""
+        return self.global_batch / self.world
+
+    @property
     def accumulation(self) -> int:
         """Forwards per optimizer step on the busiest worker (1 at the most slices)."""
         per_worker = -(-self.global_batch // self.world)

@@ -212,7 +212,8 @@ def train_gpt_fsdp2(config: dict[str, Any]) -> None:
         pending = []
         metrics: dict[str, Any] = {"step": done, "loss": losses[-1], "first_step_s": first_step_s}
         if n_steps:
-            metrics |= speed_metrics(job.model, s, world, job.batch_size_per_chip, t_steps / n_steps, False)
+            rows = grow.rows_per_worker if grow is not None else job.batch_size_per_chip  # the kept global batch
+            metrics |= speed_metrics(job.model, s, world, rows, t_steps / n_steps, False)
         if done == job.steps:
             moments = [t for st in opt.state.values() for k, t in st.items() if k in ("exp_avg", "exp_avg_sq")]
             held = torch.tensor([rank_bytes(model.parameters()), rank_bytes(moments)], dtype=torch.float64)

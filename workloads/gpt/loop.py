@@ -254,7 +254,8 @@ def train_gpt(config: dict[str, Any]) -> None:
         metrics: dict[str, Any] = {"step": done, "loss": history[-1], "first_step_s": first_step_s}
         if step_times:
             median = sorted(step_times)[len(step_times) // 2]
-            metrics |= speed_metrics(job.model, _slice(job), c.world_size, job.batch_size_per_chip, median, real_chips)
+            rows = plan.rows_per_worker if plan is not None else job.batch_size_per_chip  # the kept global batch
+            metrics |= speed_metrics(job.model, _slice(job), c.world_size, rows, median, real_chips)
         if c.rank == 0:
             log.info(_progress(done, job.steps, history[-1], metrics))
             gp = rec.goodput()

@@ -60,9 +60,10 @@ class Throughput:
 
 
 def throughput(
-    shape: ModelShape, tpu_slice: TpuSlice, chips: int, batch_per_chip: int, step_time_s: float
+    shape: ModelShape, tpu_slice: TpuSlice, chips: int, batch_per_chip: float, step_time_s: float
 ) -> Throughput:
-    """Throughput of ``chips`` chips of ``tpu_slice``'s generation, each doing ``batch_per_chip`` sequences a step."""
+    """Throughput of ``chips`` chips of ``tpu_slice``'s generation, each doing ``batch_per_chip`` sequences a step
+    (a fraction where an elastic job's global batch is split unevenly over fewer chips)."""
     if step_time_s <= 0 or chips <= 0:
         raise ValueError(f"need a positive step time and chip count, got {step_time_s} s and {chips} chips")
     tokens = chips * batch_per_chip * shape.seq_len / step_time_s
@@ -82,7 +83,7 @@ def mfu(flops_per_s: float, tpu_slice: TpuSlice, chips: int) -> float:
 
 
 def speed_metrics(
-    shape: ModelShape, tpu_slice: TpuSlice, chips: int, batch_per_chip: int, step_time_s: float, real_chips: bool
+    shape: ModelShape, tpu_slice: TpuSlice, chips: int, batch_per_chip: float, step_time_s: float, real_chips: bool
 ) -> dict[str, float]:
     """What a GPT job reports of its speed (``step_time_s``, ``tokens_per_s`` over all chips) and, on real chips
     only, ``mfu``: XLA on a host CPU measured against a TPU's peak would be a number that means nothing."""

@@ -264,3 +264,16 @@ def test_the_entrypoint_takes_the_stacks_bounds_on_the_slices_it_runs_on(
     assert elastic_bounds(w, num_slices) == want
     said = capsys.readouterr().err
     assert ("trains at a fixed size" in said) == (elastic is not None and want is None)
+
+
+def test_throughput_at_a_reduced_size_counts_the_kept_global_batch() -> None:
+    """Below the most slices each chip takes more of the kept global batch a step: tokens/s counts those rows, so a
+    run that keeps its step time keeps its tokens/s, rather than dropping with the chips."""
+    from tpuray.components.catalog.topology import TpuSlice
+    from tpuray.workloads.gpt.metrics import speed_metrics
+
+    shape, s = ModelShape(vocab_size=64, layers=1, d_model=16, heads=2, seq_len=8), TpuSlice.parse("v5p:2x2x2")
+    full, reduced = plan(0, 3), plan(0, 1)
+    assert reduced.rows_per_worker * reduced.world == full.global_batch == full.rows_per_worker * full.world
+    at = {p.slices: speed_metrics(shape, s, p.world, p.rows_per_worker, 0.5, False) for p in (full, reduced)}
+    assert at[1]["tokens_per_s"] == at[3]["tokens_per_s"] == full.global_batch * shape.seq_len / 0.5
