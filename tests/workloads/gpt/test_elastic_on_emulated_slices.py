@@ -362,12 +362,14 @@ def test_a_users_train_function_sees_the_live_slices_and_mesh_after_each_resize(
     out.mkdir()
     run_dir = tmp_path / "user"
     fit = _Fit(_trainer(user_train, {"dir": str(out), "steps": USER_STEPS}, tmp_path, "user"))
-    fit.wait("the checkpoint at step 1 on 2 slices", lambda: 1 in _registered(run_dir))
-    with _LostSlice(cluster) as lost:
-        fit.wait("an attempt on 1 slice and its checkpoint at step 2", lambda: 2 in _registered(run_dir))
-        lost.bring_back()
-    fit.wait("an attempt on 2 slices again", lambda: len(_attempts(out)) >= 3)
-    (out / "release").touch()  # the grown attempt may finish
+    try:
+        fit.wait("the checkpoint at step 1 on 2 slices", lambda: 1 in _registered(run_dir))
+        with _LostSlice(cluster) as lost:
+            fit.wait("an attempt on 1 slice and its checkpoint at step 2", lambda: 2 in _registered(run_dir))
+            lost.bring_back()
+        fit.wait("an attempt on 2 slices again", lambda: len(_attempts(out)) >= 3)
+    finally:
+        (out / "release").touch()  # the grown attempt may finish (and a failed test's run ends)
     result = fit.result()
 
     chips = SLICE.chips
