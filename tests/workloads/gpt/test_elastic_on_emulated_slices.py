@@ -202,6 +202,13 @@ class _Fit:
             time.sleep(0.3)  # each look reads a few small files: leave the two cores to the chips
         raise AssertionError(f"{what} did not come within {WAIT_S:.0f} s")
 
+    def __enter__(self) -> _Fit:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:  # a failed test's run ends before the module's next test needs the slices
+            self._thread.join(timeout=WAIT_S)
+
     def result(self) -> Any:
         self._thread.join(timeout=WAIT_S)
         assert not self._thread.is_alive(), f"the run did not end within {WAIT_S:.0f} s of the slice's return"
@@ -320,14 +327,14 @@ def test_the_built_in_job_trains_on_through_a_lost_slice_and_grows_back(
         run_name="gpt",
         elastic=(1, 2),
     )
-    fit = _Fit(_trainer(train_holding, {"job": job}, tmp_path, "gpt"))
-    fit.wait(f"the checkpoint at step {LOST_AT} on 2 slices", lambda: LOST_AT in _registered(run_dir))
-    with _LostSlice(cluster) as lost:
-        last_before_loss = max(_registered(run_dir))
-        fit.wait(f"the checkpoint at step {RETURN_AT} on 1 slice", lambda: RETURN_AT in _registered(run_dir))
-        last_before_return = max(_registered(run_dir))
-        lost.bring_back()
-    result = fit.result()
+    with _Fit(_trainer(train_holding, {"job": job}, tmp_path, "gpt")) as fit:
+        fit.wait(f"the checkpoint at step {LOST_AT} on 2 slices", lambda: LOST_AT in _registered(run_dir))
+        with _LostSlice(cluster) as lost:
+            last_before_loss = max(_registered(run_dir))
+            fit.wait(f"the checkpoint at step {RETURN_AT} on 1 slice", lambda: RETURN_AT in _registered(run_dir))
+            last_before_return = max(_registered(run_dir))
+            lost.bring_back()
+        result = fit.result()
     events = read_events(run_dir / EVENTS_FILE)
 
     m = result.metrics
@@ -365,16 +372,16 @@ def test_a_users_train_function_sees_the_live_slices_and_mesh_after_each_resize(
     out = tmp_path / "user-records"
     out.mkdir()
     run_dir = tmp_path / "user"
-    fit = _Fit(_trainer(user_train, {"dir": str(out), "steps": USER_STEPS}, tmp_path, "user"))
-    try:
-        fit.wait("the checkpoint at step 1 on 2 slices", lambda: 1 in _registered(run_dir))
-        with _LostSlice(cluster) as lost:
-            fit.wait("an attempt on 1 slice and its checkpoint at step 2", lambda: 2 in _registered(run_dir))
-            lost.bring_back()
-        fit.wait("an attempt on 2 slices again", lambda: len(_attempts(out)) >= 3)
-    finally:
-        (out / "release").touch()  # the grown attempt may finish (and a failed test's run ends)
-    result = fit.result()
+    with _Fit(_trainer(user_train, {"dir": str(out), "steps": USER_STEPS}, tmp_path, "user")) as fit:
+        try:
+            fit.wait("the checkpoint at step 1 on 2 slices", lambda: 1 in _registered(run_dir))
+            with _LostSlice(cluster) as lost:
+                fit.wait("an attempt on 1 slice and its checkpoint at step 2", lambda: 2 in _registered(run_dir))
+                lost.bring_back()
+            fit.wait("an attempt on 2 slices again", lambda: len(_attempts(out)) >= 3)
+        finally:
+            (out / "release").touch()  # the grown attempt may finish (and a failed test's run ends)
+        result = fit.result()
 
     chips = SLICE.chips
     got = [(a["slices"], a["world_size"], a["mesh"], a["dcn"], a["ici"], a["resumed_from"]) for a in _attempts(out)]
