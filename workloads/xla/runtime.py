@@ -54,7 +54,9 @@ class XlaRuntime:
     def mean(self, values: torch.Tensor) -> torch.Tensor:
         import torch
 
-        local = values.detach().to(torch.float64).cpu()
+        # a copy even where the values are float64 on the CPU already (then .to and .cpu return them): the gloo
+        # all-reduce below sums in place, which would overwrite the caller's tensor
+        local = values.detach().to(torch.float64).cpu().clone()
         if self.world_size == 1:
             return local
         if self.info.collective == "xla":
