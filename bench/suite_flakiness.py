@@ -13,12 +13,16 @@ rate over the runs it ran in (a skip is not a run), the tests below 100%, each r
 loaded runs' slow-test seconds over the median CI run's (the baseline, measured in the same bench: a CI run's
 slow tests run beside nothing but each other). ``TPURAY_SHARED_DIR`` must name the CRDs' folder, as for ``.ci/run``.
 
-    python bench/suite_flakiness.py [--ci-runs 3] [--loaded-runs 1] [--record]
+    python bench/suite_flakiness.py [--ci-runs 3] [--loaded-runs 1] [--add] [--record]
+
+``--add`` pools these runs with the recorded entry's (``counts``: each slow test's passes and runs), so runs taken
+apart, a loaded run first and the CI runs later, give one rate per test; each run names the commit it ran.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -28,9 +32,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from figures import add_record_flag, emit
+from figures import FIGURES, add_record_flag, emit
 
 ROOT = Path(__file__).resolve().parents[1]
+NAME = "suite_flakiness"
+"""Its entry in the figures file (the name ``emit`` is given below, spelled out for the docs' check)."""
 
 
 def junit_key(classname: str, name: str) -> str:
@@ -121,39 +127,49 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ci-runs", type=int, default=3, help="whole clean CI runs, in a row")
     p.add_argument("--loaded-runs", type=int, default=1, help="slow-test runs with the fast loop beside them")
+    p.add_argument(
+        "--add",
+        action="store_true",
+        help="add these runs to those of the recorded entry (each run names its commit), the rates over them all",
+    )
     add_record_flag(p)
     args = p.parse_args()
     if not os.environ.get("TPURAY_SHARED_DIR"):
         p.error("TPURAY_SHARED_DIR must name the folder that holds kuberay-crds/, as for .ci/run")
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     slow = slow_tests()
-    runs: list[dict[str, Any]] = []
-    results: list[dict[str, tuple[str, float]]] = []
+    before: dict[str, Any] = {}
+    if args.add and FIGURES.exists():
+        before = json.loads(FIGURES.read_text()).get(NAME, {}).get("result", {})
+    runs: list[dict[str, Any]] = list(before.get("runs", []))
+    counts: dict[str, list[int]] = {k: list(v) for k, v in before.get("counts", {}).items() if k in slow}
     # kept after the bench: each run's report and a CI run's log, for the run that failed
     d = tempfile.mkdtemp(prefix="tpuray-flaky-")
     for i, run in enumerate([ci_run] * args.ci_runs + [loaded_run] * args.loaded_runs):
         report = Path(d) / f"run-{i}.xml"
-        runs.append(run(report))
-        results.append(outcomes(report) if report.exists() else {})
-        print(f"run {i}: {runs[-1]} (report: {report})", file=sys.stderr)
-    rates: dict[str, float | None] = {}
-    for key in slow:
-        ran = [r[key][0] for r in results if key in r and r[key][0] != "skipped"]
-        rates[key] = round(sum(o == "passed" for o in ran) / len(ran), 3) if ran else None  # None: never ran
-    for done, result in zip(runs, results, strict=True):
+        done = run(report) | {"commit": head.strip()}
+        result = outcomes(report) if report.exists() else {}
         # the slow tests' own time: the baseline the loaded runs compare with (a CI run also installs and lints)
         done["slow_test_seconds"] = round(sum(result[k][1] for k in slow if k in result))
+        for key in slow:
+            if key in result and result[key][0] != "skipped":
+                passed, ran = counts.setdefault(key, [0, 0])
+                counts[key] = [passed + (result[key][0] == "passed"), ran + 1]
+        runs.append(done)
+        print(f"run {i}: {done} (report: {report})", file=sys.stderr)
+    # None: the test never ran (skipped in every run)
+    rates = {k: round(counts[k][0] / counts[k][1], 3) if k in counts else None for k in slow}
     quiet = sorted(r["slow_test_seconds"] for r in runs if r["kind"] == "ci")
     loaded = [r["slow_test_seconds"] for r in runs if r["kind"] != "ci"]
     emit(
         "suite_flakiness",
         {
-            "commit": head.strip(),
             "slow_tests": len(slow),
             "runs": runs,
-            "slow_runs_passed_in_a_row": next((i for i, r in enumerate(runs) if r["rc"] != 0), len(runs)),
+            "runs_passed_in_a_row": next((i for i, r in enumerate(runs) if r["rc"] != 0), len(runs)),
             "below_100_percent": {k: v for k, v in rates.items() if v != 1.0},
             "pass_rate": rates,
+            "counts": counts,
             "loaded_over_quiet_slow_seconds": round(max(loaded) / quiet[len(quiet) // 2], 3)
             if loaded and quiet and quiet[len(quiet) // 2]
             else None,
