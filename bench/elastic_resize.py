@@ -13,6 +13,10 @@ later the bench brings the hosts back and Ray Train grows the group again. It re
 * ``loss_max_rel_diff``: the largest relative difference, over every step, between the run's losses and an unbroken
   two-slice run's on the same data (the global batch is kept, so they should agree within 1e-4).
 
+``--backend torch_tpu`` runs TorchTPU's built-in sharded job instead (``gpt/fsdp2_loop.py``, one worker per device
+on TorchTPU's CPU stand-in, FSDP2 over each slice's 8 devices, the data axis over the live slices: its DCP checkpoint
+written on two slices restores on one and back), recorded as ``elastic_resize_torch_tpu``.
+
 Heavy (16 worker processes): run it alone, under the machine's heavy lock::
 
     flock /tmp/heavy.lock python bench/elastic_resize.py [--steps 900] [--record]
@@ -56,11 +60,11 @@ def _job(run_dir: str, steps: int, every: int) -> GptJob:
     )
 
 
-def _fit(storage: str, name: str, steps: int, every: int, interval_s: float) -> tuple[Any, float]:
-    from ray.train.torch import TorchTrainer
+def _fit(storage: str, name: str, steps: int, every: int, interval_s: float, backend: str) -> tuple[Any, float]:
     from ray.train.v2.api.config import CheckpointConfig, FailureConfig, RunConfig
 
-    from tpuray.workloads import XlaChipConfig, tpu_scaling_config
+    from tpuray.workloads.gpt.fsdp2_loop import train_gpt_fsdp2
+    from tpuray.workloads.launch import trainer
 
     job = _job(os.path.join(storage, name), steps, every)
     # Ray Train V2's RunConfig, which its TorchTrainer takes in 2.60 (its stub still names the V1 class)
@@ -70,17 +74,24 @@ def _fit(storage: str, name: str, steps: int, every: int, interval_s: float) -> 
         checkpoint_config=CheckpointConfig(num_to_keep=2),
         failure_config=FailureConfig(max_failures=4, max_preemption_failures=4, controller_failure_limit=4),
     )
-    trainer = TorchTrainer(
-        train_gpt,
-        train_loop_config={"job": job},
-        scaling_config=tpu_scaling_config(
-            SLICE, num_slices=2, min_slices=1, elastic_resize_monitor_interval_s=interval_s
-        ),
-        torch_config=XlaChipConfig(),
-        run_config=run_config,
+    # TorchTPU: the sharded job, FSDP over each slice's devices and the data axis over the live slices
+    fn, config = (
+        (train_gpt, {"job": job})
+        if backend == "xla"
+        else (train_gpt_fsdp2, {"job": job, "fsdp": SLICE.devices, "tensor": 1, "num_slices": 2})
+    )
+    fit = trainer(
+        fn,
+        config,
+        SLICE,
+        2,
+        run_config,
+        backend="xla" if backend == "xla" else "torch_tpu",
+        min_slices=1,
+        elastic_resize_monitor_interval_s=interval_s,
     )
     t0 = time.time()
-    return trainer.fit(), t0
+    return fit.fit(), t0
 
 
 def _events(run_dir: str) -> list[dict[str, Any]]:
@@ -116,6 +127,12 @@ def main() -> None:
     p.add_argument("--every", type=int, default=10, help="checkpoint period in steps")
     p.add_argument("--monitor-s", type=float, default=3.0, help="elastic_resize_monitor_interval_s")
     p.add_argument("--timeout-s", type=float, default=900.0)
+    p.add_argument(
+        "--backend",
+        choices=("xla", "torch_tpu"),
+        default="xla",
+        help="torch_tpu: the sharded job on TorchTPU's stand-in, recorded as elastic_resize_torch_tpu",
+    )
     add_record_flag(p)
     args = p.parse_args()
 
@@ -134,7 +151,9 @@ def main() -> None:
 
         def fit() -> None:  # in a thread: Ray adds a node only from the main thread, where the disruption runs
             try:
-                fitted["result"], fitted["t0"] = _fit(storage, "elastic", args.steps, args.every, args.monitor_s)
+                fitted["result"], fitted["t0"] = _fit(
+                    storage, "elastic", args.steps, args.every, args.monitor_s, args.backend
+                )
             except BaseException as e:  # re-raised in the main thread
                 fitted["error"] = e
 
@@ -162,7 +181,7 @@ def main() -> None:
         grow_at = _first_step_after(events, marks.get("return", float("inf")), 2)
         losses = list(result.metrics["losses"])
 
-        unbroken, _ = _fit(storage, "unbroken", args.steps, args.every, args.monitor_s)
+        unbroken, _ = _fit(storage, "unbroken", args.steps, args.every, args.monitor_s, args.backend)
         if unbroken.error is not None:
             raise unbroken.error
         reference = list(unbroken.metrics["losses"])
@@ -171,8 +190,9 @@ def main() -> None:
     grow = grow_at - marks["return"] if grow_at is not None and "return" in marks else None
     resizes = [(e["from"], e["to"], e["step"]) for e in events if e["e"] == "resize"]
     emit(
-        "elastic_resize",
+        "elastic_resize" + ("" if args.backend == "xla" else f"_{args.backend}"),
         {
+            "runtime": args.backend,
             "slice": str(SLICE),
             "slices": [1, 2],
             "steps": args.steps,

@@ -69,13 +69,15 @@ def trainer(
     spmd: bool = False,
     pjrt_device: str | None = None,
     min_slices: int | None = None,
+    elastic_resize_monitor_interval_s: float | None = None,
 ) -> Any:
     """A ``TorchTrainer`` running ``train_fn(config)`` on ``num_slices`` whole ``tpu_slice`` slices under
     ``backend``, with ``run_config``. ``compile_cache_dir``: PyTorch/XLA's persistent cache root (TorchTPU's is the
     stack's, set by the env callback). ``spmd``: PyTorch/XLA's other process model, one worker per host driving
     all its chips (:class:`~tpuray.workloads.sharding.backend.SpmdConfig`; ``pjrt_device="CPU"`` on the emulated slice),
     refused where only TPUs can run it. ``min_slices``: train elastically between it and ``num_slices`` whole slices
-    (:func:`~tpuray.workloads.api.scaling.tpu_scaling_config`)."""
+    (:func:`~tpuray.workloads.api.scaling.tpu_scaling_config`), Ray Train checking every
+    ``elastic_resize_monitor_interval_s`` (Ray's default where None) whether lost slices came back."""
     from ray.train.torch import TorchTrainer
 
     if spmd:
@@ -91,7 +93,12 @@ def trainer(
             torch_config=SpmdConfig(),
             run_config=run_config,
         )
-    scaling = tpu_scaling_config(tpu_slice, num_slices=num_slices, min_slices=min_slices, backend=backend)
+    interval = (
+        {}
+        if elastic_resize_monitor_interval_s is None
+        else {"elastic_resize_monitor_interval_s": elastic_resize_monitor_interval_s}
+    )
+    scaling = tpu_scaling_config(tpu_slice, num_slices=num_slices, min_slices=min_slices, backend=backend, **interval)
     if backend == "xla":
         from tpuray.workloads.xla import XlaChipConfig
 
