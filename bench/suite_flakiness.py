@@ -13,10 +13,11 @@ rate over the runs it ran in (a skip is not a run), the tests below 100%, each r
 loaded runs' slow-test seconds over the median CI run's (the baseline, measured in the same bench: a CI run's
 slow tests run beside nothing but each other). ``TPURAY_SHARED_DIR`` must name the CRDs' folder, as for ``.ci/run``.
 
-    python bench/suite_flakiness.py [--ci-runs 3] [--loaded-runs 1] [--add] [--record]
+    python bench/suite_flakiness.py [--ci-runs 3] [--loaded-runs 1] [--add] [--reports DIR] [--record]
 
 ``--add`` pools these runs with the recorded entry's (``counts``: each slow test's passes and runs), so runs taken
 apart, a loaded run first and the CI runs later, give one rate per test; each run names the commit it ran.
+``--reports DIR`` runs nothing and reads the CI runs an earlier bench kept in ``DIR`` (it prints where).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,8 @@ from typing import Any
 from figures import FIGURES, add_record_flag, emit
 
 ROOT = Path(__file__).resolve().parents[1]
+COMMIT_LINE = "commit: "
+"""The first line of a CI run's kept log: the commit its clone checked out."""
 NAME = "suite_flakiness"
 """Its entry in the figures file (the name ``emit`` is given below, spelled out for the docs' check)."""
 
@@ -94,12 +98,30 @@ def ci_run(report: Path) -> dict[str, Any]:
             "PATH": os.pathsep.join(path),
             "PYTEST_ADDOPTS": f"--junitxml={report}",
         }
+        commit = _commit(clone)
         t0 = time.monotonic()
         with open(report.with_suffix(".log"), "w") as log:
+            log.write(f"{COMMIT_LINE}{commit}\n")
+            log.flush()
             rc = subprocess.run(
                 ["bash", ".ci/run"], cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT
             ).returncode
-        return {"kind": "ci", "rc": rc, "seconds": round(time.monotonic() - t0)}
+        return {"kind": "ci", "rc": rc, "seconds": round(time.monotonic() - t0), "commit": commit}
+
+
+def _commit(repo: Path) -> str:
+    got = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
+    return got.stdout.strip()
+
+
+def kept_ci_run(report: Path) -> dict[str, Any]:
+    """A CI run of an earlier bench, from the log it kept beside ``report``: ``.ci/run`` prints its last line,
+    ``ci: <seconds>s``, only when every step passed (``set -e``); the commit is the log's first line (None in a log
+    written before the bench wrote it)."""
+    lines = report.with_suffix(".log").read_text(errors="replace").splitlines()
+    commit = lines[0].removeprefix(COMMIT_LINE) if lines and lines[0].startswith(COMMIT_LINE) else None
+    total = next((int(line[4:-1]) for line in reversed(lines) if re.fullmatch(r"ci: \d+s", line)), None)
+    return {"kind": "ci", "rc": 0 if total is not None else 1, "seconds": total, "commit": commit}
 
 
 def loaded_run(report: Path) -> dict[str, Any]:
@@ -120,7 +142,13 @@ def loaded_run(report: Path) -> dict[str, Any]:
         )
         fast_loops.append(fast.returncode)
     seconds = round(time.monotonic() - t0)
-    return {"kind": "slow beside the fast loop", "rc": slow.returncode, "seconds": seconds, "fast_loops": fast_loops}
+    return {
+        "kind": "slow beside the fast loop",
+        "rc": slow.returncode,
+        "seconds": seconds,
+        "fast_loops": fast_loops,
+        "commit": _commit(ROOT),
+    }
 
 
 def main() -> None:
@@ -132,11 +160,15 @@ def main() -> None:
         action="store_true",
         help="add these runs to those of the recorded entry (each run names its commit), the rates over them all",
     )
+    p.add_argument(
+        "--reports",
+        type=Path,
+        help="run nothing: read the CI runs an earlier bench kept in this folder (run-N.xml and run-N.log)",
+    )
     add_record_flag(p)
     args = p.parse_args()
     if not os.environ.get("TPURAY_SHARED_DIR"):
         p.error("TPURAY_SHARED_DIR must name the folder that holds kuberay-crds/, as for .ci/run")
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     slow = slow_tests()
     before: dict[str, Any] = {}
     if args.add and FIGURES.exists():
@@ -144,10 +176,15 @@ def main() -> None:
     runs: list[dict[str, Any]] = list(before.get("runs", []))
     counts: dict[str, list[int]] = {k: list(v) for k, v in before.get("counts", {}).items() if k in slow}
     # kept after the bench: each run's report and a CI run's log, for the run that failed
-    d = tempfile.mkdtemp(prefix="tpuray-flaky-")
-    for i, run in enumerate([ci_run] * args.ci_runs + [loaded_run] * args.loaded_runs):
-        report = Path(d) / f"run-{i}.xml"
-        done = run(report) | {"commit": head.strip()}
+    if args.reports is not None:
+        kept = sorted(args.reports.glob("run-*.log"), key=lambda f: int(f.stem.split("-")[1]))
+        plan = [(f.with_suffix(".xml"), kept_ci_run) for f in kept]
+    else:
+        d = Path(tempfile.mkdtemp(prefix="tpuray-flaky-"))
+        todo = [ci_run] * args.ci_runs + [loaded_run] * args.loaded_runs
+        plan = [(d / f"run-{i}.xml", run) for i, run in enumerate(todo)]
+    for i, (report, run) in enumerate(plan):
+        done = run(report)
         result = outcomes(report) if report.exists() else {}
         # the slow tests' own time: the baseline the loaded runs compare with (a CI run also installs and lints)
         done["slow_test_seconds"] = round(sum(result[k][1] for k in slow if k in result))
