@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.train_runs import registered_steps
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.workloads.emulation.cluster import EmulatedCluster, HostNode
 from tpuray.workloads.signals.drain import CheckpointSignal
@@ -244,15 +245,6 @@ class _LostSlice:
             self.bring_back()
 
 
-def _registered(run_dir: Path) -> list[int]:
-    """The steps of the checkpoints Ray Train has registered (what a restart resumes from)."""
-    try:
-        snapshot = json.loads((run_dir / "checkpoint_manager_snapshot.json").read_text())
-    except (OSError, ValueError):
-        return []
-    return [int(r["metrics"]["step"]) for r in snapshot["checkpoint_results"]]
-
-
 def _unbroken_losses(job: Any) -> list[float]:
     """An unbroken two-slice run's loss at each step, computed here on the CPU and independently of the elastic
     split: each step one forward and backward of the whole global batch (the per-chip batch times the chips of two
@@ -328,11 +320,11 @@ def test_the_built_in_job_trains_on_through_a_lost_slice_and_grows_back(
         elastic=(1, 2),
     )
     with _Fit(_trainer(train_holding, {"job": job}, tmp_path, "gpt")) as fit:
-        fit.wait(f"the checkpoint at step {LOST_AT} on 2 slices", lambda: LOST_AT in _registered(run_dir))
+        fit.wait(f"the checkpoint at step {LOST_AT} on 2 slices", lambda: LOST_AT in registered_steps(run_dir))
         with _LostSlice(cluster) as lost:
-            last_before_loss = max(_registered(run_dir))
-            fit.wait(f"the checkpoint at step {RETURN_AT} on 1 slice", lambda: RETURN_AT in _registered(run_dir))
-            last_before_return = max(_registered(run_dir))
+            last_before_loss = max(registered_steps(run_dir))
+            fit.wait(f"the checkpoint at step {RETURN_AT} on 1 slice", lambda: RETURN_AT in registered_steps(run_dir))
+            last_before_return = max(registered_steps(run_dir))
             lost.bring_back()
         result = fit.result()
     events = read_events(run_dir / EVENTS_FILE)
@@ -374,9 +366,9 @@ def test_a_users_train_function_sees_the_live_slices_and_mesh_after_each_resize(
     run_dir = tmp_path / "user"
     with _Fit(_trainer(user_train, {"dir": str(out), "steps": USER_STEPS}, tmp_path, "user")) as fit:
         try:
-            fit.wait("the checkpoint at step 1 on 2 slices", lambda: 1 in _registered(run_dir))
+            fit.wait("the checkpoint at step 1 on 2 slices", lambda: 1 in registered_steps(run_dir))
             with _LostSlice(cluster) as lost:
-                fit.wait("an attempt on 1 slice and its checkpoint at step 2", lambda: 2 in _registered(run_dir))
+                fit.wait("an attempt on 1 slice and its checkpoint at step 2", lambda: 2 in registered_steps(run_dir))
                 lost.bring_back()
             fit.wait("an attempt on 2 slices again", lambda: len(_attempts(out)) >= 3)
         finally:

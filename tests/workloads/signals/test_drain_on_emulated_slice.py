@@ -33,6 +33,7 @@ import pytest
 
 from tests.support.goodput_by_hand import check_goodput_by_hand
 from tests.support.prometheus_server import LocalPrometheus
+from tests.support.train_runs import registered_steps
 from tpuray.components.catalog import metric_names as mn
 from tpuray.components.catalog.topology import TpuSlice
 from tpuray.components.planning.drain import DRAIN_REASON
@@ -115,15 +116,6 @@ def _checkpoints(run_dir: Path) -> list[dict[str, Any]]:
     return found
 
 
-def _registered(run_dir: Path) -> list[int]:
-    """The steps of the checkpoints Ray Train has registered (what a restart resumes from)."""
-    try:
-        snapshot = json.loads((run_dir / "checkpoint_manager_snapshot.json").read_text())
-    except (OSError, ValueError):
-        return []
-    return [int(r["metrics"]["step"]) for r in snapshot["checkpoint_results"]]
-
-
 def _wait(what: str, cond: Any, fit: threading.Thread, results: list[Any], timeout_s: float = 240) -> Any:
     """``cond()`` once it holds; fails at once, naming ``what``, if the run ended first (the event cannot come)."""
     end = time.monotonic() + timeout_s
@@ -179,7 +171,7 @@ def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalProm
 
     fit = threading.Thread(target=run)
     fit.start()
-    _wait(f"the periodic checkpoint at step {EVERY}", lambda: _registered(run_dir), fit, results)
+    _wait(f"the periodic checkpoint at step {EVERY}", lambda: registered_steps(run_dir), fit, results)
 
     host = cluster.host_node_id(cluster.slice_names()[0], 0)
     gcs = ray.get_runtime_context().gcs_address
@@ -195,7 +187,7 @@ def test_a_drained_host_loses_no_steps(cluster: EmulatedCluster, prom: LocalProm
     assert drained[0]["step"] == drain_step == HOLD  # the checkpoint holds the drain step itself
     # Ray Train counts a checkpoint once the controller has every rank's report; the preStop hook keeps the node up
     # for the deadline, which covers that (on a loaded machine it took seconds). The VM goes as soon as it has.
-    _wait("Ray Train to register the drain checkpoint", lambda: drain_step in _registered(run_dir), fit, results)
+    _wait("Ray Train to register the drain checkpoint", lambda: drain_step in registered_steps(run_dir), fit, results)
     pids = cluster.worker_pids(host)
     assert pids  # the 4 chips' workers (and any idle Ray workers there)
     for pid in pids:
