@@ -4,16 +4,19 @@ Two multi-host v5p 2x2x2 slices (GKE Multislice joins only multi-host slices, so
 in), trained elastically between one and two slices (``tpu_scaling_config(num_slices=2, min_slices=1)``). Mid-run
 the test takes both hosts of one slice away, as GKE taking a preempted slice's VMs: Ray Train restarts the worker
 group on the slice that remains, from the last checkpoint; the test then brings the hosts back and Ray Train's
-elastic policy grows the group to two slices again. Two train functions go through it: the built-in GPT job, and a
-user's own function written against the public per-worker API.
+elastic policy grows the group to two slices again. The built-in GPT job goes through both resizes; a user's own
+function, written against the public per-worker API, goes through the lost slice and finishes on the one left (each
+start is a fresh worker group, so what it would see after the grow is what it saw on its first start, and the
+built-in job's test covers the grow itself).
 
 Nothing here races the job: each attempt holds, after the checkpoint the test waits for, until the resize that ends
 it (the lost slice, the grown group) or the test's release file, so no run can end before the disruption it waits
 for. Every wait follows an event and says which event did not come.
 
-Each test starts three worker groups (two slices, one, two again), and Ray Train sees returned hosts only at its
-autoscaling coordinator's next tick (every 20 s in Ray 2.60): on two shared cores the module took about 6.5
-minutes, the grow alone 80 to 90 s of each test (the built-in job prints its cold start, shrink and grow times).
+Each worker group start costs about 3 s a worker on two shared cores (Ray's controller logs, Ray 2.60: 16 actors
+11 s, the train context 16 s, the backend 21 s, mostly imports of torch and torch_xla), and Ray Train sees returned
+hosts only at its autoscaling coordinator's next tick (every 20 s): the grow takes 80 to 90 s (the built-in job
+prints its cold start, shrink and grow times).
 """
 
 from __future__ import annotations
@@ -367,20 +370,18 @@ def test_a_users_train_function_sees_the_live_slices_and_mesh_after_each_resize(
     with _Fit(_trainer(user_train, {"dir": str(out), "steps": USER_STEPS}, tmp_path, "user")) as fit:
         try:
             fit.wait("the checkpoint at step 1 on 2 slices", lambda: 1 in registered_steps(run_dir))
-            with _LostSlice(cluster) as lost:
+            with _LostSlice(cluster):
                 fit.wait("an attempt on 1 slice and its checkpoint at step 2", lambda: 2 in registered_steps(run_dir))
-                lost.bring_back()
-            fit.wait("an attempt on 2 slices again", lambda: len(_attempts(out)) >= 3)
+                (out / "release").touch()  # the one-slice attempt finishes while the slice is away
+                result = fit.result()
         finally:
-            (out / "release").touch()  # the grown attempt may finish (and a failed test's run ends)
-        result = fit.result()
+            (out / "release").touch()  # a failed test's run ends before the module's next test needs the slices
 
     chips = SLICE.chips
     got = [(a["slices"], a["world_size"], a["mesh"], a["dcn"], a["ici"], a["resumed_from"]) for a in _attempts(out)]
     assert got == [
         (2, 2 * chips, [2 * chips, 1, 1], [2, 1, 1], [chips, 1, 1], None),
         (1, chips, [chips, 1, 1], [1, 1, 1], [chips, 1, 1], 1),  # the data axis is the live slices'
-        (2, 2 * chips, [2 * chips, 1, 1], [2, 1, 1], [chips, 1, 1], 2),
     ]
     assert all(a["agreed"] for a in _attempts(out))  # every worker saw the same group
-    assert result.metrics == {"step": USER_STEPS, "slices": 2, "mesh": [2 * chips, 1, 1]}
+    assert result.metrics == {"step": USER_STEPS, "slices": 1, "mesh": [chips, 1, 1]}
