@@ -7,7 +7,7 @@ CPU, one process per emulated device over gloo, as an elastic job of ``v5e:2x2``
 * ``steps``: ``[first, end)`` of the steps it trains, the first resumed from ``restore`` when above 0;
 * ``restore``, ``save``: a checkpoint directory to restore from, and one to write after step ``save_at``.
 
-Rank 0 appends ``{"name", "losses", "history", "optimizer_diff", "resizes"}`` per RUN to ``$FSDP2_ELASTIC_RESULTS``:
+Rank 0 emits ``{"name", "losses", "history", "optimizer_diff", "resizes"}`` per RUN (tests/support/gloo_ranks.py):
 the step losses (the mean over the ranks), the history read beside a restored checkpoint, the largest difference
 between the restored optimizer state and the one saved (0.0 where nothing was restored), and the resize events."""
 
@@ -16,16 +16,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.multiprocessing.spawn import spawn
 
+from tests.support.gloo_ranks import emit, spawn_ranks
 from tpuray.workloads.gpt.data import open_dataset
 from tpuray.workloads.gpt.elastic import SLICES_KEY, record_size
 from tpuray.workloads.gpt.fsdp2_loop import live_plan, restore, save, sharded_gpt, step_loss
@@ -37,7 +35,6 @@ from tpuray.workloads.torch_tpu.runtime import TorchTpuRuntime
 SHAPE = ModelShape(vocab_size=64, layers=1, d_model=16, heads=4, seq_len=8)
 FSDP = 4  # a v5e 2x2 slice's devices: the data axis is the live slice count
 JOB = GptJob(SHAPE, steps=8, batch_size_per_chip=1, learning_rate=1e-2, checkpoint_every=2, slice_spec="v5e:2x2")
-RESULTS_ENV = "FSDP2_ELASTIC_RESULTS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,28 +95,16 @@ def _run(spec: dict[str, Any], rank: int, world: int) -> None:
     if rank == 0:
         resizes = [[e["from"], e["to"], e["step"]] for e in rec.events if e["e"] == "resize"]
         result = {"name": spec["name"], "losses": losses, "history": history, "optimizer_diff": optimizer_diff}
-        with open(os.environ[RESULTS_ENV], "a") as f:
-            f.write(json.dumps(result | {"resizes": resizes}) + "\n")
+        emit(result | {"resizes": resizes})
 
 
-def _rank(rank: int, world: int, port: int, runs: list[dict[str, Any]]) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        for spec in runs:
-            _run(spec, rank, world)
-    finally:
-        dist.destroy_process_group()
+def _runs(rank: int, world: int, runs: list[dict[str, Any]]) -> None:
+    for spec in runs:
+        _run(spec, rank, world)
 
 
 def main(argv: list[str]) -> None:
-    world = int(argv[0])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    runs = [json.loads(a) for a in argv[1:]]
-    spawn(_rank, args=(world, port, runs), nprocs=world, join=True)  # type: ignore[no-untyped-call]
+    spawn_ranks(_runs, int(argv[0]), [json.loads(a) for a in argv[1:]])
 
 
 if __name__ == "__main__":

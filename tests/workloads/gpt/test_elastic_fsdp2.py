@@ -6,15 +6,12 @@ it train as the unbroken two-slice run's, because the global batch is kept; had 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.gloo_ranks import run_script
 from tpuray.workloads.gpt.elastic import SLICES_KEY
 
 SCRIPT = Path(__file__).with_name("fsdp2_elastic_run.py")
@@ -24,13 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _run(world: int, *runs: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        results = Path(tmp) / "results.jsonl"
-        env = {**os.environ, "FSDP2_ELASTIC_RESULTS": str(results)}  # the script's RESULTS_ENV
-        argv = [sys.executable, str(SCRIPT), str(world), *(json.dumps(r) for r in runs)]
-        out = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=800, env=env)
-        assert out.returncode == 0, out.stderr[-3000:]
-        lines = [json.loads(line) for line in results.read_text().splitlines()]
+    lines = run_script(SCRIPT, str(world), *(json.dumps(r) for r in runs), timeout_s=800)
     return {r["name"]: r for r in lines}
 
 

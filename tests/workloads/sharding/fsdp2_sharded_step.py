@@ -2,20 +2,17 @@
 GPT (tpuray.workloads.sharding.fsdp2) and compare them with the unsharded step, save a sharded checkpoint, or load
 one with another partition, in the order given: ``python fsdp2_sharded_step.py N OP ...``, each OP
 ``step:FSDP,TENSOR``, ``save:DIR`` or ``load:DIR`` (one set of processes for all: each costs seconds to start).
-Rank 0 appends one JSON line per OP to the file ``$FSDP2_STEP_RESULTS`` names."""
+Rank 0 emits one JSON line per OP (tests/support/gloo_ranks.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.multiprocessing.spawn import spawn
 
+from tests.support.gloo_ranks import emit, spawn_ranks
 from tpuray.workloads.gpt.metrics import ModelShape
 from tpuray.workloads.gpt.model import GPT, next_token_loss
 
@@ -84,7 +81,7 @@ def _step(world: int, plan: str) -> None:
     result["bytes_per_rank"] = sorted(set(every))  # type: ignore[type-var]
     result["state_tensors"] = len(state)
     if dist.get_rank() == 0:
-        _emit(result)
+        emit(result)
 
 
 def _save(world: int, where: Path) -> None:
@@ -113,44 +110,24 @@ def _load(world: int, where: Path) -> None:
     diff = max((_full(p).detach() - expected[n]).abs().max().item() for n, p in model.named_parameters())
     local = sorted({type(p).__name__ for p in model.parameters()})
     if dist.get_rank() == 0:
-        _emit({"world": world, "max_diff": diff, "parameter_types": local})
+        emit({"world": world, "max_diff": diff, "parameter_types": local})
 
 
-RESULTS_ENV = "FSDP2_STEP_RESULTS"
-"""The file rank 0 appends its JSON lines to: the ranks share stdout, where gloo's own lines from the other ranks
-can land inside a result line."""
-
-
-def _emit(result: dict[str, object]) -> None:
-    with open(os.environ[RESULTS_ENV], "a") as f:
-        f.write(json.dumps(result) + "\n")
-
-
-def _rank(rank: int, world: int, port: int, ops: list[str]) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        for op in ops:
-            kind, _, arg = op.partition(":")
-            if kind == "step":
-                _step(world, arg)
-            elif kind == "save":
-                _save(world, Path(arg))
-            elif kind == "load":
-                _load(world, Path(arg))
-            else:
-                raise SystemExit(f"unknown op {op!r}: step:FSDP,TENSOR, save:DIR or load:DIR")
-    finally:
-        dist.destroy_process_group()
+def _ops(rank: int, world: int, ops: list[str]) -> None:
+    for op in ops:
+        kind, _, arg = op.partition(":")
+        if kind == "step":
+            _step(world, arg)
+        elif kind == "save":
+            _save(world, Path(arg))
+        elif kind == "load":
+            _load(world, Path(arg))
+        else:
+            raise SystemExit(f"unknown op {op!r}: step:FSDP,TENSOR, save:DIR or load:DIR")
 
 
 def main(argv: list[str]) -> None:
-    world = int(argv[0])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    spawn(_rank, args=(world, port, argv[1:]), nprocs=world, join=True)  # type: ignore[no-untyped-call]
+    spawn_ranks(_ops, int(argv[0]), argv[1:])
 
 
 if __name__ == "__main__":

@@ -4,17 +4,13 @@ torch.distributed.checkpoint saved on 8 ranks restores on 4 and into plain torch
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 import torch
 
+from tests.support.gloo_ranks import run_script
 from tpuray.components.catalog.gpt_sharding import GptDims
 from tpuray.components.config.workload import training_state_bytes_per_device
 
@@ -25,14 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 def _run(*argv: str) -> list[dict[str, object]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        results = Path(tmp) / "results.jsonl"
-        env = {**os.environ, "FSDP2_STEP_RESULTS": str(results)}  # the script's RESULTS_ENV
-        out = subprocess.run(
-            [sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, check=False, timeout=1800, env=env
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-        return [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    return run_script(SCRIPT, *argv, timeout_s=1800)
 
 
 PLANS = {8: ("8,1", "2,1", "4,2"), 4: ("4,1", "1,4", "2,2")}
