@@ -456,37 +456,30 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         run_config = _run_config(s.run, storage)
         cache = _local_cache(args, storage)
         require_entrypoint_sharding(w.backend, tpu_slice, num_slices, fsdp, tensor)
-        if fsdp * tensor > 1 and w.backend == "torch_tpu":  # FSDP2 and DTensor, one worker per device
-            bounds = elastic_bounds(w, num_slices)  # the data axis grows and shrinks by whole slices
-            job = dataclasses.replace(job, elastic=bounds)
-            most = bounds[1] if bounds else num_slices
-            config = {"job": job, "fsdp": fsdp, "tensor": tensor, "num_slices": most}
-            job_trainer = trainer(
-                train_gpt_fsdp2,
-                config,
-                tpu_slice,
-                most,
-                run_config,
-                backend="torch_tpu",
-                min_slices=bounds[0] if bounds else None,
-            )
-        elif fsdp * tensor > 1:  # PyTorch/XLA SPMD: one worker driving the host's chips
+        if fsdp * tensor > 1 and w.backend != "torch_tpu":  # PyTorch/XLA SPMD: one worker driving the host's chips
             config = {"job": job, "fsdp": fsdp, "tensor": tensor}
             pjrt = "CPU" if args.local else None
             job_trainer = trainer(train_gpt_sharded, config, tpu_slice, 1, run_config, spmd=True, pjrt_device=pjrt)
         else:
-            bounds = elastic_bounds(w, num_slices)
+            bounds = elastic_bounds(w, num_slices)  # whole slices; FSDP2's data axis grows and shrinks with them
             job = dataclasses.replace(job, elastic=bounds)
-            job_trainer = trainer(
-                train_gpt,
-                {"job": job},
-                tpu_slice,
-                bounds[1] if bounds else num_slices,
-                run_config,
-                backend=w.backend,
-                compile_cache_dir=cache,
-                min_slices=bounds[0] if bounds else None,
-            )
+            most, least = (bounds[1], bounds[0]) if bounds else (num_slices, None)
+            if fsdp * tensor > 1:  # TorchTPU's FSDP2 and DTensor, one worker per device
+                config = {"job": job, "fsdp": fsdp, "tensor": tensor, "num_slices": most}
+                job_trainer = trainer(
+                    train_gpt_fsdp2, config, tpu_slice, most, run_config, backend="torch_tpu", min_slices=least
+                )
+            else:
+                job_trainer = trainer(
+                    train_gpt,
+                    {"job": job},
+                    tpu_slice,
+                    most,
+                    run_config,
+                    backend=w.backend,
+                    compile_cache_dir=cache,
+                    min_slices=least,
+                )
         result = job_trainer.fit()
         if run_dir is not None:
             record_job_event(run_dir, JOB_END)
